@@ -1,0 +1,2 @@
+def main():
+    raise SystemExit("peon: command line not built yet")

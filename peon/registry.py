@@ -1,0 +1,154 @@
+"""The tool registry: which tools a session offers, and the checks a tool must pass to be offered.
+
+Promise: every tool in a :class:`Registry` has a unique, well-formed name, a valid JSON Schema for an
+object that rejects unknown fields, a stable :class:`~peon.tool.ToolRisk` and an ``async`` executor.
+Anything else is refused at registration with a :class:`~peon.errors.RegistrationError` that names the
+tool, its origin and the rule it broke.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from importlib import metadata
+from typing import Any, Iterable, Mapping
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from .errors import RegistrationError
+from .tool import Tool, ToolRisk
+
+NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ENTRY_POINT_GROUP = "peon.tools"
+
+
+def _check_object_schema(schema: Any, what: str, origin: str, *, closed: bool) -> None:
+    if not isinstance(schema, Mapping):
+        raise RegistrationError(f"{what} of {origin} must be a JSON Schema object, got {type(schema).__name__}")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise RegistrationError(f"{what} of {origin} is not a valid JSON Schema: {exc.message}") from None
+    if schema.get("type") != "object":
+        raise RegistrationError(f'{what} of {origin} must have "type": "object", got {schema.get("type")!r}')
+    if closed and schema.get("additionalProperties") is not False:
+        raise RegistrationError(
+            f'{what} of {origin} must set "additionalProperties": false so unknown fields are rejected'
+        )
+
+
+def check_tool(tool: Any, origin: str) -> Tool:
+    if not isinstance(tool, Tool):
+        raise RegistrationError(f"{origin} is not a peon.Tool (got {type(tool).__name__})")
+    name = getattr(tool, "name", None)
+    if not isinstance(name, str) or not NAME_RULE.match(name):
+        raise RegistrationError(
+            f"tool name {name!r} from {origin} breaks the naming rule: 1-64 characters of A-Z a-z 0-9 _ -"
+        )
+    label = f"tool {name!r} ({origin})"
+    description = getattr(tool, "description", None)
+    if not isinstance(description, str) or not description.strip():
+        raise RegistrationError(f"{label} needs a non-empty description")
+    try:
+        ToolRisk(getattr(tool, "risk", None))
+    except ValueError:
+        raise RegistrationError(
+            f"{label} declares risk {getattr(tool, 'risk', None)!r}; "
+            f"expected one of {', '.join(r.value for r in ToolRisk)}"
+        ) from None
+    _check_object_schema(getattr(tool, "input_schema", None), "input schema", label, closed=True)
+    if tool.output_schema is not None:
+        _check_object_schema(tool.output_schema, "output schema", label, closed=False)
+    if not inspect.iscoroutinefunction(tool.execute):
+        raise RegistrationError(f"{label}: execute() must be an async function")
+    return tool
+
+
+def instantiate(obj: Any, origin: str) -> Tool:
+    if isinstance(obj, type):
+        if not issubclass(obj, Tool):
+            raise RegistrationError(f"{origin} is not a peon.Tool subclass")
+        try:
+            obj = obj()
+        except Exception as exc:  # a third-party constructor may raise anything
+            raise RegistrationError(f"{origin} could not be constructed: {exc}") from None
+    return check_tool(obj, origin)
+
+
+def import_tool(path: str) -> Tool:
+    """Load ``"package.module:Attribute"`` (a Tool subclass or instance)."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise RegistrationError(f"tool import path {path!r} must look like 'package.module:ToolClass'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise RegistrationError(f"tool import path {path!r}: cannot import {module_name}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise RegistrationError(f"tool import path {path!r}: {module_name} has no attribute {attr}") from None
+    return instantiate(obj, path)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._origins: dict[str, str] = {}
+
+    def register(self, tool: Any, origin: str | None = None) -> Tool:
+        origin = origin or f"{type(tool).__module__}:{type(tool).__qualname__}"
+        tool = instantiate(tool, origin)
+        if tool.name in self._tools:
+            raise RegistrationError(
+                f"a tool named {tool.name!r} is already registered (from {self._origins[tool.name]}); "
+                f"{origin} cannot register the same name",
+                {"name": tool.name},
+            )
+        self._tools[tool.name] = tool
+        self._origins[tool.name] = origin
+        return tool
+
+    def register_import_path(self, path: str) -> Tool:
+        return self.register(import_tool(path), path)
+
+    def register_entry_points(self) -> list[Tool]:
+        loaded = []
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            origin = f"entry point {ep.name} = {ep.value}"
+            try:
+                obj = ep.load()
+            except Exception as exc:
+                raise RegistrationError(f"{origin} failed to load: {exc}") from None
+            loaded.append(self.register(obj, origin))
+        return loaded
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def origin(self, name: str) -> str:
+        return self._origins[name]
+
+    def __iter__(self):
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+
+def build_registry(builtins: Iterable[Any], extra: Iterable[str] = (), entry_points: bool = True) -> Registry:
+    registry = Registry()
+    for tool in builtins:
+        registry.register(tool)
+    for path in extra:
+        registry.register_import_path(path)
+    if entry_points:
+        registry.register_entry_points()
+    return registry

@@ -1,0 +1,338 @@
+"""The embedding API: a :class:`Session` owns one supervisor process and talks to it over a socket.
+
+Promises:
+
+* ``Session(...)`` returns only when the supervisor is ready, or raises a
+  :class:`~peon.errors.SessionError` / :class:`~peon.errors.ConfigError` saying why it is not;
+* every :meth:`Session.submit` yields exactly one :class:`~peon.result.ToolResult`, also when the
+  supervisor dies (``supervisor_died``) or the session closes first (``session_closed``) — a caller
+  never waits forever;
+* :meth:`Session.close` (and leaving the ``with`` block) returns when the supervisor has exited and
+  no process the session started is alive.
+
+All methods are thread-safe. Calls run serially in submission order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import ConfigError, ErrorCode, SessionError
+from .framing import LineDecoder, Oversize, encode
+from .result import ToolResult
+from workers.reaper import signal_name
+
+START_TIMEOUT_SECONDS = 60.0
+CLOSE_TIMEOUT_SECONDS = 20.0
+
+Approver = Callable[[dict], Any]
+ProgressCallback = Callable[[dict], None]
+
+
+def default_state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "peon" / "sessions"
+
+
+def _import_path(tool: Any) -> str:
+    if isinstance(tool, str):
+        return tool
+    if isinstance(tool, type):
+        return f"{tool.__module__}:{tool.__qualname__}"
+    raise TypeError(f"tools must be import paths ('package.module:ToolClass') or classes, got {tool!r}")
+
+
+class CallHandle:
+    """A submitted call: wait for its result, or cancel it, from any thread."""
+
+    def __init__(self, session: "Session", call_id: str, tool: str, on_progress: ProgressCallback | None):
+        self.session = session
+        self.call_id = call_id
+        self.tool = tool
+        self.on_progress = on_progress
+        self._done = threading.Event()
+        self._result: ToolResult | None = None
+        self._callbacks: list[Callable[[ToolResult], None]] = []
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Ask the supervisor to cancel: a queued call never starts; a running one gets TERM → 2 s → KILL."""
+        if not self._done.is_set():
+            self.session._send_quietly({"op": "cancel", "id": self.call_id})
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> ToolResult:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"call {self.call_id} ({self.tool}) has not finished after {timeout} s")
+        assert self._result is not None
+        return self._result
+
+    def add_done_callback(self, fn: Callable[[ToolResult], None]) -> None:
+        with self._lock:
+            if self._result is None:
+                self._callbacks.append(fn)
+                return
+        fn(self._result)
+
+    def _resolve(self, result: ToolResult) -> None:
+        with self._lock:
+            if self._result is not None:
+                return
+            self._result = result
+            callbacks, self._callbacks = self._callbacks, []
+        self._done.set()
+        for fn in callbacks:
+            fn(result)
+
+
+class Session:
+    def __init__(
+        self,
+        workspace: str | os.PathLike,
+        config: Mapping[str, Any] | str | os.PathLike | None = None,
+        *,
+        session_id: str | None = None,
+        state_dir: str | os.PathLike | None = None,
+        tools: Iterable[Any] = (),
+        env: Mapping[str, str] | None = None,
+        approver: Approver | None = None,
+    ):
+        workspace = Path(workspace).expanduser()
+        if not workspace.is_dir():
+            raise SessionError(ErrorCode.NOT_FOUND, f"workspace {workspace} is not an existing directory")
+        self.workspace = workspace.resolve()
+        self.session_id = session_id or uuid.uuid4().hex
+        self.state_dir = Path(state_dir) if state_dir else default_state_root() / self.session_id
+        self.approver = approver
+        self._config = str(config) if isinstance(config, (str, os.PathLike)) else (dict(config) if config else None)
+        self._tools = [_import_path(t) for t in tools]
+        self._env = dict(os.environ if env is None else env)
+        self._handles: dict[str, CallHandle] = {}
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._closing = False
+        self._dead: ToolResult | None = None  # set once the supervisor is gone
+        self._ready = threading.Event()
+        self._start_reply: dict | None = None
+        self.info: dict[str, Any] = {}
+        self._start()
+
+    # -- life cycle ---------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        root = str(Path(__file__).resolve().parent.parent)
+        child_env = dict(self._env)  # the supervisor runs with the session's environment
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH")) if p)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "supervisor", "--fd", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                cwd=self.workspace, env=child_env, start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._reader = threading.Thread(target=self._read_loop, name=f"peon-session-{self.session_id[:8]}", daemon=True)
+        self._reader.start()
+        self._send({
+            "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
+            "state_dir": str(self.state_dir), "config": self._config, "tools": self._tools, "env": self._env,
+        })
+        if not self._ready.wait(START_TIMEOUT_SECONDS):
+            self._kill_supervisor()
+            raise SessionError(ErrorCode.SUPERVISOR_DIED, f"the supervisor did not start within {START_TIMEOUT_SECONDS:g} s")
+        reply = self._start_reply or {}
+        if reply.get("op") != "ready":
+            self._proc.wait()
+            self._reader.join()
+            err = reply.get("error") or {
+                "code": ErrorCode.SUPERVISOR_DIED.value,
+                "message": f"the supervisor exited during start-up ({self._exit_description()}); see its stderr",
+            }
+            if err.get("code") == ErrorCode.CONFIG_INVALID.value:
+                raise ConfigError(err["message"], err.get("details"))
+            raise SessionError(err["code"], err["message"], err.get("details"))
+        self.info = {k: v for k, v in reply.items() if k != "op"}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        self._send_quietly({"op": "close"})
+        try:
+            self._proc.wait(CLOSE_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._kill_supervisor()
+        self._reader.join(CLOSE_TIMEOUT_SECONDS)
+        self._sock.close()
+        self._fail_pending(ErrorCode.SESSION_CLOSED, "the session was closed before the call finished")
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None and proc.poll() is None and not getattr(self, "_closing", True):
+            self.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None and not self._closing and self._proc.poll() is None
+
+    @property
+    def supervisor_pid(self) -> int:
+        return self._proc.pid
+
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.info.get("tools", []))
+
+    # -- calls --------------------------------------------------------------------------------------
+
+    def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> CallHandle:
+        call_id = uuid.uuid4().hex[:12]
+        handle = CallHandle(self, call_id, name, on_progress)
+        message = {"op": "call", "id": call_id, "tool": name, "args": args, "progress": on_progress is not None}
+        try:
+            data = encode(message)
+        except (TypeError, ValueError) as exc:
+            handle._resolve(ToolResult.failure(call_id, name, ErrorCode.INVALID_INPUT,
+                                               f"input for {name} is not representable as JSON: {exc}"))
+            return handle
+        limit = self.info.get("config", {}).get("limits", {}).get("max_input_bytes")
+        if limit and len(data) > limit:
+            handle._resolve(ToolResult.failure(
+                call_id, name, ErrorCode.TOO_LARGE,
+                f"input for {name} is {len(data)} bytes encoded; limits.max_input_bytes is {limit}",
+                {"bytes": len(data), "limit": limit}))
+            return handle
+        with self._lock:
+            if self._dead is not None or self._closing:
+                failure = self._dead or ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED, "the session is closed")
+                handle._resolve(ToolResult(call_id, name, False, error=failure.error))
+                return handle
+            self._handles[call_id] = handle
+        try:
+            self._send_bytes(data)
+        except OSError:
+            pass  # the reader sees the EOF and fails the handle with supervisor_died
+        return handle
+
+    def call(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> ToolResult:
+        return self.submit(name, args, on_progress=on_progress).result()
+
+    # -- the channel --------------------------------------------------------------------------------
+
+    def _send(self, message: dict) -> None:
+        self._send_bytes(encode(message))
+
+    def _send_bytes(self, data: bytes) -> None:
+        with self._send_lock:
+            self._sock.sendall(data)
+
+    def _send_quietly(self, message: dict) -> None:
+        try:
+            self._send(message)
+        except OSError:
+            pass
+
+    def _read_loop(self) -> None:
+        decoder = LineDecoder()
+        try:
+            while True:
+                try:
+                    data = self._sock.recv(1 << 18)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                for line in decoder.feed(data):
+                    if isinstance(line, Oversize):
+                        continue
+                    self._dispatch(json.loads(line))
+        finally:
+            self._on_supervisor_gone()
+
+    def _dispatch(self, message: dict) -> None:
+        op = message.get("op")
+        if op in ("ready", "fatal"):
+            self._start_reply = message
+            self._ready.set()
+        elif op == "result":
+            with self._lock:
+                handle = self._handles.pop(str(message.get("id")), None)
+            if handle is not None:
+                handle._resolve(ToolResult.from_message(handle.call_id, handle.tool, message))
+        elif op == "progress":
+            handle = self._handles.get(str(message.get("id")))
+            if handle is not None and handle.on_progress is not None:
+                handle.on_progress({k: v for k, v in message.items() if k not in ("op", "id")})
+        elif op == "approval_request":
+            threading.Thread(target=self._answer_approval, args=(message,), daemon=True).start()
+
+    def _answer_approval(self, request: dict) -> None:
+        answer: Any = {"decision": "deny", "reason": "no approver is configured for this session"}
+        if self.approver is not None:
+            try:
+                answer = self.approver(request)
+            except Exception as exc:
+                answer = {"decision": "deny", "reason": f"the approver raised {type(exc).__name__}: {exc}"}
+        if isinstance(answer, str):
+            answer = {"decision": answer}
+        self._send_quietly({"op": "approval_answer", "request_id": request.get("request_id"), **dict(answer)})
+
+    def _on_supervisor_gone(self) -> None:
+        self._ready.set()
+        try:
+            self._proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            self._kill_supervisor()
+        self._contain_leftovers()
+        if self._closing:
+            return
+        message = f"the session's supervisor (pid {self._proc.pid}) {self._exit_description()}"
+        with self._lock:
+            self._dead = ToolResult.failure("", "", ErrorCode.SUPERVISOR_DIED, message)
+        self._fail_pending(ErrorCode.SUPERVISOR_DIED, message)
+
+    def _fail_pending(self, code: ErrorCode, message: str) -> None:
+        with self._lock:
+            handles, self._handles = list(self._handles.values()), {}
+        for handle in handles:
+            handle._resolve(ToolResult.failure(handle.call_id, handle.tool, code, message))
+
+    def _exit_description(self) -> str:
+        code = self._proc.poll()
+        if code is None:
+            return "is not responding"
+        if code < 0:
+            return f"was killed by {signal_name(-code)}"
+        return f"exited with status {code}"
+
+    def _kill_supervisor(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._contain_leftovers()
+
+    def _contain_leftovers(self) -> None:
+        """If the supervisor died, kill its session cgroup (workers kill their own trees otherwise)."""
+        path = (self.info.get("containment") or {}).get("cgroup")
+        if path and os.path.isdir(path):
+            from workers.cgroup import Cgroup
+
+            Cgroup(Path(path)).kill_and_remove()

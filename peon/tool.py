@@ -1,0 +1,115 @@
+"""The tool extension contract.
+
+Promise: anything that subclasses :class:`Tool` and passes registration can be called through every
+front end (embedding API, CLI, MCP) and runs in a worker exactly like a built-in. Peon's supervisor and
+front ends only ever use the methods below; no code outside a tool's own module knows its name.
+
+A tool supplies:
+
+* ``name``, ``description``, ``input_schema`` (a JSON Schema for an object that rejects unknown fields),
+  an optional ``output_schema`` and a declared ``risk``;
+* :meth:`approval_summary` — one line shown to whoever approves the call;
+* optionally :meth:`assess_risk` (a per-call effective risk, e.g. ``read`` elevating secret-like paths),
+  :meth:`approval_details`, :meth:`timeout_seconds` and :meth:`schema_for`;
+* :meth:`execute`, an ``async`` executor that runs in the worker and returns a JSON object, or raises
+  :class:`~peon.errors.ToolError`.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping
+
+from .cancel import CancelToken, Deadline
+
+
+class ToolRisk(str, Enum):
+    """Stable risk values, from least to most dangerous."""
+
+    READ_ONLY = "read_only"
+    FILESYSTEM = "filesystem"
+    PROCESS = "process"
+    DELEGATE = "delegate"
+
+
+@dataclass(frozen=True)
+class RiskAssessment:
+    """The effective risk of one call and why it is that."""
+
+    risk: ToolRisk
+    reason: str
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What a tool may know about the session it serves (read-only, same in supervisor and worker).
+
+    ``config`` is the resolved :class:`~peon.config.PeonConfig`; ``env`` is the environment the
+    session's processes run with; ``skills`` maps skill names to their discovery records.
+    """
+
+    workspace: Path
+    config: Any
+    env: Mapping[str, str]
+    session_id: str = ""
+    skills: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutputLimits:
+    max_output_bytes: int
+    read_max_bytes: int
+
+
+@dataclass
+class ToolContext:
+    """Everything an executor receives from the worker for one call."""
+
+    call_id: str
+    workspace: Path
+    deadline: Deadline
+    cancel: CancelToken
+    limits: OutputLimits
+    session: SessionView
+    wants_progress: bool = False
+    report_progress: Callable[..., None] = lambda **_: None  # e.g. report_progress(output_bytes=...)
+
+
+class Tool(abc.ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    risk: ClassVar[ToolRisk]
+    input_schema: ClassVar[Mapping[str, Any]]
+    output_schema: ClassVar[Mapping[str, Any] | None] = None
+
+    def schema_for(self, session: SessionView) -> Mapping[str, Any]:
+        """The input schema in this session (``read_skill`` lists the discovered names)."""
+        return self.input_schema
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        return RiskAssessment(self.risk, f"declared risk of {self.name}")
+
+    @abc.abstractmethod
+    def approval_summary(self, args: Mapping[str, Any]) -> str:
+        """One line saying what this call will do, shown to the approver."""
+
+    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        """Tool-specific facts for the approver (e.g. the resolved executable of an agent)."""
+        return {}
+
+    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
+        """How long this call may run; by default the configured maximum."""
+        return float(session.config.limits.max_timeout_seconds)
+
+    @abc.abstractmethod
+    async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """Run the call in the worker and return its JSON value."""
+
+
+def session_path(env: Mapping[str, str]) -> str:
+    """The PATH the session's processes search, with the POSIX default when unset."""
+    return env.get("PATH") or os.defpath

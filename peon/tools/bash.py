@@ -1,0 +1,54 @@
+"""``bash``: run a command with ``/bin/bash -lc`` in the workspace. Risk: process (not sandboxed).
+
+Promise: the command runs under the shared process runner (:mod:`workers.runner`): new process group,
+stdin ``/dev/null``, bounded combined output, TERM → 2 s → KILL on cancel, KILL at the deadline, and
+nothing it started is alive when the result is returned. A non-zero exit, a timeout and a cancel are
+results (with ``exit_code``, ``signal``, ``timed_out``, ``cancelled``), not errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from peon.tool import SessionView, Tool, ToolContext, ToolRisk
+from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
+
+from .process import NO_NUL_PATTERN, TIMEOUT_PROPERTY, effective_timeout
+
+BASH = "/bin/bash"
+
+
+class BashTool(Tool):
+    name = "bash"
+    description = (
+        "Run a shell command with /bin/bash -lc in the workspace and return its exit status and combined "
+        "stdout/stderr (head and tail kept when long). Every process it starts is killed when it finishes, "
+        "times out or is cancelled. Not sandboxed."
+    )
+    risk = ToolRisk.PROCESS
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN,
+                        "description": "The command line, passed to /bin/bash -lc."},
+            "timeout_seconds": TIMEOUT_PROPERTY,
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+    output_schema = PROCESS_OUTPUT_SCHEMA
+
+    def approval_summary(self, args: Mapping[str, Any]) -> str:
+        return f"run in /bin/bash -lc: {args['command']}"
+
+    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        return {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
+                "timeout_seconds": effective_timeout(args, session)}
+
+    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
+        return effective_timeout(args, session)
+
+    async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), ctx.session.env)
+        outcome = await run_process(spec, ctx)
+        return {**outcome.to_value(), "timeout_seconds": effective_timeout(args, ctx.session)}

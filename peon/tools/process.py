@@ -1,0 +1,26 @@
+"""What every process-running tool shares: the ``timeout_seconds`` field and how it is clamped.
+
+Promise: a call's own ``timeout_seconds`` can only shorten the configured maximum
+(``limits.max_timeout_seconds``); a larger value is clamped to the maximum, never rejected, and the
+result reports the timeout that applied.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from peon.tool import SessionView
+
+TIMEOUT_PROPERTY = {
+    "type": "number",
+    "exclusiveMinimum": 0,
+    "description": "Seconds before the process tree is killed; at most the configured maximum (larger values are clamped).",
+}
+
+NO_NUL_PATTERN = "^[^\\u0000]*$"  # argv strings cannot carry NUL bytes
+
+
+def effective_timeout(args: Mapping[str, Any], session: SessionView) -> float:
+    maximum = float(session.config.limits.max_timeout_seconds)
+    requested = args.get("timeout_seconds")
+    return maximum if requested is None else min(float(requested), maximum)

@@ -1,0 +1,78 @@
+"""Input validation: pure functions from (schema, input) to accepted input or an ``invalid_input`` error.
+
+Promise: an input reaches a tool only if it is a JSON object that satisfies the tool's schema. The
+error names the field (as a JSON pointer), the schema rule (``type``, ``required``,
+``additionalProperties``...) and the offending value, shortened so a huge value cannot flood a reply.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from .errors import ErrorCode, ToolError
+
+_validators: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
+    cached = _validators.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        cached = (schema, Draft202012Validator(schema))
+        _validators[id(schema)] = cached
+    return cached[1]
+
+
+def preview(value: Any, limit: int = 80) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def validate_input(tool_name: str, schema: Mapping[str, Any], args: Any) -> Mapping[str, Any]:
+    if not isinstance(args, Mapping):
+        raise ToolError(
+            ErrorCode.INVALID_INPUT,
+            f"input for {tool_name} must be a JSON object, got {json_type(args)}",
+            {"rule": "type", "pointer": "", "expected": "object"},
+        )
+    validator = _validator(schema)
+    if validator.is_valid(args):
+        return args
+    error = best_match(validator.iter_errors(args))
+    pointer = "".join(f"/{p}" for p in error.absolute_path)
+    where = f"field {pointer!r}" if pointer else "the input"
+    message = error.message
+    if len(message) > 300:
+        message = message[:297] + "..."
+    raise ToolError(
+        ErrorCode.INVALID_INPUT,
+        f"invalid input for {tool_name}: {where} breaks rule {error.validator!r}: {message}",
+        {"rule": error.validator, "pointer": pointer, "value": preview(error.instance)},
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """The one encoding of a JSON value Peon sends, stores and compares (sorted keys, no NaN)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

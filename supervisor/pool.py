@@ -1,0 +1,207 @@
+"""The supervisor's workers: one standby kept ready, one dedicated worker per call, all owned here.
+
+Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (the standby, forked before the call
+arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
+worker's result, or an error saying how the worker failed (crashed, killed by the OOM killer, hung past
+deadline + grace). When it returns an error, the worker and its whole tree are already dead. When it
+returns a worker's result, the worker itself is still exiting; :meth:`WorkerPool.retire` reaps it and
+its containment in the background. :meth:`WorkerPool.close` kills every worker the pool ever started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Awaitable, Callable
+
+from peon.cancel import Deadline
+from peon.errors import ErrorCode, ToolError
+from peon.tool import SessionView
+from workers.channel import Channel, ChannelError
+from workers.reaper import REAPER, describe_status
+from workers.runner import CANCEL_GRACE_SECONDS
+from workers.worker import become_worker
+
+from .containment import Containment, sweep_orphans
+
+EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after reporting its result
+
+
+class WorkerHandle:
+    def __init__(self, pid: int, channel: Channel):
+        self.pid = pid
+        self.channel = channel
+        self.exited: asyncio.Future[int] = REAPER.watch(pid)
+
+
+class WorkerPool:
+    def __init__(self, session: SessionView, registry: Any, containment: Containment, grace_seconds: float):
+        self.session = session
+        self.registry = registry
+        self.containment = containment
+        self.grace_seconds = grace_seconds
+        self.live: dict[int, WorkerHandle] = {}
+        self._standby: WorkerHandle | None = None
+        self._retiring: set[asyncio.Task] = set()
+
+    # -- process start-up -------------------------------------------------------------------------
+
+    def _fork(self) -> WorkerHandle:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        supervisor_pid = os.getpid()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker; never returns
+            ours.detach()
+            become_worker(theirs, supervisor_pid, self.session, self.registry)
+        theirs.close()
+        handle = WorkerHandle(pid, Channel(ours))
+        self.live[pid] = handle
+        try:
+            self.containment.adopt(pid)
+        except OSError as exc:
+            self.containment.kill_tree(pid)
+            raise ToolError(ErrorCode.WORKER_CRASHED, f"cannot place a new worker in its cgroup: {exc.strerror}")
+        return handle
+
+    def prestart(self) -> None:
+        if self._standby is None:
+            self._standby = self._fork()
+
+    def _take(self) -> WorkerHandle:
+        worker, self._standby = self._standby, None
+        if worker is None or worker.exited.done():
+            if worker is not None:
+                self.retire(worker)
+            worker = self._fork()
+        return worker
+
+    # -- one call ---------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        call: dict,
+        deadline: Deadline,
+        cancelled: asyncio.Event,
+        on_progress: Callable[[dict], Awaitable[None]],
+    ) -> dict:
+        worker = self._take()
+        try:
+            await worker.channel.send({**call, "op": "call", "deadline": deadline.at})
+        except OSError:
+            pass  # the worker died at once; its exit is reported below
+        self.prestart()  # fork the next standby while this call runs
+        reply = await self._await_result(worker, call["tool"], deadline, cancelled, on_progress)
+        if reply.get("op") == "result":
+            self.retire(worker)
+        else:
+            await self._finish(worker)  # the error path: nothing of the worker may remain when we answer
+        return reply
+
+    async def _await_result(self, worker, tool, deadline, cancelled, on_progress) -> dict:
+        backstop = deadline.at + self.grace_seconds
+        receive = asyncio.ensure_future(worker.channel.recv())
+        cancel_wait = asyncio.ensure_future(cancelled.wait())
+        try:
+            while True:
+                waits = {receive, worker.exited} | ({cancel_wait} if not cancel_wait.done() else set())
+                done, _ = await asyncio.wait(
+                    waits, timeout=max(0.0, backstop - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
+                )
+                if receive in done:
+                    try:
+                        message = receive.result()
+                    except ChannelError as exc:
+                        self.containment.kill_tree(worker.pid)
+                        return _failure(ErrorCode.WORKER_CRASHED, f"the worker for {tool} broke protocol: {exc}")
+                    if message is None:
+                        return await self._crashed(worker, tool)
+                    if message.get("op") == "result":
+                        return message
+                    if message.get("op") == "progress":
+                        await on_progress(message)
+                    receive = asyncio.ensure_future(worker.channel.recv())
+                elif worker.exited in done:
+                    # A result may still be in the socket: read until EOF before calling it a crash.
+                    try:
+                        message = await asyncio.wait_for(asyncio.shield(receive), 1.0)
+                    except (asyncio.TimeoutError, ChannelError):
+                        message = None
+                    if message is not None and message.get("op") == "result":
+                        return message
+                    return await self._crashed(worker, tool)
+                elif cancel_wait in done:
+                    try:
+                        await worker.channel.send({"op": "cancel", "reason": "cancelled by the client"})
+                    except OSError:
+                        pass
+                    backstop = min(backstop, time.monotonic() + CANCEL_GRACE_SECONDS + self.grace_seconds)
+                else:
+                    self.containment.kill_tree(worker.pid)
+                    return _failure(
+                        ErrorCode.WORKER_HUNG,
+                        f"the worker for {tool} did not finish within its deadline plus "
+                        f"{self.grace_seconds:g} s of grace and was killed with its whole process tree",
+                    )
+        finally:
+            receive.cancel()
+            cancel_wait.cancel()
+
+    async def _crashed(self, worker: WorkerHandle, tool: str) -> dict:
+        try:
+            status = await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
+        except asyncio.TimeoutError:
+            self.containment.kill_tree(worker.pid)
+            return _failure(ErrorCode.WORKER_CRASHED, f"the worker for {tool} closed its channel and was killed")
+        how = describe_status(status)
+        if self.containment.oom_killed(worker.pid):
+            return _failure(ErrorCode.WORKER_OOM, f"the worker for {tool} was {how} by the out-of-memory killer")
+        hint = " (the out-of-memory killer or another process)" if how == "killed by SIGKILL" else ""
+        return _failure(
+            ErrorCode.WORKER_CRASHED,
+            f"the worker for {tool} {how}{hint} before reporting a result",
+            {"status": how},
+        )
+
+    # -- clean-up ---------------------------------------------------------------------------------
+
+    def retire(self, worker: WorkerHandle) -> None:
+        task = asyncio.ensure_future(self._finish(worker))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _finish(self, worker: WorkerHandle) -> None:
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
+            except asyncio.TimeoutError:
+                self.containment.kill_tree(worker.pid)
+                await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
+            if not self.containment.release(worker.pid):
+                print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
+            sweep_orphans(set(self.live))
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            worker.channel.close()
+            if worker.exited.done():
+                self.live.pop(worker.pid, None)
+
+    async def close(self) -> None:
+        """Kill every worker and everything below them; wait until all are reaped."""
+        self._standby = None
+        for worker in list(self.live.values()):
+            self.containment.kill_tree(worker.pid)
+        for worker in list(self.live.values()):
+            await self._finish(worker)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+        sweep_orphans(set())
+
+
+def _failure(code: ErrorCode, message: str, details: dict | None = None) -> dict:
+    return {"op": "result", "ok": False, "error": ToolError(code, message, details).to_dict()}

@@ -1,0 +1,211 @@
+"""The supervisor process: the session's single owner of calls, approval state and workers.
+
+Promise: calls run one at a time in the order they arrived. Each gets exactly one ``result`` message:
+validated, risk-assessed, approved (or denied), executed in a dedicated worker, or failed with a
+stable error code. A call cancelled while queued never starts. When the client closes the session,
+its channel reaches EOF, or the supervisor gets ``SIGTERM``, queued calls fail with
+``session_closed``, the running call is cancelled, every worker tree is killed and the supervisor
+exits — nothing it started outlives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from setproctitle import setproctitle
+
+from peon.cancel import Deadline
+from peon.errors import ErrorCode, PeonError, ToolError
+from peon.validation import canonical_json, validate_input
+from workers import linux
+from workers.channel import Channel, ChannelError
+from workers.reaper import REAPER
+
+from .approval import ApprovalRequest
+from .pool import WorkerPool
+from .session_state import SessionState
+
+
+@dataclass
+class PendingCall:
+    id: str
+    tool: str
+    args: Any
+    progress: bool
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    started: bool = False
+
+
+class Supervisor:
+    def __init__(self, client: Channel):
+        self.client = client
+        self.queue: asyncio.Queue[PendingCall] = asyncio.Queue()
+        self.calls: dict[str, PendingCall] = {}
+        self.state: SessionState | None = None
+        self.pool: WorkerPool | None = None
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> int:
+        start = await self.client.recv()
+        if start is None or start.get("op") != "start":
+            return 2
+        try:
+            self.state = SessionState.open(start, self)
+        except PeonError as exc:
+            await self.client.send({"op": "fatal", "error": exc.to_dict()})
+            return 1
+        setproctitle(f"peon-supervisor {self.state.view.workspace}")
+        self.pool = WorkerPool(
+            self.state.view, self.state.registry, self.state.containment,
+            self.state.config.limits.worker_grace_seconds,
+        )
+        try:
+            self.pool.prestart()
+            await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
+            reader = asyncio.ensure_future(self._read_client())
+            executor = asyncio.ensure_future(self._execute_calls())
+            stop = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait({reader, executor, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await self._shutdown(reader, executor)
+        finally:
+            await self.pool.close()
+            self.state.close()
+        return 0
+
+    # -- messages from the client -------------------------------------------------------------------
+
+    async def _read_client(self) -> None:
+        while True:
+            try:
+                message = await self.client.recv()
+            except ChannelError as exc:
+                print(f"peon-supervisor: client channel error: {exc}", file=sys.stderr)
+                return
+            if message is None or message.get("op") == "close":
+                return
+            op = message.get("op")
+            if op == "call":
+                call = PendingCall(str(message.get("id")), str(message.get("tool")), message.get("args"),
+                                   bool(message.get("progress")))
+                self.calls[call.id] = call
+                self.queue.put_nowait(call)
+            elif op == "cancel":
+                await self._cancel(str(message.get("id")))
+            elif op == "approval_answer":
+                self.state.approval_answer(message)
+
+    async def _cancel(self, call_id: str) -> None:
+        call = self.calls.get(call_id)
+        if call is None or call.cancelled.is_set():
+            return
+        call.cancelled.set()
+        if not call.started:  # still queued: it will never start
+            await self._reply(call, _error(ErrorCode.CANCELLED, f"{call.tool} was cancelled before it started"))
+
+    async def _reply(self, call: PendingCall, reply: dict) -> None:
+        self.calls.pop(call.id, None)
+        call.finished.set()
+        try:
+            await self.client.send({**reply, "op": "result", "id": call.id})
+        except OSError:
+            pass  # the client is gone; shutdown follows from its EOF
+
+    # -- the serial executor ------------------------------------------------------------------------
+
+    async def _execute_calls(self) -> None:
+        while True:
+            call = await self.queue.get()
+            if call.cancelled.is_set():
+                continue  # already answered
+            call.started = True
+            try:
+                reply = await self._run(call)
+            except Exception as exc:  # a bug here must fail one call, not the session
+                traceback.print_exc(file=sys.stderr)
+                reply = _error(ErrorCode.TOOL_FAILED, f"internal error while running {call.tool}: {exc}")
+            await self._reply(call, reply)
+
+    async def _run(self, call: PendingCall) -> dict:
+        state = self.state
+        tool = state.registry.get(call.tool)
+        if tool is None:
+            return _error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}; available: {', '.join(state.registry.names())}")
+        try:
+            args = validate_input(tool.name, tool.schema_for(state.view), call.args)
+            try:
+                canonical = canonical_json(args)
+            except ValueError as exc:
+                raise ToolError(ErrorCode.INVALID_INPUT, f"input for {tool.name} is not valid JSON: {exc}") from None
+            assessment = tool.assess_risk(args, state.view)
+            request = ApprovalRequest(
+                call_id=call.id, tool=tool.name, risk=assessment.risk, risk_reason=assessment.reason,
+                summary=tool.approval_summary(args), details=tool.approval_details(args, state.view),
+                canonical_input=canonical,
+            )
+            decision = await state.approval.decide(request, call.cancelled)
+            if call.cancelled.is_set():
+                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+            if not decision.allowed:
+                return _error(
+                    ErrorCode.DENIED,
+                    f"{tool.name} ({assessment.risk.value} risk: {assessment.reason}) was denied by {decision.by}: {decision.rule}",
+                    {"risk": assessment.risk.value, "by": decision.by, "rule": decision.rule},
+                )
+            limit = state.config.limits.max_timeout_seconds
+            deadline = Deadline.after(min(float(tool.timeout_seconds(args, state.view)), limit))
+        except PeonError as exc:
+            return {"ok": False, "error": exc.to_dict()}
+
+        async def forward_progress(message: dict) -> None:
+            if call.progress:
+                await self.client.send({**message, "op": "progress", "id": call.id})
+
+        reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress},
+                                    deadline, call.cancelled, forward_progress)
+        return {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
+
+    async def _shutdown(self, reader: asyncio.Future, executor: asyncio.Future) -> None:
+        reader.cancel()
+        for call in list(self.calls.values()):
+            if not call.started:
+                call.cancelled.set()
+                await self._reply(call, _error(ErrorCode.SESSION_CLOSED, f"the session closed before {call.tool} started"))
+            else:
+                call.cancelled.set()  # the running call gets TERM, grace, KILL like any cancel
+        running = [call for call in self.calls.values() if call.started]
+        if running:  # its cancel runs TERM → grace → KILL, bounded by the pool's backstop
+            await asyncio.wait([asyncio.ensure_future(call.finished.wait()) for call in running])
+        executor.cancel()
+
+
+def _error(code: ErrorCode, message: str, details: dict | None = None) -> dict:
+    return {"ok": False, "error": ToolError(code, message, details).to_dict()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m supervisor")
+    parser.add_argument("--fd", type=int, required=True, help="the connected socket to the client")
+    options = parser.parse_args(argv)
+    linux.set_child_subreaper()
+    setproctitle("peon-supervisor (starting)")
+    sock = socket.socket(fileno=options.fd)
+    code = asyncio.run(_main(sock))
+    sys.exit(code)
+
+
+async def _main(sock: socket.socket) -> int:
+    loop = asyncio.get_running_loop()
+    REAPER.install(loop)
+    supervisor = Supervisor(Channel(sock))
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, supervisor.stopping.set)
+    return await supervisor.run()

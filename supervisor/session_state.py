@@ -1,0 +1,87 @@
+"""Everything the supervisor holds for one session, built from the client's ``start`` message.
+
+Promise: :meth:`SessionState.open` either returns a complete session (workspace checked, configuration
+resolved, registry built, containment chosen, state directory created) or raises a
+:class:`~peon.errors.PeonError` that names what is wrong; it never starts with partial state.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peon.config import LoadedConfig, PeonConfig, load_config
+from peon.errors import ConfigError, PeonError
+from peon.registry import Registry, build_registry
+from peon.tool import SessionView
+from peon.tools import BUILTIN_TOOLS
+
+from . import containment as containment_mod
+from .approval import AllowEverything, ApprovalHook
+
+
+@dataclass
+class SessionState:
+    view: SessionView
+    loaded: LoadedConfig
+    registry: Registry
+    containment: containment_mod.Containment
+    approval: ApprovalHook
+    state_dir: Path
+
+    @property
+    def config(self) -> PeonConfig:
+        return self.loaded.config
+
+    @classmethod
+    def open(cls, start: dict, supervisor: Any) -> "SessionState":
+        workspace = Path(start["workspace"])
+        if not workspace.is_dir():
+            raise PeonError("not_found", f"workspace {workspace} is not a directory")
+        session_id = str(start["session_id"])
+        loaded = load_config(start.get("config"))
+        env = dict(start.get("env") or os.environ)
+        view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id)
+        registry = build_registry(
+            BUILTIN_TOOLS,
+            extra=[*loaded.config.tools.extra, *start.get("tools", [])],
+            entry_points=loaded.config.tools.entry_points,
+        )
+        state_dir = Path(start["state_dir"])
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the session state directory {state_dir}: {exc.strerror}") from None
+        chosen = containment_mod.choose(loaded.config.runtime.containment, f"peon-{session_id[:16]}-{os.getpid()}")
+        return cls(view, loaded, registry, chosen, AllowEverything(), state_dir)
+
+    def describe(self, pid: int) -> dict:
+        return {
+            "pid": pid,
+            "session_id": self.view.session_id,
+            "workspace": str(self.view.workspace),
+            "state_dir": str(self.state_dir),
+            "containment": self.containment.info(),
+            "config": self.config.to_dict(),
+            "tools": [
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "risk": tool.risk.value,
+                    "input_schema": tool.schema_for(self.view),
+                    "output_schema": tool.output_schema,
+                    "origin": self.registry.origin(tool.name),
+                }
+                for tool in self.registry
+            ],
+        }
+
+    def approval_answer(self, message: dict) -> None:
+        answer = getattr(self.approval, "answer", None)
+        if answer is not None:
+            answer(message)
+
+    def close(self) -> None:
+        self.containment.close()

@@ -1,0 +1,133 @@
+"""Shared fixtures: workspaces, sessions, and a guard that proves no process outlives its test.
+
+Every session a test opens runs with a unique ``PEON_TEST_TAG`` in its environment, which every
+process it starts inherits. After the test, :func:`leftovers` scans ``/proc/*/environ`` for that tag:
+anything found is killed (so a failing test still leaves nothing behind) and fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import peon
+from peon.config import merge
+from workers import cgroup
+
+CGROUP_SUPPORT = cgroup.probe()
+# Tests of the runtime run with every risk allowed; approval tests pass their own [approval] table.
+ALLOW_ALL = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
+CONTAINMENTS = ["process-tree", "cgroup"]
+
+
+def tagged_pids(tag: str) -> list[int]:
+    needle = f"PEON_TEST_TAG={tag}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def living(pids) -> list[int]:
+    return [p for p in pids if not is_zombie(p)]
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):
+    until = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= until:
+            return value
+        time.sleep(interval)
+
+
+class Leftovers:
+    def __init__(self) -> None:
+        self.tag = uuid.uuid4().hex
+
+    def env(self, extra: dict | None = None) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PEON_TEST_TAG")}
+        env["PEON_TEST_TAG"] = self.tag
+        env.update(extra or {})
+        return env
+
+    def alive(self) -> list[int]:
+        return living(tagged_pids(self.tag))
+
+    def kill_all(self) -> list[int]:
+        survivors = self.alive()
+        for _ in range(5):
+            for pid in self.alive():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if not self.alive():
+                break
+            time.sleep(0.05)
+        return survivors
+
+
+@pytest.fixture
+def leftovers(request):
+    guard = Leftovers()
+    yield guard
+    survivors = guard.kill_all()
+    if survivors and not getattr(request.node, "_peon_expect_leftovers", False):
+        pytest.fail(f"processes outlived the test: {survivors}")
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture(params=CONTAINMENTS)
+def containment(request) -> str:
+    if request.param == "cgroup" and not CGROUP_SUPPORT.available:
+        pytest.skip(f"cgroup v2 unavailable: {CGROUP_SUPPORT.reason}")
+    return request.param
+
+
+@pytest.fixture
+def open_session(workspace, tmp_path, leftovers):
+    """Factory: open_session(config=..., **options) -> Session, closed after the test."""
+    sessions = []
+
+    def factory(config: dict | None = None, *, env: dict | None = None, **options) -> peon.Session:
+        options.setdefault("state_dir", tmp_path / f"state-{len(sessions)}")
+        config = merge(ALLOW_ALL, config or {})
+        session = peon.Session(options.pop("workspace", workspace), config, env=leftovers.env(env), **options)
+        sessions.append(session)
+        return session
+
+    yield factory
+    for session in sessions:
+        session.close()
+
+
+@pytest.fixture
+def session(open_session, containment):
+    return open_session({"runtime": {"containment": containment}})

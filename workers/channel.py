@@ -1,0 +1,64 @@
+"""An asyncio message channel over a connected Unix stream socket, one JSON object per line.
+
+Promise: messages arrive whole and in order; concurrent senders never interleave their bytes;
+:meth:`Channel.recv` returns ``None`` exactly once the peer has closed its end (or died), so a dead
+peer is never mistaken for a slow one. A line longer than the bound is a :class:`ChannelError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import deque
+from typing import Any
+
+from peon.framing import LineDecoder, Oversize, encode
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+class ChannelError(Exception):
+    pass
+
+
+class Channel:
+    def __init__(self, sock: socket.socket, max_message_bytes: int = MAX_MESSAGE_BYTES):
+        sock.setblocking(False)
+        self.sock = sock
+        self._decoder = LineDecoder(max_message_bytes)
+        self._pending: deque[Any] = deque()
+        self._send_lock = asyncio.Lock()
+        self._eof = False
+
+    async def recv(self) -> dict | None:
+        loop = asyncio.get_running_loop()
+        while not self._pending:
+            if self._eof:
+                return None
+            try:
+                data = await loop.sock_recv(self.sock, 1 << 18)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            if not data:
+                self._eof = True
+                continue
+            for line in self._decoder.feed(data):
+                if isinstance(line, Oversize):
+                    raise ChannelError(f"message of {line.length} bytes exceeds the channel bound")
+                try:
+                    self._pending.append(json.loads(line))
+                except ValueError as exc:
+                    raise ChannelError(f"peer sent a line that is not JSON: {exc}") from None
+        return self._pending.popleft()
+
+    async def send(self, message: dict) -> None:
+        data = encode(message)
+        async with self._send_lock:
+            await asyncio.get_running_loop().sock_sendall(self.sock, data)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass

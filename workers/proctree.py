@@ -1,0 +1,161 @@
+"""Process trees: list a process's descendants, freeze them, kill them, wait until they are gone.
+
+Promise: :func:`freeze_and_kill` returns only after every descendant of ``root`` that existed or was
+created while it ran has been sent ``SIGKILL``, and a fork loop cannot outrun it: every process is
+stopped with ``SIGSTOP`` (and seen to stop) before anything is killed, and the tree is listed again
+until a pass finds nothing new. Descendants stay reachable because Peon's supervisors and workers are
+child subreapers: an orphan is reparented to them, never to init.
+
+These functions only ever signal pids found below ``root`` — never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Callable, Iterable
+
+_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
+def stat_fields(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of ``pid``, or None if it is gone."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    after_comm = text.rpartition(")")[2].split()
+    if len(after_comm) < 2:
+        return None
+    return after_comm[0], int(after_comm[1])
+
+
+def state(pid: int) -> str | None:
+    fields = stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _children_by_scan() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(int(entry))
+            if fields:
+                tree.setdefault(fields[1], []).append(int(entry))
+    return tree
+
+
+def children(pid: int) -> list[int]:
+    if not _CHILDREN_FILES:
+        return _children_by_scan().get(pid, [])
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return found
+    for tid in tasks:
+        text = _read(f"/proc/{pid}/task/{tid}/children")
+        if text:
+            found.extend(int(p) for p in text.split())
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (not ``root`` itself), parents before children."""
+    if not _CHILDREN_FILES:
+        tree = _children_by_scan()
+        get = lambda pid: tree.get(pid, [])  # noqa: E731
+    else:
+        get = children
+    out: list[int] = []
+    seen = {root}
+    frontier = [root]
+    while frontier:
+        nxt = []
+        for pid in frontier:
+            for child in get(pid):
+                if child not in seen:
+                    seen.add(child)
+                    out.append(child)
+                    nxt.append(child)
+        frontier = nxt
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# A stopped ('T'/'t'), dead ('Z'/'X') or uninterruptible ('D') process cannot return to user space
+# without first acting on its pending SIGSTOP, so it cannot fork again.
+_SETTLED = frozenset("TtZXD")
+
+
+def freeze_and_kill(root: int, *, include_root: bool = False, settle_seconds: float = 0.5) -> int:
+    """Stop the whole tree below ``root``, then SIGKILL it. Returns how many processes were killed."""
+    stopped: set[int] = set()
+    if include_root:
+        _signal(root, signal.SIGSTOP)
+        stopped.add(root)
+    settle_until = time.monotonic() + settle_seconds
+    while True:
+        fresh = [p for p in descendants(root) if p not in stopped]
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+            stopped.add(pid)
+        if fresh:
+            continue
+        # Nothing new: wait until every frozen process has really stopped, then list once more.
+        running = [p for p in stopped if (s := state(p)) is not None and s not in _SETTLED]
+        if not running or time.monotonic() > settle_until:
+            if not [p for p in descendants(root) if p not in stopped]:
+                break
+            continue
+        time.sleep(0.0005)
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    return len(stopped)
+
+
+def reap_all() -> list[tuple[int, int]]:
+    """Reap every child that has exited; returns (pid, wait status) pairs."""
+    reaped = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        reaped.append((pid, status))
+    return reaped
+
+
+def wait_until_gone(root: int, reap: Callable[[], object], timeout: float) -> bool:
+    """Reap until ``root`` has no descendants left; False if some survive ``timeout``."""
+    until = time.monotonic() + timeout
+    delay = 0.0002
+    while True:
+        reap()
+        if not descendants(root):
+            return True
+        if time.monotonic() >= until:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
+def alive(pids: Iterable[int]) -> list[int]:
+    """The pids in ``pids`` that still exist and are not zombies."""
+    return [p for p in pids if (s := state(p)) is not None and s not in "ZX"]

@@ -1,0 +1,54 @@
+"""The one place a Peon process collects the exit statuses of its children.
+
+Promise: every child of this process (including orphans reparented to it as a subreaper) is reaped
+promptly, so no zombie accumulates; whoever asked to :meth:`Reaper.watch` a pid gets its wait status.
+Register the watch right after creating the child, before control returns to the event loop: the
+SIGCHLD handler runs from the loop, so it cannot reap the child first. Code that must reap
+synchronously (sweeps) calls :meth:`Reaper.reap`, never ``waitpid`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from .proctree import reap_all
+
+
+class Reaper:
+    def __init__(self) -> None:
+        self._waiters: dict[int, asyncio.Future[int]] = {}
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_signal_handler(signal.SIGCHLD, self.reap)
+
+    def watch(self, pid: int) -> asyncio.Future[int]:
+        future = self._waiters.get(pid)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._waiters[pid] = future
+        return future
+
+    def reap(self) -> None:
+        for pid, status in reap_all():
+            future = self._waiters.pop(pid, None)
+            if future is not None and not future.done():
+                future.set_result(status)
+
+
+def describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal_name(os.WTERMSIG(status))}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+# One reaper per process: waitpid(-1) anywhere else would steal statuses from it.
+REAPER = Reaper()

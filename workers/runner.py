@@ -1,0 +1,238 @@
+"""The process runner shared by ``bash`` and the agent adapters.
+
+Promise: when :func:`run_process` returns, no process it started is alive — not the group leader, not
+a member of its process group, not a daemon that escaped with ``setsid``, a double fork, ``nohup`` or
+``disown`` (the worker is a child subreaper, so every orphan is reparented to it and stays findable).
+In order:
+
+* the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe;
+* on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
+  :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
+* at the **deadline** the group gets ``SIGKILL`` at once;
+* when the leader has exited, every remaining descendant of the worker is frozen and killed;
+* the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
+  still holds it;
+* output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.truncation`) however much
+  is written, and every byte is counted.
+
+A worker runs one call, so "every descendant of the worker" is exactly what this call started. The
+runner is meant to run one process at a time per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from peon.errors import ErrorCode, ToolError
+from peon.tool import ToolContext
+from peon.truncation import BoundedText, HeadTail
+
+from . import proctree
+from .reaper import REAPER, signal_name
+
+CANCEL_GRACE_SECONDS = 2.0
+DRAIN_GRACE_SECONDS = 0.1
+PROGRESS_INTERVAL_SECONDS = 0.5
+READ_CHUNK = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    argv: Sequence[str]  # argv[0] is an absolute path; nothing is looked up or passed to a shell
+    cwd: str
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    cancelled: bool
+    output: BoundedText
+    duration_ms: int
+
+    def to_value(self) -> dict:
+        return {
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "timed_out": self.timed_out,
+            "cancelled": self.cancelled,
+            "output": self.output.text,
+            "output_bytes": self.output.total_bytes,
+            "output_kept_bytes": self.output.kept_bytes,
+            "truncated": self.output.truncated,
+            "output_invalid_utf8": self.output.invalid_utf8,
+            "duration_ms": self.duration_ms,
+        }
+
+
+PROCESS_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "exit_code": {"type": ["integer", "null"], "description": "Exit status; null when killed by a signal."},
+        "signal": {"type": ["string", "null"], "description": "Name of the signal that ended the process."},
+        "timed_out": {"type": "boolean"},
+        "cancelled": {"type": "boolean"},
+        "output": {"type": "string", "description": "Combined stdout/stderr, head and tail when truncated."},
+        "output_bytes": {"type": "integer", "description": "Every byte the process wrote."},
+        "output_kept_bytes": {"type": "integer", "description": "Bytes of output present in `output`."},
+        "truncated": {"type": "boolean"},
+        "output_invalid_utf8": {
+            "type": "boolean",
+            "description": "Some output bytes were not UTF-8 and appear as U+FFFD.",
+        },
+        "duration_ms": {"type": "integer"},
+        "timeout_seconds": {"type": "number", "description": "The timeout that applied to this call."},
+    },
+    "required": ["exit_code", "signal", "timed_out", "cancelled", "output", "output_bytes", "truncated", "duration_ms"],
+}
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _spawn(spec: ProcessSpec, write_fd: int) -> int:
+    if os.getcwd() != spec.cwd:
+        os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
+    return os.posix_spawn(
+        spec.argv[0],
+        list(spec.argv),
+        dict(spec.env),
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, write_fd, 1),
+            (os.POSIX_SPAWN_DUP2, write_fd, 2),
+        ],
+        setsid=True,
+        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),  # Python ignores these; the child must not inherit that
+        setsigmask=(),
+    )
+
+
+async def _sleep_until(moment: float) -> None:
+    await asyncio.sleep(max(0.0, moment - time.monotonic()))
+
+
+async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
+    loop = asyncio.get_running_loop()
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(read_fd, _F_SETPIPE_SZ, READ_CHUNK)
+    except OSError:
+        pass  # a smaller pipe only means more reads
+    started = time.monotonic()
+    try:
+        pid = _spawn(spec, write_fd)
+    except OSError as exc:
+        os.close(read_fd)
+        raise ToolError(
+            ErrorCode.IO_ERROR, f"cannot start {spec.argv[0]}: {exc.strerror}", {"executable": spec.argv[0]}
+        ) from None
+    finally:
+        os.close(write_fd)
+    exited = REAPER.watch(pid)
+
+    capture = HeadTail(ctx.limits.max_output_bytes)
+    eof = loop.create_future()
+    buffer = bytearray(READ_CHUNK)
+    view = memoryview(buffer)
+
+    def on_readable() -> None:
+        try:
+            n = os.readv(read_fd, [buffer])
+        except BlockingIOError:
+            return
+        except OSError:
+            n = 0
+        if n == 0:
+            loop.remove_reader(read_fd)
+            if not eof.done():
+                eof.set_result(None)
+            return
+        capture.feed(view[:n])
+
+    loop.add_reader(read_fd, on_readable)
+    progress = asyncio.ensure_future(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
+    cancel_wait = asyncio.ensure_future(ctx.cancel.wait())
+    timed_out = cancelled = False
+    try:
+        await asyncio.wait({exited, cancel_wait}, timeout=ctx.deadline.remaining(), return_when=asyncio.FIRST_COMPLETED)
+        if not exited.done():
+            if cancel_wait.done():
+                cancelled = True
+                _killpg(pid, signal.SIGTERM)
+                _killpg(pid, signal.SIGCONT)
+                grace_end = min(time.monotonic() + CANCEL_GRACE_SECONDS, ctx.deadline.at)
+                while _group_alive(pid) and time.monotonic() < grace_end:
+                    await asyncio.sleep(0.01)
+                    REAPER.reap()
+                timed_out = ctx.deadline.expired and _group_alive(pid)
+            else:
+                timed_out = True
+            _killpg(pid, signal.SIGKILL)
+        # The leader is gone or dying: nothing else this call started may outlive it.
+        proctree.freeze_and_kill(os.getpid())
+        status = await asyncio.wait_for(exited, timeout=10.0)
+        await _wait_descendants_gone()
+        try:
+            await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
+        except asyncio.TimeoutError:
+            pass
+    finally:
+        loop.remove_reader(read_fd)
+        os.close(read_fd)
+        cancel_wait.cancel()
+        if progress is not None:
+            progress.cancel()
+        if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
+            proctree.freeze_and_kill(os.getpid())
+    duration_ms = int((time.monotonic() - started) * 1000)
+    if os.WIFSIGNALED(status):
+        exit_code, sig = None, signal_name(os.WTERMSIG(status))
+    else:
+        exit_code, sig = os.WEXITSTATUS(status), None
+    return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms)
+
+
+async def _wait_descendants_gone(timeout: float = 10.0) -> None:
+    me = os.getpid()
+    until = time.monotonic() + timeout
+    delay = 0.0002
+    while True:
+        REAPER.reap()
+        if not proctree.descendants(me):
+            return
+        if time.monotonic() >= until:
+            # Something survived SIGKILL (e.g. stuck in the kernel); kill again and report upward.
+            proctree.freeze_and_kill(me)
+            raise ToolError(ErrorCode.TOOL_FAILED, "some processes of this call could not be killed within 10 s")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
+async def _report_progress(ctx: ToolContext, capture: HeadTail, started: float) -> None:
+    while True:
+        await asyncio.sleep(PROGRESS_INTERVAL_SECONDS)
+        ctx.report_progress(elapsed_ms=int((time.monotonic() - started) * 1000), output_bytes=capture.total)
