@@ -101,7 +101,9 @@ class Registry:
         self._origins: dict[str, str] = {}
 
     def register(self, tool: Any, origin: str | None = None) -> Tool:
-        origin = origin or f"{type(tool).__module__}:{type(tool).__qualname__}"
+        if origin is None:
+            cls = tool if isinstance(tool, type) else type(tool)
+            origin = f"{cls.__module__}:{cls.__qualname__}"
         tool = instantiate(tool, origin)
         if tool.name in self._tools:
             raise RegistrationError(

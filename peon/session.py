@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .errors import ConfigError, ErrorCode, SessionError
+from .errors import ConfigError, ErrorCode, RegistrationError, SessionError
 from .framing import LineDecoder, Oversize, encode
 from .result import ToolResult
 from workers.reaper import signal_name
@@ -160,8 +160,9 @@ class Session:
                 "code": ErrorCode.SUPERVISOR_DIED.value,
                 "message": f"the supervisor exited during start-up ({self._exit_description()}); see its stderr",
             }
-            if err.get("code") == ErrorCode.CONFIG_INVALID.value:
-                raise ConfigError(err["message"], err.get("details"))
+            kind = {ErrorCode.CONFIG_INVALID.value: ConfigError, ErrorCode.REGISTRATION_FAILED.value: RegistrationError}
+            if err.get("code") in kind:
+                raise kind[err["code"]](err["message"], err.get("details"))
             raise SessionError(err["code"], err["message"], err.get("details"))
         self.info = {k: v for k, v in reply.items() if k != "op"}
 

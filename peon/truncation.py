@@ -12,18 +12,19 @@ from dataclasses import dataclass
 
 
 def utf8_prefix_end(data: bytes | bytearray, limit: int) -> int:
-    """The largest ``n <= limit`` such that ``data[:n]`` does not end inside a UTF-8 character."""
+    """The largest ``n <= limit`` such that ``data[:n]`` does not end inside a UTF-8 character.
+
+    ``data[:limit]`` is treated as cut from a longer stream: a trailing character whose lead byte
+    announces more bytes than follow it is dropped.
+    """
     n = min(limit, len(data))
-    if n == len(data):
-        return n
-    # Step back over continuation bytes (10xxxxxx) to the start of the character that was cut.
-    back = 0
-    while back < 4 and n - back > 0 and (data[n - back - 1] & 0xC0) == 0x80:
+    back = 0  # continuation bytes (10xxxxxx) at the end
+    while back < 3 and n - back > 0 and (data[n - back - 1] & 0xC0) == 0x80:
         back += 1
     if n - back > 0:
         lead = data[n - back - 1]
         width = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
-        if width > back + 1:  # the character starting at n-back-1 does not fit
+        if width > back + 1:
             return n - back - 1
     return n
 

@@ -96,10 +96,10 @@ class WorkerPool:
             pass  # the worker died at once; its exit is reported below
         self.prestart()  # fork the next standby while this call runs
         reply = await self._await_result(worker, call["tool"], deadline, cancelled, on_progress)
-        if reply.get("op") == "result":
+        if reply.get("op") == "result":  # reported by the worker, which swept its own tree first
             self.retire(worker)
         else:
-            await self._finish(worker)  # the error path: nothing of the worker may remain when we answer
+            await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
         return reply
 
     async def _await_result(self, worker, tool, deadline, cancelled, on_progress) -> dict:
@@ -204,4 +204,5 @@ class WorkerPool:
 
 
 def _failure(code: ErrorCode, message: str, details: dict | None = None) -> dict:
-    return {"op": "result", "ok": False, "error": ToolError(code, message, details).to_dict()}
+    """A result the pool makes up because the worker could not report one (no ``op``: not from it)."""
+    return {"ok": False, "error": ToolError(code, message, details).to_dict()}

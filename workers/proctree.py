@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable, Iterable
+from typing import Iterable
 
 _CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
@@ -111,6 +111,8 @@ def freeze_and_kill(root: int, *, include_root: bool = False, settle_seconds: fl
     settle_until = time.monotonic() + settle_seconds
     while True:
         fresh = [p for p in descendants(root) if p not in stopped]
+        if not fresh and not stopped:
+            return 0  # the common case: nothing below root at all
         for pid in fresh:
             _signal(pid, signal.SIGSTOP)
             stopped.add(pid)
@@ -140,20 +142,6 @@ def reap_all() -> list[tuple[int, int]]:
             break
         reaped.append((pid, status))
     return reaped
-
-
-def wait_until_gone(root: int, reap: Callable[[], object], timeout: float) -> bool:
-    """Reap until ``root`` has no descendants left; False if some survive ``timeout``."""
-    until = time.monotonic() + timeout
-    delay = 0.0002
-    while True:
-        reap()
-        if not descendants(root):
-            return True
-        if time.monotonic() >= until:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.01)
 
 
 def alive(pids: Iterable[int]) -> list[int]:

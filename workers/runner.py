@@ -137,7 +137,8 @@ async def _sleep_until(moment: float) -> None:
 
 async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(read_fd, False)  # only our end: the child's stdout must stay blocking
     try:
         fcntl.fcntl(read_fd, _F_SETPIPE_SZ, READ_CHUNK)
     except OSError:
@@ -217,12 +218,17 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
 
 
 async def _wait_descendants_gone(timeout: float = 10.0) -> None:
+    """Reap until the worker has no children left.
+
+    Direct children suffice: a living descendant whose parent died was reparented to the worker (a
+    subreaper), so some child of the worker is alive or an unreaped zombie while any descendant is.
+    """
     me = os.getpid()
     until = time.monotonic() + timeout
     delay = 0.0002
     while True:
         REAPER.reap()
-        if not proctree.descendants(me):
+        if not proctree.children(me):
             return
         if time.monotonic() >= until:
             # Something survived SIGKILL (e.g. stuck in the kernel); kill again and report upward.

@@ -108,7 +108,7 @@ async def _serve_one(channel: Channel, session: SessionView, registry: Any) -> i
     listener.cancel()
     # Whatever the tool did, nothing it started may outlive the call.
     proctree.freeze_and_kill(os.getpid())
-    while proctree.descendants(os.getpid()):
+    while proctree.children(os.getpid()):
         REAPER.reap()
         await asyncio.sleep(0.001)
     try:
