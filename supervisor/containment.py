@@ -26,6 +26,10 @@ class Containment:
     def adopt(self, pid: int) -> None:
         """Take a freshly forked worker in, before it is given a call."""
 
+    def worker_cgroup(self, pid: int) -> str | None:
+        """The cgroup a worker's call runs in, when it has one (see :mod:`workers.treekill`)."""
+        return None
+
     def kill_tree(self, pid: int) -> None:
         raise NotImplementedError
 
@@ -66,8 +70,12 @@ class CgroupContainment(Containment):
 
     def adopt(self, pid: int) -> None:
         group = self.session.child(f"worker-{pid}")
-        group.add(pid)
         self._workers[pid] = group
+        group.child("tree").add(pid)
+
+    def worker_cgroup(self, pid: int) -> str | None:
+        group = self._workers.get(pid)
+        return str(group.path / "tree") if group is not None else None
 
     def kill_tree(self, pid: int) -> None:
         group = self._workers.get(pid)

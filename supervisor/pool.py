@@ -22,7 +22,7 @@ from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError
 from peon.tool import SessionView
 from workers.channel import Channel, ChannelError
-from workers.reaper import REAPER, describe_status
+from workers.reaper import REAPER, describe_status, wait_children_gone
 from workers.runner import CANCEL_GRACE_SECONDS
 from workers.worker import become_worker
 
@@ -91,7 +91,8 @@ class WorkerPool:
     ) -> dict:
         worker = self._take()
         try:
-            await worker.channel.send({**call, "op": "call", "deadline": deadline.at})
+            await worker.channel.send({**call, "op": "call", "deadline": deadline.at,
+                                       "cgroup": self.containment.worker_cgroup(worker.pid)})
         except OSError:
             pass  # the worker died at once; its exit is reported below
         self.prestart()  # fork the next standby while this call runs
@@ -184,6 +185,8 @@ class WorkerPool:
             if not self.containment.release(worker.pid):
                 print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
             sweep_orphans(set(self.live))
+            if not await wait_children_gone(REAPER, exclude=set(self.live) - {worker.pid}):
+                print(f"peon-supervisor: processes left by worker {worker.pid} survived SIGKILL", file=sys.stderr)
         except Exception:
             traceback.print_exc(file=sys.stderr)
         finally:

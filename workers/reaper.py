@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
-from .proctree import reap_all
+from .proctree import children, reap_all
 
 
 class Reaper:
@@ -35,6 +36,25 @@ class Reaper:
             future = self._waiters.pop(pid, None)
             if future is not None and not future.done():
                 future.set_result(status)
+
+
+async def wait_children_gone(reaper: "Reaper", exclude: set[int] = frozenset(), timeout: float = 10.0) -> bool:
+    """Reap until this process has no children but ``exclude``; False if some remain after ``timeout``.
+
+    For a subreaper this means no descendants either: a living descendant whose parent died was
+    reparented here, so some child is alive (or an unreaped zombie) while any descendant is.
+    """
+    me = os.getpid()
+    until = time.monotonic() + timeout
+    delay = 0.0002
+    while True:
+        reaper.reap()
+        if not [pid for pid in children(me) if pid not in exclude]:
+            return True
+        if time.monotonic() >= until:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.01)
 
 
 def describe_status(status: int) -> str:

@@ -33,8 +33,8 @@ from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
 from peon.truncation import BoundedText, HeadTail
 
-from . import proctree
-from .reaper import REAPER, signal_name
+from . import proctree, treekill
+from .reaper import REAPER, signal_name, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1
@@ -194,7 +194,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 timed_out = True
             _killpg(pid, signal.SIGKILL)
         # The leader is gone or dying: nothing else this call started may outlive it.
-        proctree.freeze_and_kill(os.getpid())
+        treekill.current.kill_descendants()
         status = await asyncio.wait_for(exited, timeout=10.0)
         await _wait_descendants_gone()
         try:
@@ -208,7 +208,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if progress is not None:
             progress.cancel()
         if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
-            proctree.freeze_and_kill(os.getpid())
+            treekill.current.kill_descendants()
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):
         exit_code, sig = None, signal_name(os.WTERMSIG(status))
@@ -218,24 +218,10 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
 
 
 async def _wait_descendants_gone(timeout: float = 10.0) -> None:
-    """Reap until the worker has no children left.
-
-    Direct children suffice: a living descendant whose parent died was reparented to the worker (a
-    subreaper), so some child of the worker is alive or an unreaped zombie while any descendant is.
-    """
-    me = os.getpid()
-    until = time.monotonic() + timeout
-    delay = 0.0002
-    while True:
-        REAPER.reap()
-        if not proctree.children(me):
-            return
-        if time.monotonic() >= until:
-            # Something survived SIGKILL (e.g. stuck in the kernel); kill again and report upward.
-            proctree.freeze_and_kill(me)
-            raise ToolError(ErrorCode.TOOL_FAILED, "some processes of this call could not be killed within 10 s")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.01)
+    if not await wait_children_gone(REAPER, timeout=timeout):
+        # Something survived SIGKILL (e.g. stuck in the kernel); kill again and report upward.
+        treekill.current.kill_descendants()
+        raise ToolError(ErrorCode.TOOL_FAILED, f"some processes of this call could not be killed within {timeout:g} s")
 
 
 async def _report_progress(ctx: ToolContext, capture: HeadTail, started: float) -> None:

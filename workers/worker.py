@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
@@ -30,7 +31,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.framing import encode
 from peon.tool import OutputLimits, SessionView, ToolContext
 
-from . import linux, proctree
+from . import linux, proctree, treekill
 from .channel import Channel
 from .reaper import REAPER
 from .runner import CANCEL_GRACE_SECONDS
@@ -41,7 +42,7 @@ ABANDON_GRACE_SECONDS = 1.0  # after cancel grace or deadline, how long a tool m
 
 
 def _on_supervisor_gone(signum: int, frame: Any) -> None:
-    proctree.freeze_and_kill(os.getpid())
+    treekill.current.kill_everything()
     os._exit(EXIT_SUPERVISOR_GONE)
 
 
@@ -82,6 +83,8 @@ async def _serve_one(channel: Channel, session: SessionView, registry: Any) -> i
         return 0  # retired while on standby
     call_id, tool_name = message["id"], message["tool"]
     setproctitle(f"peon-worker {tool_name} {call_id}")
+    if message.get("cgroup"):
+        treekill.current = treekill.CgroupTree(Path(message["cgroup"]))
     token = CancelToken()
     ctx = ToolContext(
         call_id=call_id,
@@ -107,7 +110,7 @@ async def _serve_one(channel: Channel, session: SessionView, registry: Any) -> i
     reply = await _execute(registry.get(tool_name), message["args"], ctx)
     listener.cancel()
     # Whatever the tool did, nothing it started may outlive the call.
-    proctree.freeze_and_kill(os.getpid())
+    treekill.current.kill_descendants()
     while proctree.children(os.getpid()):
         REAPER.reap()
         await asyncio.sleep(0.001)
