@@ -17,6 +17,7 @@ from pathlib import Path
 
 from peon.errors import ConfigError
 from workers import cgroup, proctree
+from workers.limits import ResourceLimits
 
 
 class Containment:
@@ -63,14 +64,22 @@ class ProcessTreeContainment(Containment):
 class CgroupContainment(Containment):
     kind = "cgroup"
 
-    def __init__(self, parent: Path, name: str):
+    def __init__(self, parent: Path, name: str, limits: ResourceLimits):
         self.session = cgroup.Cgroup.create(parent / name)
-        self.description = f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}"
+        self.limits = limits
+        self.controllers = self.session.enable_controllers(("memory", "pids"))
+        enforced = f"; kernel-enforced limits: {', '.join(self.controllers)}" if self.controllers else ""
+        self.description = f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}{enforced}"
         self._workers: dict[int, cgroup.Cgroup] = {}
 
     def adopt(self, pid: int) -> None:
         group = self.session.child(f"worker-{pid}")
         self._workers[pid] = group
+        if "memory" in self.controllers:
+            group.write("memory.max", str(self.limits.memory_bytes))
+            group.write("memory.swap.max", "0", missing_ok=True)
+        if "pids" in self.controllers:
+            group.write("pids.max", str(self.limits.processes + 1))  # + the worker itself
         group.child("tree").add(pid)
 
     def worker_cgroup(self, pid: int) -> str | None:
@@ -102,16 +111,16 @@ class CgroupContainment(Containment):
         self.session.kill_and_remove()
 
     def info(self) -> dict:
-        return {**super().info(), "cgroup": str(self.session.path)}
+        return {**super().info(), "cgroup": str(self.session.path), "enforced_limits": list(self.controllers)}
 
 
-def choose(mode: str, session_name: str) -> Containment:
+def choose(mode: str, session_name: str, limits: ResourceLimits) -> Containment:
     if mode == "process-tree":
         return ProcessTreeContainment("configured")
     support = cgroup.probe()
     if support.available and support.parent is not None:
         try:
-            return CgroupContainment(support.parent, session_name)
+            return CgroupContainment(support.parent, session_name, limits)
         except OSError as exc:
             support = cgroup.CgroupSupport(False, None, f"cannot create the session cgroup: {exc.strerror}")
     if mode == "cgroup":

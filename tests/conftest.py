@@ -62,11 +62,15 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):
 
 
 class Leftovers:
-    def __init__(self) -> None:
+    def __init__(self, home: Path) -> None:
         self.tag = uuid.uuid4().hex
+        self.home = home
 
     def env(self, extra: dict | None = None) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PEON_TEST_TAG")}
+        """This process's environment, tagged, with a clean HOME: `bash -l` must not run the
+        developer's login profile (slow, and a profile killed mid-way can leave locks behind)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PEON_TEST_TAG", "XDG_"))}
+        env["HOME"] = str(self.home)
         env["PEON_TEST_TAG"] = self.tag
         env.update(extra or {})
         return env
@@ -89,8 +93,8 @@ class Leftovers:
 
 
 @pytest.fixture
-def leftovers(request):
-    guard = Leftovers()
+def leftovers(request, tmp_path_factory):
+    guard = Leftovers(tmp_path_factory.mktemp("home"))
     yield guard
     survivors = guard.kill_all()
     if survivors and not getattr(request.node, "_peon_expect_leftovers", False):

@@ -91,6 +91,31 @@ class Cgroup:
     def child(self, name: str) -> "Cgroup":
         return Cgroup.create(self.path / name)
 
+    def write(self, name: str, value: str, *, missing_ok: bool = False) -> None:
+        try:
+            with open(self.path / name, "w") as f:
+                f.write(value)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def enable_controllers(self, wanted: tuple[str, ...]) -> tuple[str, ...]:
+        """Enable what it can of ``wanted`` for this cgroup's children; returns what is enabled."""
+        try:
+            with open(self.path / "cgroup.controllers") as f:
+                available = set(f.read().split())
+        except OSError:
+            return ()
+        enabled = []
+        for name in wanted:
+            if name in available:
+                try:
+                    self.write("cgroup.subtree_control", f"+{name}")
+                    enabled.append(name)
+                except OSError:
+                    pass
+        return tuple(enabled)
+
     def add(self, pid: int) -> None:
         with open(self.path / "cgroup.procs", "w") as f:
             f.write(str(pid))

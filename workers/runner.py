@@ -13,7 +13,9 @@ In order:
 * the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
   still holds it;
 * output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.truncation`) however much
-  is written, and every byte is counted.
+  is written, and every byte is counted;
+* when the call's processes exceed a resource limit (:mod:`workers.limits`) the group gets ``SIGKILL``
+  at once and the result names the limit.
 
 A worker runs one call, so "every descendant of the worker" is exactly what this call started. The
 runner is meant to run one process at a time per worker.
@@ -34,6 +36,7 @@ from peon.tool import ToolContext
 from peon.truncation import BoundedText, HeadTail
 
 from . import proctree, treekill
+from .limits import ResourceLimits, watch as watch_limits
 from .reaper import REAPER, signal_name, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
@@ -58,6 +61,7 @@ class ProcessOutcome:
     cancelled: bool
     output: BoundedText
     duration_ms: int
+    limit_exceeded: str | None = None
 
     def to_value(self) -> dict:
         return {
@@ -71,6 +75,7 @@ class ProcessOutcome:
             "truncated": self.output.truncated,
             "output_invalid_utf8": self.output.invalid_utf8,
             "duration_ms": self.duration_ms,
+            "limit_exceeded": self.limit_exceeded,
         }
 
 
@@ -90,6 +95,10 @@ PROCESS_OUTPUT_SCHEMA = {
             "description": "Some output bytes were not UTF-8 and appear as U+FFFD.",
         },
         "duration_ms": {"type": "integer"},
+        "limit_exceeded": {
+            "type": ["string", "null"], "enum": ["memory", "processes", None],
+            "description": "The per-call resource limit the call hit; its processes were killed.",
+        },
         "timeout_seconds": {"type": "number", "description": "The timeout that applied to this call."},
     },
     "required": ["exit_code", "signal", "timed_out", "cancelled", "output", "output_bytes", "truncated", "duration_ms"],
@@ -177,11 +186,18 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     loop.add_reader(read_fd, on_readable)
     progress = asyncio.ensure_future(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
     cancel_wait = asyncio.ensure_future(ctx.cancel.wait())
+    limits = ctx.session.config.limits
+    probe = treekill.current.limit_probe(ResourceLimits(limits.memory_max_bytes, limits.max_processes))
+    limit_hit = asyncio.ensure_future(watch_limits(probe))
     timed_out = cancelled = False
+    exceeded: str | None = None
     try:
-        await asyncio.wait({exited, cancel_wait}, timeout=ctx.deadline.remaining(), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({exited, cancel_wait, limit_hit}, timeout=ctx.deadline.remaining(),
+                           return_when=asyncio.FIRST_COMPLETED)
         if not exited.done():
-            if cancel_wait.done():
+            if limit_hit.done():
+                exceeded = limit_hit.result()
+            elif cancel_wait.done():
                 cancelled = True
                 _killpg(pid, signal.SIGTERM)
                 _killpg(pid, signal.SIGCONT)
@@ -194,6 +210,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 timed_out = True
             _killpg(pid, signal.SIGKILL)
         # The leader is gone or dying: nothing else this call started may outlive it.
+        if exceeded is None:
+            exceeded = limit_hit.result() if limit_hit.done() else probe.check()
         treekill.current.kill_descendants()
         status = await asyncio.wait_for(exited, timeout=10.0)
         await _wait_descendants_gone()
@@ -205,6 +223,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         loop.remove_reader(read_fd)
         os.close(read_fd)
         cancel_wait.cancel()
+        limit_hit.cancel()
         if progress is not None:
             progress.cancel()
         if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
@@ -214,7 +233,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         exit_code, sig = None, signal_name(os.WTERMSIG(status))
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
-    return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms)
+    return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms, exceeded)
 
 
 async def _wait_descendants_gone(timeout: float = 10.0) -> None:

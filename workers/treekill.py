@@ -16,11 +16,15 @@ import os
 from pathlib import Path
 
 from . import proctree
+from .limits import CgroupProbe, ResourceLimits, TreeProbe
 
 
 class Tree:
     def kill_descendants(self) -> int:
         return proctree.freeze_and_kill(os.getpid())
+
+    def limit_probe(self, limits: ResourceLimits) -> TreeProbe | CgroupProbe:
+        return TreeProbe(limits, os.getpid())
 
     def kill_everything(self) -> None:
         """Parent-death path: kill the tree; the worker exits right after."""
@@ -31,6 +35,9 @@ class CgroupTree(Tree):
     def __init__(self, tree: Path):
         self.tree = tree
         self.home = tree.parent
+
+    def limit_probe(self, limits: ResourceLimits) -> TreeProbe | CgroupProbe:
+        return CgroupProbe(limits, self.home, os.getpid())
 
     def _move_self(self, group: Path) -> None:
         with open(group / "cgroup.procs", "w") as f:
