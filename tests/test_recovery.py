@@ -1,0 +1,105 @@
+"""Recovery and isolation: a supervisor's death is reported, a fresh one resumes; sessions don't interfere."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import threading
+import time
+
+from conftest import living, wait_for
+
+
+def test_restart_after_supervisor_death(open_session, workspace, leftovers):
+    session = open_session()
+    running = session.submit("bash", {"command": "echo $$ > run.pid; sleep 1000"})
+    queued = [session.submit("bash", {"command": f"touch queued-{i}"}) for i in range(3)]
+    assert wait_for(lambda: (workspace / "run.pid").exists(), 10)
+    old = session.supervisor_pid
+    os.kill(old, signal.SIGKILL)
+    for handle in [running, *queued]:
+        r = handle.result(timeout=30)
+        assert r.error.code == "supervisor_died", r
+        assert f"pid {old}" in r.error.message and "SIGKILL" in r.error.message
+    assert not session.alive
+    assert wait_for(lambda: living([int((workspace / "run.pid").read_text())]) == [], 10)
+
+    session.restart()
+    assert session.alive and session.supervisor_pid != old
+    assert session.call("bash", {"command": "echo back"}).value["output"] == "back\n"
+    time.sleep(0.3)
+    # Queued calls were failed, never silently run by the new supervisor.
+    assert not any((workspace / f"queued-{i}").exists() for i in range(3))
+
+
+def test_restart_of_a_running_supervisor_answers_its_calls(open_session, workspace):
+    session = open_session()
+    handle = session.submit("bash", {"command": "echo $$ > r.pid; sleep 1000"})
+    assert wait_for(lambda: (workspace / "r.pid").exists(), 10)
+    session.restart()
+    r = handle.result(timeout=30)
+    assert not r.ok or r.value["cancelled"], r
+    assert living([int((workspace / "r.pid").read_text())]) == []
+    assert session.call("bash", {"command": "echo ok"}).ok
+
+
+def test_restart_keeps_the_state_directory(open_session, tmp_path):
+    session = open_session(state_dir=tmp_path / "kept")
+    session.call("bash", {"command": "true"})
+    os.kill(session.supervisor_pid, signal.SIGKILL)
+    assert wait_for(lambda: not session.alive, 10)
+    session.restart()
+    assert session.info["state_dir"] == str(tmp_path / "kept")
+    assert session.info["session_id"] == session.session_id
+
+
+def test_a_flood_in_one_session_does_not_stall_another(open_session, tmp_path):
+    noisy = open_session(workspace=_ws(tmp_path, "noisy"))
+    quiet = open_session(workspace=_ws(tmp_path, "quiet"))
+    flood = noisy.submit("bash", {"command": "yes | head -c 4000000000 > /dev/null; echo done"})
+    latencies = []
+    for i in range(20):
+        t = time.monotonic()
+        r = quiet.call("bash", {"command": f"echo {i}"})
+        latencies.append(time.monotonic() - t)
+        assert r.value["output"] == f"{i}\n"
+    assert not flood.done(), "the flood should still be running (make it longer if this machine is fast)"
+    # Generous: only a stall (a call waiting on the other session) would take this long.
+    assert statistics.median(latencies) < 1.0, latencies
+    flood.cancel()
+    assert flood.result(timeout=30).value["cancelled"] is True
+
+
+def test_crashing_one_session_leaves_the_other_untouched(open_session, tmp_path):
+    a = open_session(workspace=_ws(tmp_path, "a"))
+    b = open_session(workspace=_ws(tmp_path, "b"))
+    long_b = b.submit("bash", {"command": "sleep 1; echo survived"})
+    os.kill(a.supervisor_pid, signal.SIGKILL)
+    assert wait_for(lambda: not a.alive, 10)
+    assert long_b.result(timeout=30).value["output"] == "survived\n"
+    assert b.call("bash", {"command": "echo still"}).value["output"] == "still\n"
+    a.close()
+    assert b.call("bash", {"command": "echo still"}).ok
+
+
+def test_many_sessions_at_once(open_session, tmp_path):
+    sessions = [open_session(workspace=_ws(tmp_path, f"s{i}")) for i in range(12)]
+    results = {}
+
+    def work(i, s):
+        results[i] = [s.call("bash", {"command": f"echo {i}-{j}"}).value["output"] for j in range(5)]
+
+    threads = [threading.Thread(target=work, args=(i, s)) for i, s in enumerate(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == {i: [f"{i}-{j}\n" for j in range(5)] for i in range(12)}
+    assert len({s.supervisor_pid for s in sessions}) == 12
+
+
+def _ws(tmp_path, name):
+    path = tmp_path / name
+    path.mkdir()
+    return path
