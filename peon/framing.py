@@ -4,7 +4,8 @@ Promise: :class:`LineDecoder` never holds more than ``max_line_bytes`` of an unf
 line is discarded up to its newline and reported once as an :class:`Oversize` item, so a peer cannot
 make the reader grow without bound or lose its place in the stream. :func:`encode` produces exactly one
 line of UTF-8 JSON (JSON escapes control characters, so the message never contains a raw newline) or
-raises ``ValueError`` for values JSON cannot carry (NaN, infinities, lone surrogates).
+raises ``ValueError`` for values JSON cannot carry (NaN, infinities, lone surrogates, nesting deeper
+than the interpreter's recursion limit).
 
 Used for the supervisor's channels to its client and workers, and for MCP's stdio transport.
 """
@@ -65,3 +66,5 @@ def encode(message: Any) -> bytes:
         return text.encode("utf-8") + b"\n"
     except UnicodeEncodeError as exc:
         raise ValueError(f"a string contains a lone surrogate (position {exc.start}) and is not valid Unicode") from None
+    except RecursionError:
+        raise ValueError("the value is nested too deeply to encode") from None

@@ -73,6 +73,38 @@ def validate_input(tool_name: str, schema: Mapping[str, Any], args: Any) -> Mapp
     )
 
 
+MAX_INPUT_DEPTH = 64  # tool inputs are shallow; this keeps every JSON decoder on the way far from its limits
+
+
+def nesting_depth(value: Any, stop_at: int = MAX_INPUT_DEPTH + 1) -> int:
+    """How deeply arrays and objects nest in ``value`` (iterative; stops counting at ``stop_at``)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest >= stop_at:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_depth(tool_name: str, args: Any) -> None:
+    depth = nesting_depth(args)
+    if depth > MAX_INPUT_DEPTH:
+        raise ToolError(
+            ErrorCode.INVALID_INPUT,
+            f"input for {tool_name} nests arrays/objects deeper than {MAX_INPUT_DEPTH} levels",
+            {"rule": "max_depth", "pointer": "", "limit": MAX_INPUT_DEPTH},
+        )
+
+
 def canonical_json(value: Any) -> str:
     """The one encoding of a JSON value Peon sends, stores and compares (sorted keys, no NaN)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

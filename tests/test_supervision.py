@@ -141,3 +141,9 @@ def test_non_json_inputs_are_refused_before_sending(session):
     for bad in ({"command": float("nan")}, {"command": "\ud800"}, {"command": object()}):
         r = session.call("bash", bad)
         assert r.error.code == "invalid_input", bad
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    r = session.call("bash", {"command": nested})
+    assert r.error.code == "invalid_input" and r.error.details["rule"] == "max_depth"
+    assert session.call("bash", {"command": "echo alive"}).value["output"] == "alive\n"

@@ -43,14 +43,18 @@ class Channel:
             if not data:
                 self._eof = True
                 continue
-            for line in self._decoder.feed(data):
+            for line in self._decoder.feed(data):  # decode the whole chunk: a bad line loses only itself
                 if isinstance(line, Oversize):
-                    raise ChannelError(f"message of {line.length} bytes exceeds the channel bound")
+                    self._pending.append(ChannelError(f"message of {line.length} bytes exceeds the channel bound"))
+                    continue
                 try:
                     self._pending.append(json.loads(line))
-                except ValueError as exc:
-                    raise ChannelError(f"peer sent a line that is not JSON: {exc}") from None
-        return self._pending.popleft()
+                except (ValueError, RecursionError) as exc:
+                    self._pending.append(ChannelError(f"peer sent a line that is not JSON: {exc}"))
+        item = self._pending.popleft()
+        if isinstance(item, ChannelError):
+            raise item
+        return item
 
     async def send(self, message: dict) -> None:
         data = encode(message)

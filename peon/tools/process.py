@@ -14,6 +14,7 @@ from peon.tool import SessionView
 TIMEOUT_PROPERTY = {
     "type": "number",
     "exclusiveMinimum": 0,
+    "maximum": 1e9,  # bounds the number (a 1000-digit integer cannot become a float); clamping does the rest
     "description": "Seconds before the process tree is killed; at most the configured maximum (larger values are clamped).",
 }
 
