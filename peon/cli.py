@@ -1,2 +1,412 @@
-def main():
-    raise SystemExit("peon: command line not built yet")
+"""The ``peon`` command line: ``mcp``, ``call``, ``tools``, ``skills`` and ``doctor``.
+
+Promises: bad usage (unknown flags, input that is not JSON, a missing workspace, an invalid
+configuration) ends with one clear sentence on stderr and exit status 2, never a traceback; ``peon
+call`` prints the result as JSON on stdout and exits 0 when the call succeeded and 1 when it failed;
+every session a command opens is closed, with everything it started, before the command exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+RISKS = ("read_only", "filesystem", "process", "delegate")
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """Bad input from the person at the command line (exit status 2)."""
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+def config_argument(path: str | None, allow: list[str] | None) -> Any:
+    """What to hand to :class:`peon.Session`: the file, the ``--allow`` overrides, or both merged."""
+    overrides = {"approval": {risk: "allow" for risk in allow}} if allow else None
+    if path is None:
+        return overrides
+    config_path = Path(path).expanduser()
+    if overrides is None:
+        return str(config_path)
+    from peon.config import load_config, merge, read_toml
+
+    load_config(config_path)  # reports a bad file by its own name before the overrides are merged in
+    return merge(read_toml(config_path), overrides)
+
+
+def open_session(options: argparse.Namespace, **kwargs: Any):
+    import peon
+
+    workspace = Path(options.workspace).expanduser()
+    if not workspace.is_dir():
+        raise UsageError(f"workspace {workspace} is not an existing directory")
+    return peon.Session(workspace, config_argument(options.config, getattr(options, "allow", None)), **kwargs)
+
+
+# -- peon mcp --------------------------------------------------------------------------------------
+
+
+def cmd_mcp(options: argparse.Namespace) -> int:
+    import peon
+    from peon.mcp.protocol import ServerIdentity
+    from peon.mcp.server import serve
+
+    workspace = Path(options.workspace).expanduser().resolve()
+    identity = ServerIdentity(
+        name="peon", version=peon.__version__, title="Peon",
+        instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
+                      "and approved, runs in its own worker with bounded time and output, and everything it "
+                      "started is killed when it ends. Process tools are not sandboxed."),
+    )
+    return serve(lambda approver: open_session(options, approver=approver), identity)
+
+
+# -- peon call -------------------------------------------------------------------------------------
+
+
+def terminal_approver() -> Callable[[dict], Any] | None:
+    """The interactive approver when a person is at the terminal; otherwise none (the policy decides)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+    try:
+        from peon.approvers import TerminalApprover
+    except ImportError:
+        return None
+    return TerminalApprover()
+
+
+class ProgressLine:
+    """A live status line on a terminal's stderr while a call runs (updates come from a Peon thread)."""
+
+    def __init__(self, tool: str, enabled: bool):
+        self.tool = tool
+        self.enabled = enabled
+        self.shown = False
+        self._lock = threading.Lock()
+
+    def update(self, update: Mapping[str, Any]) -> None:
+        elapsed = float(update.get("elapsed_ms", 0)) / 1000
+        output = update.get("output_bytes")
+        text = f"{self.tool}: running for {elapsed:.1f} s"
+        if isinstance(output, int):
+            text += f", {human_bytes(output)} of output"
+        with self._lock:
+            if self.enabled:
+                sys.stderr.write(f"\r\x1b[K{text}")
+                sys.stderr.flush()
+                self.shown = True
+
+    def clear(self) -> None:
+        """Erase the line; later updates are not shown."""
+        with self._lock:
+            self.enabled = False
+            if self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self.shown = False
+
+
+def human_bytes(count: int) -> str:
+    if count < 1024:
+        return f"{count} bytes"
+    if count < 1 << 20:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / (1 << 20):.1f} MiB"
+
+
+def parse_arguments(text: str) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"the tool input is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {text[:80]!r}") from None
+
+
+def cmd_call(options: argparse.Namespace) -> int:
+    arguments = parse_arguments(options.input)
+    progress = ProgressLine(options.tool, sys.stderr.isatty())
+    with open_session(options, approver=terminal_approver()) as session:
+        handle = session.submit(options.tool, arguments, on_progress=progress.update)
+        interrupted = False
+        try:
+            result = handle.result()
+        except KeyboardInterrupt:  # Ctrl-C cancels the call (TERM → 2 s → KILL) and still reports it
+            interrupted = True
+            progress.clear()
+            sys.stderr.write("peon: cancelling the call\n")
+            handle.cancel()
+            result = handle.result()
+        progress.clear()
+    print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    if interrupted:
+        return 130
+    return 0 if result.ok else 1
+
+
+# -- peon tools / skills ---------------------------------------------------------------------------
+
+
+def first_sentence(text: str) -> str:
+    sentence = text.split(". ")[0].strip()
+    return sentence if sentence.endswith(".") else sentence + "."
+
+
+def cmd_tools(options: argparse.Namespace) -> int:
+    with open_session(options) as session:
+        tools = session.tools()
+    if options.json:
+        print(json.dumps(tools, indent=2, ensure_ascii=False))
+        return 0
+    width = max([len(t["name"]) for t in tools] + [4])
+    print(f"{'NAME':<{width}}  {'RISK':<10}  DESCRIPTION")
+    for tool in tools:
+        print(f"{tool['name']:<{width}}  {tool['risk']:<10}  {first_sentence(tool['description'])}")
+    return 0
+
+
+def skill_listing(skills: Any) -> tuple[list[dict], list[dict]]:
+    """(discovered, skipped) from whatever the session reports about skills."""
+    if isinstance(skills, Mapping) and ("discovered" in skills or "skipped" in skills):
+        return list(skills.get("discovered") or []), list(skills.get("skipped") or [])
+    if isinstance(skills, Mapping):
+        return [{"name": name, **(dict(entry) if isinstance(entry, Mapping) else {"path": entry})}
+                for name, entry in skills.items()], []
+    if isinstance(skills, list):
+        return [dict(s) if isinstance(s, Mapping) else {"name": str(s)} for s in skills], []
+    return [], []
+
+
+def cmd_skills(options: argparse.Namespace) -> int:
+    with open_session(options) as session:
+        skills = session.info.get("skills")
+        skipped_extra = session.info.get("skills_skipped")
+    if options.json:
+        print(json.dumps({"skills": skills, **({"skipped": skipped_extra} if skipped_extra else {})}, indent=2))
+        return 0
+    discovered, skipped = skill_listing(skills)
+    skipped += list(skipped_extra or [])
+    if not discovered:
+        print("No skills discovered.")
+    for skill in discovered:
+        where = skill.get("path") or skill.get("root") or ""
+        description = skill.get("description") or ""
+        print(f"{skill.get('name', '?')}  {where}".rstrip() + (f"\n    {description}" if description else ""))
+    if skipped:
+        print("\nSkipped:")
+        for entry in skipped:
+            if isinstance(entry, Mapping):
+                print(f"  {entry.get('path') or entry.get('name') or '?'}: {entry.get('reason', 'no reason given')}")
+            else:
+                print(f"  {entry}")
+    return 0
+
+
+# -- peon doctor -----------------------------------------------------------------------------------
+
+
+def probe_subreaper() -> dict[str, Any]:
+    """Whether this kernel lets a process become a child subreaper (tried in a throwaway child)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports through its exit status
+        try:
+            from workers import linux
+
+            linux.set_child_subreaper()
+            os._exit(0 if linux.is_child_subreaper() else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return {"supported": code == 0, "detail": "PR_SET_CHILD_SUBREAPER works" if code == 0 else
+            "PR_SET_CHILD_SUBREAPER failed; orphaned descendants would escape to init"}
+
+
+def probe_openat2() -> dict[str, Any]:
+    try:
+        from workers.fs import openat2_available
+    except ImportError:
+        return {"available": "unknown", "detail": "this build has no openat2 probe"}
+    try:
+        value = openat2_available()
+    except Exception as exc:  # a probe failure is a fact to show, not a crash
+        return {"available": "unknown", "detail": f"the probe failed: {exc}"}
+    return {"available": bool(value), "detail": "RESOLVE_BENEATH path resolution" if value else
+            "not available (the kernel or a seccomp filter refuses it)"}
+
+
+def flatten_keys(table: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            keys.extend(flatten_keys(value, dotted + "."))
+        else:
+            keys.append(dotted)
+    return keys
+
+
+def describe_layers(loaded: Any) -> list[dict[str, Any]]:
+    if hasattr(loaded, "describe_layers"):
+        return loaded.describe_layers()
+    return [{"source": layer.source, "keys": flatten_keys(layer.data)} for layer in loaded.layers]
+
+
+def config_layers(options: argparse.Namespace, session_layers: Any) -> dict[str, Any]:
+    """The layers the session resolved (or, when it could not start, what loading them says)."""
+    if session_layers:
+        return {"layers": list(session_layers)}
+    from peon.config import load_config
+    from peon.errors import ConfigError
+
+    try:
+        loaded = load_config(config_argument(options.config, None), workspace=Path(options.workspace).expanduser())
+    except ConfigError as exc:
+        return {"error": exc.message, "layers": []}
+    except TypeError:  # a loader without workspace layers
+        loaded = load_config(config_argument(options.config, None))
+    return {"layers": describe_layers(loaded)}
+
+
+def cmd_doctor(options: argparse.Namespace) -> int:
+    from peon.errors import PeonError
+    from workers import cgroup
+
+    facts: dict[str, Any] = {
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "kernel": {"release": platform.release(), "machine": platform.machine()},
+        "subreaper": probe_subreaper(),
+        "openat2": probe_openat2(),
+    }
+    support = cgroup.probe()
+    facts["cgroup_v2"] = {"available": support.available, "detail": support.reason}
+    agents: dict[str, Any] = {}
+    session_layers = None
+    try:
+        with open_session(options) as session:
+            info = session.info
+        facts["containment"] = info.get("containment")
+        session_layers = info.get("config_layers")
+        config = info.get("config") or {}
+        env_path = os.environ.get("PATH") or os.defpath
+        for name, entry in (config.get("agents") or {}).items():
+            if isinstance(entry, Mapping) and "executable" in entry:
+                agents[name] = {"executable": entry["executable"], "args": list(entry.get("args") or []),
+                                "resolved": shutil.which(entry["executable"], path=env_path)}
+    except PeonError as exc:
+        facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
+    facts["agents"] = agents
+    facts["config"] = config_layers(options, session_layers)
+    if options.json:
+        print(json.dumps(facts, indent=2))
+        return 0
+    print_doctor(facts)
+    return 0
+
+
+def print_doctor(facts: Mapping[str, Any]) -> None:
+    py, kernel = facts["python"], facts["kernel"]
+    print(f"python       {py['version']} ({py['executable']})")
+    print(f"kernel       Linux {kernel['release']} {kernel['machine']}")
+    containment = facts.get("containment") or {}
+    if "error" in containment:
+        print(f"containment  session failed to start: {containment['error']}")
+    else:
+        print(f"containment  {containment.get('kind')}: {containment.get('description')}")
+    cg = facts["cgroup_v2"]
+    print(f"cgroup v2    {'yes' if cg['available'] else 'no'}: {cg['detail']}")
+    sub = facts["subreaper"]
+    print(f"subreaper    {'yes' if sub['supported'] else 'no'}: {sub['detail']}")
+    o2 = facts["openat2"]
+    shown = o2["available"] if isinstance(o2["available"], str) else ("yes" if o2["available"] else "no")
+    print(f"openat2      {shown}: {o2['detail']}")
+    print("agents")
+    for name, agent in facts["agents"].items():
+        where = agent["resolved"] or "not found on PATH"
+        print(f"  {name:<10} {agent['executable']} -> {where}")
+    print("config layers")
+    config = facts["config"]
+    if config.get("error"):
+        print(f"  error: {config['error']}")
+    for layer in config["layers"]:
+        keys = layer["keys"]
+        summary = ", ".join(keys) if len(keys) <= 8 else ", ".join(keys[:8]) + f", … ({len(keys)} keys)"
+        kind = f" ({layer['kind']})" if layer.get("kind") and layer["kind"] != layer["source"] else ""
+        print(f"  {layer['source']}{kind}: {summary or '(no keys)'}")
+
+
+# -- entry point -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="peon", description="A tool runtime for AI coding agents.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(sub: argparse.ArgumentParser, allow: bool = False) -> None:
+        sub.add_argument("--workspace", "-w", default=".", metavar="DIR", help="the workspace directory (default: .)")
+        sub.add_argument("--config", metavar="PATH", help="a TOML configuration file applied over the defaults")
+        if allow:
+            sub.add_argument("--allow", action="append", choices=RISKS, metavar="RISK",
+                             help=f"allow calls of this risk without asking ({', '.join(RISKS)}); repeatable")
+
+    mcp = commands.add_parser("mcp", help="serve the tools over MCP on stdin/stdout")
+    common(mcp, allow=True)
+    mcp.set_defaults(run=cmd_mcp)
+
+    call = commands.add_parser("call", help="run one tool call and print its result as JSON")
+    call.add_argument("tool", help="the tool name (see `peon tools`)")
+    call.add_argument("input", help="the tool input as a JSON object, or - to read it from stdin")
+    common(call, allow=True)
+    call.set_defaults(run=cmd_call)
+
+    tools = commands.add_parser("tools", help="list the tools, their risks and descriptions")
+    tools.add_argument("--json", action="store_true", help="print every tool with its schemas as JSON")
+    common(tools)
+    tools.set_defaults(run=cmd_tools)
+
+    skills = commands.add_parser("skills", help="list discovered skills and why others were skipped")
+    skills.add_argument("--json", action="store_true", help="print the session's skill report as JSON")
+    common(skills)
+    skills.set_defaults(run=cmd_skills)
+
+    doctor = commands.add_parser("doctor", help="show the facts about this machine that matter to Peon")
+    doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
+    common(doctor)
+    doctor.set_defaults(run=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = build_parser().parse_args(argv)
+    from peon.errors import ConfigError, ErrorCode, PeonError
+
+    try:
+        code = options.run(options)
+    except UsageError as exc:
+        print(f"peon: {exc}", file=sys.stderr)
+        code = USAGE_ERROR
+    except ConfigError as exc:
+        print(f"peon: {exc.message}", file=sys.stderr)
+        code = USAGE_ERROR
+    except PeonError as exc:
+        print(f"peon: {exc.message}", file=sys.stderr)
+        code = USAGE_ERROR if exc.code == ErrorCode.NOT_FOUND else 1
+    except KeyboardInterrupt:
+        print("peon: interrupted", file=sys.stderr)
+        code = 130
+    except BrokenPipeError:
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""``peon mcp``: the stdio MCP server around one :class:`peon.Session`.
+
+Promises:
+
+* stdout carries one JSON-RPC message per line and nothing else: the real stdout is kept for the
+  protocol and file descriptor 1 (and ``sys.stdout``) point at stderr while the server runs, so a
+  stray ``print`` or a child process cannot corrupt the stream;
+* a malformed line gets a JSON-RPC error and the server keeps serving;
+* calls run concurrently from the client's point of view (each ``tools/call`` is submitted at once and
+  answered when it finishes) and serially in the session;
+* ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
+  one gets TERM → 2 s → KILL) and the cancelled request gets no response;
+* when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
+  and every process it started is gone — before the server exits.
+
+The protocol decisions live in :mod:`peon.mcp.protocol`; this module only moves bytes and threads.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from peon.framing import LineDecoder, Oversize, encode
+from peon.result import ToolResult
+
+from . import protocol as p
+
+RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
+APPROVAL_KEY = "approval"
+
+
+def log(message: str) -> None:
+    try:
+        sys.stderr.write(f"peon mcp: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+@dataclass
+class PendingApproval:
+    request: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: dict[str, Any] | None = None
+    elicitation_id: str | None = None  # handshake era: our elicitation/create request
+
+    def resolve(self, answer: dict[str, Any]) -> None:
+        if not self.done.is_set():
+            self.answer = answer
+            self.done.set()
+
+
+@dataclass
+class ToolCall:
+    request_id: Any  # the JSON-RPC request to answer; None while an input_required answer awaits its retry
+    name: str
+    arguments: dict[str, Any]
+    version: str
+    progress_token: Any
+    can_elicit: bool
+    key: str = ""  # the session's call id
+    handle: Any = None
+    cancelled: bool = False
+    last_progress: float | None = None
+    approval: PendingApproval | None = None
+    final: ToolResult | None = None  # finished while no request was waiting for it
+    finished_at: float = 0.0
+
+
+class StdioServer:
+    def __init__(self, session_factory: Callable[..., Any], identity: p.ServerIdentity, in_fd: int, out_fd: int):
+        self.in_fd = in_fd
+        self.out_fd = out_fd
+        self.identity = identity
+        self._lock = threading.RLock()
+        self._registered = threading.Condition(self._lock)  # a submitted call got its session call id
+        self._write_lock = threading.Lock()
+        self._out_closed = False
+        self._closing = False
+        self._calls_by_request: dict[Any, ToolCall] = {}
+        self._calls_by_key: dict[str, ToolCall] = {}
+        self._elicitations: dict[str, PendingApproval] = {}
+        self._awaiting_retry: dict[str, ToolCall] = {}
+        self._signer = p.RequestStateSigner(secrets.token_bytes(32))
+        self._next_id = 0
+        self.session = session_factory(approver=self._approve)
+        limits = (self.session.info.get("config") or {}).get("limits") or {}
+        self._approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
+        self._max_line = int(limits.get("max_input_bytes", 16 << 20)) + (1 << 20)
+        self.connection = p.Connection(self.session.tools(), identity)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Serve until stdin closes or a termination signal arrives; returns why it stopped."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        decoder = LineDecoder(self._max_line)
+        reason = "stdin closed"
+        try:
+            while True:
+                ready, _, _ = select.select([self.in_fd, wake_r], [], [])
+                if wake_r in ready:
+                    signum = os.read(wake_r, 1)
+                    reason = f"signal {signal.Signals(signum[0]).name}" if signum else "signal"
+                    break
+                data = os.read(self.in_fd, 1 << 16)
+                if not data:
+                    break
+                for line in decoder.feed(data):
+                    self._handle_line(line)
+        finally:
+            self.shutdown()
+            signal.set_wakeup_fd(previous_fd)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(wake_r)
+            os.close(wake_w)
+        return reason
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._registered.notify_all()
+            pending = list(self._elicitations.values()) + [c.approval for c in self._calls_by_key.values() if c.approval]
+        with self._write_lock:
+            self._out_closed = True  # the client is gone or going: answers to cancelled calls are not sent
+        for approval in pending:
+            approval.resolve({"decision": "deny", "reason": "the MCP server is shutting down"})
+        self.session.close()
+
+    def _handle_line(self, line: bytes | Oversize) -> None:
+        if isinstance(line, Oversize):
+            self._write(p.error_response(None, p.INVALID_REQUEST,
+                                         f"Invalid Request: a message of {line.length} bytes exceeds the limit of {self._max_line}"))
+            return
+        event = self.connection.receive(p.parse_message(line))
+        if isinstance(event, p.Reply):
+            self._write(event.message)
+        elif isinstance(event, p.StartCall):
+            self._start_call(event)
+        elif isinstance(event, p.CancelRequest):
+            self._cancel(event)
+        elif isinstance(event, p.ClientReply):
+            self._client_reply(event)
+
+    def _write(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        with self._write_lock:
+            if self._out_closed:
+                return
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self.out_fd, view):]
+            except OSError as exc:
+                self._out_closed = True
+                log(f"cannot write to stdout ({exc.strerror}); no more messages will be sent")
+
+    def _finish(self, request_id: Any, version: str, result: dict[str, Any]) -> None:
+        self._write(p.respond(request_id, version, result, self.identity))
+
+    # -- tools/call ---------------------------------------------------------------------------------
+
+    def _start_call(self, ev: p.StartCall) -> None:
+        with self._lock:
+            if ev.id in self._calls_by_request:
+                self._write(p.error_response(ev.id, p.INVALID_REQUEST, f"request id {ev.id!r} is already in use by a running call"))
+                return
+            if ev.request_state is not None:
+                self._resume(ev)
+                return
+            call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit)
+            self._calls_by_request[ev.id] = call
+        # Not under the lock: the session's reader thread takes it for progress and results.
+        handle = self.session.submit(ev.name, ev.arguments, on_progress=lambda update: self._progress(call, update))
+        with self._registered:
+            call.handle, call.key = handle, handle.call_id
+            self._calls_by_key[call.key] = call
+            self._registered.notify_all()
+        handle.add_done_callback(lambda result: self._done(call, result))
+
+    def _resume(self, ev: p.StartCall) -> None:
+        """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
+        self._expire_retries()
+        ref = self._signer.verify(ev.request_state)
+        call = self._awaiting_retry.get(ref) if ref is not None else None
+        if call is None:
+            reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
+            self._write(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
+            return
+        if (ev.name, ev.arguments) != (call.name, call.arguments):
+            self._write(p.error_response(ev.id, p.INVALID_PARAMS,
+                                         "Invalid params: a retry must repeat the name and arguments of the original call"))
+            return
+        del self._awaiting_retry[ref]
+        call.request_id, call.progress_token, call.version = ev.id, ev.progress_token, ev.version
+        if call.final is not None:
+            self._finish(ev.id, call.version, p.call_result(call.final, call.version))
+            return
+        self._calls_by_request[ev.id] = call
+        approval = call.approval
+        if approval is not None:
+            response = (ev.input_responses or {}).get(APPROVAL_KEY)
+            if response is None:
+                approval.resolve({"decision": "deny", "reason": "the retry carried no answer to the approval request"})
+            else:
+                approval.resolve(p.decision_from_elicitation(response, None, approval.request.get("scopes") or ()))
+
+    def _expire_retries(self) -> None:
+        now = time.monotonic()
+        for ref, call in list(self._awaiting_retry.items()):
+            if call.final is not None and now - call.finished_at > RETRY_KEEP_SECONDS:
+                del self._awaiting_retry[ref]
+
+    def _progress(self, call: ToolCall, update: dict[str, Any]) -> None:
+        with self._lock:
+            if call.cancelled or call.request_id is None or call.progress_token is None:
+                return
+            shaped = p.progress_notification(call.progress_token, update, call.last_progress)
+            if shaped is None:
+                return
+            message, call.last_progress = shaped
+        self._write(message)
+
+    def _done(self, call: ToolCall, result: ToolResult) -> None:
+        with self._lock:
+            self._calls_by_key.pop(call.key, None)
+            if call.approval is not None:
+                call.approval.resolve({"decision": "deny", "reason": "the call already finished"})
+            if call.request_id is None:  # its input_required answer is still waiting for the retry
+                call.final, call.finished_at = result, time.monotonic()
+                return
+            self._calls_by_request.pop(call.request_id, None)
+            if call.cancelled:
+                return  # a cancelled request gets no response
+            request_id, version = call.request_id, call.version
+        self._finish(request_id, version, p.call_result(result, version))
+
+    def _cancel(self, ev: p.CancelRequest) -> None:
+        with self._lock:
+            call = self._calls_by_request.get(ev.request_id)
+            if call is None or call.cancelled:
+                return  # unknown or finished: nothing to cancel
+            call.cancelled = True
+            approval = call.approval
+        call.handle.cancel()
+        if approval is not None:
+            approval.resolve({"decision": "deny", "reason": "the call was cancelled by the client"})
+            if approval.elicitation_id is not None:
+                self._write({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                             "params": {"requestId": approval.elicitation_id, "reason": "the tool call was cancelled"}})
+
+    # -- approval -----------------------------------------------------------------------------------
+
+    def _approve(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The session's approver (runs in its own thread): ask the client, or deny when it cannot be asked."""
+        with self._registered:
+            # The request can only follow the submit; wait the moment until the call is registered.
+            self._registered.wait_for(lambda: str(request.get("call_id")) in self._calls_by_key or self._closing, 5.0)
+            call = self._calls_by_key.get(str(request.get("call_id")))
+            if call is None or call.cancelled or self._closing:
+                return {"decision": "deny", "reason": "the call is no longer pending"}
+            if not call.can_elicit:
+                return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so "
+                        "nobody can be asked; allow the risk in the configuration (or with peon mcp --allow)"}
+            approval = PendingApproval(request)
+            call.approval = approval
+            elicitation = p.approval_elicitation(request, call.version)
+            if p.is_modern(call.version):
+                state = self._signer.sign(call.key)
+                self._awaiting_retry[call.key] = call
+                self._calls_by_request.pop(call.request_id, None)
+                request_id, call.request_id = call.request_id, None
+                message = p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state), self.identity)
+            else:
+                self._next_id += 1
+                approval.elicitation_id = f"peon-approval-{self._next_id}"
+                self._elicitations[approval.elicitation_id] = approval
+                message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create", "params": elicitation}
+        self._write(message)
+        if not approval.done.wait(self._approval_wait):
+            approval.resolve({"decision": "deny", "reason": f"no answer within {self._approval_wait:g} s"})
+        with self._lock:
+            if approval.elicitation_id is not None:
+                self._elicitations.pop(approval.elicitation_id, None)
+            call.approval = None
+        assert approval.answer is not None
+        return approval.answer
+
+    def _client_reply(self, ev: p.ClientReply) -> None:
+        with self._lock:
+            approval = self._elicitations.get(str(ev.id))
+        if approval is None:
+            log(f"ignored a response to unknown request {ev.id!r}")
+            return
+        approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
+
+
+def serve(session_factory: Callable[..., Any], identity: p.ServerIdentity) -> int:
+    """Run the server on this process's stdin/stdout; returns the exit status."""
+    sys.stdout.flush()
+    out_fd = os.dup(1)  # the protocol's stdout; not inherited by children
+    os.dup2(2, 1)  # anything else written to fd 1 lands on stderr
+    real_stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        server = StdioServer(session_factory, identity, 0, out_fd)
+        info = server.session.info
+        log(f"serving {info.get('workspace')} (containment: {(info.get('containment') or {}).get('kind')}, "
+            f"supervisor pid {info.get('pid')}, {len(server.connection.tools)} tools)")
+        reason = server.run()
+        log(f"stopped: {reason}")
+        return 0
+    finally:
+        sys.stdout = real_stdout
+        os.close(out_fd)

@@ -1,0 +1,227 @@
+"""The ``peon`` command line, run as a real subprocess (and under a pseudo-terminal where it matters)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from conftest import living, wait_for
+
+PEON = [sys.executable, "-m", "peon.cli"]
+
+
+def isolated_env(leftovers, workspace: Path, extra: dict | None = None) -> dict:
+    """A private home beside the workspace: no user configuration or login profile of the machine leaks
+    in, and session state stays in the test's directory."""
+    home = workspace.parent / "home"
+    home.mkdir(exist_ok=True)
+    return leftovers.env({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+                          "XDG_STATE_HOME": str(home / ".local" / "state"), **(extra or {})})
+
+
+def peon(leftovers, workspace: Path, *args: str, env: dict | None = None, input: str | None = None):
+    return subprocess.run([*PEON, *args], capture_output=True, text=True, timeout=90, cwd=workspace,
+                          env=isolated_env(leftovers, workspace, env), input=input)
+
+
+def assert_clean_failure(proc, code: int, *words: str):
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+
+
+# -- peon call -------------------------------------------------------------------------------------
+
+
+def test_call_prints_the_result_as_json(leftovers, workspace):
+    proc = peon(leftovers, workspace, "call", "bash", '{"command": "echo hi; exit 3"}', "--allow", "process")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] is True and result["tool"] == "bash"
+    assert result["value"]["exit_code"] == 3 and result["value"]["output"] == "hi\n"
+
+
+def test_call_reads_input_from_stdin_and_uses_the_workspace(leftovers, workspace, tmp_path):
+    proc = peon(leftovers, tmp_path, "call", "bash", "-", "--workspace", str(workspace), "--allow", "process",
+                input='{"command": "pwd"}')
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["value"]["output"] == f"{workspace.resolve()}\n"
+
+
+def test_tool_errors_exit_1(leftovers, workspace):
+    invalid = peon(leftovers, workspace, "call", "bash", '{"command": 1}', "--allow", "process")
+    assert invalid.returncode == 1
+    assert json.loads(invalid.stdout)["error"]["code"] == "invalid_input"
+    unknown = peon(leftovers, workspace, "call", "nope", "{}")
+    assert unknown.returncode == 1
+    assert json.loads(unknown.stdout)["error"]["code"] == "unknown_tool"
+
+
+def test_without_a_terminal_asking_means_deny(leftovers, workspace):
+    proc = peon(leftovers, workspace, "call", "bash", '{"command": "touch ran"}')
+    assert proc.returncode == 1, proc.stdout
+    assert json.loads(proc.stdout)["error"]["code"] == "denied"
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["call", "bash", '{"command": '], ["not valid JSON"]),
+    (["call", "bash", '{"command": "true"}', "--workspace", "/nonexistent/ws"], ["/nonexistent/ws", "not an existing directory"]),
+    (["call", "bash", "{}", "--allow", "everything"], ["invalid choice", "everything"]),
+    (["call", "bash"], ["required"]),
+    (["frobnicate"], ["invalid choice"]),
+    ([], ["required"]),
+    (["tools", "--config", "/nonexistent/peon.toml"], ["/nonexistent/peon.toml", "does not exist"]),
+])
+def test_bad_usage_is_one_clear_message(leftovers, workspace, args, words):
+    assert_clean_failure(peon(leftovers, workspace, *args), 2, *words)
+
+
+def test_invalid_config_names_file_and_key(leftovers, workspace, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[limits]\nmax_timeout_seconds = "soon"\n')
+    proc = peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), "--allow", "process")
+    assert_clean_failure(proc, 2, str(config), "limits.max_timeout_seconds")
+
+
+def test_mcp_with_a_bad_configuration_exits_before_speaking(leftovers, workspace, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("[approval]\nprocess = 'sometimes'\n")
+    proc = peon(leftovers, workspace, "mcp", "--config", str(config), input="")
+    assert_clean_failure(proc, 2, str(config), "approval.process")
+    assert proc.stdout == ""  # nothing but protocol messages on stdout, and there were none
+    missing = peon(leftovers, workspace, "mcp", "--workspace", "/nonexistent/ws", input="")
+    assert_clean_failure(missing, 2, "/nonexistent/ws")
+    assert missing.stdout == ""
+
+
+def test_config_file_and_allow_flags_combine(leftovers, workspace, tmp_path):
+    config = tmp_path / "peon.toml"
+    config.write_text("[limits]\nmax_timeout_seconds = 0.5\n")
+    proc = peon(leftovers, workspace, "call", "bash", '{"command": "sleep 30"}', "--config", str(config), "--allow", "process")
+    assert proc.returncode == 0, proc.stderr
+    value = json.loads(proc.stdout)["value"]
+    assert value["timed_out"] is True and value["timeout_seconds"] == 0.5
+
+
+# -- peon call on a terminal -----------------------------------------------------------------------
+
+
+def spawn(leftovers, workspace: Path, *args: str) -> pexpect.spawn:
+    return pexpect.spawn(PEON[0], [*PEON[1:], *args], cwd=str(workspace), env=isolated_env(leftovers, workspace), encoding="utf-8",
+                         timeout=60, dimensions=(40, 200))
+
+
+@pytest.mark.parametrize("key, ok", [("o", True), ("d", False)])
+def test_interactive_approval_on_a_terminal(leftovers, workspace, key, ok):
+    child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo approved > marker"}')
+    child.expect("Peon asks for approval")
+    child.expect(r"Answer \[")
+    child.sendline(key)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == (0 if ok else 1), child.before
+    assert (workspace / "marker").exists() is ok
+
+
+def test_live_progress_line_on_a_terminal(leftovers, workspace):
+    child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo start; sleep 2"}', "--allow", "process")
+    child.expect(r"bash: running for \d+\.\d s, 6 bytes of output")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_cancels_the_call(leftovers, workspace):
+    pid_file = workspace / "pids"
+    child = spawn(leftovers, workspace, "call", "bash",
+                  json.dumps({"command": f"echo $$ > {pid_file}; sleep 300 & echo $! >> {pid_file}; wait"}),
+                  "--allow", "process")
+    assert wait_for(lambda: len(pid_file.read_text().split()) == 2 if pid_file.exists() else False, 30)
+    pids = [int(p) for p in pid_file.read_text().split()]
+    child.sendintr()
+    child.expect("cancelling")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    assert '"cancelled": true' in child.before
+    assert not living(pids)
+
+
+# -- peon tools / skills ---------------------------------------------------------------------------
+
+
+def test_tools_table_and_json(leftovers, workspace):
+    table = peon(leftovers, workspace, "tools")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "RISK", "DESCRIPTION"]
+    assert any(line.split()[:2] == ["bash", "process"] for line in lines[1:])
+
+    listed = peon(leftovers, workspace, "tools", "--json")
+    tools = {t["name"]: t for t in json.loads(listed.stdout)}
+    assert tools["bash"]["input_schema"]["required"] == ["command"]
+    assert tools["bash"]["risk"] == "process" and "output_schema" in tools["bash"]
+
+
+def test_skills_lists_what_the_session_reports(leftovers, workspace):
+    proc = peon(leftovers, workspace, "skills")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(peon(leftovers, workspace, "skills", "--json").stdout)
+    if not report.get("skills"):
+        assert "No skills discovered." in proc.stdout
+    else:
+        assert proc.stdout.strip()
+
+
+# -- peon doctor -----------------------------------------------------------------------------------
+
+
+def test_doctor_reports_the_facts(leftovers, workspace, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    (workspace / ".peon").mkdir()
+    (workspace / ".peon" / "config.toml").write_text("[limits]\nmax_timeout_seconds = 30.0\n")
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    proc = peon(leftovers, workspace, "doctor", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["python"]["version"] == platform.python_version()
+    assert facts["kernel"]["release"] == platform.release()
+    assert facts["containment"]["kind"] in ("cgroup", "process-tree")
+    assert isinstance(facts["cgroup_v2"]["available"], bool)
+    assert facts["subreaper"]["supported"] is True
+    assert facts["openat2"]["available"] in (True, False, "unknown")
+    assert facts["agents"]["claude"]["resolved"] == str(fake)
+    assert facts["agents"]["codex"]["executable"] == "codex"
+    sources = [layer["source"] for layer in facts["config"]["layers"]]
+    assert sources[0] == "defaults"
+    project = [layer for layer in facts["config"]["layers"] if layer["source"].endswith(".peon/config.toml")]
+    assert project and project[0]["keys"] == ["limits.max_timeout_seconds"]
+
+    text = peon(leftovers, workspace, "doctor", env=env)
+    assert text.returncode == 0, text.stderr
+    for label in ("python", "kernel", "containment", "cgroup v2", "subreaper", "openat2", "agents", "config layers"):
+        assert label in text.stdout
+    assert str(fake) in text.stdout
+
+
+def test_doctor_survives_a_session_that_cannot_start(leftovers, workspace, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("[nonsense]\nx = 1\n")
+    proc = peon(leftovers, workspace, "doctor", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert "session failed to start" in proc.stdout and "nonsense" in proc.stdout

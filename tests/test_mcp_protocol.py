@@ -1,0 +1,393 @@
+"""The MCP protocol layer without processes: parsing, negotiation, shaping, the connection's answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from peon.errors import ErrorCode
+from peon.mcp import protocol as p
+from peon.result import ToolResult
+
+BASH = {
+    "name": "bash", "description": "Run a command.", "risk": "process",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"],
+                     "additionalProperties": False},
+    "output_schema": {"type": "object", "properties": {"exit_code": {"type": ["integer", "null"]}}},
+}
+READ = {"name": "read", "description": "Read a file.", "risk": "read_only",
+        "input_schema": {"type": "object", "properties": {}, "additionalProperties": False}, "output_schema": None}
+MODERN_META = {p.PROTOCOL_VERSION_KEY: "2026-07-28", p.CLIENT_CAPABILITIES_KEY: {}}
+
+
+def line(obj) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def request(id, method, params=None) -> bytes:
+    message = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return line(message)
+
+
+def initialize(version="2025-11-25", capabilities=None) -> bytes:
+    return request(1, "initialize", {"protocolVersion": version, "capabilities": capabilities or {},
+                                     "clientInfo": {"name": "test", "version": "1"}})
+
+
+def connection() -> p.Connection:
+    return p.Connection([BASH, READ], p.ServerIdentity(version="1.2.3"))
+
+
+def receive(conn: p.Connection, data: bytes) -> p.Event:
+    return conn.receive(p.parse_message(data))
+
+
+def reply(conn: p.Connection, data: bytes) -> dict:
+    event = receive(conn, data)
+    assert isinstance(event, p.Reply), event
+    return event.message
+
+
+# -- parsing -------------------------------------------------------------------------------------------
+
+
+def test_parse_error_has_null_id():
+    parsed = p.parse_message(b"{not json")
+    assert isinstance(parsed, p.Malformed)
+    assert parsed.reply["id"] is None and parsed.reply["error"]["code"] == p.PARSE_ERROR
+
+
+def test_invalid_utf8_is_a_parse_error():
+    parsed = p.parse_message(b'{"jsonrpc":"2.0","id":1,"method":"\xff"}')
+    assert isinstance(parsed, p.Malformed) and parsed.reply["error"]["code"] == p.PARSE_ERROR
+
+
+@pytest.mark.parametrize("data, code, reply_id", [
+    (b"[]", p.INVALID_REQUEST, None),
+    (b"42", p.INVALID_REQUEST, None),
+    (b'{"id":1,"method":"ping"}', p.INVALID_REQUEST, 1),
+    (b'{"jsonrpc":"2.0","id":1,"method":7}', p.INVALID_REQUEST, 1),
+    (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}', p.INVALID_REQUEST, None),
+    (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', p.INVALID_REQUEST, None),
+    (b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":[1]}', p.INVALID_PARAMS, 3),
+    (b'{"jsonrpc":"2.0","id":3,"result":{},"error":{}}', p.INVALID_REQUEST, None),
+])
+def test_invalid_messages_name_the_rule(data, code, reply_id):
+    parsed = p.parse_message(data)
+    assert isinstance(parsed, p.Malformed)
+    assert parsed.reply["error"]["code"] == code
+    assert parsed.reply["id"] == reply_id
+
+
+def test_classification():
+    assert p.parse_message(request(1, "ping")) == p.Request(1, "ping", {})
+    assert p.parse_message(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') == \
+        p.Notification("notifications/initialized", {})
+    assert p.parse_message(b'{"jsonrpc":"2.0","id":"a","result":{"x":1}}') == p.Response("a", {"x": 1})
+    error = p.parse_message(b'{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"no"}}')
+    assert error == p.Response("a", None, {"code": -1, "message": "no"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_classify_without_raising(data):
+    parsed = p.parse_message(data)
+    assert isinstance(parsed, (p.Request, p.Notification, p.Response, p.Malformed))
+    if isinstance(parsed, p.Malformed):
+        json.dumps(parsed.reply)  # always a sendable error
+
+
+# -- negotiation ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("requested, answered", [
+    ("2025-11-25", "2025-11-25"), ("2025-06-18", "2025-06-18"), ("2025-03-26", "2025-03-26"),
+    ("2024-11-05", "2024-11-05"), ("2099-01-01", "2025-11-25"), (None, "2025-11-25"), ("2026-07-28", "2025-11-25"),
+])
+def test_initialize_answers_the_clients_version_or_the_newest(requested, answered):
+    conn = connection()
+    result = reply(conn, initialize(requested))["result"]
+    assert result["protocolVersion"] == answered
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["serverInfo"]["name"] == "peon" and result["serverInfo"]["version"] == "1.2.3"
+
+
+def test_requests_before_initialize_are_refused_except_ping():
+    conn = connection()
+    assert reply(conn, request(1, "ping")) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    error = reply(conn, request(2, "tools/list"))["error"]
+    assert error["code"] == p.INVALID_REQUEST and "before initialize" in error["message"]
+    assert reply(conn, initialize())["result"]["protocolVersion"] == "2025-11-25"
+    assert "tools" in reply(conn, request(3, "tools/list"))["result"]
+
+
+def test_second_initialize_is_refused():
+    conn = connection()
+    reply(conn, initialize())
+    assert reply(conn, initialize())["error"]["code"] == p.INVALID_REQUEST
+
+
+def test_unknown_method_is_method_not_found():
+    conn = connection()
+    reply(conn, initialize())
+    assert reply(conn, request(5, "resources/list"))["error"]["code"] == p.METHOD_NOT_FOUND
+
+
+# -- tools/list ----------------------------------------------------------------------------------------
+
+
+def test_annotations_are_explicit_for_every_risk():
+    expected = {
+        "read_only": (True, False, False),
+        "filesystem": (False, True, False),
+        "process": (False, True, True),
+        "delegate": (False, True, True),
+    }
+    for risk, (read_only, destructive, open_world) in expected.items():
+        hints = p.annotations_for(risk)
+        assert set(hints) == {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
+        assert (hints["readOnlyHint"], hints["destructiveHint"], hints["openWorldHint"]) == (read_only, destructive, open_world)
+    assert p.annotations_for("something-new") == p.annotations_for("delegate")
+
+
+def test_tools_list_shape_follows_the_revision():
+    conn = connection()
+    reply(conn, initialize("2025-06-18"))
+    tools = reply(conn, request(2, "tools/list"))["result"]["tools"]
+    bash, read = tools
+    assert bash["inputSchema"] == BASH["input_schema"] and bash["outputSchema"] == BASH["output_schema"]
+    assert read["outputSchema"] == {"type": "object"}  # a tool without one still declares an object result
+    assert read["annotations"]["readOnlyHint"] is True and bash["annotations"]["openWorldHint"] is True
+
+    old = connection()
+    reply(old, initialize("2024-11-05"))
+    tool = reply(old, request(2, "tools/list"))["result"]["tools"][0]
+    assert "outputSchema" not in tool and "annotations" not in tool
+
+
+def test_tools_list_has_one_page():
+    conn = connection()
+    reply(conn, initialize())
+    result = reply(conn, request(2, "tools/list"))["result"]
+    assert "nextCursor" not in result and len(result["tools"]) == 2
+    assert reply(conn, request(3, "tools/list", {"cursor": "x"}))["error"]["code"] == p.INVALID_PARAMS
+
+
+# -- tools/call ----------------------------------------------------------------------------------------
+
+
+def test_tools_call_becomes_a_start_event():
+    conn = connection()
+    reply(conn, initialize("2025-11-25", {"elicitation": {}}))
+    event = receive(conn, request(7, "tools/call", {"name": "bash", "arguments": {"command": "true"},
+                                                    "_meta": {"progressToken": "tok"}}))
+    assert event == p.StartCall(7, "bash", {"command": "true"}, "2025-11-25", "tok", True)
+
+
+def test_tools_call_errors_are_protocol_errors():
+    conn = connection()
+    reply(conn, initialize())
+    unknown = reply(conn, request(1, "tools/call", {"name": "nope", "arguments": {}}))["error"]
+    assert unknown["code"] == p.INVALID_PARAMS and "nope" in unknown["message"]
+    assert reply(conn, request(2, "tools/call", {"arguments": {}}))["error"]["code"] == p.INVALID_PARAMS
+    assert reply(conn, request(3, "tools/call", {"name": "bash", "arguments": [1]}))["error"]["code"] == p.INVALID_PARAMS
+    # Missing arguments mean an empty object; the tool's own validation then names what is missing.
+    assert receive(conn, request(4, "tools/call", {"name": "bash"})).arguments == {}
+
+
+def test_call_results_carry_structured_content_and_text():
+    ok = ToolResult("c", "bash", True, value={"exit_code": 3, "output": "x\n"})
+    shaped = p.call_result(ok, "2025-06-18")
+    assert shaped["isError"] is False
+    assert shaped["structuredContent"] == {"exit_code": 3, "output": "x\n"}
+    assert json.loads(shaped["content"][0]["text"]) == shaped["structuredContent"]
+    assert "structuredContent" not in p.call_result(ok, "2025-03-26")
+
+    failed = ToolResult.failure("c", "bash", ErrorCode.DENIED, "bash was denied by policy", {"risk": "process"})
+    shaped = p.call_result(failed, "2025-11-25")
+    assert shaped["isError"] is True
+    assert shaped["structuredContent"]["error"] == {"code": "denied", "message": "bash was denied by policy",
+                                                    "details": {"risk": "process"}}
+    assert shaped["content"][0]["text"].startswith("denied: ")
+
+
+def test_cancellation_notification():
+    conn = connection()
+    note = line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4, "reason": "x"}})
+    assert receive(conn, note) == p.CancelRequest(4, "x")
+    bad = line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}})
+    assert isinstance(receive(conn, bad), p.Ignored)
+
+
+# -- progress ------------------------------------------------------------------------------------------
+
+
+def test_progress_is_strictly_increasing():
+    sent = []
+    last = None
+    for update in ({"elapsed_ms": 500, "output_bytes": 10}, {"elapsed_ms": 500, "output_bytes": 12},
+                   {"elapsed_ms": 400}, {"elapsed_ms": 1000, "output_bytes": 30}, {"output_bytes": 5}):
+        shaped = p.progress_notification("t", update, last)
+        if shaped:
+            message, last = shaped
+            sent.append(message["params"])
+    assert [s["progress"] for s in sent] == [500.0, 1000.0]
+    assert sent[0]["progressToken"] == "t" and "10 bytes" in sent[0]["message"]
+
+
+# -- approval ------------------------------------------------------------------------------------------
+
+APPROVAL = {
+    "request_id": "r1", "call_id": "c1", "tool": "agent_claude", "risk": "delegate",
+    "risk_reason": "declared risk of agent_claude", "summary": "ask claude: review",
+    "details": {"executable": "/usr/bin/claude", "argv": ["/usr/bin/claude", "-p", "--", "review"],
+                "prompt": "review", "workspace": "/w", "warning": "the agent may run commands"},
+    "canonical_input": '{"prompt":"review"}', "scopes": ["call", "tool", "risk"],
+}
+
+
+def test_elicitation_shows_the_request_and_offers_three_decisions():
+    params = p.approval_elicitation(APPROVAL, "2025-11-25")
+    assert params["mode"] == "form"
+    for fact in ("agent_claude", "delegate", "/usr/bin/claude", '"-p"', "review", "/w", "may run commands"):
+        assert fact in params["message"]
+    schema = params["requestedSchema"]
+    assert schema["required"] == ["decision"]
+    assert [o["const"] for o in schema["properties"]["decision"]["oneOf"]] == ["allow_once", "allow_session", "deny"]
+    assert [o["const"] for o in schema["properties"]["scope"]["oneOf"]] == ["call", "tool", "risk"]
+
+    legacy = p.approval_elicitation(APPROVAL, "2025-06-18")
+    assert "mode" not in legacy
+    assert legacy["requestedSchema"]["properties"]["decision"]["enum"] == ["allow_once", "allow_session", "deny"]
+
+
+def test_elicitation_message_cannot_be_repainted_by_the_command():
+    request = {**APPROVAL, "tool": "bash", "summary": "run: echo \u202eevil\x1b[2J" + "x" * 10000,
+               "details": {"argv": ["/bin/bash", "-lc", "echo \u202eevil"]}}
+    message = p.approval_elicitation(request, "2025-11-25")["message"]
+    assert "\u202e" not in message and "\x1b" not in message
+    assert "\\u202e" in message and "\\x1b" in message
+    assert len(message) < 8000 and "more characters not shown" in message
+
+
+@pytest.mark.parametrize("result, error, expected", [
+    ({"action": "accept", "content": {"decision": "allow_once"}}, None, {"decision": "allow_once"}),
+    ({"action": "accept", "content": {"decision": "allow_session", "scope": "tool"}}, None,
+     {"decision": "allow_session", "scope": "tool"}),
+    ({"action": "accept", "content": {"decision": "allow_session", "scope": "galaxy"}}, None,
+     {"decision": "allow_session", "scope": "call"}),
+    ({"action": "accept", "content": {"decision": "yes please"}}, None, {"decision": "deny"}),
+    ({"action": "decline"}, None, {"decision": "deny"}),
+    ({"action": "cancel"}, None, {"decision": "deny"}),
+    (None, {"code": -32601, "message": "Method not found"}, {"decision": "deny"}),
+])
+def test_elicitation_answers_become_decisions(result, error, expected):
+    answer = p.decision_from_elicitation(result, error, ["call", "tool", "risk"])
+    assert {k: answer[k] for k in expected} == expected
+    assert answer["reason"]
+
+
+def test_elicitation_capability():
+    assert p.can_elicit_form({"elicitation": {}})
+    assert p.can_elicit_form({"elicitation": {"form": {}, "url": {}}})
+    assert not p.can_elicit_form({"elicitation": {"url": {}}})
+    assert not p.can_elicit_form({})
+    conn = connection()
+    reply(conn, initialize("2025-03-26", {"elicitation": {}}))
+    assert not conn.can_elicit()  # elicitation does not exist before 2025-06-18
+
+
+def test_request_state_is_tamper_evident():
+    signer = p.RequestStateSigner(b"k" * 32)
+    token = signer.sign("abc")
+    assert signer.verify(token) == "abc"
+    assert signer.verify(token[:-1] + ("0" if token[-1] != "0" else "1")) is None
+    assert signer.verify("abc") is None and signer.verify(None) is None
+    assert p.RequestStateSigner(b"j" * 32).verify(token) is None
+
+
+# -- the stateless 2026-07-28 revision ----------------------------------------------------------------
+
+
+def test_discover_without_handshake():
+    conn = connection()
+    result = reply(conn, request("d", "server/discover", {"_meta": MODERN_META}))["result"]
+    assert result["resultType"] == "complete"
+    assert result["supportedVersions"] == ["2026-07-28"]
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["_meta"][p.SERVER_INFO_KEY]["name"] == "peon"
+    assert {"ttlMs", "cacheScope"} <= set(result)
+    listed = reply(conn, request(2, "tools/list", {"_meta": MODERN_META}))["result"]
+    assert listed["resultType"] == "complete" and listed["tools"][0]["name"] == "bash"
+
+
+def test_modern_envelope_rules():
+    conn = connection()
+    missing = reply(conn, request(1, "tools/list", {"_meta": {p.PROTOCOL_VERSION_KEY: "2026-07-28"}}))["error"]
+    assert missing["code"] == p.INVALID_PARAMS and p.CLIENT_CAPABILITIES_KEY in missing["message"]
+    unsupported = reply(conn, request(2, "tools/list", {"_meta": {**MODERN_META, p.PROTOCOL_VERSION_KEY: "2030-01-01"}}))
+    assert unsupported["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION
+    assert unsupported["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2030-01-01"}
+    assert reply(conn, request(3, "server/discover"))["error"]["code"] == p.INVALID_PARAMS
+    # Once a request opened the connection in the stateless revision, the handshake does not exist.
+    reply(conn, request(4, "tools/list", {"_meta": MODERN_META}))
+    assert reply(conn, initialize())["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION
+    assert reply(conn, request(5, "tools/list"))["error"]["code"] == p.INVALID_PARAMS
+
+
+def test_envelope_on_a_handshake_connection_is_refused():
+    conn = connection()
+    reply(conn, initialize())
+    assert reply(conn, request(2, "tools/list", {"_meta": MODERN_META}))["error"]["code"] == p.INVALID_REQUEST
+
+
+def test_modern_call_carries_capabilities_and_retry_fields():
+    conn = connection()
+    meta = {**MODERN_META, p.CLIENT_CAPABILITIES_KEY: {"elicitation": {"form": {}}}, "progressToken": 9}
+    event = receive(conn, request(1, "tools/call", {"name": "bash", "arguments": {"command": "x"}, "_meta": meta,
+                                                    "requestState": "s", "inputResponses": {"approval": {}}}))
+    assert event == p.StartCall(1, "bash", {"command": "x"}, "2026-07-28", 9, True, "s", {"approval": {}})
+
+
+def test_input_required_and_results_in_the_modern_revision():
+    identity = p.ServerIdentity()
+    message = p.respond(3, "2026-07-28", p.input_required("approval", {"message": "m"}, "state"), identity)
+    assert message["result"]["resultType"] == "input_required"
+    assert message["result"]["inputRequests"]["approval"]["method"] == "elicitation/create"
+    assert message["result"]["requestState"] == "state"
+    legacy = p.respond(3, "2025-11-25", {"content": []}, identity)
+    assert legacy == {"jsonrpc": "2.0", "id": 3, "result": {"content": []}}
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=10,
+)
+METHODS = st.sampled_from(["initialize", "ping", "tools/list", "tools/call", "server/discover",
+                           "notifications/cancelled", "notifications/initialized", "resources/list", "x"])
+META = st.fixed_dictionaries({}, optional={p.PROTOCOL_VERSION_KEY: st.sampled_from(["2026-07-28", "2025-11-25", 3]),
+                                           p.CLIENT_CAPABILITIES_KEY: JSON, "progressToken": JSON})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(METHODS, st.one_of(st.none(), st.integers(), st.text(max_size=4)),
+                          st.dictionaries(st.sampled_from(["name", "arguments", "protocolVersion", "capabilities",
+                                                           "requestId", "cursor", "requestState"]), JSON, max_size=4),
+                          st.one_of(st.none(), META)), max_size=6))
+def test_any_sequence_of_messages_gets_an_event_and_sendable_replies(messages):
+    conn = connection()
+    for method, msg_id, params, meta in messages:
+        message = {"jsonrpc": "2.0", "method": method, "params": {**params, **({"_meta": meta} if meta is not None else {})}}
+        if msg_id is not None:
+            message["id"] = msg_id
+        event = receive(conn, line(message))
+        assert isinstance(event, (p.Reply, p.StartCall, p.CancelRequest, p.ClientReply, p.Ignored))
+        if isinstance(event, p.Reply):
+            json.dumps(event.message, allow_nan=False)
+            assert event.message["id"] == msg_id

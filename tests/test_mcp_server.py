@@ -1,0 +1,557 @@
+"""``peon mcp`` as a subprocess, driven by the official MCP Python SDK client and by raw JSON lines.
+
+Both protocol eras are exercised: ``mode="legacy"`` makes the SDK use the ``initialize`` handshake and
+``mode="auto"`` makes it probe ``server/discover`` and speak the stateless 2026-07-28 revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+from mcp_types import ElicitResult
+
+from conftest import living, wait_for
+
+MODES = ["legacy", "auto"]
+ERA = {"legacy": "2025-11-25", "auto": "2026-07-28"}
+TEST_TIMEOUT = 60
+
+
+def run(coro):
+    async def bounded():
+        return await asyncio.wait_for(coro, TEST_TIMEOUT)
+
+    return asyncio.run(bounded())
+
+
+def server_command(workspace: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "peon.cli", "mcp", "--workspace", str(workspace), *args]
+
+
+def isolated_env(leftovers, home: Path) -> dict:
+    """The test's tagged environment with a private home: no user configuration or login profile of the
+    machine leaks in, and session state stays in the test's directory."""
+    home.mkdir(exist_ok=True)
+    return leftovers.env({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+                          "XDG_STATE_HOME": str(home / ".local" / "state")})
+
+
+@pytest.fixture
+def env(leftovers, tmp_path) -> dict:
+    return isolated_env(leftovers, tmp_path / "home")
+
+
+def client(workspace: Path, env: dict, *args: str, mode: str = "legacy", **options) -> Client:
+    command = server_command(workspace, *args)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(workspace))
+    return Client(params, mode=mode, **options)
+
+
+def write_config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "peon.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def pids_in(path: Path) -> list[int]:
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def alive(pid: int) -> bool:
+    return bool(living([pid]))
+
+
+# -- the SDK client ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lists_tools_with_schemas_and_annotations(workspace, env, mode):
+    async def scenario():
+        async with client(workspace, env, mode=mode) as c:
+            assert c.protocol_version == ERA[mode]
+            assert c.server_info is None or c.server_info.name == "peon"
+            listed = await c.list_tools()
+            tools = {t.name: t for t in listed.tools}
+            assert listed.next_cursor is None
+            bash = tools["bash"]
+            assert bash.input_schema["required"] == ["command"]
+            assert bash.output_schema["properties"]["exit_code"]
+            hints = bash.annotations
+            assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint) == \
+                (False, True, False, True)
+            return set(tools)
+
+    names = run(scenario())
+    assert "bash" in names
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bash_results(workspace, env, mode):
+    async def scenario():
+        async with client(workspace, env, "--allow", "process", mode=mode) as c:
+            ok = await c.call_tool("bash", {"command": "echo hello"})
+            assert not ok.is_error
+            assert ok.structured_content["exit_code"] == 0 and ok.structured_content["output"] == "hello\n"
+            assert json.loads(ok.content[0].text) == ok.structured_content
+
+            failed = await c.call_tool("bash", {"command": "echo out; echo err >&2; exit 3"})
+            assert not failed.is_error  # a non-zero exit is a normal result with its flags
+            assert failed.structured_content["exit_code"] == 3
+            assert failed.structured_content["output"] == "out\nerr\n"
+
+            slow = await c.call_tool("bash", {"command": "sleep 30", "timeout_seconds": 0.5})
+            assert not slow.is_error
+            assert slow.structured_content["timed_out"] is True and slow.structured_content["signal"] == "SIGKILL"
+
+            invalid = await c.call_tool("bash", {"command": 7})
+            assert invalid.is_error
+            assert invalid.structured_content["error"]["code"] == "invalid_input"
+            assert invalid.content[0].text.startswith("invalid_input: ")
+
+            with pytest.raises(MCPError) as unknown:
+                await c.call_tool("no_such_tool", {})
+            assert unknown.value.code == -32602
+
+    run(scenario())
+
+
+def test_every_tool_validates_its_input_through_mcp(workspace, env):
+    async def scenario():
+        async with client(workspace, env, *[f"--allow={r}" for r in ("filesystem", "process", "delegate")]) as c:
+            tools = (await c.list_tools()).tools
+            for tool in tools:
+                result = await c.call_tool(tool.name, {"__unknown_field__": 1})
+                assert result.is_error, tool.name
+                assert result.structured_content["error"]["code"] == "invalid_input", (tool.name, result)
+            return [t.name for t in tools]
+
+    assert run(scenario())
+
+
+def test_write_then_read_when_those_tools_exist(workspace, env):
+    async def scenario():
+        async with client(workspace, env, "--allow", "filesystem") as c:
+            names = {t.name for t in (await c.list_tools()).tools}
+            if not {"read", "write"} <= names:
+                pytest.skip(f"this build has no read/write tools yet (tools: {sorted(names)})")
+            written = await c.call_tool("write", {"path": "a.txt", "content": "héllo\n", "mode": "create"})
+            assert not written.is_error, written
+            read = await c.call_tool("read", {"path": "a.txt"})
+            assert not read.is_error, read
+            assert "héllo" in json.dumps(read.structured_content, ensure_ascii=False)
+            escape = await c.call_tool("read", {"path": "../outside"})
+            assert escape.is_error
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_denied_call_is_an_error_result(workspace, env, tmp_path, mode):
+    config = write_config(tmp_path, '[approval]\nprocess = "deny"\n')
+
+    async def scenario():
+        async with client(workspace, env, "--config", config, mode=mode) as c:
+            result = await c.call_tool("bash", {"command": "touch ran"})
+            assert result.is_error
+            assert result.structured_content["error"]["code"] == "denied"
+
+    run(scenario())
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cancelled_call_kills_its_processes(workspace, env, mode):
+    pid_file = workspace / "pids"
+    command = f"sleep 300 & echo $! >> {pid_file}; (sleep 300 & echo $! >> {pid_file}; wait) & echo $$ >> {pid_file}; wait"
+
+    async def scenario():
+        async with client(workspace, env, "--allow", "process", mode=mode) as c:
+            outcome = {}
+            async with anyio.create_task_group() as tg:
+                async def call():
+                    outcome["result"] = await c.call_tool("bash", {"command": command})
+
+                tg.start_soon(call)
+                with anyio.fail_after(20):
+                    while len(pids_in(pid_file)) < 3:
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+            assert "result" not in outcome
+            pids = pids_in(pid_file)
+            gone = await anyio.to_thread.run_sync(lambda: wait_for(lambda: not any(alive(p) for p in pids), 10))
+            assert gone, f"still alive after cancel: {[p for p in pids if alive(p)]}"
+            after = await c.call_tool("bash", {"command": "echo still serving"})
+            assert after.structured_content["output"] == "still serving\n"
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_progress_stream(workspace, env, mode):
+    updates = []
+
+    async def on_progress(progress, total, message):
+        updates.append((progress, message))
+
+    async def scenario():
+        async with client(workspace, env, "--allow", "process", mode=mode) as c:
+            result = await c.call_tool("bash", {"command": "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.4; done"},
+                                       progress_callback=on_progress)
+            assert not result.is_error and result.structured_content["exit_code"] == 0
+
+    run(scenario())
+    assert len(updates) >= 2, updates
+    values = [value for value, _ in updates]
+    assert values == sorted(set(values)), f"progress must strictly increase: {values}"
+    assert all("running for" in message for _, message in updates)
+    assert any(re.search(r"[1-9]\d* bytes of output", message) for _, message in updates), updates
+
+
+def elicitation_answer(decision: str | None, seen: list):
+    async def callback(context, params):
+        seen.append(params)
+        if decision is None:
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content={"decision": decision})
+
+    return callback
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("decision", ["allow_once", "deny", None])
+def test_elicitation_round_trip(workspace, env, tmp_path, mode, decision):
+    config = write_config(tmp_path, '[approval]\nprocess = "ask"\n')
+    seen = []
+
+    async def scenario():
+        async with client(workspace, env, "--config", config, mode=mode,
+                          elicitation_callback=elicitation_answer(decision, seen)) as c:
+            return await c.call_tool("bash", {"command": "echo approved > marker; echo done"})
+
+    result = run(scenario())
+    assert len(seen) == 1
+    message = seen[0].message
+    assert "bash" in message and "process" in message and "echo approved > marker" in message
+    schema = seen[0].requested_schema
+    assert schema["required"] == ["decision"]
+    if decision == "allow_once":
+        assert not result.is_error and result.structured_content["output"] == "done\n"
+        assert (workspace / "marker").read_text() == "approved\n"
+    else:
+        assert result.is_error and result.structured_content["error"]["code"] == "denied"
+        assert not (workspace / "marker").exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ask_without_elicitation_capability_is_denied(workspace, env, tmp_path, mode):
+    config = write_config(tmp_path, '[approval]\nprocess = "ask"\n')
+
+    async def scenario():
+        async with client(workspace, env, "--config", config, mode=mode) as c:
+            return await c.call_tool("bash", {"command": "touch ran"})
+
+    result = run(scenario())
+    assert result.is_error and result.structured_content["error"]["code"] == "denied"
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_allow_for_this_session_is_asked_once(workspace, env, tmp_path, mode):
+    config = write_config(tmp_path, '[approval]\nprocess = "ask"\n')
+    seen = []
+
+    async def answer(context, params):
+        seen.append(params)
+        return ElicitResult(action="accept", content={"decision": "allow_session", "scope": "tool"})
+
+    async def scenario():
+        async with client(workspace, env, "--config", config, mode=mode, elicitation_callback=answer) as c:
+            first = await c.call_tool("bash", {"command": "echo one"})
+            second = await c.call_tool("bash", {"command": "echo two"})
+            return first, second
+
+    first, second = run(scenario())
+    assert first.structured_content["output"] == "one\n" and second.structured_content["output"] == "two\n"
+    assert len(seen) == 1, "a session grant for the tool must not ask again"
+
+
+def test_cancel_while_the_user_is_asked(workspace, env, tmp_path):
+    config = write_config(tmp_path, '[approval]\nprocess = "ask"\n')
+    asked, released = anyio.Event(), []
+
+    async def never_answers(context, params):
+        if asked.is_set():  # later calls are allowed
+            return ElicitResult(action="accept", content={"decision": "allow_once"})
+        asked.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            released.append(True)  # the server withdrew its question (notifications/cancelled)
+
+    async def scenario():
+        async with client(workspace, env, "--config", config,
+                          elicitation_callback=never_answers) as c:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(c.call_tool, "bash", {"command": "touch ran"})
+                with anyio.fail_after(20):
+                    await asked.wait()
+                tg.cancel_scope.cancel()
+            with anyio.fail_after(10):
+                while not released:
+                    await anyio.sleep(0.05)
+            # The queue moved on: the cancelled call did not hold the session until the approval timeout.
+            with anyio.fail_after(20):
+                return await c.call_tool("bash", {"command": "echo next"})
+
+    after = run(scenario())
+    assert after.structured_content["output"] == "next\n"
+    assert not (workspace / "ran").exists()
+
+
+# -- raw JSON lines ------------------------------------------------------------------------------------
+
+
+class RawServer:
+    """``peon mcp`` with its stdin and stdout in our hands; every stdout line must be JSON-RPC."""
+
+    def __init__(self, workspace: Path, env: dict, tmp_path: Path, *args: str, command: list[str] | None = None):
+        self.stderr_path = tmp_path / "server-stderr.txt"
+        self.stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(command or server_command(workspace, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, env=env, cwd=workspace)
+        self.messages: queue.Queue = queue.Queue()
+        self.garbage: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            try:
+                message = json.loads(raw)
+                assert isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+            except (ValueError, AssertionError):
+                self.garbage.append(raw)
+                continue
+            self.messages.put(message)
+        self.messages.put(None)
+
+    def send(self, message) -> None:
+        data = message if isinstance(message, bytes) else json.dumps(message).encode()
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, id, method, params=None) -> None:
+        self.send({"jsonrpc": "2.0", "id": id, "method": method, **({"params": params} if params is not None else {})})
+
+    def recv(self, timeout: float = 30) -> dict:
+        message = self.messages.get(timeout=timeout)
+        assert message is not None, "the server closed stdout"
+        return message
+
+    def initialize(self) -> dict:
+        self.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                       "clientInfo": {"name": "raw", "version": "1"}})
+        reply = self.recv()
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return reply
+
+    def supervisor_pid(self) -> int:
+        found = wait_for(lambda: re.search(rb"supervisor pid (\d+)", self.stderr_path.read_bytes()), 30)
+        assert found, self.stderr_path.read_text()
+        return int(found.group(1))
+
+    def close(self) -> int:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.reader.join(5)
+            self.stderr.close()
+            assert not self.garbage, f"non-protocol bytes on stdout: {self.garbage!r}"
+
+
+@pytest.fixture
+def raw_server(workspace, env, tmp_path):
+    servers = []
+
+    def start(*args: str, command: list[str] | None = None) -> RawServer:
+        server = RawServer(workspace, env, tmp_path, *args, command=command)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_malformed_line_then_keeps_serving(raw_server):
+    server = raw_server()
+    server.send(b"{this is not json")
+    error = server.recv()
+    assert error["id"] is None and error["error"]["code"] == -32700
+    server.send(b'{"jsonrpc":"2.0","id":"x","method":5}')
+    assert server.recv()["error"]["code"] == -32600
+    assert server.initialize()["result"]["protocolVersion"] == "2025-11-25"
+    server.request(2, "tools/list")
+    assert any(t["name"] == "bash" for t in server.recv()["result"]["tools"])
+
+
+def test_oversize_line_is_refused_without_being_held(raw_server, tmp_path):
+    config = write_config(tmp_path, "[limits]\nmax_input_bytes = 4096\n")
+    server = raw_server("--config", config)
+    server.initialize()
+    huge = b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"' + b"x" * (2 << 20) + b'"}}'
+    server.send(huge)
+    error = server.recv()
+    assert error["id"] is None and error["error"]["code"] == -32600 and "exceeds the limit" in error["error"]["message"]
+    server.request(10, "ping")
+    assert server.recv() == {"jsonrpc": "2.0", "id": 10, "result": {}}
+
+
+STRAY_OUTPUT_SERVER = """
+import os, sys
+import peon
+from peon.mcp.protocol import ServerIdentity
+from peon.mcp.server import serve
+
+def open_session(approver):
+    print("a stray print")
+    os.write(1, b"stray bytes on file descriptor 1\\n")
+    os.system("echo a child writing to its stdout")
+    return peon.Session(sys.argv[1], {"approval": {"process": "allow"}}, approver=approver)
+
+sys.exit(serve(open_session, ServerIdentity()))
+"""
+
+
+def test_stray_output_never_reaches_the_protocol_stream(raw_server, workspace):
+    server = raw_server(command=[sys.executable, "-c", STRAY_OUTPUT_SERVER, str(workspace)])
+    assert server.initialize()["result"]["serverInfo"]["name"] == "peon"
+    server.request(2, "tools/call", {"name": "bash", "arguments": {"command": "echo from bash"}})
+    assert server.recv()["result"]["structuredContent"]["output"] == "from bash\n"
+    assert server.close() == 0  # close() also fails the test if stdout carried anything but JSON-RPC
+    stderr = server.stderr_path.read_text()
+    for stray in ("a stray print", "stray bytes on file descriptor 1", "a child writing to its stdout"):
+        assert stray in stderr
+
+
+def test_request_before_initialize(raw_server):
+    server = raw_server()
+    server.request(1, "tools/list")
+    error = server.recv()
+    assert error["id"] == 1 and error["error"]["code"] == -32600 and "initialize" in error["error"]["message"]
+    server.request(2, "ping")
+    assert server.recv() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert server.initialize()["result"]["capabilities"] == {"tools": {"listChanged": False}}
+
+
+def test_cancelled_requests_get_no_response_and_queued_calls_never_start(raw_server, workspace):
+    server = raw_server("--allow", "process")
+    server.initialize()
+    pid_file = workspace / "pids"
+    server.request(10, "tools/call", {"name": "bash", "arguments": {"command": f"echo $$ > {pid_file}; sleep 300"}})
+    server.request(11, "tools/call", {"name": "bash", "arguments": {"command": "touch queued-ran"}})
+    assert wait_for(lambda: pids_in(pid_file), 20)
+    server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 11}})
+    server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 10, "reason": "test"}})
+    assert wait_for(lambda: not alive(pids_in(pid_file)[0]), 10)
+    server.request(12, "tools/call", {"name": "bash", "arguments": {"command": "echo after"}})
+    reply = server.recv()
+    assert reply["id"] == 12, f"a cancelled request was answered: {reply}"
+    assert reply["result"]["structuredContent"]["output"] == "after\n"
+    assert not (workspace / "queued-ran").exists()
+    server.request(13, "ping")
+    assert server.recv()["id"] == 13
+
+
+def test_concurrent_calls_are_answered_as_they_finish(raw_server):
+    server = raw_server("--allow", "process")
+    server.initialize()
+    server.request(1, "tools/call", {"name": "bash", "arguments": {"command": "sleep 1; echo first"}})
+    server.request(2, "tools/list")  # answered while the call runs
+    assert server.recv(10)["id"] == 2
+    server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "echo second"}})
+    first, second = server.recv(), server.recv()
+    assert (first["id"], second["id"]) == (1, 3)  # serial in the session, in submission order
+    assert first["result"]["structuredContent"]["output"] == "first\n"
+
+
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])
+def test_nothing_survives_the_server(raw_server, workspace, how):
+    server = raw_server("--allow", "process")
+    server.initialize()
+    supervisor = server.supervisor_pid()
+    pid_file = workspace / "pids"
+    command = f"echo $$ >> {pid_file}; sleep 300 & echo $! >> {pid_file}; setsid sleep 300 & echo $! >> {pid_file}; wait"
+    server.request(5, "tools/call", {"name": "bash", "arguments": {"command": command}})
+    assert wait_for(lambda: len(pids_in(pid_file)) == 3, 20)
+    pids = pids_in(pid_file)
+    assert all(alive(p) for p in pids) and alive(supervisor)
+    if how == "SIGTERM":
+        server.proc.send_signal(signal.SIGTERM)
+    else:
+        server.proc.stdin.close()
+    assert server.proc.wait(30) == 0
+    assert not alive(supervisor), "the supervisor outlived the server"
+    survivors = [p for p in pids if alive(p)]
+    assert not survivors, f"bash processes outlived the server: {survivors}"
+    assert b"stopped: " in server.stderr_path.read_bytes()
+
+
+def test_modern_requests_over_raw_lines(raw_server):
+    server = raw_server()
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    server.request("d", "server/discover", {"_meta": meta})
+    discovered = server.recv()["result"]
+    assert discovered["supportedVersions"] == ["2026-07-28"] and discovered["resultType"] == "complete"
+    server.request("old", "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}})
+    assert server.recv()["error"]["code"] == -32022
+    server.request("v", "tools/list", {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}})
+    assert server.recv()["error"]["data"]["supported"] == ["2026-07-28"]
+
+
+# -- the MCP Inspector ---------------------------------------------------------------------------------
+
+
+def test_mcp_inspector_cli_smoke(workspace, leftovers, tmp_path):
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("npx is not installed")
+    # npm keeps its download cache under the real home; the server still gets a private one.
+    env = {**isolated_env(leftovers, tmp_path / "home"), "npm_config_cache": os.path.expanduser("~/.npm")}
+    base = [npx, "-y", "@modelcontextprotocol/inspector", "--cli", *server_command(workspace, "--allow", "process")]
+    try:
+        listed = subprocess.run([*base, "--method", "tools/list"], capture_output=True, text=True, timeout=240,
+                                env=env, cwd=workspace)
+    except subprocess.TimeoutExpired:
+        pytest.skip("the MCP Inspector could not be fetched and started within 240 s")
+    if listed.returncode != 0 and ("npm ERR" in listed.stderr or "ENOTFOUND" in listed.stderr or "E404" in listed.stderr):
+        pytest.skip(f"the MCP Inspector is unavailable: {listed.stderr.strip()[-300:]}")
+    assert listed.returncode == 0, listed.stderr
+    assert "bash" in [t["name"] for t in json.loads(listed.stdout)["tools"]]
+    called = subprocess.run([*base, "--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["structuredContent"]["output"] == "inspected\n"
