@@ -1,0 +1,147 @@
+"""``read`` latency through a session, against plain Python file reads measured in the same run.
+
+1. A 4 KiB file: median of ``session.call("read", {"path": "small.txt"})`` against
+   ``open(path, "rb").seek(0).read()`` of the same file.
+2. A 64 KiB slice at offset 1 GiB of a 2 GiB sparse file (the slice holds text, the rest is a hole):
+   median of ``session.call("read", {"path": "sparse.bin", "offset": 1 GiB, "limit": 64 KiB})`` against
+   ``open().seek(1 GiB).read(64 KiB)``.
+
+Prints medians and 90th percentiles, the session/plain ratios, and the ratio of the 64 KiB slice to
+the 4 KiB read through the session (the slice of a 2 GiB file should cost about what 64 KiB costs, not
+what 2 GiB would). Two more rows explain the gap: the same read done in-process by the tool's own code
+(``peon.tools.read.read_file``: parse, openat2, fstat, pread, UTF-8 check), and the floor of any call
+through a session (a tool that returns ``{}`` at once, still validated, approved and run in a worker).
+
+Run: ``python bench/bench_read.py [--calls N] [--resolver auto|openat2|walk]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import peon  # noqa: E402
+from peon.paths import parse_file_path  # noqa: E402
+from peon.tool import Tool, ToolRisk  # noqa: E402
+from peon.tools.read import read_file  # noqa: E402
+from workers import fs  # noqa: E402
+
+CONFIG = {"approval": {"read_only": "allow", "filesystem": "allow"}}
+SMALL = 4096
+SLICE = 64 * 1024
+OFFSET = 1 << 30
+SPARSE_SIZE = 2 << 30
+
+
+class NoopTool(Tool):
+    """The per-call floor: validated, approved and executed in a worker, doing nothing."""
+
+    name = "bench_noop"
+    description = "Return an empty object."
+    risk = ToolRisk.READ_ONLY
+    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+    def approval_summary(self, args):
+        return "nothing"
+
+    async def execute(self, args, ctx):
+        return {}
+
+
+def interleaved(cases: dict, calls: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(calls):
+        for name, fn in cases.items():
+            started = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - started)
+    return samples
+
+
+def plain_read(path: Path, offset: int, length: int | None) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read() if length is None else f.read(length)
+
+
+def describe(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300, help="timed calls per case (default 300)")
+    parser.add_argument("--resolver", default="auto", choices=["auto", "openat2", "walk"])
+    options = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="peon-bench-read-") as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        small = ws / "small.txt"
+        small.write_bytes((b"0123456789abcdef" * (SMALL // 16))[:SMALL])
+        sparse = ws / "sparse.bin"
+        with open(sparse, "wb") as f:
+            f.truncate(SPARSE_SIZE)
+            f.seek(OFFSET)
+            f.write((b"the quick brown fox jumps over the lazy dog\n" * (SLICE // 44 + 1))[:SLICE])
+        allocated = os.stat(sparse).st_blocks * 512
+
+        bench_dir = str(Path(__file__).resolve().parent)
+        env = dict(os.environ, PEON_FS_RESOLVER=options.resolver,
+                   PYTHONPATH=os.pathsep.join(p for p in (bench_dir, os.environ.get("PYTHONPATH")) if p))
+        resolver = fs.choose_resolver(options.resolver)
+        with peon.Session(ws, CONFIG, state_dir=Path(tmp) / "state", env=env,
+                          tools=["bench_read:NoopTool"]) as session:
+            small_args = {"path": "small.txt"}
+            slice_args = {"path": "sparse.bin", "offset": OFFSET, "limit": SLICE}
+            for args, size in ((small_args, SMALL), (slice_args, SLICE)):  # warm up, and check the answers
+                for _ in range(20):
+                    result = session.call("read", args)
+                    assert result.ok and result.value["bytes"] == size, result
+            small_path, slice_path = parse_file_path("small.txt"), parse_file_path("sparse.bin")
+            max_bytes = session.info["config"]["limits"]["read_max_bytes"]
+            # Interleaved, so that load from elsewhere on the machine falls on every case alike.
+            runs = interleaved({
+                "session 4k": lambda: session.call("read", small_args),
+                "session slice": lambda: session.call("read", slice_args),
+                "floor": lambda: session.call("bench_noop", {}),
+                "plain 4k": lambda: plain_read(small, 0, None),
+                "plain slice": lambda: plain_read(sparse, OFFSET, SLICE),
+                "in-process 4k": lambda: read_file(ws, small_path, 0, None, max_bytes, resolver),
+                "in-process slice": lambda: read_file(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
+            }, options.calls)
+            cases = {
+                "4 KiB file": (runs["session 4k"], runs["plain 4k"], runs["in-process 4k"]),
+                "64 KiB at 1 GiB of 2 GiB sparse": (runs["session slice"], runs["plain slice"], runs["in-process slice"]),
+            }
+            floor = runs["floor"]
+
+    print(f"read latency, {options.calls} calls per case, resolver {resolver.value}, "
+          f"sparse file {SPARSE_SIZE >> 30} GiB with {allocated >> 10} KiB allocated")
+    print(f"{'case':<34} {'Session.call':>12} {'p90':>9} {'plain':>9} {'ratio':>6} {'in-process':>11}")
+    medians = {}
+    for name, (through_session, plain, in_process) in cases.items():
+        s_med, s_p90 = describe(through_session)
+        p_med, _ = describe(plain)
+        i_med, _ = describe(in_process)
+        medians[name] = s_med
+        print(f"{name:<34} {s_med * 1e6:>9.0f} us {s_p90 * 1e6:>6.0f} us {p_med * 1e6:>6.1f} us "
+              f"{s_med / p_med:>5.0f}x {i_med * 1e6:>8.1f} us")
+    f_med, f_p90 = describe(floor)
+    print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
+    small_med, slice_med = medians.values()
+    print(f"64 KiB slice / 4 KiB read through the session: {slice_med / small_med:.2f}x; "
+          f"read above the no-op floor: 4 KiB {(small_med - f_med) * 1e6:+.0f} us, "
+          f"64 KiB slice {(slice_med - f_med) * 1e6:+.0f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,634 @@
+"""Workspace file I/O beneath one directory descriptor of the workspace root.
+
+Promises:
+
+* Every lookup starts at the root's descriptor and stays beneath it, whatever is renamed or swapped
+  concurrently: either ``openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`` resolves the path in the
+  kernel, or (where openat2 is missing, or when asked) a component walk opens one component at a time
+  with ``O_NOFOLLOW``, reads each symlink through the descriptor of the link itself, and follows it
+  only while its target stays beneath the root. Both refuse, with ``outside_workspace``: a symlink
+  with an absolute target (even one that points back inside), a ``..`` that climbs above the root, and
+  procfs magic links. At most :data:`MAX_SYMLINK_HOPS` symlinks are followed. A failed openat2 lookup
+  is re-run with the walk, which either finds the file (the tree changed in between) or names the
+  component and the rule that failed. Nothing ever opens a path by name from ``/`` or touches the
+  workspace's parent.
+* :func:`read_window` opens with ``O_NONBLOCK`` and refuses, before reading a byte, anything that
+  ``fstat`` does not call a regular file (a FIFO, device, socket or directory never blocks or streams);
+  it reads only the requested range with ``pread``.
+* :func:`write_file` is crash-atomic: the content goes to a temporary file created through the
+  destination directory's descriptor, is fsynced, and is installed with one ``renameat`` (replace) or
+  a no-clobber ``renameat2(RENAME_NOREPLACE)`` / ``linkat`` (create); then the directory is fsynced.
+  After a crash at any point the destination holds exactly the old or the new content. Temporary files
+  are named ``.peon-tmp-<16 hex>`` and held under an exclusive ``flock`` while their writer lives, so a
+  later write in the same directory recognises the ones whose writer died and removes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import hashlib
+import os
+import platform
+import secrets
+import stat
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Iterator
+
+from peon.errors import ErrorCode, ToolError
+from peon.paths import TEMP_PREFIX, WorkspacePath, display, is_temp_name
+
+SYS_OPENAT2 = 437  # the same number on every architecture (added after the syscall table unification)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+RENAME_NOREPLACE = 1 << 0
+RENAME_EXCHANGE = 1 << 1
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}  # used only where libc lacks renameat2 (glibc < 2.28)
+PROC_SUPER_MAGIC = 0x9FA0
+MAX_SYMLINK_HOPS = 40  # the kernel's MAXSYMLINKS
+RESOLVER_ENV = "PEON_FS_RESOLVER"  # auto | openat2 | walk (for diagnosis and tests; default auto)
+EAGAIN_RETRIES = 16  # openat2 says EAGAIN when a rename raced a '..'; after this many, walk instead
+HASH_CHUNK = 1 << 20
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class Resolver(str, Enum):
+    OPENAT2 = "openat2"
+    WALK = "walk"
+
+
+def _raise_errno(what: str) -> None:
+    code = ctypes.get_errno()
+    raise OSError(code, os.strerror(code), what)
+
+
+def openat2(dirfd: int, path: str, flags: int, mode: int = 0,
+            resolve: int = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) -> int:
+    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+    fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), os.fsencode(path),
+                       ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        _raise_errno(path)
+    return int(fd)
+
+
+_openat2_checked: bool | None = None
+
+
+def openat2_available() -> bool:
+    """Whether this kernel (and any seccomp filter around us) lets us use openat2 with RESOLVE_BENEATH."""
+    global _openat2_checked
+    if _openat2_checked is None:
+        try:
+            root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            os.close(openat2(root, ".", os.O_PATH | os.O_DIRECTORY))
+            _openat2_checked = True
+        except OSError:
+            _openat2_checked = False
+        finally:
+            os.close(root)
+    return _openat2_checked
+
+
+def choose_resolver(name: str | None) -> Resolver:
+    """``auto`` (or unset) means openat2 where available, else the walk."""
+    if name in (None, "", "auto"):
+        return Resolver.OPENAT2 if openat2_available() else Resolver.WALK
+    try:
+        chosen = Resolver(name)
+    except ValueError:
+        raise ToolError(ErrorCode.CONFIG_INVALID,
+                        f"{RESOLVER_ENV} must be 'auto', 'openat2' or 'walk', got {display(name)}") from None
+    if chosen is Resolver.OPENAT2 and not openat2_available():
+        raise ToolError(ErrorCode.CONFIG_INVALID,
+                        f"{RESOLVER_ENV} is 'openat2' but this kernel does not provide openat2 (Linux 5.6+)")
+    return chosen
+
+
+def renameat2(olddirfd: int, old: str, newdirfd: int, new: str, flags: int) -> None:
+    fn = getattr(_libc, "renameat2", None)
+    if fn is not None:
+        result = fn(ctypes.c_int(olddirfd), os.fsencode(old), ctypes.c_int(newdirfd), os.fsencode(new),
+                    ctypes.c_uint(flags))
+    else:
+        number = _SYS_RENAMEAT2.get(platform.machine())
+        if number is None:
+            raise OSError(errno.ENOSYS, "renameat2 is not available on this platform", old)
+        result = _libc.syscall(ctypes.c_long(number), ctypes.c_int(olddirfd), os.fsencode(old),
+                               ctypes.c_int(newdirfd), os.fsencode(new), ctypes.c_uint(flags))
+    if result != 0:
+        _raise_errno(old)
+
+
+def _on_procfs(fd: int) -> bool:
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first field (a long)
+    if _libc.fstatfs(ctypes.c_int(fd), buf) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buf).value == PROC_SUPER_MAGIC
+
+
+def open_root(workspace: str | os.PathLike) -> int:
+    try:
+        return os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ToolError(ErrorCode.IO_ERROR, f"the workspace {display(os.fspath(workspace))} cannot be opened: "
+                        f"{exc.strerror}", {"errno": errno.errorcode.get(exc.errno, str(exc.errno))}) from None
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+
+
+def _os_error(exc: OSError, path: WorkspacePath, where: str, *, creating: bool = False) -> ToolError:
+    """Map an errno met at component ``where`` of ``path`` to a stable code and a sentence."""
+    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    details = {"errno": name, "at": where}
+    shown = path.shown
+    if exc.errno == errno.ENOENT:
+        if where == path.normalized:
+            return ToolError(ErrorCode.NOT_FOUND, f"path {shown} does not exist", details)
+        tail = " (write does not create directories)" if creating else ""
+        return ToolError(ErrorCode.NOT_FOUND, f"path {shown} does not exist: there is no {where!r}{tail}", details)
+    if exc.errno == errno.ENOTDIR:
+        return ToolError(ErrorCode.NOT_A_DIRECTORY, f"path {shown}: {where!r} is not a directory", details)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return ToolError(ErrorCode.IO_ERROR, f"path {shown}: permission denied at {where!r}", details)
+    if exc.errno == errno.ENAMETOOLONG:
+        return ToolError(ErrorCode.INVALID_PATH, f"path {shown}: name too long at {where!r}", details)
+    if exc.errno == errno.ELOOP:
+        return ToolError(ErrorCode.IO_ERROR, f"path {shown} cannot be resolved: more than {MAX_SYMLINK_HOPS} "
+                         f"symbolic links followed at {where!r} (a symlink loop?)", details)
+    if exc.errno == errno.EXDEV:
+        return ToolError(ErrorCode.OUTSIDE_WORKSPACE, f"path {shown} leaves the workspace", details)
+    return ToolError(ErrorCode.IO_ERROR, f"path {shown}: {exc.strerror} at {where!r}", details)
+
+
+@contextmanager
+def _os_errors(path: WorkspacePath) -> Iterator[None]:
+    """Any OSError not mapped closer to its cause still becomes a ToolError with a stable code."""
+    try:
+        yield
+    except OSError as exc:
+        raise _os_error(exc, path, path.normalized) from None
+
+
+def _outside(path: WorkspacePath, link: str, target: str, why: str) -> ToolError:
+    return ToolError(
+        ErrorCode.OUTSIDE_WORKSPACE,
+        f"path {path.shown} leaves the workspace: symlink {link!r} points to {target!r}, {why}",
+        {"symlink": link, "target": target},
+    )
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link"),
+                       (stat.S_ISREG, "regular file")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+# -- resolution: the component walk ----------------------------------------------------------------------
+
+
+class _Walk:
+    """Resolve components one at a time beneath ``root``; owns every descriptor it opens."""
+
+    def __init__(self, root: int, path: WorkspacePath):
+        self.path = path
+        self.stack = [root]  # directory descriptors we descended through; [0] is not ours
+        self.trail: list[str] = []  # the names of those directories, for messages
+        self.hops = 0
+
+    def close(self) -> None:
+        for fd in self.stack[1:]:
+            os.close(fd)
+        del self.stack[1:]
+
+    def where(self, name: str = "") -> str:
+        return "/".join([*self.trail, name] if name else self.trail) or "."
+
+    def follow(self, fd: int, name: str, pending: deque[tuple[str, tuple[str, str] | None]]) -> None:
+        """``fd`` is an O_PATH descriptor of the symlink ``name``: splice its target into ``pending``."""
+        where = self.where(name)
+        try:
+            target = os.readlink("", dir_fd=fd)
+        finally:
+            os.close(fd)
+        # procfs magic links (fd/N, cwd, root, exe...) read as absolute paths or 'type:[id]'; the kernel
+        # would jump to the object itself, so they are refused however they read.
+        if (target.startswith("/") or ":" in target) and _on_procfs(self.stack[-1]):
+            raise ToolError(ErrorCode.OUTSIDE_WORKSPACE,
+                            f"path {self.path.shown} goes through {where!r}, a procfs magic link "
+                            f"(to {target!r}), which Peon never follows", {"symlink": where, "target": target})
+        self.hops += 1
+        if self.hops > MAX_SYMLINK_HOPS:
+            raise _os_error(OSError(errno.ELOOP, "too many symlinks"), self.path, where)
+        if target.startswith("/"):
+            raise _outside(self.path, where, target,
+                           "an absolute path (only relative symlinks that stay inside are followed)")
+        origin = (where, target)  # remembered per component, so a '..' is blamed on its own link
+        pending.extendleft((part, origin) for part in reversed(target.split("/")))
+
+    def up(self, origin: tuple[str, str] | None) -> None:
+        if len(self.stack) == 1:
+            link, target = origin or ("?", "?")  # the path itself has no '..' left after parsing
+            raise _outside(self.path, link, target, "which climbs above the workspace root")
+        os.close(self.stack.pop())
+        self.trail.pop()
+
+    def run(self, final: Callable[[int, str], int | None], *, parent: bool) -> tuple[int, str]:
+        """Walk to the last component and hand it to ``final(dirfd, name)``.
+
+        ``final`` returns a descriptor (done), or None to follow the symlink named ``name``. With
+        ``parent`` the result is (a readable descriptor of the last directory, the last name).
+        """
+        pending: deque[tuple[str, tuple[str, str] | None]] = deque((part, None) for part in self.path.parts)
+        while pending:
+            name, origin = pending.popleft()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                self.up(origin)
+                continue
+            here = self.stack[-1]
+            if _is_last(pending):
+                result = final(here, name)
+                if result is not None:
+                    return result, name
+            try:
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+            except OSError as exc:
+                raise _os_error(exc, self.path, self.where(name), creating=parent) from None
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
+                self.follow(fd, name, pending)
+                continue
+            if _is_last(pending):
+                # ``final`` declined a name that is not a symlink now: it changed under us; look again.
+                os.close(fd)
+                self.hops += 1
+                if self.hops > MAX_SYMLINK_HOPS:
+                    raise _os_error(OSError(errno.ELOOP, "kept changing"), self.path, self.where(name))
+                pending.appendleft((name, origin))
+                continue
+            if not stat.S_ISDIR(mode):
+                os.close(fd)
+                raise ToolError(ErrorCode.NOT_A_DIRECTORY,
+                                f"path {self.path.shown}: {self.where(name)!r} is a {_kind(mode)}, not a directory",
+                                {"at": self.where(name)})
+            self.stack.append(fd)
+            self.trail.append(name)
+        # The components ran out inside a directory (a symlink to 'dir/', '.' or '..').
+        if parent:
+            raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
+                            f"path {self.path.shown} resolves to the directory {self.where()!r}, not a file")
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.stack[-1]), ""
+
+
+def _is_last(pending: deque[tuple[str, tuple[str, str] | None]]) -> bool:
+    return all(part in ("", ".") for part, _ in pending)
+
+
+def _walk_open(root: int, path: WorkspacePath, flags: int) -> int:
+    walk = _Walk(root, path)
+
+    def final(dirfd: int, name: str) -> int | None:
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the last component is a symlink: follow it
+                return None
+            if exc.errno in (errno.ENXIO, errno.ENODEV):  # a socket, or a device without a driver
+                try:
+                    kind = _kind(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode)
+                except OSError:
+                    kind = "special file"
+                raise ToolError(ErrorCode.NOT_A_REGULAR_FILE, f"path {path.shown} is a {kind}, not a regular file",
+                                {"kind": kind}) from None
+            raise _os_error(exc, path, walk.where(name)) from None
+
+    try:
+        return walk.run(final, parent=False)[0]
+    finally:
+        walk.close()
+
+
+def _walk_parent(root: int, path: WorkspacePath, follow_final: bool) -> tuple[int, str]:
+    walk = _Walk(root, path)
+
+    def final(dirfd: int, name: str) -> int | None:
+        if follow_final:
+            try:
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            except OSError as exc:
+                raise _os_error(exc, path, walk.where(name)) from None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                return None
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dirfd)
+
+    try:
+        return walk.run(final, parent=True)
+    finally:
+        walk.close()
+
+
+# -- resolution: openat2 ---------------------------------------------------------------------------------
+
+
+def _openat2_retrying(root: int, text: str, flags: int) -> int | None:
+    """openat2 beneath ``root``; None when the walk should decide (an error to explain, or endless EAGAIN)."""
+    for _ in range(EAGAIN_RETRIES):
+        try:
+            return openat2(root, text, flags)
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                return None
+    return None
+
+
+def open_beneath(root: int, path: WorkspacePath, flags: int, resolver: Resolver) -> int:
+    """A descriptor of the file ``path`` names beneath ``root``, symlinks (inside) followed."""
+    if resolver is Resolver.OPENAT2:
+        fd = _openat2_retrying(root, path.normalized or ".", flags)
+        if fd is not None:
+            return fd
+    return _walk_open(root, path, flags)
+
+
+def open_parent(root: int, path: WorkspacePath, resolver: Resolver, *, follow_final: bool) -> tuple[int, str]:
+    """(a readable descriptor of the directory that holds the last component, its name).
+
+    With ``follow_final``, a last component that is a symlink is followed (beneath the root) until the
+    name is not a symlink, so the caller can install over the file the link points to.
+    """
+    if resolver is Resolver.WALK:
+        return _walk_parent(root, path, follow_final)
+    parent, name = "/".join(path.parts[:-1]) or ".", path.parts[-1]
+    hops = 0
+    while True:
+        dirfd = _openat2_retrying(root, parent, os.O_RDONLY | os.O_DIRECTORY)
+        if dirfd is None:
+            return _walk_parent(root, path, follow_final)
+        if not follow_final:
+            return dirfd, name
+        try:
+            try:
+                if not stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+                    return dirfd, name
+            except FileNotFoundError:
+                return dirfd, name
+            if _on_procfs(dirfd):
+                return _walk_parent(root, path, follow_final)  # names the magic link
+            target = os.readlink(name, dir_fd=dirfd)
+        except BaseException:
+            os.close(dirfd)
+            raise
+        os.close(dirfd)
+        hops += 1
+        if target.startswith("/") or hops > MAX_SYMLINK_HOPS:
+            return _walk_parent(root, path, follow_final)  # refuses it and says why
+        parent, _, name = f"{parent}/{target}".rpartition("/")
+        if name in ("", ".", ".."):
+            raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
+                            f"path {path.shown} is a symlink to {target!r}, which names a directory, not a file")
+
+
+# -- read ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """Bytes [start, start + len(data)) of a regular file of ``total`` bytes."""
+
+    data: bytes
+    start: int
+    total: int
+
+
+def pread_exact(fd: int, length: int, offset: int) -> bytes:
+    """Up to ``length`` bytes at ``offset``; fewer only at end of file."""
+    chunks, got = [], 0
+    while got < length:
+        chunk = os.pread(fd, length - got, offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_window(root: int, path: WorkspacePath, resolver: Resolver,
+                select: Callable[[int], tuple[int, int]]) -> Window:
+    """Open ``path`` for reading and pread the range ``select(total_bytes)`` returns as (start, end)."""
+    with _os_errors(path):
+        fd = open_beneath(root, path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, resolver)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
+                                f"path {path.shown} is a {_kind(st.st_mode)}; read only reads regular files",
+                                {"kind": _kind(st.st_mode)})
+            start, end = select(st.st_size)
+            return Window(pread_exact(fd, end - start, start), start, st.st_size)
+        finally:
+            os.close(fd)
+
+
+# -- write -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    created: bool
+    bytes_written: int
+    sha256: str
+    removed_temps: tuple[str, ...] = ()
+
+
+def _lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _same_file(dirfd: int, name: str, st: os.stat_result) -> bool:
+    try:
+        now = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def remove_stale_temps(dirfd: int) -> list[str]:
+    """Remove the temporary files in ``dirfd`` whose writer is gone (nobody holds their lock)."""
+    removed = []
+    with os.scandir(dirfd) as entries:
+        names = [e.name for e in entries if is_temp_name(e.name)]
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
+        except OSError:
+            continue  # gone already, a symlink, or not ours to read
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and _lock(fd) and _same_file(dirfd, name, st):
+                os.unlink(name, dir_fd=dirfd)
+                removed.append(name)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _create_temp(dirfd: int, mode: int) -> tuple[int, str]:
+    for _ in range(100):
+        name = TEMP_PREFIX + secrets.token_hex(8)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=dirfd)
+        except FileExistsError:
+            continue
+        # A cleaner may have taken the unlocked file for stale and removed it before we locked it.
+        if _lock(fd) and _same_file(dirfd, name, os.fstat(fd)):
+            return fd, name
+        os.close(fd)
+    raise ToolError(ErrorCode.IO_ERROR, "could not create a temporary file in the destination directory")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def sha256_of(fd: int) -> str:
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, HASH_CHUNK, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
+
+
+def _observed_sha256(dirfd: int, name: str, path: WorkspacePath) -> str:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dirfd)
+    except OSError as exc:
+        raise _os_error(exc, path, path.normalized) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
+                            f"path {path.shown} is a {_kind(st.st_mode)}; write only replaces regular files")
+        return sha256_of(fd)
+    finally:
+        os.close(fd)
+
+
+def _install_new(dirfd: int, temp: str, name: str, path: WorkspacePath, use_link: bool) -> None:
+    """Install ``temp`` as ``name`` only if ``name`` does not exist (no clobber, even racing)."""
+    if not use_link:
+        try:
+            renameat2(dirfd, temp, dirfd, name, RENAME_NOREPLACE)
+            return
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                raise ToolError(ErrorCode.ALREADY_EXISTS,
+                                f"path {path.shown} already exists (it appeared while writing)") from None
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+                raise _os_error(exc, path, path.normalized) from None
+    try:
+        os.link(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd, follow_symlinks=False)
+    except FileExistsError:
+        raise ToolError(ErrorCode.ALREADY_EXISTS,
+                        f"path {path.shown} already exists (it appeared while writing)") from None
+    except OSError as exc:
+        raise _os_error(exc, path, path.normalized) from None
+    os.unlink(temp, dir_fd=dirfd)
+
+
+def write_file(root: int, path: WorkspacePath, data: bytes, *, create: bool, expected_sha256: str | None,
+               resolver: Resolver, use_link: bool = False) -> WriteOutcome:
+    """Create (no clobber) or replace the regular file ``path`` with ``data``, crash-atomically."""
+    with _os_errors(path):
+        return _write_file(root, path, data, create, expected_sha256, resolver, use_link)
+
+
+def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expected_sha256: str | None,
+                resolver: Resolver, use_link: bool) -> WriteOutcome:
+    dirfd, name = open_parent(root, path, resolver, follow_final=not create)
+    try:
+        if is_temp_name(name):
+            raise ToolError(ErrorCode.INVALID_PATH,
+                            f"path {path.shown} ends in {name!r}, a name reserved for Peon's temporary files")
+        try:
+            existing: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            existing = None
+        if create and existing is not None:
+            raise ToolError(ErrorCode.ALREADY_EXISTS,
+                            f"path {path.shown} already exists (a {_kind(existing.st_mode)}); "
+                            "mode 'create' never overwrites", {"kind": _kind(existing.st_mode)})
+        if not create:
+            if existing is None:
+                raise ToolError(ErrorCode.NOT_FOUND,
+                                f"path {path.shown} does not exist; mode 'replace' only replaces an existing file")
+            if not stat.S_ISREG(existing.st_mode):
+                raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
+                                f"path {path.shown} is a {_kind(existing.st_mode)}; write only replaces "
+                                "regular files", {"kind": _kind(existing.st_mode)})
+        removed = remove_stale_temps(dirfd)
+        fd, temp = _create_temp(dirfd, 0o666 if create else 0o600)
+        installed = False
+        try:
+            _write_all(fd, data)
+            if existing is not None:
+                try:  # keep the owner where we may (root, or a group we belong to)
+                    os.fchown(fd, existing.st_uid, existing.st_gid)
+                except PermissionError:
+                    pass
+                os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
+            os.fsync(fd)
+            if create:
+                _install_new(dirfd, temp, name, path, use_link)
+            else:
+                if expected_sha256 is not None:
+                    actual = _observed_sha256(dirfd, name, path)
+                    if actual != expected_sha256:
+                        raise ToolError(
+                            ErrorCode.STALE,
+                            f"path {path.shown} has sha256 {actual}, not the expected {expected_sha256}; "
+                            "it changed since it was read", {"expected_sha256": expected_sha256, "actual_sha256": actual},
+                        )
+                os.rename(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+            installed = True
+            os.fsync(dirfd)
+        finally:
+            if not installed:
+                try:
+                    os.unlink(temp, dir_fd=dirfd)
+                except OSError:
+                    pass
+            os.close(fd)  # only now: the lock tells cleaners this temp file is alive
+        return WriteOutcome(create, len(data), hashlib.sha256(data).hexdigest(), tuple(removed))
+    finally:
+        os.close(dirfd)
