@@ -1,0 +1,190 @@
+"""Ready-made approvers for :class:`peon.Session` (``Session(..., approver=...)``).
+
+An approver is a callable ``approver(request: dict) -> answer`` run in its own thread for each call the
+policy asks about. ``request`` is the supervisor's ``approval_request`` (``tool``, ``risk``,
+``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``scopes``, ``timeout_seconds``); the answer is
+``"allow_once"``, ``"deny"`` or a dict ``{"decision": "allow_once" | "allow_session" | "deny",
+"scope": "call" | "tool" | "risk", "reason": str}``.
+
+Promises:
+
+* :class:`Unattended` never blocks and never asks anyone: it allows once exactly the risks and tools
+  it was told to, and denies everything else with a reason;
+* :class:`TerminalApprover` shows the whole request on a terminal with control and bidirectional
+  characters made visible (a command cannot repaint or reorder the prompt), and returns exactly the
+  answer typed; end of input, no terminal, or repeated nonsense is a denial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import threading
+import time
+import unicodedata
+from typing import Callable, Iterable, TextIO
+
+RISKS = ("read_only", "filesystem", "process", "delegate")
+
+
+class Unattended:
+    """The approver for unattended runs: allow once what is listed, deny the rest.
+
+    ``Unattended()`` denies every call the policy asks about; ``Unattended(allow={"process"})`` also
+    allows process-risk calls; ``tools={"bash"}`` allows every call of the named tools.
+    """
+
+    def __init__(self, allow: Iterable[str] = (), *, tools: Iterable[str] = ()):
+        self.allow = frozenset(allow)
+        unknown = sorted(self.allow - set(RISKS))
+        if unknown:
+            raise ValueError(f"unknown risk {unknown[0]!r}; risks are {', '.join(RISKS)}")
+        self.tools = frozenset(tools)
+
+    def __call__(self, request: dict) -> dict:
+        if request.get("risk") in self.allow:
+            return {"decision": "allow_once", "reason": f"unattended run allows {request.get('risk')} risk"}
+        if request.get("tool") in self.tools:
+            return {"decision": "allow_once", "reason": f"unattended run allows the tool {request.get('tool')}"}
+        allowed = ", ".join(sorted(self.allow)) or "no risk"
+        return {"decision": "deny",
+                "reason": f"unattended run: nobody can be asked, and it allows {allowed} "
+                          f"(this call has {request.get('risk')} risk)"}
+
+
+# -- the terminal prompt ---------------------------------------------------------------------------
+
+MAX_SHOWN_CHARS = 4000
+MAX_ATTEMPTS = 5
+ALIASES = {"y": "o", "n": "d"}  # "yes" allows once, "no" denies
+
+
+def visible(text: str) -> str:
+    """``text`` with control, format (bidi, zero-width) and line-separator characters escaped."""
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs"):
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    text = visible(text)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f" … [{len(text) - limit} more characters not shown]"
+
+
+def render_request(request: dict) -> tuple[str, dict[str, dict]]:
+    """The text shown for ``request`` and the answers offered (key → answer)."""
+    tool, risk = str(request.get("tool")), str(request.get("risk"))
+    lines = [
+        "",
+        "Peon asks for approval",
+        f"  tool:    {visible(tool)}",
+        f"  risk:    {visible(risk)} ({bounded(str(request.get('risk_reason', '')), 500)})",
+        f"  action:  {bounded(str(request.get('summary', '')))}",
+    ]
+    details = request.get("details") or {}
+    if isinstance(details, dict) and details:
+        lines.append("  details:")
+        for key, value in details.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
+    lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
+    scopes = request.get("scopes") or ["call"]
+    answers = {"o": {"decision": "allow_once"}}
+    lines.append("  [o] allow once")
+    if "call" in scopes:
+        answers["s"] = {"decision": "allow_session", "scope": "call"}
+        lines.append("  [s] allow this exact call for the rest of the session")
+    if "tool" in scopes:
+        answers["t"] = {"decision": "allow_session", "scope": "tool"}
+        lines.append(f"  [t] allow every {visible(tool)} call with {visible(risk)} risk for the rest of the session")
+    if "risk" in scopes:
+        answers["r"] = {"decision": "allow_session", "scope": "risk"}
+        lines.append(f"  [r] allow every call with {visible(risk)} risk for the rest of the session")
+    answers["d"] = {"decision": "deny"}
+    lines.append("  [d] deny (default)")
+    return "\n".join(lines) + "\n", answers
+
+
+class TerminalApprover:
+    """Ask the person at the terminal. Reads and writes ``/dev/tty`` unless streams are given.
+
+    On the terminal, the prompt gives up when the request's ``timeout_seconds`` (the supervisor's
+    ``limits.approval_timeout_seconds``) has passed — the supervisor has denied the call by then — so
+    an unanswered prompt never holds the terminal from the next request.
+    """
+
+    def __init__(self, input: TextIO | None = None, output: TextIO | None = None):
+        self.input = input
+        self.output = output
+        self._lock = threading.Lock()  # one prompt at a time, also across sessions sharing this approver
+
+    def __call__(self, request: dict) -> dict:
+        with self._lock:
+            if self.input is not None and self.output is not None:
+                return self._ask(request, lambda deadline: self.input.readline(), self.output)
+            try:
+                fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+            except OSError as exc:
+                return {"decision": "deny", "reason": f"no terminal to ask on ({exc.strerror})"}
+            try:
+                with open(fd, "w", encoding="utf-8", errors="replace", closefd=False) as tty_out:
+                    read_line = (lambda deadline: self.input.readline()) if self.input is not None else _line_reader(fd)
+                    return self._ask(request, read_line, self.output or tty_out)
+            finally:
+                os.close(fd)
+
+    def _ask(self, request: dict, read_line: Callable[[float | None], str | None], output: TextIO) -> dict:
+        text, answers = render_request(request)
+        output.write(text)
+        keys = "/".join(k if k != "d" else "D" for k in answers)
+        timeout = request.get("timeout_seconds")
+        deadline = time.monotonic() + float(timeout) if isinstance(timeout, (int, float)) else None
+        for _ in range(MAX_ATTEMPTS):
+            output.write(f"Answer [{keys}]: ")
+            output.flush()
+            line = read_line(deadline)
+            if line is None:
+                output.write(f"\n(no answer within {float(timeout):g} s: denied)\n")
+                output.flush()
+                return {"decision": "deny", "reason": "no answer at the terminal in time"}
+            if not line:
+                output.write("\n(end of input: denied)\n")
+                output.flush()
+                return {"decision": "deny", "reason": "end of input at the terminal"}
+            choice = line.strip().lower()[:1] or "d"
+            choice = ALIASES.get(choice, choice)
+            if choice in answers:
+                answer = dict(answers[choice])
+                output.write(f"-> {answer['decision']}" + (f" ({answer['scope']})" if "scope" in answer else "") + "\n")
+                output.flush()
+                answer["reason"] = "denied at the terminal" if answer["decision"] == "deny" else "allowed at the terminal"
+                return answer
+            output.write(f"Please answer one of {', '.join(answers)}.\n")
+        return {"decision": "deny", "reason": "no valid answer at the terminal"}
+
+
+def _line_reader(fd: int) -> Callable[[float | None], str | None]:
+    """read_line(deadline): one line typed at the terminal, "" at end of input, None past the deadline.
+    A terminal in canonical mode hands over one line per read."""
+
+    def read_line(deadline: float | None) -> str | None:
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                return os.read(fd, 4096).decode("utf-8", "replace")
+
+    return read_line

@@ -1,0 +1,83 @@
+"""The approval gate: the session's approval hook, joining the policy, the grants and the approver.
+
+Promises:
+
+* per call, in order: the policy's ``deny`` or ``allow`` stands; an ``ask`` is answered by a matching
+  session grant, else by the session's approver;
+* the gate fails closed: no approver connected, the request cannot be sent, no answer within
+  ``limits.approval_timeout_seconds``, or a malformed answer — each is a denial saying so
+  (``by`` = ``no-approver``, ``timeout``, ``approver-error``), never a hang;
+* cancelling the call ends the wait at once (``by`` = ``cancelled``);
+* an answer that arrives after its request was given up on is ignored: it cannot allow or grant
+  anything, and the next request is unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Awaitable, Callable
+
+from .approval import SCOPES, ApprovalPolicy, ApprovalRequest, Decision, parse_answer
+from .grants import GrantStore
+
+Send = Callable[[dict], Awaitable[Any]]
+
+
+class ApprovalGate:
+    def __init__(self, policy: ApprovalPolicy, grants: GrantStore, send: Send | None, *,
+                 approver_connected: bool, timeout_seconds: float):
+        self.policy = policy
+        self.grants = grants
+        self.send = send
+        self.approver_connected = approver_connected
+        self.timeout_seconds = timeout_seconds
+        self._pending: dict[str, asyncio.Future] = {}
+
+    async def decide(self, request: ApprovalRequest, cancelled: asyncio.Event) -> Decision:
+        verdict = self.policy.evaluate(request)
+        if verdict.action != "ask":
+            return Decision(verdict.action == "allow", "policy", verdict.rule)
+        grant = self.grants.find(request)
+        if grant is not None:
+            return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}", scope=grant.scope)
+        if not self.approver_connected or self.send is None:
+            return Decision(False, "no-approver", f"{verdict.rule}, and this session has no approver")
+        return await self._ask(request, verdict.rule, cancelled)
+
+    async def _ask(self, request: ApprovalRequest, rule: str, cancelled: asyncio.Event) -> Decision:
+        request_id = uuid.uuid4().hex
+        answered = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = answered
+        waiter = asyncio.ensure_future(cancelled.wait())
+        try:
+            try:
+                await self.send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
+                                 "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds})
+            except OSError as exc:
+                return Decision(False, "no-approver", f"{rule}, and the approver cannot be reached ({exc})")
+            await asyncio.wait({answered, waiter}, timeout=self.timeout_seconds, return_when=asyncio.FIRST_COMPLETED)
+            if cancelled.is_set():
+                return Decision(False, "cancelled", f"{rule}; the call was cancelled while waiting for the approver")
+            if not answered.done():
+                return Decision(False, "timeout", f"{rule}, and the approver did not answer within "
+                                f"limits.approval_timeout_seconds = {self.timeout_seconds:g}")
+            answer = answered.result()
+        finally:
+            waiter.cancel()
+            self._pending.pop(request_id, None)
+        said = f"; the approver said {answer.reason!r}" if answer.reason else ""
+        if answer.decision == "deny":
+            by = "approver-error" if answer.approver_error else "approver"
+            return Decision(False, by, f"{rule}; the approver answered deny{said}", answer="deny")
+        if answer.decision == "allow_session":
+            grant = self.grants.add(request, answer.scope, answer.reason)
+            return Decision(True, "approver", f"{rule}; the approver answered allow_session: {grant.describe()}{said}",
+                            answer="allow_session", scope=answer.scope)
+        return Decision(True, "approver", f"{rule}; the approver answered allow_once{said}", answer="allow_once")
+
+    def answer(self, message: dict) -> None:
+        """An ``approval_answer`` from the client; unknown or stale request ids are ignored."""
+        answered = self._pending.get(str(message.get("request_id")))
+        if answered is not None and not answered.done():
+            answered.set_result(parse_answer(message))

@@ -1,0 +1,223 @@
+"""The audit log: one line per call with the decision and who made it, no contents, bounded by rotation."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from peon.tool import ToolRisk
+from supervisor.approval import ApprovalRequest, Decision
+from supervisor.audit import AuditLog, audit_entry
+
+DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
+
+
+def read_log(state_dir) -> list[dict]:
+    """Every entry, oldest first, across rotated files."""
+    names = sorted((n for n in os.listdir(state_dir) if n.startswith("audit.jsonl")),
+                   key=lambda n: -int(n.rpartition(".")[2]) if n[-1].isdigit() else 0)
+    entries = []
+    for name in names:
+        with open(state_dir / name) as f:
+            entries.extend(json.loads(line) for line in f)
+    return entries
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"XDG_CONFIG_HOME": str(tmp_path / "no-user-config")}
+
+
+def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
+    release = threading.Event()
+
+    def approver(request):
+        command = json.loads(request["canonical_input"]).get("command", "")
+        if command == "echo stuck":
+            release.wait(30)
+        return {"echo ask-allow": "allow_once", "echo ask-session": {"decision": "allow_session", "reason": "fine"},
+                "echo ask-deny": {"decision": "deny", "reason": "nope"}}.get(command, "deny")
+
+    rules = [{"tool": "bash", "command_prefix": "echo policy-allow", "decision": "allow"},
+             {"tool": "bash", "command_prefix": "sleep", "decision": "allow"},
+             {"tool": "bash", "command_prefix": "head", "decision": "allow"},
+             {"tool": "bash", "command_prefix": "echo policy-deny", "decision": "deny"}]
+    state = tmp_path / "audited"
+    session = open_session({"approval": {**DEFAULT_APPROVAL, "rules": rules},
+                            "limits": {"approval_timeout_seconds": 0.5, "max_output_bytes": 1024}},
+                           env=env, approver=approver, state_dir=state)
+    ids = {}
+    try:
+        ids["unknown"] = session.call("nope", {"x": 1}).call_id
+        ids["invalid"] = session.call("bash", {"command": 5}).call_id
+        ids["policy-allow"] = session.call("bash", {"command": "echo policy-allow"}).call_id
+        ids["policy-deny"] = session.call("bash", {"command": "echo policy-deny"}).call_id
+        ids["ask-allow"] = session.call("bash", {"command": "echo ask-allow"}).call_id
+        ids["ask-session"] = session.call("bash", {"command": "echo ask-session"}).call_id
+        ids["grant"] = session.call("bash", {"command": "echo ask-session"}).call_id
+        ids["ask-deny"] = session.call("bash", {"command": "echo ask-deny"}).call_id
+        ids["timeout"] = session.call("bash", {"command": "echo stuck"}).call_id
+        ids["exit"] = session.call("bash", {"command": "sleep 0; exit 3"}).call_id  # not simple: asked, denied
+        ids["timed-out"] = session.call("bash", {"command": "sleep 5", "timeout_seconds": 0.2}).call_id
+        ids["truncated"] = session.call("bash", {"command": "head -c 5000 /dev/zero"}).call_id
+        running = session.submit("bash", {"command": "sleep 30"})
+        queued = session.submit("bash", {"command": "sleep 1"})
+        queued.cancel()
+        assert queued.result(10).error.code == "cancelled"
+        ids["queued-cancel"] = queued.call_id
+        time.sleep(0.3)
+        running.cancel()
+        assert running.result(10).value["cancelled"]
+        ids["running-cancel"] = running.call_id
+    finally:
+        release.set()
+    entries = {e["call_id"]: e for e in read_log(state)}
+    assert len(entries) == len(ids)
+
+    def check(name, by, allowed, outcome):
+        entry = entries[ids[name]]
+        decision = entry["decision"]
+        if by is None:
+            assert decision is None, (name, decision)
+        else:
+            assert (decision["by"], decision["allowed"]) == (by, allowed), (name, decision)
+        for key, value in outcome.items():
+            assert entry["outcome"].get(key) == value, (name, entry["outcome"])
+        return entry
+
+    unknown = check("unknown", None, None, {"ok": False, "error": "unknown_tool"})
+    assert unknown["risk"] is None and unknown["tool"] == "nope"
+    check("invalid", None, None, {"ok": False, "error": "invalid_input"})
+    allowed = check("policy-allow", "policy", True, {"ok": True, "exit_code": 0, "truncated": False,
+                                                     "timed_out": False, "cancelled": False})
+    assert allowed["decision"]["rule"] == (
+        'approval.rules[0] in overrides (tool = "bash", command_prefix = "echo policy-allow") says \'allow\'')
+    assert (allowed["risk"], allowed["risk_reason"]) == ("process", "declared risk of bash")
+    assert allowed["input"] == {"command": "echo policy-allow"}
+    check("policy-deny", "policy", False, {"ok": False, "error": "denied"})
+    ask = check("ask-allow", "approver", True, {"ok": True})
+    assert ask["decision"]["answer"] == "allow_once"
+    session_grant = check("ask-session", "approver", True, {"ok": True})
+    assert (session_grant["decision"]["answer"], session_grant["decision"]["scope"]) == ("allow_session", "call")
+    assert "the approver said 'fine'" in session_grant["decision"]["rule"]
+    grant = check("grant", "grant", True, {"ok": True})
+    assert grant["decision"]["rule"].startswith("session grant (scope 'call'")
+    denied = check("ask-deny", "approver", False, {"ok": False, "error": "denied"})
+    assert "nope" in denied["decision"]["rule"]
+    check("timeout", "timeout", False, {"ok": False, "error": "denied"})
+    check("exit", "approver", False, {"ok": False})
+    check("timed-out", "policy", True, {"ok": True, "timed_out": True, "exit_code": None, "signal": "SIGKILL"})
+    check("truncated", "policy", True, {"ok": True, "truncated": True, "exit_code": 0})
+    check("queued-cancel", None, None, {"ok": False, "error": "cancelled"})
+    check("running-cancel", "policy", True, {"ok": True, "cancelled": True})
+    for entry in entries.values():
+        assert entry["time"].endswith("Z") and entry["duration_ms"] >= 0
+        assert entry["session_id"] == session.session_id
+    assert entries[ids["timed-out"]]["duration_ms"] >= 200
+
+
+def test_no_approver_and_session_close_are_recorded(open_session, env, tmp_path):
+    state = tmp_path / "closing"
+    session = open_session({"approval": {**DEFAULT_APPROVAL, "rules": [
+        {"tool": "bash", "command_prefix": "sleep", "decision": "allow"}]}}, env=env, state_dir=state)
+    denied = session.call("bash", {"command": "echo hi"})
+    running = session.submit("bash", {"command": "sleep 30"})
+    waiting = session.submit("bash", {"command": "sleep 1"})
+    time.sleep(0.3)
+    session.close()
+    assert waiting.result(10).error.code == "session_closed"
+    entries = {e["call_id"]: e for e in read_log(state)}
+    assert entries[denied.call_id]["decision"]["by"] == "no-approver"
+    assert entries[waiting.call_id]["outcome"] == {"ok": False, "error": "session_closed"}
+    assert entries[running.call_id]["outcome"]["cancelled"] is True
+
+
+def test_the_log_holds_no_contents_or_output(open_session, env, tmp_path, workspace):
+    pytest.importorskip("peon.tools.write")
+    state = tmp_path / "private"
+    (workspace / ".env").write_text("TOKEN=READ-SECRET-42\n")
+    session = open_session({}, env=env, state_dir=state)  # the fixture allows every risk
+    assert session.call("write", {"path": "out.txt", "content": "WRITTEN-SECRET-17\n", "mode": "create"}).ok
+    assert session.call("read", {"path": ".env"}).value["content"] == "TOKEN=READ-SECRET-42\n"
+    assert "OUTPUT-SECRET-99" in session.call("bash", {"command": "printf OUTPUT-; printf SECRET-99"}).value["output"]
+    text = "".join(open(state / name).read() for name in os.listdir(state) if name.startswith("audit"))
+    for secret in ("WRITTEN-SECRET-17", "READ-SECRET-42", "OUTPUT-SECRET-99"):
+        assert secret not in text
+    entries = read_log(state)
+    write, read, bash = entries
+    assert write["input"] == {"mode": "create", "path": "out.txt"} and write["input_omitted"] == ["content"]
+    assert len(write["input_sha256"]) == 64
+    assert read["risk"] == "filesystem" and ".env" in read["risk_reason"]
+    assert bash["input"] == {"command": "printf OUTPUT-; printf SECRET-99"}
+
+
+def test_the_log_is_rotated_and_bounded(open_session, env, tmp_path):
+    state = tmp_path / "rotating"
+    session = open_session({"audit": {"max_bytes": 2048, "backups": 2}}, env=env, state_dir=state)
+    ids = [session.call("bash", {"command": f"echo call-{i}"}).call_id for i in range(24)]
+    names = sorted(os.listdir(state))
+    assert [n for n in names if n.startswith("audit")] == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    for name in ("audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"):
+        assert 0 < os.path.getsize(state / name) <= 2048
+    kept = [e["call_id"] for e in read_log(state)]
+    assert kept == ids[-len(kept):]  # the newest calls, in order, with nothing missing in between
+    assert len(kept) < len(ids)  # the oldest were dropped
+
+
+# -- the pure parts --------------------------------------------------------------------------------
+
+
+def test_entry_keeps_only_descriptive_input_fields():
+    request = ApprovalRequest("c9", "agent_claude", ToolRisk.DELEGATE, "delegate", "summary",
+                              canonical_input='{"prompt":"p","timeout_seconds":5}')
+    entry = audit_entry(session_id="s", call_id="c9", tool="agent_claude",
+                        args={"prompt": "do things " * 500, "timeout_seconds": 5}, request=request,
+                        decision=Decision(True, "approver", "r", "allow_once"),
+                        reply={"ok": True, "value": {"output": "OUT", "exit_code": 0, "truncated": False}},
+                        received_at=0.0, duration_ms=7)
+    assert entry["time"] == "1970-01-01T00:00:00.000Z"
+    assert entry["input"] == {"timeout_seconds": 5} and entry["input_omitted"] == ["prompt"]
+    assert entry["outcome"] == {"ok": True, "exit_code": 0, "truncated": False}
+    assert "OUT" not in json.dumps(entry)
+
+
+def test_entry_for_input_that_is_not_an_object():
+    entry = audit_entry(session_id="s", call_id="c", tool="bash", args=["ls"], request=None, decision=None,
+                        reply={"ok": False, "error": {"code": "invalid_input", "message": "m"}}, received_at=1.0,
+                        duration_ms=0)
+    assert "input" not in entry and entry["decision"] is None and entry["outcome"] == {"ok": False, "error": "invalid_input"}
+    assert entry["input_sha256"] is not None
+
+
+def test_long_commands_are_shortened():
+    entry = audit_entry(session_id="s", call_id="c", tool="bash", args={"command": "x" * 5000}, request=None,
+                        decision=None, reply={"ok": True, "value": {}}, received_at=1.0, duration_ms=0)
+    assert entry["input"]["command"].endswith("[4000 more characters]")
+
+
+def test_rotation_without_backups_starts_afresh(tmp_path):
+    log = AuditLog(tmp_path, max_bytes=1024, backups=0)
+    for i in range(30):
+        log.record({"i": i, "pad": "x" * 100})
+    assert os.listdir(tmp_path) == ["audit.jsonl"]
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["i"] == 29 and os.path.getsize(tmp_path / "audit.jsonl") <= 1024
+
+
+def test_an_oversized_entry_gets_a_file_of_its_own(tmp_path):
+    log = AuditLog(tmp_path, max_bytes=1024, backups=1)
+    log.record({"small": 1})
+    log.record({"big": "y" * 3000})
+    log.record({"small": 2})
+    assert json.loads((tmp_path / "audit.jsonl.1").read_text()) == {"big": "y" * 3000}
+    assert json.loads((tmp_path / "audit.jsonl").read_text()) == {"small": 2}
+
+
+def test_a_write_failure_is_reported_not_raised(tmp_path, capsys):
+    log = AuditLog(tmp_path / "missing-dir", max_bytes=1024, backups=1)
+    log.record({"x": 1})
+    assert "cannot write the audit log" in capsys.readouterr().err
