@@ -11,6 +11,7 @@ from ._packages import ensure_own_packages
 
 ensure_own_packages()
 
+from . import approvers  # noqa: E402
 from .aio import AsyncSession  # noqa: E402
 from .cancel import CancelToken, Deadline  # noqa: E402
 from .errors import ConfigError, ErrorCode, PeonError, RegistrationError, SessionError, ToolError  # noqa: E402
@@ -19,7 +20,7 @@ from .session import CallHandle, Session  # noqa: E402
 from .tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk  # noqa: E402
 
 __all__ = [
-    "AsyncSession", "CallHandle", "CancelToken", "ConfigError", "Deadline", "ErrorCode", "ErrorInfo",
+    "approvers", "AsyncSession", "CallHandle", "CancelToken", "ConfigError", "Deadline", "ErrorCode", "ErrorInfo",
     "PeonError", "RegistrationError", "RiskAssessment", "Session", "SessionError", "SessionView", "Tool",
     "ToolContext", "ToolError", "ToolResult", "ToolRisk",
 ]

@@ -174,40 +174,20 @@ def cmd_tools(options: argparse.Namespace) -> int:
     return 0
 
 
-def skill_listing(skills: Any) -> tuple[list[dict], list[dict]]:
-    """(discovered, skipped) from whatever the session reports about skills."""
-    if isinstance(skills, Mapping) and ("discovered" in skills or "skipped" in skills):
-        return list(skills.get("discovered") or []), list(skills.get("skipped") or [])
-    if isinstance(skills, Mapping):
-        return [{"name": name, **(dict(entry) if isinstance(entry, Mapping) else {"path": entry})}
-                for name, entry in skills.items()], []
-    if isinstance(skills, list):
-        return [dict(s) if isinstance(s, Mapping) else {"name": str(s)} for s in skills], []
-    return [], []
-
-
 def cmd_skills(options: argparse.Namespace) -> int:
     with open_session(options) as session:
-        skills = session.info.get("skills")
-        skipped_extra = session.info.get("skills_skipped")
+        skills = session.info.get("skills") or {"available": [], "skipped": []}
     if options.json:
-        print(json.dumps({"skills": skills, **({"skipped": skipped_extra} if skipped_extra else {})}, indent=2))
+        print(json.dumps(skills, indent=2))
         return 0
-    discovered, skipped = skill_listing(skills)
-    skipped += list(skipped_extra or [])
-    if not discovered:
+    if not skills["available"]:
         print("No skills discovered.")
-    for skill in discovered:
-        where = skill.get("path") or skill.get("root") or ""
-        description = skill.get("description") or ""
-        print(f"{skill.get('name', '?')}  {where}".rstrip() + (f"\n    {description}" if description else ""))
-    if skipped:
+    for skill in skills["available"]:
+        print(f"{skill['name']}  {skill['path']}\n    {skill['description']}")
+    if skills["skipped"]:
         print("\nSkipped:")
-        for entry in skipped:
-            if isinstance(entry, Mapping):
-                print(f"  {entry.get('path') or entry.get('name') or '?'}: {entry.get('reason', 'no reason given')}")
-            else:
-                print(f"  {entry}")
+        for entry in skills["skipped"]:
+            print(f"  {entry['path']}: {entry['reason']}")
     return 0
 
 

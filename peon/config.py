@@ -1,27 +1,54 @@
-"""Configuration model and loading.
+"""Configuration model and layered loading.
 
-Promise: a :class:`PeonConfig` is always complete and valid. Loading starts from the shipped defaults
-(``config/defaults.toml``, installed as package data) and applies override layers in order; an unknown
-key or a value of the wrong type is a :class:`~peon.errors.ConfigError` naming the layer (file path or
-"overrides"), the dotted key and the expected type — never a silent default.
+Promises:
+
+* a :class:`PeonConfig` is always complete and valid;
+* layers apply in order — the shipped defaults (``config/defaults.toml``, package data), the user's
+  file (``$PEON_CONFIG``, else ``$XDG_CONFIG_HOME/peon/config.toml``, else
+  ``~/.config/peon/config.toml``), the project's file (``<workspace>/.peon/config.toml``), then the
+  embedding application's or command line's overrides (a table, or the path of a TOML file) — later
+  layers win key by key, except that ``[[approval.rules]]`` accumulate;
+* an unknown key or a value of the wrong type is a :class:`~peon.errors.ConfigError` naming the layer
+  (file path or "overrides"), the dotted key and the expected type — never a silent default or a
+  coercion (``"100"`` is not an integer, ``true`` is not a number);
+* a project file can only tighten what the layers below it resolved to: it may lower limits, make
+  approval stricter (allow < ask < deny) and add rules that ask or deny; anything else it sets —
+  raising a limit, loosening approval, an ``allow`` rule, agent adapters, tools, the audit log, or any
+  key not listed as tightenable — makes loading fail with one error naming every refused key;
+* a project's approval settings are floors: they become ``tighten_only`` rules that no later layer
+  can loosen;
+* :attr:`LoadedConfig.layers` records, per layer, the dotted keys it set.
+
+The environment (for the user file's location) is passed in, never read implicitly by the supervisor.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
+import os
+import stat
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from supervisor.approval import STRICTNESS, check_command_prefix, check_path_prefix
 
 from .errors import ConfigError
 
+MAX_CONFIG_FILE_BYTES = 1 << 20
+PROJECT_CONFIG = Path(".peon") / "config.toml"
+
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # Strict: TOML already has types, so a string where a number belongs is a mistake, not a hint.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Limits(_Section):
@@ -31,6 +58,8 @@ class Limits(_Section):
     max_input_bytes: int = Field(ge=1024)
     worker_grace_seconds: float = Field(gt=0)
     approval_timeout_seconds: float = Field(gt=0)
+    memory_max_bytes: int = Field(ge=1 << 20)
+    max_processes: int = Field(ge=1)
 
     @field_validator("max_timeout_seconds", "worker_grace_seconds", "approval_timeout_seconds")
     @classmethod
@@ -41,6 +70,38 @@ class Limits(_Section):
 
 
 Policy = Literal["allow", "ask", "deny"]
+RiskName = Literal["read_only", "filesystem", "process", "delegate"]
+
+
+class ApprovalRule(_Section):
+    """A per-call refinement of the per-risk policy; every matcher given must match."""
+
+    tool: str | None = Field(default=None, min_length=1)
+    risk: RiskName | None = None
+    command_prefix: str | None = None
+    path_prefix: str | None = None
+    decision: Policy
+    tighten_only: bool = False
+
+    @field_validator("command_prefix")
+    @classmethod
+    def _simple_command(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_command_prefix(value)
+        return value
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _workspace_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_path_prefix(value)
+        return value
+
+    @model_validator(mode="after")
+    def _has_matcher(self) -> "ApprovalRule":
+        if self.tool is None and self.risk is None and self.command_prefix is None and self.path_prefix is None:
+            raise ValueError("a rule needs at least one of tool, risk, command_prefix, path_prefix")
+        return self
 
 
 class Approval(_Section):
@@ -48,6 +109,7 @@ class Approval(_Section):
     filesystem: Policy
     process: Policy
     delegate: Policy
+    rules: tuple[ApprovalRule, ...] = ()
 
 
 class Skills(_Section):
@@ -76,6 +138,11 @@ class ToolsConfig(_Section):
     entry_points: bool = True
 
 
+class Audit(_Section):
+    max_bytes: int = Field(ge=1024)
+    backups: int = Field(ge=0, le=100)
+
+
 class PeonConfig(_Section):
     limits: Limits
     approval: Approval
@@ -83,23 +150,40 @@ class PeonConfig(_Section):
     agents: Agents
     runtime: Runtime
     tools: ToolsConfig
+    audit: Audit
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
 
+# -- layers ----------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Layer:
-    """One configuration source: where it came from and the raw table it contributed."""
+    """One configuration source: where it came from, the raw table it contributed, the keys it set."""
 
     source: str  # a file path, "defaults" or "overrides"
     data: Mapping[str, Any]
+    kind: str = "overrides"  # "defaults", "user", "project" or "overrides"
+    keys: tuple[str, ...] = ()  # dotted keys, rules as "approval.rules[i]"
 
 
 @dataclass(frozen=True)
 class LoadedConfig:
     config: PeonConfig
     layers: tuple[Layer, ...] = field(default=())
+    rule_sources: tuple[str, ...] = ()  # for each config.approval.rules entry: "approval.rules[i] in <source>"
+
+    def source_of(self, key: str) -> str | None:
+        """The source of the last layer that set dotted ``key``."""
+        for layer in reversed(self.layers):
+            if key in layer.keys:
+                return layer.source
+        return None
+
+    def describe_layers(self) -> list[dict[str, Any]]:
+        return [{"source": layer.source, "kind": layer.kind, "keys": list(layer.keys)} for layer in self.layers]
 
 
 def shipped_defaults() -> dict[str, Any]:
@@ -107,16 +191,64 @@ def shipped_defaults() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path, *, missing_ok: bool = False) -> dict[str, Any] | None:
+    """Parse one configuration file. Only a regular file of at most 1 MiB is read (a FIFO or a device
+    would hang or flood the loader)."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        if missing_ok:
+            return None
         raise ConfigError(f"configuration file {path} does not exist", {"file": str(path)}) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"configuration file {path} is not valid TOML: {exc}", {"file": str(path)}) from None
     except OSError as exc:
         raise ConfigError(f"configuration file {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"configuration file {path} is not a regular file", {"file": str(path)})
+        if info.st_size > MAX_CONFIG_FILE_BYTES:
+            raise ConfigError(f"configuration file {path} is {info.st_size} bytes; the limit is {MAX_CONFIG_FILE_BYTES}",
+                              {"file": str(path)})
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_CONFIG_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"configuration file {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
+    finally:
+        os.close(fd)
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"configuration file {path} is not UTF-8 (byte {exc.start})", {"file": str(path)}) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file {path} is not valid TOML: {exc}", {"file": str(path)}) from None
+
+
+def user_config_path(env: Mapping[str, str]) -> tuple[Path | None, bool]:
+    """Where the user's file is, and whether it must exist (it must when named by ``PEON_CONFIG``)."""
+    named = env.get("PEON_CONFIG")
+    if named:
+        if named.startswith("~/") and env.get("HOME"):
+            named = env["HOME"] + named[1:]
+        if not os.path.isabs(named):
+            raise ConfigError(f"PEON_CONFIG must be an absolute path, got {named!r}", {"PEON_CONFIG": named})
+        return Path(named), True
+    directory = user_peon_dir(env)
+    return (directory / "config.toml" if directory else None), False
+
+
+def user_peon_dir(env: Mapping[str, str]) -> Path | None:
+    """``$XDG_CONFIG_HOME/peon``, else ``$HOME/.config/peon``, from the session's environment.
+
+    The user's config file, secret-path patterns and skills live here. Relative values are ignored,
+    as the XDG specification says; with neither variable usable there is no user directory.
+    """
+    xdg = env.get("XDG_CONFIG_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "peon"
+    home = env.get("HOME")
+    if home and os.path.isabs(home):
+        return Path(home) / ".config" / "peon"
+    return None
 
 
 def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,44 +262,261 @@ def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def describe_validation_error(source: str, exc: ValidationError) -> ConfigError:
-    """Turn pydantic's report into one sentence per problem naming source, key and expectation."""
-    problems = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            problems.append(f"unknown key {key!r}")
-        elif err["type"] == "missing":
-            problems.append(f"missing key {key!r}")
+def dotted_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The leaf keys a table sets, e.g. ``limits.max_output_bytes``; rules as ``approval.rules[i]``."""
+    keys = []
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            keys.extend(dotted_keys(value, name + "."))
+        elif name == "approval.rules" and isinstance(value, (list, tuple)):
+            keys.extend(f"{name}[{i}]" for i in range(len(value)))
         else:
-            problems.append(f"key {key!r}: {err['msg'].lower()} (got {err.get('input')!r})")
+            keys.append(name)
+    return keys
+
+
+# -- validation and error messages -----------------------------------------------------------------
+
+_EXPECTED = {
+    "int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
+    "bool_type": "true or false", "string_type": "a string", "tuple_type": "an array", "list_type": "an array",
+    "model_type": "a table", "model_attributes_type": "a table", "dict_type": "a table",
+}
+
+
+def _toml_type(value: Any) -> str:
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"),
+                       ((list, tuple), "array"), (Mapping, "table")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _key_name(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] | None = PeonConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part) if model else None
+        model = _model_in(info.annotation) if info else None
+        if model is None:
+            return []
+    return list(model.model_fields) if model else []
+
+
+def _problem(err: dict) -> str:
+    loc = tuple(err["loc"])
+    key = _key_name(loc)
+    value = err.get("input")
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown key {key!r}{hint}"
+    if err["type"] == "missing":
+        return f"missing key {key!r}"
+    if err["type"] in _EXPECTED:
+        return f"key {key!r} must be {_EXPECTED[err['type']]}, got {_toml_type(value)} {_show(value)}"
+    if err["type"] == "literal_error":
+        return f"key {key!r} must be one of {err['ctx']['expected']}, got {_show(value)}"
+    message = err["msg"].removeprefix("Value error, ")
+    message = message[0].lower() + message[1:] if message else message
+    return f"key {key!r}: {message} (got {_show(value)})"
+
+
+def describe_validation_error(source: str, exc: ValidationError) -> ConfigError:
+    """One sentence per problem naming source, dotted key and expectation."""
+    errors = exc.errors()
     return ConfigError(
-        f"invalid configuration in {source}: " + "; ".join(problems),
-        {"source": source, "errors": [{"key": ".".join(map(str, e["loc"])), "type": e["type"]} for e in exc.errors()]},
+        f"invalid configuration in {source}: " + "; ".join(_problem(e) for e in errors),
+        {"source": source, "errors": [{"key": _key_name(tuple(e["loc"])), "type": e["type"]} for e in errors]},
     )
+
+
+def _arrays_as_tuples(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _arrays_as_tuples(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return tuple(_arrays_as_tuples(v) for v in value)
+    return value
 
 
 def validate(data: Mapping[str, Any], source: str) -> PeonConfig:
     try:
-        return PeonConfig.model_validate(data)
+        return PeonConfig.model_validate(_arrays_as_tuples(data))
     except ValidationError as exc:
         raise describe_validation_error(source, exc) from None
 
 
-def load_config(overrides: Mapping[str, Any] | str | Path | None = None) -> LoadedConfig:
-    """Shipped defaults, then ``overrides`` (a table, or the path of a TOML file)."""
-    layers = [Layer("defaults", shipped_defaults())]
-    if isinstance(overrides, (str, Path)):
-        path = Path(overrides)
-        layers.append(Layer(str(path), read_toml(path)))
+# -- what a project may do -------------------------------------------------------------------------
+
+CONTAINMENT_STRENGTH = {"process-tree": 0, "auto": 1, "cgroup": 2}
+RISK_NAMES = typing.get_args(RiskName)
+
+
+def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[str, str]]:
+    """(dotted key, why) for everything a project table sets that is not a tightening of ``user``.
+
+    Anything not explicitly tightenable is refused, so a key added later is safe by default.
+    """
+    refused = []
+    approval = data.get("approval") if isinstance(data.get("approval"), Mapping) else {}
+    for index, rule in enumerate(approval.get("rules") or ()):
+        key = f"approval.rules[{index}]"
+        if rule.get("decision") == "allow":
+            refused.append((key, 'decision = "allow": a project rule may only "ask" or "deny"'))
+        if rule.get("tighten_only") is False:
+            refused.append((f"{key}.tighten_only", "every project rule is tighten_only"))
+    for key in dotted_keys(data):
+        if key.startswith("approval.rules["):
+            continue
+        section, _, name = key.partition(".")
+        value = _lookup(data, key)
+        if section in ("limits", "skills") and "." not in name:
+            current = getattr(getattr(user, section), name)
+            if value > current:
+                refused.append((key, f"{value!r} is above the user's {current!r}: a project may only lower limits"))
+        elif section == "approval" and name in RISK_NAMES:
+            current = getattr(user.approval, name)
+            if STRICTNESS[value] < STRICTNESS[current]:
+                refused.append((key, f"{value!r} is looser than the user's {current!r}: a project may only make "
+                                     "approval stricter (allow < ask < deny)"))
+        elif key == "runtime.containment":
+            current = user.runtime.containment
+            if CONTAINMENT_STRENGTH[value] < CONTAINMENT_STRENGTH[current]:
+                refused.append((key, f"{value!r} is weaker than the user's {current!r}: a project may only "
+                                     "strengthen containment (process-tree < auto < cgroup)"))
+        elif key == "tools.entry_points":
+            if value and not user.tools.entry_points:
+                refused.append((key, "a project cannot enable tools the user disabled"))
+        elif section == "agents":
+            refused.append((key, "only the user configures agent adapters (executables, argument vectors, "
+                                 "what the approver is shown)"))
+        elif key == "tools.extra":
+            refused.append((key, "a project cannot add tools"))
+        elif section == "audit":
+            refused.append((key, "only the user configures the audit log"))
+        else:
+            refused.append((key, "not a setting a project may change"))
+    return refused
+
+
+def _lookup(data: Mapping[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        data = data[part]
+    return data
+
+
+def _project_floors(data: Mapping[str, Any], source: str) -> tuple[list[dict], list[str]]:
+    """A project's rules and per-risk settings as tighten_only rules, with their sources."""
+    approval = data.get("approval") if isinstance(data.get("approval"), Mapping) else {}
+    rules, sources = [], []
+    for index, rule in enumerate(approval.get("rules") or ()):
+        rules.append({**rule, "tighten_only": True})
+        sources.append(f"approval.rules[{index}] in {source}")
+    for risk in RISK_NAMES:
+        value = approval.get(risk)
+        if value in ("ask", "deny"):
+            rules.append({"risk": risk, "decision": value, "tighten_only": True})
+            sources.append(f"approval.{risk} in {source}")
+    return rules, sources
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+
+def _split_rules(data: Mapping[str, Any], source: str) -> tuple[dict[str, Any], list[Any]]:
+    approval = data.get("approval")
+    if not isinstance(approval, Mapping) or "rules" not in approval:
+        return dict(data), []
+    rules = approval["rules"]
+    if not isinstance(rules, (list, tuple)):
+        raise ConfigError(f"invalid configuration in {source}: key 'approval.rules' must be an array of tables, "
+                          f"got {_toml_type(rules)} {_show(rules)}", {"source": source, "key": "approval.rules"})
+    return {**data, "approval": {k: v for k, v in approval.items() if k != "rules"}}, list(rules)
+
+
+def _with_rules(data: Mapping[str, Any], rules: list[Any]) -> dict[str, Any]:
+    return merge(data, {"approval": {"rules": list(rules)}})
+
+
+def load_config(
+    overrides: Mapping[str, Any] | str | os.PathLike | None = None,
+    *,
+    workspace: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LoadedConfig:
+    """Resolve the configuration: defaults, user file (located through ``env``, default
+    ``os.environ``), project file (when ``workspace`` is given), then ``overrides``."""
+    env = os.environ if env is None else env
+    layers: list[Layer] = [Layer("defaults", shipped_defaults(), "defaults")]
+    user_path, required = user_config_path(env)
+    if user_path is not None:
+        data = read_toml(user_path, missing_ok=not required)
+        if data is not None:
+            layers.append(Layer(str(user_path), data, "user"))
+    if workspace is not None:
+        project_path = Path(workspace) / PROJECT_CONFIG
+        data = read_toml(project_path, missing_ok=True)
+        if data is not None:
+            layers.append(Layer(str(project_path), data, "project"))
+    if isinstance(overrides, (str, os.PathLike)):
+        layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)), "overrides"))
     elif overrides is not None:
-        layers.append(Layer("overrides", dict(overrides)))
+        layers.append(Layer("overrides", overrides, "overrides"))
+
     merged: dict[str, Any] = {}
+    rules: list[Any] = []
+    rule_sources: list[str] = []
+    recorded = []
     for layer in layers:
         if not isinstance(layer.data, Mapping):
-            raise ConfigError(f"invalid configuration in {layer.source}: expected a table of keys")
-        # Validate each layer's keys against the model so an error names the layer that caused it.
-        candidate = merge(merged, layer.data)
-        validate(candidate, layer.source)
+            raise ConfigError(f"invalid configuration in {layer.source}: expected a table of keys, "
+                              f"got {_toml_type(layer.data)}", {"source": layer.source})
+        plain, own_rules = _split_rules(layer.data, layer.source)
+        candidate = merge(merged, plain)
+        # Validated with only this layer's rules, so an error's rule index is the one in this file.
+        validate(_with_rules(candidate, own_rules), layer.source)
+        if layer.kind == "project":
+            user = validate(_with_rules(merged, rules), "the user's configuration")
+            refused = project_refusals(layer.data, user)
+            if refused:
+                raise ConfigError(
+                    f"project configuration {layer.source} may only tighten the user's settings; refused: "
+                    + "; ".join(f"{key} ({why})" for key, why in refused),
+                    {"source": layer.source, "refused": [{"key": key, "reason": why} for key, why in refused]},
+                )
+            own_rules, sources = _project_floors(layer.data, layer.source)
+        else:
+            sources = [f"approval.rules[{i}] in {layer.source}" for i in range(len(own_rules))]
+        rules.extend(own_rules)
+        rule_sources.extend(sources)
         merged = candidate
-    return LoadedConfig(validate(merged, "the merged configuration"), tuple(layers))
+        recorded.append(Layer(layer.source, layer.data, layer.kind, tuple(dotted_keys(layer.data))))
+    config = validate(_with_rules(merged, rules), "the merged configuration")
+    return LoadedConfig(config, tuple(recorded), tuple(rule_sources))

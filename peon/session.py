@@ -25,9 +25,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .errors import ConfigError, ErrorCode, RegistrationError, SessionError
+from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import LineDecoder, Oversize, encode
 from .result import ToolResult
+from .validation import check_depth
 from workers.reaper import signal_name
 
 START_TIMEOUT_SECONDS = 60.0
@@ -121,6 +122,7 @@ class Session:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._closing = False
+        self._restarting = False
         self._dead: ToolResult | None = None  # set once the supervisor is gone
         self._ready = threading.Event()
         self._start_reply: dict | None = None
@@ -148,6 +150,8 @@ class Session:
         self._send({
             "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
             "state_dir": str(self.state_dir), "config": self._config, "tools": self._tools, "env": self._env,
+            # Without an approver the supervisor denies at once ("no-approver") instead of asking.
+            "approver": self.approver is not None,
         })
         if not self._ready.wait(START_TIMEOUT_SECONDS):
             self._kill_supervisor()
@@ -171,6 +175,33 @@ class Session:
             if self._closing:
                 return
             self._closing = True
+        self._stop_supervisor()
+        self._fail_pending(ErrorCode.SESSION_CLOSED, "the session was closed before the call finished")
+
+    def restart(self) -> None:
+        """Start a fresh supervisor for this session — same id, state directory (so session grants and
+        the audit log carry on), configuration, tools and environment.
+
+        Use it after a call came back ``supervisor_died``. Calls pending on the old supervisor have
+        already been answered (``supervisor_died``), or are answered ``session_closed`` if the old
+        supervisor was still running and is stopped here; none of them is ever run again.
+        """
+        with self._lock:
+            if self._closing:
+                raise SessionError(ErrorCode.SESSION_CLOSED, "the session is closed; open a new one instead")
+            self._restarting = True
+        try:
+            self._stop_supervisor()
+            self._fail_pending(ErrorCode.SESSION_CLOSED, "the supervisor was restarted before the call finished")
+            with self._lock:
+                self._dead = None
+            self._ready = threading.Event()
+            self._start_reply = None
+            self._start()
+        finally:
+            self._restarting = False
+
+    def _stop_supervisor(self) -> None:
         self._send_quietly({"op": "close"})
         try:
             self._proc.wait(CLOSE_TIMEOUT_SECONDS)
@@ -178,7 +209,6 @@ class Session:
             self._kill_supervisor()
         self._reader.join(CLOSE_TIMEOUT_SECONDS)
         self._sock.close()
-        self._fail_pending(ErrorCode.SESSION_CLOSED, "the session was closed before the call finished")
 
     def __enter__(self) -> "Session":
         return self
@@ -208,6 +238,11 @@ class Session:
         call_id = uuid.uuid4().hex[:12]
         handle = CallHandle(self, call_id, name, on_progress)
         message = {"op": "call", "id": call_id, "tool": name, "args": args, "progress": on_progress is not None}
+        try:
+            check_depth(name, args)
+        except ToolError as exc:
+            handle._resolve(ToolResult.failure(call_id, name, exc.code, exc.message, exc.details))
+            return handle
         try:
             data = encode(message)
         except (TypeError, ValueError) as exc:
@@ -286,15 +321,29 @@ class Session:
             threading.Thread(target=self._answer_approval, args=(message,), daemon=True).start()
 
     def _answer_approval(self, request: dict) -> None:
+        """Ask the approver (in this thread) and send its answer; any failure is sent as a denial."""
         answer: Any = {"decision": "deny", "reason": "no approver is configured for this session"}
         if self.approver is not None:
             try:
                 answer = self.approver(request)
             except Exception as exc:
-                answer = {"decision": "deny", "reason": f"the approver raised {type(exc).__name__}: {exc}"}
+                answer = {"decision": "deny", "reason": f"the approver raised {type(exc).__name__}: {exc}",
+                          "approver_error": True}
         if isinstance(answer, str):
             answer = {"decision": answer}
-        self._send_quietly({"op": "approval_answer", "request_id": request.get("request_id"), **dict(answer)})
+        if not isinstance(answer, Mapping):
+            answer = {"decision": "deny", "reason": f"the approver returned {answer!r}, not an answer",
+                      "approver_error": True}
+        fields = {k: answer[k] for k in ("decision", "scope", "reason", "approver_error") if k in answer}
+        try:
+            message = encode({"op": "approval_answer", "request_id": request.get("request_id"), **fields})
+        except (TypeError, ValueError):
+            message = encode({"op": "approval_answer", "request_id": request.get("request_id"), "decision": "deny",
+                              "reason": "the approver's answer is not representable as JSON", "approver_error": True})
+        try:
+            self._send_bytes(message)
+        except OSError:
+            pass
 
     def _on_supervisor_gone(self) -> None:
         self._ready.set()
@@ -303,7 +352,7 @@ class Session:
         except subprocess.TimeoutExpired:
             self._kill_supervisor()
         self._contain_leftovers()
-        if self._closing:
+        if self._closing or self._restarting:
             return
         message = f"the session's supervisor (pid {self._proc.pid}) {self._exit_description()}"
         with self._lock:

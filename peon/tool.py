@@ -75,6 +75,9 @@ class ToolContext:
     cancel: CancelToken
     limits: OutputLimits
     session: SessionView
+    # The tool-specific details the approver was shown (``approval_details``), so the executor can
+    # insist on running exactly what was approved.
+    approved: Mapping[str, Any] = field(default_factory=dict)
     wants_progress: bool = False
     report_progress: Callable[..., None] = lambda **_: None  # e.g. report_progress(output_bytes=...)
 

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,8 @@ from workers import linux
 from workers.channel import Channel, ChannelError
 from workers.reaper import REAPER
 
-from .approval import ApprovalRequest
+from .approval import ApprovalRequest, Decision
+from .audit import audit_entry
 from .pool import WorkerPool
 from .session_state import SessionState
 
@@ -43,6 +45,11 @@ class PendingCall:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     started: bool = False
+    # For the audit log: when it arrived and started, what the approver would see, what was decided.
+    received_at: float = field(default_factory=time.time)
+    started_at: float = field(default_factory=time.monotonic)
+    request: ApprovalRequest | None = None
+    decision: Decision | None = None
 
 
 class Supervisor:
@@ -87,9 +94,9 @@ class Supervisor:
         while True:
             try:
                 message = await self.client.recv()
-            except ChannelError as exc:
-                print(f"peon-supervisor: client channel error: {exc}", file=sys.stderr)
-                return
+            except ChannelError as exc:  # one bad line must not end the session
+                print(f"peon-supervisor: ignored a malformed message from the client: {exc}", file=sys.stderr)
+                continue
             if message is None or message.get("op") == "close":
                 return
             op = message.get("op")
@@ -114,6 +121,13 @@ class Supervisor:
     async def _reply(self, call: PendingCall, reply: dict) -> None:
         self.calls.pop(call.id, None)
         call.finished.set()
+        try:  # recorded before the client sees the result; a failure here must not lose the reply
+            self.state.audit.record(audit_entry(
+                session_id=self.state.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
+                request=call.request, decision=call.decision, reply=reply, received_at=call.received_at,
+                duration_ms=int((time.monotonic() - call.started_at) * 1000)))
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
         try:
             await self.client.send({**reply, "op": "result", "id": call.id})
         except OSError:
@@ -126,7 +140,7 @@ class Supervisor:
             call = await self.queue.get()
             if call.cancelled.is_set():
                 continue  # already answered
-            call.started = True
+            call.started, call.started_at = True, time.monotonic()
             try:
                 reply = await self._run(call)
             except Exception as exc:  # a bug here must fail one call, not the session
@@ -151,7 +165,8 @@ class Supervisor:
                 summary=tool.approval_summary(args), details=tool.approval_details(args, state.view),
                 canonical_input=canonical,
             )
-            decision = await state.approval.decide(request, call.cancelled)
+            call.request = request
+            decision = call.decision = await state.approval.decide(request, call.cancelled)
             if call.cancelled.is_set():
                 return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
             if not decision.allowed:
@@ -169,7 +184,8 @@ class Supervisor:
             if call.progress:
                 await self.client.send({**message, "op": "progress", "id": call.id})
 
-        reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress},
+        reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress,
+                                     "approved": call.request.details},
                                     deadline, call.cancelled, forward_progress)
         return {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
 

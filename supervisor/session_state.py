@@ -8,7 +8,7 @@ resolved, registry built, containment chosen, state directory created) or raises
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,14 @@ from peon.errors import ConfigError, PeonError
 from peon.registry import Registry, build_registry
 from peon.tool import SessionView
 from peon.tools import BUILTIN_TOOLS
+from workers.limits import ResourceLimits
 
 from . import containment as containment_mod
-from .approval import AllowEverything, ApprovalHook
+from .approval import ApprovalHook, ApprovalPolicy
+from .audit import AuditLog
+from .gate import ApprovalGate
+from .grants import GrantStore
+from .skills import Discovery, discover
 
 
 @dataclass
@@ -30,6 +35,8 @@ class SessionState:
     containment: containment_mod.Containment
     approval: ApprovalHook
     state_dir: Path
+    audit: AuditLog
+    skills: Discovery = field(default_factory=Discovery)
 
     @property
     def config(self) -> PeonConfig:
@@ -41,9 +48,12 @@ class SessionState:
         if not workspace.is_dir():
             raise PeonError("not_found", f"workspace {workspace} is not a directory")
         session_id = str(start["session_id"])
-        loaded = load_config(start.get("config"))
         env = dict(start.get("env") or os.environ)
-        view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id)
+        # Layers: defaults, the user's file (located through the session's env), the project's, overrides.
+        loaded = load_config(start.get("config"), workspace=workspace, env=env)
+        skills = discover(workspace, env, loaded.config.skills.max_skills)
+        view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
+                           skills=skills.available)
         registry = build_registry(
             BUILTIN_TOOLS,
             extra=[*loaded.config.tools.extra, *start.get("tools", [])],
@@ -54,8 +64,19 @@ class SessionState:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise ConfigError(f"cannot create the session state directory {state_dir}: {exc.strerror}") from None
-        chosen = containment_mod.choose(loaded.config.runtime.containment, f"peon-{session_id[:16]}-{os.getpid()}")
-        return cls(view, loaded, registry, chosen, AllowEverything(), state_dir)
+        limits = loaded.config.limits
+        chosen = containment_mod.choose(
+            loaded.config.runtime.containment, f"peon-{session_id[:16]}-{os.getpid()}",
+            ResourceLimits(limits.memory_max_bytes, limits.max_processes),
+        )
+        send = supervisor.client.send if supervisor is not None else None
+        gate = ApprovalGate(  # the client says whether it has an approver; without one, "ask" denies at once
+            ApprovalPolicy.from_loaded(loaded), GrantStore(state_dir), send,
+            approver_connected=bool(start.get("approver", True)),
+            timeout_seconds=limits.approval_timeout_seconds,
+        )
+        audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups)
+        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills)
 
     def describe(self, pid: int) -> dict:
         return {
@@ -65,6 +86,7 @@ class SessionState:
             "state_dir": str(self.state_dir),
             "containment": self.containment.info(),
             "config": self.config.to_dict(),
+            "config_layers": self.loaded.describe_layers(),
             "tools": [
                 {
                     "name": tool.name,
@@ -76,6 +98,7 @@ class SessionState:
                 }
                 for tool in self.registry
             ],
+            "skills": self.skills.describe(),
         }
 
     def approval_answer(self, message: dict) -> None:

@@ -173,14 +173,25 @@ def test_tools_table_and_json(leftovers, workspace):
     assert tools["bash"]["risk"] == "process" and "output_schema" in tools["bash"]
 
 
-def test_skills_lists_what_the_session_reports(leftovers, workspace):
+def test_skills_lists_discovered_skills_and_skip_reasons(leftovers, workspace):
+    good = workspace / ".peon" / "skills" / "release-checks"
+    good.mkdir(parents=True)
+    (good / "SKILL.md").write_text("---\nname: release-checks\ndescription: Checks before a release.\n---\nSteps.\n")
+    bad = workspace / ".peon" / "skills" / "Bad_Name"
+    bad.mkdir()
+    (bad / "SKILL.md").write_text("---\nname: Bad_Name\ndescription: x\n---\n")
     proc = peon(leftovers, workspace, "skills")
     assert proc.returncode == 0, proc.stderr
+    assert "release-checks" in proc.stdout and "Checks before a release." in proc.stdout
+    assert "Skipped:" in proc.stdout and "Bad_Name" in proc.stdout
     report = json.loads(peon(leftovers, workspace, "skills", "--json").stdout)
-    if not report.get("skills"):
-        assert "No skills discovered." in proc.stdout
-    else:
-        assert proc.stdout.strip()
+    assert [s["name"] for s in report["available"]] == ["release-checks"]
+    assert len(report["skipped"]) == 1 and report["skipped"][0]["reason"]
+
+
+def test_skills_says_when_there_are_none(leftovers, workspace):
+    proc = peon(leftovers, workspace, "skills")
+    assert proc.returncode == 0 and "No skills discovered." in proc.stdout
 
 
 # -- peon doctor -----------------------------------------------------------------------------------

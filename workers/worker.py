@@ -96,6 +96,7 @@ async def _serve_one(channel: Channel, session: SessionView, registry: Any) -> i
             read_max_bytes=session.config.limits.read_max_bytes,
         ),
         session=session,
+        approved=message.get("approved") or {},
         wants_progress=bool(message.get("progress")),
     )
     progress_sends: set[asyncio.Task] = set()

@@ -1,5 +1,11 @@
 """Peon's built-in tools, one module each, schema beside executor."""
 
+from .agent_claude import ClaudeAgentTool
+from .agent_codex import CodexAgentTool
+from .agent_pi import PiAgentTool
 from .bash import BashTool
+from .read import ReadTool
+from .read_skill import ReadSkillTool
+from .write import WriteTool
 
-BUILTIN_TOOLS = [BashTool]
+BUILTIN_TOOLS = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool, PiAgentTool]

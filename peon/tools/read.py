@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from peon.config import user_peon_dir
 from peon.errors import ConfigError, ErrorCode, ToolError
 from peon.paths import SecretMatch, SecretPattern, WorkspacePath, classify_secret, parse_file_path, parse_secret_patterns
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
@@ -47,11 +48,9 @@ def shipped_secret_patterns() -> tuple[SecretPattern, ...]:
     return parse_secret_patterns(text, f"config/{SECRET_PATTERNS_FILE}")
 
 
-def user_secret_patterns_file(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_CONFIG_HOME") or ""
-    if not os.path.isabs(base):  # the XDG spec says relative values are ignored
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
-    return Path(base) / "peon" / SECRET_PATTERNS_FILE
+def user_secret_patterns_file(env: Mapping[str, str]) -> Path | None:
+    directory = user_peon_dir(env)
+    return directory / SECRET_PATTERNS_FILE if directory else None
 
 
 _user_cache: dict[str, tuple[tuple[int, int, int], tuple[SecretPattern, ...]]] = {}
@@ -60,6 +59,8 @@ _user_cache: dict[str, tuple[tuple[int, int, int], tuple[SecretPattern, ...]]] =
 def secret_patterns(env: Mapping[str, str]) -> tuple[SecretPattern, ...]:
     """The shipped patterns followed by the user's (re-read when that file changes)."""
     path = user_secret_patterns_file(env)
+    if path is None:
+        return shipped_secret_patterns()
     try:
         st = path.stat()
     except FileNotFoundError:
