@@ -29,24 +29,8 @@ from workers import proctree
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
-FORK_LOOP = r"""
-import fcntl, os, time
-def claim():
-    fd = os.open("count", os.O_RDWR | os.O_CREAT | os.O_APPEND)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if os.fstat(fd).st_size >= 300:
-            return False
-        os.write(fd, b"x")
-        return True
-    finally:
-        os.close(fd)
-while claim():
-    if os.fork() == 0 and os.getpid() % 3 == 0:
-        os.setsid()
-while True:
-    time.sleep(1)
-"""
+# The same capped fork loop as the tests use.
+FORK_LOOP = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "forkloop.py").read_text()
 
 
 def status_kib(pid: int, field: str) -> int:

@@ -135,3 +135,16 @@ def open_session(workspace, tmp_path, leftovers):
 @pytest.fixture
 def session(open_session, containment):
     return open_session({"runtime": {"containment": containment}})
+
+
+def expect_ok(session, tool: str, args) -> dict:
+    result = session.call(tool, args)
+    assert result.ok, result.error
+    return result.value
+
+
+def expect_error(session, tool: str, args, code: str):
+    result = session.call(tool, args)
+    assert not result.ok, result.value
+    assert result.error.code == code, result.error
+    return result.error

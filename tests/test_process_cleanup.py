@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -81,27 +82,7 @@ def test_zombie_producing_parent(session, workspace):
         assert not os.path.exists(f"/proc/{pid}"), pid
 
 
-FORK_LOOP = r"""
-import fcntl, os, time
-CAP = 300
-def claim():
-    # A fresh open per claim: flock on an inherited descriptor would not exclude the other forks.
-    counter = os.open("count", os.O_RDWR | os.O_CREAT | os.O_APPEND)
-    try:
-        fcntl.flock(counter, fcntl.LOCK_EX)
-        if os.fstat(counter).st_size >= CAP:
-            return False
-        os.write(counter, b"x")
-        return True
-    finally:
-        os.close(counter)
-while claim():
-    pid = os.fork()
-    if pid == 0 and os.getpid() % 3 == 0:
-        os.setsid()  # some escape the process group
-while True:
-    time.sleep(1)
-"""
+FORK_LOOP = (Path(__file__).parent / "fixtures" / "forkloop.py").read_text()
 
 
 def cmdline(pid: int) -> str:

@@ -15,6 +15,7 @@ from peon.errors import ToolError
 from peon.paths import parse_file_path
 from peon.tools.read import CONTEXT_BYTES, decode_range, select_range
 from workers import fs
+from conftest import expect_error, expect_ok
 
 TEXT = "aé€😀z".encode()  # a@0, é@1-2, €@3-5, 😀@6-9, z@10; 11 bytes
 BOUNDARIES = [0, 1, 3, 6, 10, 11]
@@ -35,16 +36,11 @@ def fs_session(open_session, resolver_env):
 
 
 def ok(session, args):
-    r = session.call("read", args)
-    assert r.ok, r.error
-    return r.value
+    return expect_ok(session, "read", args)
 
 
 def err(session, args, code):
-    r = session.call("read", args)
-    assert not r.ok, r.value
-    assert r.error.code == code, r.error
-    return r.error
+    return expect_error(session, "read", args, code)
 
 
 def test_read_whole_file_in_both_containments(session, workspace):

@@ -10,6 +10,7 @@ import pytest
 
 from peon.paths import TEMP_PREFIX
 from workers import fs
+from conftest import expect_error, expect_ok
 
 
 @pytest.fixture(params=["openat2", "walk"])
@@ -29,16 +30,11 @@ def sha(data: bytes) -> str:
 
 
 def ok(session, args):
-    r = session.call("write", args)
-    assert r.ok, r.error
-    return r.value
+    return expect_ok(session, "write", args)
 
 
 def err(session, args, code):
-    r = session.call("write", args)
-    assert not r.ok, r.value
-    assert r.error.code == code, r.error
-    return r.error
+    return expect_error(session, "write", args, code)
 
 
 def temps(directory) -> list[str]:
