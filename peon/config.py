@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from supervisor.approval import STRICTNESS, check_command_prefix, check_path_prefix
 
 from .errors import ConfigError
+from .userdir import user_peon_dir
 
 MAX_CONFIG_FILE_BYTES = 1 << 20
 PROJECT_CONFIG = Path(".peon") / "config.toml"
@@ -185,6 +186,10 @@ class LoadedConfig:
     def describe_layers(self) -> list[dict[str, Any]]:
         return [{"source": layer.source, "kind": layer.kind, "keys": list(layer.keys)} for layer in self.layers]
 
+    def to_wire(self) -> dict[str, Any]:
+        """Plain data for :class:`peon.configview.ResolvedConfig` in the supervisor and workers."""
+        return {"config": self.config.to_dict(), "layers": self.describe_layers(), "rule_sources": list(self.rule_sources)}
+
 
 def shipped_defaults() -> dict[str, Any]:
     text = resources.files("peon._config").joinpath("defaults.toml").read_text(encoding="utf-8")
@@ -234,21 +239,6 @@ def user_config_path(env: Mapping[str, str]) -> tuple[Path | None, bool]:
         return Path(named), True
     directory = user_peon_dir(env)
     return (directory / "config.toml" if directory else None), False
-
-
-def user_peon_dir(env: Mapping[str, str]) -> Path | None:
-    """``$XDG_CONFIG_HOME/peon``, else ``$HOME/.config/peon``, from the session's environment.
-
-    The user's config file, secret-path patterns and skills live here. Relative values are ignored,
-    as the XDG specification says; with neither variable usable there is no user directory.
-    """
-    xdg = env.get("XDG_CONFIG_HOME")
-    if xdg and os.path.isabs(xdg):
-        return Path(xdg) / "peon"
-    home = env.get("HOME")
-    if home and os.path.isabs(home):
-        return Path(home) / ".config" / "peon"
-    return None
 
 
 def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import LineDecoder, Oversize, encode
 from .result import ToolResult
@@ -116,6 +117,9 @@ class Session:
         self.state_dir = Path(state_dir) if state_dir else default_state_root() / self.session_id
         self.approver = approver
         self._config = str(config) if isinstance(config, (str, os.PathLike)) else (dict(config) if config else None)
+        # Layers resolve here, so a bad file is reported before any process starts; the supervisor and
+        # its workers get the validated result as plain data (they never load the validation code).
+        self.config = load_config(self._config, workspace=self.workspace, env=dict(os.environ if env is None else env))
         self._tools = [_import_path(t) for t in tools]
         self._env = dict(os.environ if env is None else env)
         self._handles: dict[str, CallHandle] = {}
@@ -149,7 +153,7 @@ class Session:
         self._reader.start()
         self._send({
             "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
-            "state_dir": str(self.state_dir), "config": self._config, "tools": self._tools, "env": self._env,
+            "state_dir": str(self.state_dir), "config": self.config.to_wire(), "tools": self._tools, "env": self._env,
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
         })
@@ -249,8 +253,8 @@ class Session:
             handle._resolve(ToolResult.failure(call_id, name, ErrorCode.INVALID_INPUT,
                                                f"input for {name} is not representable as JSON: {exc}"))
             return handle
-        limit = self.info.get("config", {}).get("limits", {}).get("max_input_bytes")
-        if limit and len(data) > limit:
+        limit = self.config.config.limits.max_input_bytes
+        if len(data) > limit:
             handle._resolve(ToolResult.failure(
                 call_id, name, ErrorCode.TOO_LARGE,
                 f"input for {name} is {len(data)} bytes encoded; limits.max_input_bytes is {limit}",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peon.config import LoadedConfig, PeonConfig, load_config
+from peon.configview import ConfigView, ResolvedConfig
 from peon.errors import ConfigError, PeonError
 from peon.registry import Registry, build_registry
 from peon.tool import SessionView
@@ -30,7 +30,7 @@ from .skills import Discovery, discover
 @dataclass
 class SessionState:
     view: SessionView
-    loaded: LoadedConfig
+    loaded: ResolvedConfig
     registry: Registry
     containment: containment_mod.Containment
     approval: ApprovalHook
@@ -39,7 +39,7 @@ class SessionState:
     skills: Discovery = field(default_factory=Discovery)
 
     @property
-    def config(self) -> PeonConfig:
+    def config(self) -> ConfigView:
         return self.loaded.config
 
     @classmethod
@@ -49,8 +49,8 @@ class SessionState:
             raise PeonError("not_found", f"workspace {workspace} is not a directory")
         session_id = str(start["session_id"])
         env = dict(start.get("env") or os.environ)
-        # Layers: defaults, the user's file (located through the session's env), the project's, overrides.
-        loaded = load_config(start.get("config"), workspace=workspace, env=env)
+        # Resolved and validated by the client from its layers (defaults, user, project, overrides).
+        loaded = ResolvedConfig(start["config"])
         skills = discover(workspace, env, loaded.config.skills.max_skills)
         view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
                            skills=skills.available)

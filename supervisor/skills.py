@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from peon.config import user_peon_dir
+from peon.userdir import user_peon_dir
 
 SKILL_FILE = "SKILL.md"
 MAX_ENTRIES_PER_ROOT = 4096

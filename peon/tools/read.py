@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from peon.config import user_peon_dir
+from peon.userdir import user_peon_dir
 from peon.errors import ConfigError, ErrorCode, ToolError
 from peon.paths import SecretMatch, SecretPattern, WorkspacePath, classify_secret, parse_file_path, parse_secret_patterns
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
