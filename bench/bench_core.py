@@ -108,7 +108,7 @@ def bench_flood(session: peon.Session) -> None:
     def sample():
         nonlocal peak_rss, peak_pss
         while not done.is_set():
-            workers = [p for p in proctree.children(sup) if cmdline(p).startswith("peon-worker bash")]
+            workers = [p for p in proctree.descendants(sup) if cmdline(p).startswith("peon-worker bash")]
             if workers:
                 pids = [sup, *workers]
                 peak_rss = max(peak_rss, sum(status_kib(p, "VmRSS") for p in pids))

@@ -14,9 +14,6 @@ import re
 from importlib import metadata
 from typing import Any, Iterable, Mapping
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from .errors import RegistrationError
 from .tool import Tool, ToolRisk
 
@@ -25,6 +22,9 @@ ENTRY_POINT_GROUP = "peon.tools"
 
 
 def _check_object_schema(schema: Any, what: str, origin: str, *, closed: bool) -> None:
+    from jsonschema import Draft202012Validator  # here: a forkserver imports this module without validating
+    from jsonschema.exceptions import SchemaError
+
     if not isinstance(schema, Mapping):
         raise RegistrationError(f"{what} of {origin} must be a JSON Schema object, got {type(schema).__name__}")
     try:
@@ -78,7 +78,12 @@ def instantiate(obj: Any, origin: str) -> Tool:
 
 
 def import_tool(path: str) -> Tool:
-    """Load ``"package.module:Attribute"`` (a Tool subclass or instance)."""
+    """Load ``"package.module:Attribute"`` (a Tool subclass or instance) and check it."""
+    return instantiate(resolve_import_path(path), path)
+
+
+def resolve_import_path(path: str) -> Any:
+    """The object named by ``"package.module:Attribute"``, unchecked."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise RegistrationError(f"tool import path {path!r} must look like 'package.module:ToolClass'")
@@ -92,18 +97,19 @@ def import_tool(path: str) -> Tool:
             obj = getattr(obj, part)
         except AttributeError:
             raise RegistrationError(f"tool import path {path!r}: {module_name} has no attribute {attr}") from None
-    return instantiate(obj, path)
+    return obj
 
 
 class Registry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._origins: dict[str, str] = {}
+        self._import_paths: dict[str, str] = {}  # how another interpreter loads the same tool
 
-    def register(self, tool: Any, origin: str | None = None) -> Tool:
-        if origin is None:
-            cls = tool if isinstance(tool, type) else type(tool)
-            origin = f"{cls.__module__}:{cls.__qualname__}"
+    def register(self, tool: Any, origin: str | None = None, import_path: str | None = None) -> Tool:
+        cls = tool if isinstance(tool, type) else type(tool)
+        class_path = f"{cls.__module__}:{cls.__qualname__}"
+        origin = origin or class_path
         tool = instantiate(tool, origin)
         if tool.name in self._tools:
             raise RegistrationError(
@@ -113,10 +119,11 @@ class Registry:
             )
         self._tools[tool.name] = tool
         self._origins[tool.name] = origin
+        self._import_paths[tool.name] = import_path or class_path
         return tool
 
     def register_import_path(self, path: str) -> Tool:
-        return self.register(import_tool(path), path)
+        return self.register(resolve_import_path(path), path, path)
 
     def register_entry_points(self) -> list[Tool]:
         loaded = []
@@ -126,7 +133,7 @@ class Registry:
                 obj = ep.load()
             except Exception as exc:
                 raise RegistrationError(f"{origin} failed to load: {exc}") from None
-            loaded.append(self.register(obj, origin))
+            loaded.append(self.register(obj, origin, ep.value))
         return loaded
 
     def get(self, name: str) -> Tool | None:
@@ -134,6 +141,10 @@ class Registry:
 
     def origin(self, name: str) -> str:
         return self._origins[name]
+
+    def import_paths(self) -> list[str]:
+        """Paths that load every registered tool in another interpreter (see workers.forkserver)."""
+        return list(self._import_paths.values())
 
     def __iter__(self):
         return iter(self._tools.values())

@@ -3,63 +3,96 @@
 Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (the standby, forked before the call
 arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
 worker's result, or an error saying how the worker failed (crashed, killed by the OOM killer, hung past
-deadline + grace). When it returns an error, the worker and its whole tree are already dead. When it
-returns a worker's result, the worker itself is still exiting; :meth:`WorkerPool.retire` reaps it and
-its containment in the background. :meth:`WorkerPool.close` kills every worker the pool ever started.
+deadline + grace, could not be started). When it returns an error, the worker and its whole tree are
+already dead. When it returns a worker's result, the worker itself is still exiting;
+:meth:`WorkerPool.retire` waits for it and releases its containment in the background.
+:meth:`WorkerPool.close` kills every worker the pool ever started and stops the forkserver.
+
+Workers are forked by the session's forkserver (:mod:`supervisor.forker`), not by the supervisor: the
+supervisor watches each through a pidfd and kills trees by pid or cgroup; the orphans of a worker
+that dies are reparented to the supervisor (a subreaper) and killed here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import time
 import traceback
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError
-from peon.tool import SessionView
 from workers.channel import Channel, ChannelError
 from workers.reaper import REAPER, describe_status, wait_children_gone
 from workers.runner import CANCEL_GRACE_SECONDS
-from workers.worker import become_worker
 
 from .containment import Containment, sweep_orphans
+from .forker import Forker, ForkerGone
 
 EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after reporting its result
+STATUS_WAIT_SECONDS = 1.0  # how long after a worker's exit its status may take to arrive
 
 
 class WorkerHandle:
-    def __init__(self, pid: int, channel: Channel):
+    """One worker: its pid, a pidfd (exit detection that needs no parent), and its call channel.
+
+    ``exited`` resolves with the wait status once the worker has exited, or with None when the
+    forkserver that would have reported it is gone.
+    """
+
+    def __init__(self, pid: int, pidfd: int, channel: Channel, status: asyncio.Future):
         self.pid = pid
+        self.pidfd = pidfd
         self.channel = channel
-        self.exited: asyncio.Future[int] = REAPER.watch(pid)
+        self.exited: asyncio.Future[int | None] = asyncio.ensure_future(self._watch(status))
+
+    async def _watch(self, status: asyncio.Future) -> int | None:
+        loop = asyncio.get_running_loop()
+        gone = loop.create_future()
+        loop.add_reader(self.pidfd, lambda: gone.done() or gone.set_result(None))
+        try:
+            await asyncio.wait({status, gone}, return_when=asyncio.FIRST_COMPLETED)
+            return await asyncio.wait_for(asyncio.shield(status), STATUS_WAIT_SECONDS)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(self.pidfd)
+
+    def close(self) -> None:
+        if self.pidfd < 0:
+            return
+        self.exited.cancel()
+        self.channel.close()
+        os.close(self.pidfd)
+        self.pidfd = -1
 
 
 class WorkerPool:
-    def __init__(self, session: SessionView, registry: Any, containment: Containment, grace_seconds: float):
-        self.session = session
-        self.registry = registry
+    def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float):
+        self.spawn_forker = spawn_forker
         self.containment = containment
         self.grace_seconds = grace_seconds
+        self.forker: Forker | None = None
         self.live: dict[int, WorkerHandle] = {}
-        self._standby: WorkerHandle | None = None
+        self._standby: asyncio.Future[WorkerHandle] | None = None
         self._retiring: set[asyncio.Task] = set()
 
     # -- process start-up -------------------------------------------------------------------------
 
-    def _fork(self) -> WorkerHandle:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        supervisor_pid = os.getpid()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the worker; never returns
-            ours.detach()
-            become_worker(theirs, supervisor_pid, self.session, self.registry)
-        theirs.close()
-        handle = WorkerHandle(pid, Channel(ours))
+    async def start(self) -> None:
+        self.forker = self.spawn_forker()  # known as ours (not an orphan) before it is ready
+        await self.forker.wait_ready()
+        self.prestart()
+
+    async def _fork(self) -> WorkerHandle:
+        if self.forker is None or self.forker.gone.done():
+            print("peon-supervisor: the forkserver is gone; starting a new one", file=sys.stderr)
+            self.forker = self.spawn_forker()
+        await self.forker.wait_ready()
+        pid, pidfd, sock = await self.forker.fork()
+        handle = WorkerHandle(pid, pidfd, Channel(sock), self.forker.exit_status(pid))
         self.live[pid] = handle
         try:
             self.containment.adopt(pid)
@@ -70,14 +103,20 @@ class WorkerPool:
 
     def prestart(self) -> None:
         if self._standby is None:
-            self._standby = self._fork()
+            self._standby = asyncio.ensure_future(self._fork())
 
-    def _take(self) -> WorkerHandle:
-        worker, self._standby = self._standby, None
+    async def _take(self) -> WorkerHandle:
+        standby, self._standby = self._standby, None
+        worker = None
+        if standby is not None:
+            try:
+                worker = await standby
+            except (ForkerGone, ToolError):
+                worker = None
         if worker is None or worker.exited.done():
             if worker is not None:
                 self.retire(worker)
-            worker = self._fork()
+            worker = await self._fork()
         return worker
 
     # -- one call ---------------------------------------------------------------------------------
@@ -89,7 +128,10 @@ class WorkerPool:
         cancelled: asyncio.Event,
         on_progress: Callable[[dict], Awaitable[None]],
     ) -> dict:
-        worker = self._take()
+        try:
+            worker = await self._take()
+        except (ForkerGone, ToolError) as exc:
+            return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {call['tool']}: {exc}")
         try:
             await worker.channel.send({**call, "op": "call", "deadline": deadline.at,
                                        "cgroup": self.containment.worker_cgroup(worker.pid)})
@@ -158,7 +200,7 @@ class WorkerPool:
         except asyncio.TimeoutError:
             self.containment.kill_tree(worker.pid)
             return _failure(ErrorCode.WORKER_CRASHED, f"the worker for {tool} closed its channel and was killed")
-        how = describe_status(status)
+        how = describe_status(status) if status is not None else "exited (its status is unknown: the forkserver is gone)"
         if self.containment.oom_killed(worker.pid):
             return _failure(ErrorCode.WORKER_OOM, f"the worker for {tool} was {how} by the out-of-memory killer")
         hint = " (the out-of-memory killer or another process)" if how == "killed by SIGKILL" else ""
@@ -184,26 +226,41 @@ class WorkerPool:
                 await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
             if not self.containment.release(worker.pid):
                 print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
-            sweep_orphans(set(self.live))
-            if not await wait_children_gone(REAPER, exclude=set(self.live) - {worker.pid}):
+            ours = self._own_children()
+            sweep_orphans(ours)
+            if not await wait_children_gone(REAPER, exclude=ours - {worker.pid}):
                 print(f"peon-supervisor: processes left by worker {worker.pid} survived SIGKILL", file=sys.stderr)
         except Exception:
             traceback.print_exc(file=sys.stderr)
         finally:
-            worker.channel.close()
             if worker.exited.done():
                 self.live.pop(worker.pid, None)
+                if self.forker is not None:
+                    self.forker.forget(worker.pid)
+            worker.close()
+
+    def _own_children(self) -> set[int]:
+        """The supervisor's children that are not orphans: the forkserver (workers are its children)."""
+        return set(self.live) | ({self.forker.pid} if self.forker is not None else set())
 
     async def close(self) -> None:
-        """Kill every worker and everything below them; wait until all are reaped."""
-        self._standby = None
+        """Kill every worker and everything below them, stop the forkserver, wait until all are gone."""
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            try:
+                await standby
+            except (ForkerGone, ToolError):
+                pass
         for worker in list(self.live.values()):
             self.containment.kill_tree(worker.pid)
         for worker in list(self.live.values()):
             await self._finish(worker)
         if self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
+        if self.forker is not None:
+            await self.forker.close()
         sweep_orphans(set())
+        await wait_children_gone(REAPER)
 
 
 def _failure(code: ErrorCode, message: str, details: dict | None = None) -> dict:

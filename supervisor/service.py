@@ -32,6 +32,7 @@ from workers.reaper import REAPER
 
 from .approval import ApprovalRequest, Decision
 from .audit import audit_entry
+from .forker import Forker, ForkerGone
 from .pool import WorkerPool
 from .session_state import SessionState
 
@@ -71,12 +72,18 @@ class Supervisor:
             await self.client.send({"op": "fatal", "error": exc.to_dict()})
             return 1
         setproctitle(f"peon-supervisor {self.state.view.workspace}")
+        state = self.state
         self.pool = WorkerPool(
-            self.state.view, self.state.registry, self.state.containment,
-            self.state.config.limits.worker_grace_seconds,
+            lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
+            state.containment, state.config.limits.worker_grace_seconds,
         )
         try:
-            self.pool.prestart()
+            try:
+                await self.pool.start()
+            except (ForkerGone, asyncio.TimeoutError) as exc:
+                await self.client.send({"op": "fatal", "error": ToolError(
+                    ErrorCode.WORKER_CRASHED, f"the session's forkserver could not start: {exc}").to_dict()})
+                return 1
             await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
             reader = asyncio.ensure_future(self._read_client())
             executor = asyncio.ensure_future(self._execute_calls())

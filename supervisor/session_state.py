@@ -37,6 +37,7 @@ class SessionState:
     state_dir: Path
     audit: AuditLog
     skills: Discovery = field(default_factory=Discovery)
+    config_wire: dict = field(default_factory=dict)
 
     @property
     def config(self) -> ConfigView:
@@ -76,7 +77,14 @@ class SessionState:
             timeout_seconds=limits.approval_timeout_seconds,
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups)
-        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills)
+        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"])
+
+    def worker_session(self) -> dict:
+        """What the forkserver needs to rebuild this session's view and tools for its workers."""
+        return {
+            "workspace": str(self.view.workspace), "config": self.config_wire, "env": dict(self.view.env),
+            "session_id": self.view.session_id, "skills": [r.to_dict() for r in self.skills.available.values()],
+        }
 
     def describe(self, pid: int) -> dict:
         return {

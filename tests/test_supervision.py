@@ -26,7 +26,7 @@ def title(pid: int) -> str:
 
 
 def workers_of(session, prefix: str = "peon-worker") -> list[int]:
-    return [p for p in proctree.children(session.supervisor_pid) if title(p).startswith(prefix)]
+    return [p for p in proctree.descendants(session.supervisor_pid) if title(p).startswith(prefix)]
 
 
 def test_process_titles_and_standby(session, workspace):
@@ -147,3 +147,18 @@ def test_non_json_inputs_are_refused_before_sending(session):
     r = session.call("bash", {"command": nested})
     assert r.error.code == "invalid_input" and r.error.details["rule"] == "max_depth"
     assert session.call("bash", {"command": "echo alive"}).value["output"] == "alive\n"
+
+
+def test_forkserver_killed_mid_call(session, workspace):
+    """Workers are forked by the session's forkserver; its death fails the running call clearly,
+    kills the call's processes, and the next call gets a fresh forkserver."""
+    handle = session.submit("bash", {"command": "sleep 1000 & echo $! > child.pid; wait"})
+    assert wait_for(lambda: (workspace / "child.pid").exists(), 10)
+    [forkserver] = [p for p in proctree.children(session.supervisor_pid) if title(p).startswith("peon-forkserver")]
+    os.kill(forkserver, signal.SIGKILL)
+    r = handle.result(timeout=30)
+    assert not r.ok and r.error.code == "worker_crashed", r
+    assert living([int((workspace / "child.pid").read_text())]) == []
+    assert session.call("bash", {"command": "echo again"}).value["output"] == "again\n"
+    assert wait_for(lambda: [p for p in proctree.children(session.supervisor_pid)
+                             if title(p).startswith("peon-forkserver") and p != forkserver], 10)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from peon.paths import TEMP_PREFIX
-from workers.proctree import children
+from workers.proctree import descendants
 
 SIZE = 6 << 20  # large enough that writing and fsyncing takes a while
 ROUNDS = 20  # per mode
@@ -30,7 +30,7 @@ def write_worker(session, timeout: float = 20.0) -> int | None:
     """The pid of the session's worker that is serving a write call."""
     until = time.monotonic() + timeout
     while time.monotonic() < until:
-        for pid in children(session.supervisor_pid):
+        for pid in descendants(session.supervisor_pid):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     if f.read().startswith(b"peon-worker write"):

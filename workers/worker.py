@@ -1,11 +1,12 @@
-"""A worker: a process forked by its supervisor that serves exactly one call, then exits.
+"""A worker: a process forked (by the session's forkserver) that serves exactly one call, then exits.
 
 Promise:
 
 * it is a child subreaper, so everything the call starts stays below it;
 * before it reports a result, every process the call started is dead (it sweeps its own tree even if
   the tool forgot to);
-* if its supervisor dies it gets a parent-death signal, kills its whole tree and exits;
+* if its forkserver dies (it does when the supervisor dies) it gets a parent-death signal, kills its
+  whole tree and exits;
 * a tool that ignores cancellation or its deadline is abandoned (its task cancelled) after a grace,
   and the supervisor kills the worker if even that does not end it.
 
@@ -36,25 +37,25 @@ from .channel import Channel
 from .reaper import REAPER
 from .runner import CANCEL_GRACE_SECONDS
 
-EXIT_SUPERVISOR_GONE = 75
+EXIT_PARENT_GONE = 75
 EXIT_INTERNAL_ERROR = 70
 ABANDON_GRACE_SECONDS = 1.0  # after cancel grace or deadline, how long a tool may still take
 
 
-def _on_supervisor_gone(signum: int, frame: Any) -> None:
+def _on_parent_gone(signum: int, frame: Any) -> None:
     treekill.current.kill_everything()
-    os._exit(EXIT_SUPERVISOR_GONE)
+    os._exit(EXIT_PARENT_GONE)
 
 
-def _prepare(sock: socket.socket, supervisor_pid: int) -> None:
-    gc.freeze()  # objects inherited from the supervisor (its sockets, its loop) are never collected here
+def _prepare(sock: socket.socket, parent_pid: int) -> None:
+    gc.freeze()  # objects inherited from the forkserver (its sockets) are never collected here
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, _on_supervisor_gone)
+    signal.signal(signal.SIGTERM, _on_parent_gone)
     linux.set_parent_death_signal(signal.SIGTERM)
-    if os.getppid() != supervisor_pid:  # the supervisor died before the death signal was armed
-        os._exit(EXIT_SUPERVISOR_GONE)
+    if os.getppid() != parent_pid:  # the forkserver died before the death signal was armed
+        os._exit(EXIT_PARENT_GONE)
     linux.set_child_subreaper()
     keep = sock.fileno()
     os.closerange(3, keep)
@@ -62,22 +63,22 @@ def _prepare(sock: socket.socket, supervisor_pid: int) -> None:
     setproctitle("peon-worker standby")
 
 
-def become_worker(sock: socket.socket, supervisor_pid: int, session: SessionView, registry: Any) -> NoReturn:
-    """Entry point in the freshly forked child; never returns."""
+def become_worker(sock: socket.socket, parent_pid: int, session: SessionView, tools: Any) -> NoReturn:
+    """Entry point in the child the forkserver just forked; never returns."""
     code = EXIT_INTERNAL_ERROR
     try:
-        _prepare(sock, supervisor_pid)
+        _prepare(sock, parent_pid)
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         REAPER.install(loop)
-        code = loop.run_until_complete(_serve_one(Channel(sock), session, registry))
+        code = loop.run_until_complete(_serve_one(Channel(sock), session, tools))
     except BaseException:
         traceback.print_exc(file=sys.stderr)
     finally:
         os._exit(code)
 
 
-async def _serve_one(channel: Channel, session: SessionView, registry: Any) -> int:
+async def _serve_one(channel: Channel, session: SessionView, tools: Any) -> int:
     message = await channel.recv()
     if message is None or message.get("op") != "call":
         return 0  # retired while on standby
@@ -108,7 +109,7 @@ async def _serve_one(channel: Channel, session: SessionView, registry: Any) -> i
 
     ctx.report_progress = report_progress
     listener = asyncio.ensure_future(_listen(channel, token))
-    reply = await _execute(registry.get(tool_name), message["args"], ctx)
+    reply = await _execute(tools[tool_name], message["args"], ctx)
     listener.cancel()
     # Whatever the tool did, nothing it started may outlive the call.
     treekill.current.kill_descendants()
