@@ -15,7 +15,6 @@ Run: ``python bench/bench_core.py [--calls N]``
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Callable
+from typing import Awaitable, Callable
 
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError

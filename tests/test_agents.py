@@ -80,7 +80,7 @@ def test_bound_prompt_keeps_head_and_tail():
 
 
 def test_search_path_ignores_relative_entries(tmp_path):
-    assert split_search_path(f"/a::b:/c:.") == (["/a", "/c"], ["", "b", "."])
+    assert split_search_path("/a::b:/c:.") == (["/a", "/c"], ["", "b", "."])
     install_fake_agents(tmp_path / "bin", ["claude"])
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "claude").write_text("not executable")

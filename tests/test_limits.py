@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from conftest import living
 from test_process_cleanup import FORK_LOOP, assert_gone, pids_in
 
 HOG = """

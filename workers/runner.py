@@ -35,7 +35,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
 from peon.truncation import BoundedText, HeadTail
 
-from . import proctree, treekill
+from . import treekill
 from .limits import ResourceLimits, watch as watch_limits
 from .reaper import REAPER, signal_name, wait_children_gone
 
