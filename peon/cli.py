@@ -302,6 +302,7 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         print(f"containment  session failed to start: {containment['error']}")
     else:
         print(f"containment  {containment.get('kind')}: {containment.get('description')}")
+        print(f"limits       {containment.get('limits')}")
     cg = facts["cgroup_v2"]
     print(f"cgroup v2    {'yes' if cg['available'] else 'no'}: {cg['detail']}")
     sub = facts["subreaper"]

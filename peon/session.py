@@ -292,14 +292,16 @@ class Session:
 
     def _read_loop(self) -> None:
         decoder = LineDecoder()
+        chunk = bytearray(64 * 1024)  # reused: a fresh large buffer per recv makes RSS creep
         try:
             while True:
                 try:
-                    data = self._sock.recv(1 << 18)
+                    n = self._sock.recv_into(chunk)
                 except OSError:
-                    data = b""
-                if not data:
+                    n = 0
+                if not n:
                     break
+                data = bytes(memoryview(chunk)[:n])
                 for line in decoder.feed(data):
                     if isinstance(line, Oversize):
                         continue

@@ -90,7 +90,8 @@ class Tool(abc.ABC):
     output_schema: ClassVar[Mapping[str, Any] | None] = None
 
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
-        """The input schema in this session (``read_skill`` lists the discovered names)."""
+        """The input schema in this session (``read_skill`` lists the discovered names); asked once,
+        when the session starts."""
         return self.input_schema
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from peon.errors import ConfigError
 from workers import cgroup, proctree
-from workers.limits import ResourceLimits
+from workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
 
 
 class Containment:
@@ -44,8 +44,16 @@ class Containment:
     def close(self) -> None:
         """Kill everything still contained (session end)."""
 
+    def enforced_by_kernel(self) -> tuple[str, ...]:
+        """Which per-call limits the kernel enforces ("memory", "pids"); the rest are watched."""
+        return ()
+
     def info(self) -> dict:
-        return {"kind": self.kind, "description": self.description}
+        kernel = self.enforced_by_kernel()
+        watched = [name for name in ("memory", "pids") if name not in kernel]
+        limits = ", ".join([*(f"{name}: cgroup" for name in kernel),
+                            *(f"{name}: watchdog sampling every {SAMPLE_INTERVAL_SECONDS * 1000:g} ms" for name in watched)])
+        return {"kind": self.kind, "description": self.description, "limits": limits}
 
 
 class ProcessTreeContainment(Containment):
@@ -68,8 +76,7 @@ class CgroupContainment(Containment):
         self.session = cgroup.Cgroup.create(parent / name)
         self.limits = limits
         self.controllers = self.session.enable_controllers(("memory", "pids"))
-        enforced = f"; kernel-enforced limits: {', '.join(self.controllers)}" if self.controllers else ""
-        self.description = f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}{enforced}"
+        self.description = f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}"
         self._workers: dict[int, cgroup.Cgroup] = {}
 
     def adopt(self, pid: int) -> None:
@@ -110,8 +117,11 @@ class CgroupContainment(Containment):
     def close(self) -> None:
         self.session.kill_and_remove()
 
+    def enforced_by_kernel(self) -> tuple[str, ...]:
+        return self.controllers
+
     def info(self) -> dict:
-        return {**super().info(), "cgroup": str(self.session.path), "enforced_limits": list(self.controllers)}
+        return {**super().info(), "cgroup": str(self.session.path)}
 
 
 def choose(mode: str, session_name: str, limits: ResourceLimits) -> Containment:

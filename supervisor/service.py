@@ -161,7 +161,7 @@ class Supervisor:
         if tool is None:
             return _error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}; available: {', '.join(state.registry.names())}")
         try:
-            args = validate_input(tool.name, tool.schema_for(state.view), call.args)
+            args = validate_input(tool.name, state.schemas[tool.name], call.args)
             try:
                 canonical = canonical_json(args)
             except ValueError as exc:

@@ -38,6 +38,7 @@ class SessionState:
     audit: AuditLog
     skills: Discovery = field(default_factory=Discovery)
     config_wire: dict = field(default_factory=dict)
+    schemas: dict = field(default_factory=dict)  # each tool's input schema in this session, fixed at start
 
     @property
     def config(self) -> ConfigView:
@@ -77,7 +78,8 @@ class SessionState:
             timeout_seconds=limits.approval_timeout_seconds,
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups)
-        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"])
+        schemas = {tool.name: tool.schema_for(view) for tool in registry}
+        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas)
 
     def worker_session(self) -> dict:
         """What the forkserver needs to rebuild this session's view and tools for its workers."""
@@ -100,7 +102,7 @@ class SessionState:
                     "name": tool.name,
                     "description": tool.description,
                     "risk": tool.risk.value,
-                    "input_schema": tool.schema_for(self.view),
+                    "input_schema": self.schemas[tool.name],
                     "output_schema": tool.output_schema,
                     "origin": self.registry.origin(tool.name),
                 }

@@ -16,6 +16,7 @@ from typing import Any
 from peon.framing import LineDecoder, Oversize, encode
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+RECV_CHUNK = 64 * 1024
 
 
 class ChannelError(Exception):
@@ -30,6 +31,9 @@ class Channel:
         self._pending: deque[Any] = deque()
         self._send_lock = asyncio.Lock()
         self._eof = False
+        # One reused receive buffer: a fresh large bytes object per recv makes the allocator's
+        # footprint creep in a process that lives for days.
+        self._chunk = bytearray(RECV_CHUNK)
 
     async def recv(self) -> dict | None:
         loop = asyncio.get_running_loop()
@@ -37,10 +41,11 @@ class Channel:
             if self._eof:
                 return None
             try:
-                data = await loop.sock_recv(self.sock, 1 << 18)
+                n = await loop.sock_recv_into(self.sock, self._chunk)
             except (ConnectionResetError, BrokenPipeError):
-                data = b""
-            if not data:
+                n = 0
+            data = bytes(memoryview(self._chunk)[:n])
+            if not n:
                 self._eof = True
                 continue
             for line in self._decoder.feed(data):  # decode the whole chunk: a bad line loses only itself
