@@ -201,13 +201,10 @@ def test_unattended_approver(approving):
 
 
 def test_secret_like_read_asks_while_a_normal_read_does_not(approving, workspace):
-    pytest.importorskip("peon.tools.read")
     (workspace / "notes.txt").write_text("plain\n")
     (workspace / ".env").write_text("TOKEN=abc\n")
     approver = Recorder("deny", "allow_once")
     session = approving(approver)
-    if "read" not in {tool["name"] for tool in session.tools()}:
-        pytest.skip("the read tool is not registered yet")
     r = session.call("read", {"path": "notes.txt"})
     assert r.ok, r.error
     assert approver.requests == []
