@@ -210,8 +210,10 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 timed_out = True
             _killpg(pid, signal.SIGKILL)
         # The leader is gone or dying: nothing else this call started may outlive it.
-        if exceeded is None:
-            exceeded = limit_hit.result() if limit_hit.done() else probe.check()
+        if exceeded is None and limit_hit.done():
+            exceeded = limit_hit.result()
+        elif exceeded is None and not (timed_out or cancelled):
+            exceeded = probe.check()  # e.g. a fork refused at pids.max made the command give up
         treekill.current.kill_descendants()
         status = await asyncio.wait_for(exited, timeout=10.0)
         await _wait_descendants_gone()
