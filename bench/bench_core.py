@@ -54,12 +54,6 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def bench_latency(session: peon.Session, env: dict, calls: int) -> None:
@@ -91,7 +85,7 @@ def bench_deadline(session: peon.Session, workspace: Path, runs: int) -> None:
         result = session.call("bash", {"command": f"exec {sys.executable} forkloop.py", "timeout_seconds": timeout})
         returned = time.monotonic()
         assert result.value["timed_out"], result
-        loop_alive = [p for p in proctree.descendants(session.supervisor_pid) if "forkloop.py" in cmdline(p)]
+        loop_alive = [p for p in proctree.descendants(session.supervisor_pid) if "forkloop.py" in proctree.cmdline(p)]
         assert not loop_alive, f"fork loop survived: {loop_alive}"
         count = (workspace / "count").stat().st_size
         figures.append((returned - sent - timeout) * 1000)
@@ -108,7 +102,7 @@ def bench_flood(session: peon.Session) -> None:
     def sample():
         nonlocal peak_rss, peak_pss
         while not done.is_set():
-            workers = [p for p in proctree.descendants(sup) if cmdline(p).startswith("peon-worker bash")]
+            workers = [p for p in proctree.descendants(sup) if proctree.cmdline(p).startswith("peon-worker bash")]
             if workers:
                 pids = [sup, *workers]
                 peak_rss = max(peak_rss, sum(status_kib(p, "VmRSS") for p in pids))

@@ -44,12 +44,6 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def title(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def workload(session: peon.Session, i: int) -> str:
@@ -124,7 +118,7 @@ def main() -> None:
         started = time.monotonic()
         with peon.Session(workspace, CONFIG, env=env, approver=approver, state_dir=Path(tmp) / "state") as session:
             sup = session.supervisor_pid
-            forkserver = next(p for p in proctree.children(sup) if title(p).startswith("peon-forkserver"))
+            forkserver = next(p for p in proctree.children(sup) if proctree.cmdline(p).startswith("peon-forkserver"))
             for i in range(options.calls):
                 kind = workload(session, i)
                 counts[kind] = counts.get(kind, 0) + 1

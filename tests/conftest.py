@@ -132,6 +132,21 @@ def open_session(workspace, tmp_path, leftovers):
         session.close()
 
 
+@pytest.fixture(params=["openat2", "walk"])
+def resolver_env(request):
+    """The environment that selects each of the file tools' two path resolvers."""
+    from workers import fs
+
+    if request.param == "openat2" and not fs.openat2_available():
+        pytest.skip("openat2 is not available on this kernel")
+    return {"PEON_FS_RESOLVER": request.param}
+
+
+@pytest.fixture
+def fs_session(open_session, resolver_env):
+    return open_session(env=resolver_env)
+
+
 @pytest.fixture
 def session(open_session, containment):
     return open_session({"runtime": {"containment": containment}})

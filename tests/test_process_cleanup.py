@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import living, wait_for
+from workers import proctree
 
 
 def pids_in(workspace, name: str) -> list[int]:
@@ -85,12 +86,7 @@ def test_zombie_producing_parent(session, workspace):
 FORK_LOOP = (Path(__file__).parent / "fixtures" / "forkloop.py").read_text()
 
 
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+cmdline = proctree.cmdline
 
 
 def test_capped_fork_loop_is_killed_at_the_deadline(session, workspace, leftovers):

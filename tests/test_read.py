@@ -23,16 +23,6 @@ CHARACTER_AT = {1: 1, 2: 1, 3: 3, 4: 3, 5: 3, 6: 6, 7: 6, 8: 6, 9: 6}  # byte ->
 WIDTH = {1: 2, 3: 3, 6: 4}
 
 
-@pytest.fixture(params=["openat2", "walk"])
-def resolver_env(request):
-    if request.param == "openat2" and not fs.openat2_available():
-        pytest.skip("openat2 is not available on this kernel")
-    return {"PEON_FS_RESOLVER": request.param}
-
-
-@pytest.fixture
-def fs_session(open_session, resolver_env):
-    return open_session(env=resolver_env)
 
 
 def ok(session, args):

@@ -17,12 +17,7 @@ from workers import proctree
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def title(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
+title = proctree.cmdline
 
 
 def workers_of(session, prefix: str = "peon-worker") -> list[int]:

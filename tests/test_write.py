@@ -6,23 +6,11 @@ import hashlib
 import os
 import stat
 
-import pytest
 
 from peon.paths import TEMP_PREFIX
-from workers import fs
 from conftest import expect_error, expect_ok
 
 
-@pytest.fixture(params=["openat2", "walk"])
-def resolver_env(request):
-    if request.param == "openat2" and not fs.openat2_available():
-        pytest.skip("openat2 is not available on this kernel")
-    return {"PEON_FS_RESOLVER": request.param}
-
-
-@pytest.fixture
-def fs_session(open_session, resolver_env):
-    return open_session(env=resolver_env)
 
 
 def sha(data: bytes) -> str:

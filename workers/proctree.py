@@ -38,6 +38,12 @@ def stat_fields(pid: int) -> tuple[str, int, int] | None:
     return after_comm[0], int(after_comm[1]), int(after_comm[2])
 
 
+def cmdline(pid: int) -> str:
+    """The command line (or process title) of ``pid``, arguments joined by spaces; "" if it is gone."""
+    text = _read(f"/proc/{pid}/cmdline")
+    return text.replace("\0", " ").strip() if text else ""
+
+
 def state(pid: int) -> str | None:
     fields = stat_fields(pid)
     return fields[0] if fields else None
