@@ -552,3 +552,23 @@ def test_mcp_inspector_cli_smoke(workspace, leftovers, tmp_path):
                             capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
     assert called.returncode == 0, called.stderr
     assert json.loads(called.stdout)["structuredContent"]["output"] == "inspected\n"
+
+
+def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspace):
+    """An unattended agent's MCP server recovers by itself: the call that was running when the
+    supervisor died fails clearly (never re-run); the next call gets a fresh supervisor."""
+    server = raw_server("--allow", "process")
+    server.initialize()
+    supervisor = server.supervisor_pid()
+    server.request(7, "tools/call", {"name": "bash", "arguments": {"command": f"echo $$ > {workspace}/r.pid; sleep 300"}})
+    assert wait_for(lambda: (workspace / "r.pid").exists(), 20)
+    os.kill(supervisor, signal.SIGKILL)
+    reply = server.recv()
+    assert reply["id"] == 7 and reply["result"]["isError"] is True
+    assert reply["result"]["structuredContent"]["error"]["code"] == "supervisor_died"
+    assert wait_for(lambda: not alive(int((workspace / "r.pid").read_text())), 20)
+    server.request(8, "tools/call", {"name": "bash", "arguments": {"command": "echo back"}})
+    reply = server.recv()
+    assert reply["id"] == 8 and reply["result"]["isError"] is False, reply
+    assert reply["result"]["structuredContent"]["output"] == "back\n"
+    assert b"session restarted" in server.stderr_path.read_bytes()

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
 from peon.result import ToolResult
 
@@ -85,6 +86,7 @@ class StdioServer:
         self._write_lock = threading.Lock()
         self._out_closed = False
         self._closing = False
+        self._restart_lock = threading.Lock()
         self._calls_by_request: dict[Any, ToolCall] = {}
         self._calls_by_key: dict[str, ToolCall] = {}
         self._elicitations: dict[str, PendingApproval] = {}
@@ -184,6 +186,7 @@ class StdioServer:
                 return
             call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit)
             self._calls_by_request[ev.id] = call
+        self._recover_session()
         # Not under the lock: the session's reader thread takes it for progress and results.
         handle = self.session.submit(ev.name, ev.arguments, on_progress=lambda update: self._progress(call, update))
         with self._registered:
@@ -191,6 +194,20 @@ class StdioServer:
             self._calls_by_key[call.key] = call
             self._registered.notify_all()
         handle.add_done_callback(lambda result: self._done(call, result))
+
+    def _recover_session(self) -> None:
+        """If the supervisor died, start a fresh one for the same session before the next call. The
+        calls pending on the dead one were answered ``supervisor_died``; none is ever re-run."""
+        with self._restart_lock:
+            if self._closing or self.session.alive:
+                return
+            log("the session's supervisor died; starting a fresh one for the same session")
+            try:
+                self.session.restart()
+            except PeonError as exc:
+                log(f"could not restart the session: {exc.code.value}: {exc.message}")
+                return
+            log(f"session restarted (supervisor pid {self.session.supervisor_pid})")
 
     def _resume(self, ev: p.StartCall) -> None:
         """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
