@@ -103,3 +103,31 @@ def _ws(tmp_path, name):
     path = tmp_path / name
     path.mkdir()
     return path
+
+
+CLIENT = """
+import sys, time, peon
+with peon.Session(sys.argv[1], {"approval": {"process": "allow"}}, state_dir=sys.argv[2]) as s:
+    s.submit("bash", {"command": "sleep 1000 & echo $! > child.pid; setsid sleep 1000 & wait"})
+    time.sleep(1000)
+"""
+
+
+def test_a_client_killed_with_sigkill_takes_everything_with_it(workspace, tmp_path, leftovers):
+    import subprocess
+    import sys
+
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    client = subprocess.Popen([sys.executable, str(script), str(workspace), str(tmp_path / "state")],
+                              env=leftovers.env())
+    try:
+        assert wait_for(lambda: (workspace / "child.pid").exists(), 30)
+        assert len(leftovers.alive()) >= 4  # client, supervisor, forkserver, worker, bash, sleeps
+        client.kill()
+        client.wait(10)
+        # The supervisor sees its channel close, cancels the call and takes every process along.
+        assert wait_for(lambda: not leftovers.alive(), 20), leftovers.alive()
+    finally:
+        if client.poll() is None:
+            client.kill()
