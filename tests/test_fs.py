@@ -236,18 +236,26 @@ MAGIC_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(60)
-def test_magic_links_are_refused(tree):
-    if os.geteuid() != 0 or not shutil.which("unshare") or not fs.openat2_available():
-        pytest.skip("needs root, unshare(1) and openat2 to mount a procfs in a private namespace")
+def in_private_mount_namespace(script: str, tree, what: str) -> object:
+    """Run ``script`` (with the workspace and the repository root as arguments) where it may mount
+    ``what``; skip when this machine does not allow it. Returns the JSON the script printed."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip(f"needs root and unshare(1) to mount {what} in a private namespace")
     proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", MAGIC_SCRIPT, str(tree / "ws"), str(ROOT)],
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", script, str(tree / "ws"), str(ROOT)],
         capture_output=True, text=True, timeout=50,
     )
     if proc.returncode != 0 and "mount" in proc.stderr:
-        pytest.skip(f"cannot mount procfs here: {proc.stderr.strip()[-200:]}")
+        pytest.skip(f"cannot mount {what} here: {proc.stderr.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr
-    results = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.timeout(60)
+def test_magic_links_are_refused(tree):
+    if not fs.openat2_available():
+        pytest.skip("openat2 is not available on this kernel")
+    results = in_private_mount_namespace(MAGIC_SCRIPT, tree, "a procfs")
     assert len(results) == 12
     for key, outcome in results.items():
         assert outcome != "opened", key
@@ -286,16 +294,7 @@ OS_ERROR_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.timeout(60)
 def test_os_errors_are_stable_codes_and_leave_no_temp_files(tree):
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("needs root and unshare(1) to mount a small tmpfs in a private namespace")
-    proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", OS_ERROR_SCRIPT, str(tree / "ws"), str(ROOT)],
-        capture_output=True, text=True, timeout=50,
-    )
-    if proc.returncode != 0 and "mount" in proc.stderr:
-        pytest.skip(f"cannot mount tmpfs here: {proc.stderr.strip()[-200:]}")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = in_private_mount_namespace(OS_ERROR_SCRIPT, tree, "a small tmpfs")
     assert out["fits"] == "ok"
     code, message, listing = out["no space"]
     assert code == "io_error" and "No space left on device" in message and "'small/b'" in message

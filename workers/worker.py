@@ -32,9 +32,9 @@ from peon.errors import ErrorCode, ToolError
 from peon.framing import encode
 from peon.tool import OutputLimits, SessionView, ToolContext
 
-from . import linux, proctree, treekill
+from . import linux, treekill
 from .channel import Channel
-from .reaper import REAPER
+from .reaper import REAPER, wait_children_gone
 from .runner import CANCEL_GRACE_SECONDS
 
 EXIT_PARENT_GONE = 75
@@ -113,9 +113,8 @@ async def _serve_one(channel: Channel, session: SessionView, tools: Any) -> int:
     listener.cancel()
     # Whatever the tool did, nothing it started may outlive the call.
     treekill.current.kill_descendants()
-    while proctree.children(os.getpid()):
-        REAPER.reap()
-        await asyncio.sleep(0.001)
+    if not await wait_children_gone(REAPER):
+        reply = _error(ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
     try:
         data = encode(reply)
     except ValueError as exc:
