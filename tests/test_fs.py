@@ -19,7 +19,7 @@ import pytest
 
 from peon.errors import ToolError
 from peon.paths import TEMP_PREFIX, parse_file_path
-from workers import fs
+from workers import fs, linux
 
 RESOLVERS = [fs.Resolver.OPENAT2, fs.Resolver.WALK]
 ROOT = Path(__file__).resolve().parent.parent
@@ -499,9 +499,9 @@ def test_renameat2_exchange_helper(tree):
     fd = fs.open_root(ws)
     try:
         os.symlink("../outside", ws / "s")
-        fs.renameat2(fd, "d", fd, "s", fs.RENAME_EXCHANGE)
+        linux.renameat2(fd, "d", fd, "s", linux.RENAME_EXCHANGE)
         assert os.path.islink(ws / "d") and (ws / "s" / "f.txt").exists()
         with pytest.raises(FileExistsError):
-            fs.renameat2(fd, "d", fd, "s", fs.RENAME_NOREPLACE)
+            linux.renameat2(fd, "d", fd, "s", linux.RENAME_NOREPLACE)
     finally:
         os.close(fd)

@@ -16,7 +16,7 @@ import pytest
 
 from peon.errors import ToolError
 from peon.paths import parse_file_path
-from workers import fs
+from workers import fs, linux
 
 RESOLVERS = ["openat2", "walk"]
 BUDGET_SECONDS = 8.0  # per scenario; the loops stop early when they run out of time
@@ -40,7 +40,7 @@ class Swapper:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            fs.renameat2(self.fd, "d", self.fd, "s", fs.RENAME_EXCHANGE)
+            linux.renameat2(self.fd, "d", self.fd, "s", linux.RENAME_EXCHANGE)
             self.swaps += 1
 
     def __enter__(self) -> "Swapper":

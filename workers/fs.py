@@ -25,12 +25,10 @@ Promises:
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import hashlib
 import os
-import platform
 import secrets
 import stat
 from collections import deque
@@ -42,44 +40,17 @@ from typing import Callable, Iterator
 from peon.errors import ErrorCode, ToolError
 from peon.paths import TEMP_PREFIX, WorkspacePath, display, is_temp_name
 
-SYS_OPENAT2 = 437  # the same number on every architecture (added after the syscall table unification)
-RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_BENEATH = 0x08
-RENAME_NOREPLACE = 1 << 0
-RENAME_EXCHANGE = 1 << 1
-_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}  # used only where libc lacks renameat2 (glibc < 2.28)
-PROC_SUPER_MAGIC = 0x9FA0
+from .linux import PROC_SUPER_MAGIC, RENAME_NOREPLACE, filesystem_type, openat2, renameat2
+
 MAX_SYMLINK_HOPS = 40  # the kernel's MAXSYMLINKS
 RESOLVER_ENV = "PEON_FS_RESOLVER"  # auto | openat2 | walk (for diagnosis and tests; default auto)
 EAGAIN_RETRIES = 16  # openat2 says EAGAIN when a rename raced a '..'; after this many, walk instead
 HASH_CHUNK = 1 << 20
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
 
 class Resolver(str, Enum):
     OPENAT2 = "openat2"
     WALK = "walk"
-
-
-def _raise_errno(what: str) -> None:
-    code = ctypes.get_errno()
-    raise OSError(code, os.strerror(code), what)
-
-
-def openat2(dirfd: int, path: str, flags: int, mode: int = 0,
-            resolve: int = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
-    fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), os.fsencode(path),
-                       ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-    if fd < 0:
-        _raise_errno(path)
-    return int(fd)
 
 
 _openat2_checked: bool | None = None
@@ -118,26 +89,12 @@ def choose_resolver(name: str | None) -> Resolver:
     return chosen
 
 
-def renameat2(olddirfd: int, old: str, newdirfd: int, new: str, flags: int) -> None:
-    fn = getattr(_libc, "renameat2", None)
-    if fn is not None:
-        result = fn(ctypes.c_int(olddirfd), os.fsencode(old), ctypes.c_int(newdirfd), os.fsencode(new),
-                    ctypes.c_uint(flags))
-    else:
-        number = _SYS_RENAMEAT2.get(platform.machine())
-        if number is None:
-            raise OSError(errno.ENOSYS, "renameat2 is not available on this platform", old)
-        result = _libc.syscall(ctypes.c_long(number), ctypes.c_int(olddirfd), os.fsencode(old),
-                               ctypes.c_int(newdirfd), os.fsencode(new), ctypes.c_uint(flags))
-    if result != 0:
-        _raise_errno(old)
-
-
 def _on_procfs(fd: int) -> bool:
-    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first field (a long)
-    if _libc.fstatfs(ctypes.c_int(fd), buf) != 0:
-        return False
-    return ctypes.c_long.from_buffer(buf).value == PROC_SUPER_MAGIC
+    """Whether ``fd`` is on a procfs; when that cannot be told, True (the strict path decides)."""
+    try:
+        return filesystem_type(fd) == PROC_SUPER_MAGIC
+    except OSError:
+        return True
 
 
 def open_root(workspace: str | os.PathLike) -> int:

@@ -1,4 +1,5 @@
-"""Thin wrappers over the Linux process-control calls Peon relies on.
+"""Thin wrappers over the Linux calls Peon relies on that Python's ``os`` module lacks: process control
+(``prctl``) and path resolution (``openat2``, ``renameat2``, ``fstatfs``).
 
 Promise: each function either does exactly what its name says or raises ``OSError`` with the errno
 the kernel returned; nothing here silently degrades.
@@ -7,7 +8,9 @@ the kernel returned; nothing here silently degrades.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import platform
 import signal
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -43,3 +46,60 @@ def is_child_subreaper() -> bool:
 def set_parent_death_signal(sig: signal.Signals) -> None:
     """Ask the kernel to send ``sig`` to this process when the thread that forked it exits."""
     _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+# -- path resolution and renames -----------------------------------------------------------------------
+
+SYS_OPENAT2 = 437  # the same number on every architecture (added after the syscall table unification)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+RENAME_NOREPLACE = 1 << 0
+RENAME_EXCHANGE = 1 << 1
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}  # used only where libc lacks renameat2 (glibc < 2.28)
+PROC_SUPER_MAGIC = 0x9FA0
+
+_libc.syscall.restype = ctypes.c_long
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _raise_errno(what: str) -> None:
+    code = ctypes.get_errno()
+    raise OSError(code, os.strerror(code), what)
+
+
+def openat2(dirfd: int, path: str, flags: int, mode: int = 0,
+            resolve: int = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) -> int:
+    """``openat2(2)``: open ``path`` relative to ``dirfd`` under the ``resolve`` restrictions (close-on-exec)."""
+    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+    fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), os.fsencode(path),
+                       ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        _raise_errno(path)
+    return int(fd)
+
+
+def renameat2(olddirfd: int, old: str, newdirfd: int, new: str, flags: int) -> None:
+    """``renameat2(2)`` with ``RENAME_NOREPLACE`` / ``RENAME_EXCHANGE`` (libc's, else the raw syscall)."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is not None:
+        result = fn(ctypes.c_int(olddirfd), os.fsencode(old), ctypes.c_int(newdirfd), os.fsencode(new),
+                    ctypes.c_uint(flags))
+    else:
+        number = _SYS_RENAMEAT2.get(platform.machine())
+        if number is None:
+            raise OSError(errno.ENOSYS, "renameat2 is not available on this platform", old)
+        result = _libc.syscall(ctypes.c_long(number), ctypes.c_int(olddirfd), os.fsencode(old),
+                               ctypes.c_int(newdirfd), os.fsencode(new), ctypes.c_uint(flags))
+    if result != 0:
+        _raise_errno(old)
+
+
+def filesystem_type(fd: int) -> int:
+    """``fstatfs(2)``'s ``f_type`` of the file system holding ``fd`` (e.g. :data:`PROC_SUPER_MAGIC`)."""
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first field (a long)
+    if _libc.fstatfs(ctypes.c_int(fd), buf) != 0:
+        _raise_errno(f"fd {fd}")
+    return ctypes.c_long.from_buffer(buf).value
