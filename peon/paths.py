@@ -1,4 +1,4 @@
-"""Workspace paths as text: the lexical rules, and the secret-like name heuristic. Pure: no I/O.
+"""Workspace paths as text: the lexical rules. Pure: no I/O.
 
 Promises:
 
@@ -9,30 +9,47 @@ Promises:
   climb above the root is refused. Nothing here decides containment on disk: the components are
   resolved beneath the workspace's directory descriptor by :mod:`workers.fs`, which refuses symlinks
   that leave.
-* :func:`parse_secret_patterns` turns the text of a ``secret_paths.txt`` file into patterns or raises
-  :class:`~peon.errors.ConfigError` naming the file and line; :func:`classify_secret` says which
-  pattern, if any, makes a path secret-like. Matching is case-insensitive, per component, and backup
-  copies (``.bak``, ``.old``, ``~``) match what their base name matches. This heuristic gives
-  visibility (such reads need approval); it is not a confidentiality boundary.
+* :func:`normalize_workspace_path` is the one rule for the normal form of a workspace path (``a/b``,
+  ``.`` for the root) wherever paths are compared, e.g. approval rules against the resolved path a
+  call targets; it is :func:`parse_workspace_path` answering ``None`` instead of raising.
+* :func:`printable` shows a name read from the file system (which may hold bytes that are not UTF-8)
+  as valid text, so it can travel in JSON messages and error details.
+
+The secret-like name heuristic lives in :mod:`peon.secret_paths`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from typing import Iterable, Sequence
 
-from .errors import ConfigError, ErrorCode, ToolError
+from .errors import ErrorCode, ToolError
 
 PATH_MAX_BYTES = 4095  # PATH_MAX (4096) less the terminating NUL
 NAME_MAX_BYTES = 255
-BACKUP_SUFFIXES = (".bak", ".old", "~")
 
 # Temporary files of interrupted writes are recognised by this exact shape (and removed by later
 # writes in the same directory), so it is reserved: `write` refuses to target such a name.
 TEMP_PREFIX = ".peon-tmp-"
 _TEMP_NAME = re.compile(r"\.peon-tmp-[0-9a-f]{16}\Z")
+
+
+def printable(name: str) -> str:
+    """``name`` as valid text: bytes that are not UTF-8 (held as surrogate escapes by ``os``) and lone
+    surrogates become backslash escapes (``\\xff``, ``\\ud800``)."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def is_utf8_name(name: str) -> bool:
+    """Whether a name read from the file system is valid UTF-8 (holds no surrogate escapes)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def display(text: str, limit: int = 200) -> str:
@@ -50,6 +67,11 @@ class WorkspacePath:
     @property
     def normalized(self) -> str:
         return "/".join(self.parts)
+
+    @property
+    def normal(self) -> str:
+        """The normal form: :attr:`normalized`, or ``.`` for the root."""
+        return self.normalized or "."
 
     @property
     def shown(self) -> str:
@@ -108,6 +130,16 @@ def parse_workspace_path(text: object) -> WorkspacePath:
     return WorkspacePath(text, tuple(parts), raw[-1] in ("", ".", ".."))
 
 
+def normalize_workspace_path(text: object) -> str | None:
+    """The normal form of a workspace-relative path (``a/b``, ``.`` for the root), or ``None`` when
+    :func:`parse_workspace_path` refuses it (empty, NUL, not UTF-8, absolute, too long, ``..`` above
+    the root)."""
+    try:
+        return parse_workspace_path(text).normal
+    except ToolError:
+        return None
+
+
 def parse_file_path(text: object) -> WorkspacePath:
     """A path that must name a file (``read`` and ``write``): not the root, no trailing ``/``."""
     path = parse_workspace_path(text)
@@ -124,100 +156,3 @@ def parse_file_path(text: object) -> WorkspacePath:
 
 def is_temp_name(name: str) -> bool:
     return _TEMP_NAME.match(name) is not None
-
-
-# -- the secret-like path heuristic --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SecretPattern:
-    text: str  # the line as written
-    source: str  # "file:line"
-    globs: tuple[str, ...]  # lower-cased, one per component
-    directory: bool  # trailing '/': the last component must be a directory on the way
-    exception: bool  # '!' line
-
-
-@dataclass(frozen=True)
-class SecretMatch:
-    pattern: SecretPattern
-    component: str  # the path component (as given) that matched, or the run of components
-
-    def reason(self) -> str:
-        return (f"secret-like path: {self.component!r} matches {self.pattern.text!r} "
-                f"({self.pattern.source})")
-
-
-def parse_secret_patterns(text: str, source: str) -> tuple[SecretPattern, ...]:
-    patterns = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        where = f"{source}:{number}"
-        exception = line.startswith("!")
-        body = line[1:] if exception else line
-        directory = body.endswith("/")
-        body = body.rstrip("/") if directory else body
-        if body.startswith("/"):
-            raise ConfigError(f"{where}: pattern {line!r} is absolute; patterns match path components, "
-                              "anywhere in a workspace-relative path", {"file": source, "line": number})
-        globs = tuple(body.lower().split("/"))
-        if any(g in ("", ".", "..") for g in globs):
-            raise ConfigError(f"{where}: pattern {line!r} has an empty, '.' or '..' component",
-                              {"file": source, "line": number})
-        if exception and len(globs) > 1:
-            raise ConfigError(f"{where}: exception {line!r} must be a single component (no '/' inside)",
-                              {"file": source, "line": number})
-        patterns.append(SecretPattern(line, where, globs, directory, exception))
-    return tuple(patterns)
-
-
-def backup_variants(component: str) -> list[str]:
-    """The component and its names with backup suffixes removed, lower-cased."""
-    name = component.lower()
-    variants = [name]
-    while True:
-        for suffix in BACKUP_SUFFIXES:
-            if name.endswith(suffix) and len(name) > len(suffix):
-                name = name[: -len(suffix)]
-                variants.append(name)
-                break
-        else:
-            return variants
-
-
-def _decide(variant: str, final: bool, singles: Sequence[SecretPattern]) -> SecretPattern | None:
-    """Last matching single-component line decides (gitignore order)."""
-    decided = None
-    for pattern in singles:
-        if pattern.directory and final:
-            continue
-        if fnmatchcase(variant, pattern.globs[0]):
-            decided = pattern
-    return None if decided is None or decided.exception else decided
-
-
-def _run_matches(variants: Sequence[list[str]], start: int, pattern: SecretPattern) -> bool:
-    end = start + len(pattern.globs)
-    if end > len(variants) or (pattern.directory and end >= len(variants)):
-        return False
-    return all(any(fnmatchcase(v, g) for v in variants[start + i]) for i, g in enumerate(pattern.globs))
-
-
-def classify_secret(parts: Sequence[str], patterns: Iterable[SecretPattern]) -> SecretMatch | None:
-    """The first (outermost) component or run of components that makes ``parts`` secret-like."""
-    patterns = tuple(patterns)
-    singles = [p for p in patterns if len(p.globs) == 1]
-    runs = [p for p in patterns if len(p.globs) > 1]
-    variants = [backup_variants(c) for c in parts]
-    last = len(parts) - 1
-    for index, component in enumerate(parts):
-        for variant in variants[index]:
-            found = _decide(variant, index == last, singles)
-            if found is not None:
-                return SecretMatch(found, component)
-        for pattern in runs:
-            if _run_matches(variants, index, pattern):
-                return SecretMatch(pattern, "/".join(parts[index: index + len(pattern.globs)]))
-    return None

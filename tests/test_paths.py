@@ -1,22 +1,20 @@
-"""peon.paths: lexical path rules and the secret-like path heuristic (pure, no processes, no files)."""
+"""peon.paths: lexical path rules (pure, no processes, no files)."""
 
 from __future__ import annotations
 
 import pytest
 
-from peon.errors import ConfigError, ToolError
+from peon.errors import ToolError
 from peon.paths import (
     NAME_MAX_BYTES,
     PATH_MAX_BYTES,
     TEMP_PREFIX,
-    backup_variants,
-    classify_secret,
     is_temp_name,
+    normalize_workspace_path,
     parse_file_path,
-    parse_secret_patterns,
     parse_workspace_path,
+    printable,
 )
-from peon.tools.read import shipped_secret_patterns
 
 
 def fails(text, code):
@@ -106,108 +104,18 @@ def test_temp_names_are_strict():
         assert not is_temp_name(name), name
 
 
-# -- the secret-like heuristic ----------------------------------------------------------------------------
-
-SECRET = [
-    ".env", ".env.local", ".env.production", "app/.env", ".ENV", "deploy/.Env.Staging", ".envrc",
-    ".ssh/config", "home/.ssh/known_hosts", ".SSH/authorized_keys",
-    "id_rsa", "keys/id_ed25519", "id_ecdsa", "id_dsa", "id_ecdsa_sk", "id_github",
-    "server.pem", "tls/site.KEY", "cert.p12", "cert.pfx", "store.jks", "release.keystore", "id_rsa.pem",
-    ".aws/credentials", "home/.aws/credentials", ".kube/config", "kubeconfig", "ci/KUBECONFIG",
-    ".docker/config.json", ".netrc", ".npmrc", ".pypirc", ".git-credentials", ".pgpass", ".htpasswd",
-    "credentials", "credentials.json", "gcp/Credentials.yaml", "secrets/db.txt", "k8s/secrets/token",
-    "prod.tfvars", "prod.tfvars.json", "terraform.tfstate", "infra/terraform.tfstate.backup", ".vault-token",
-    ".bash_history", ".zsh_history", ".psql_history", ".mysql_history", ".sqlite_history",
-    ".python_history", ".local/share/fish/fish_history", ".histfile", ".history", ".dbshell",
-    # backup copies
-    ".env.bak", ".env.old", ".env~", "id_rsa.bak", "server.pem~", ".env.bak~", ".netrc.OLD",
-    "terraform.tfstate.bak", ".ssh.bak/id", "secrets~/x",
-]
-
-NOT_SECRET = [
-    "src/main.rs", "README.md", "environment.py", "env/lib.py", ".env.example", ".env.sample", ".env.template",
-    "app/.env.local.example", ".ENV.EXAMPLE", "id_rsa.pub", "keys/id_ed25519.pub", "src/id_utils.py",
-    "keys.py", "monkey.keystore.md", "secrets", "docs/secrets.md", "secret.txt", "config", ".kube/config.yaml",
-    "docker/config.json", ".aws/config", "history.md", "tfvars.md", "key", "pem", "bak", ".bak", "~",
-    "notes.bak", "my.env", "dotenv",
-]
-
-
-@pytest.mark.parametrize("text", SECRET)
-def test_secret_like(text):
-    match = classify_secret(parse_file_path(text).parts, shipped_secret_patterns())
-    assert match is not None, text
-    assert match.pattern.source.startswith("config/secret_paths.txt:")
-    assert not match.pattern.exception
-
-
-@pytest.mark.parametrize("text", NOT_SECRET)
-def test_not_secret_like(text):
-    assert classify_secret(parse_file_path(text).parts, shipped_secret_patterns()) is None, text
-
-
-def test_match_reason_names_component_pattern_and_line():
-    match = classify_secret(("app", ".NetRC.old"), shipped_secret_patterns())
-    reason = match.reason()
-    assert "'.NetRC.old'" in reason and "'.netrc'" in reason and "config/secret_paths.txt:" in reason
-    line = int(match.pattern.source.rsplit(":", 1)[1])
-    from importlib import resources
-
-    text = resources.files("peon._config").joinpath("secret_paths.txt").read_text()
-    assert text.splitlines()[line - 1].strip() == ".netrc"
-
-
-def test_lexical_normalization_happens_before_matching():
-    assert classify_secret(parse_file_path("src/../.env").parts, shipped_secret_patterns()) is not None
-    # a directory pattern needs something inside the directory
-    assert classify_secret(parse_file_path("secrets/../notes").parts, shipped_secret_patterns()) is None
-
-
-def test_backup_variants():
-    assert backup_variants(".Env.bak~") == [".env.bak~", ".env.bak", ".env"]
-    assert backup_variants("x.old.old") == ["x.old.old", "x.old", "x"]
-    assert backup_variants(".bak") == [".bak"]
-    assert backup_variants("~") == ["~"]
-
-
-def test_last_matching_line_decides_and_later_lines_win():
-    base = parse_secret_patterns(".env.*\n!.env.example\n", "base")
-    assert classify_secret((".env.example",), base) is None
-    user = parse_secret_patterns(".env.example\n", "user")
-    assert classify_secret((".env.example",), base + user).pattern.source == "user:1"
-    opt_out = parse_secret_patterns("!.env.ci\n", "user")
-    assert classify_secret((".env.ci",), base + opt_out) is None
-    assert classify_secret((".env.prod",), base + opt_out) is not None
-
-
-def test_pattern_kinds():
-    patterns = parse_secret_patterns("vault/\nconf/prod.yaml\nstate/db/\n*.SECRET\n", "p")
-    assert classify_secret(("vault",), patterns) is None  # a directory pattern needs a path inside
-    assert classify_secret(("a", "VAULT", "x"), patterns).component == "VAULT"
-    assert classify_secret(("x", "conf", "prod.yaml"), patterns).component == "conf/prod.yaml"
-    assert classify_secret(("conf", "x", "prod.yaml"), patterns) is None
-    assert classify_secret(("state", "db"), patterns) is None
-    assert classify_secret(("state", "db", "f"), patterns).component == "state/db"
-    assert classify_secret(("a.secret",), patterns) is not None
-    assert classify_secret((), patterns) is None
-
-
-def test_format_comments_blank_lines_and_whitespace():
-    patterns = parse_secret_patterns("# comment\n\n   token.txt   \n\t# indented comment\n", "f")
-    assert [p.text for p in patterns] == ["token.txt"]
-    assert patterns[0].source == "f:3"
-
-
-@pytest.mark.parametrize("line, words", [
-    ("/etc/shadow", "absolute"),
-    ("a/../b", "'..'"),
-    ("a//b", "empty"),
-    ("./x", "'.'"),
-    ("!a/b", "single component"),
+@pytest.mark.parametrize("text, normal", [
+    ("a/b", "a/b"), ("./a//b/", "a/b"), ("a/../b", "b"), (".", "."), ("a/..", "."), ("./", "."),
+    ("", None), ("/a", None), ("../a", None), ("a/../..", None), ("a\0b", None), ("a\ud800", None),
+    ("x" * 256, None), (7, None),
 ])
-def test_bad_patterns_name_file_and_line(line, words):
-    with pytest.raises(ConfigError) as info:
-        parse_secret_patterns(f"ok\n{line}\n", "/home/u/.config/peon/secret_paths.txt")
-    assert "/home/u/.config/peon/secret_paths.txt:2" in info.value.message
-    assert words in info.value.message
-    assert info.value.code.value == "config_invalid"
+def test_one_normal_form_for_comparing_paths(text, normal):
+    assert normalize_workspace_path(text) == normal
+
+
+def test_printable_names_are_valid_text():
+    assert printable("plain/é") == "plain/é"
+    assert printable("caf\udcff") == "caf\\xff"  # a byte that is not UTF-8, as os decodes it
+    assert printable("a\ud800") == "a\\ud800"  # a lone surrogate from JSON
+    for name in ("caf\udcff", "a\ud800"):
+        printable(name).encode("utf-8")

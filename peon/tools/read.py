@@ -23,68 +23,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from peon.userdir import user_peon_dir
-from peon.errors import ConfigError, ErrorCode, ToolError
-from peon.paths import SecretMatch, SecretPattern, WorkspacePath, classify_secret, parse_file_path, parse_secret_patterns
+from peon.errors import ErrorCode, ToolError
+from peon.paths import WorkspacePath, parse_file_path
+from peon.secret_paths import secret_match
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import utf8_prefix_end
 from workers import fs
 
 MAX_BYTE_VALUE = 2**63 - 1  # off_t
 CONTEXT_BYTES = 3  # bytes read on each side of the range to explain a cut character
-SECRET_PATTERNS_FILE = "secret_paths.txt"
-
-# -- the secret-like path list: the shipped file, then the user's ---------------------------------------
-
-
-@cache
-def shipped_secret_patterns() -> tuple[SecretPattern, ...]:
-    text = resources.files("peon._config").joinpath(SECRET_PATTERNS_FILE).read_text(encoding="utf-8")
-    return parse_secret_patterns(text, f"config/{SECRET_PATTERNS_FILE}")
-
-
-def user_secret_patterns_file(env: Mapping[str, str]) -> Path | None:
-    directory = user_peon_dir(env)
-    return directory / SECRET_PATTERNS_FILE if directory else None
-
-
-_user_cache: dict[str, tuple[tuple[int, int, int], tuple[SecretPattern, ...]]] = {}
-
-
-def secret_patterns(env: Mapping[str, str]) -> tuple[SecretPattern, ...]:
-    """The shipped patterns followed by the user's (re-read when that file changes)."""
-    path = user_secret_patterns_file(env)
-    if path is None:
-        return shipped_secret_patterns()
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return shipped_secret_patterns()
-    except OSError as exc:
-        raise ConfigError(f"secret path list {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
-    key = (st.st_mtime_ns, st.st_size, st.st_ino)
-    cached = _user_cache.get(str(path))
-    if cached is None or cached[0] != key:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"secret path list {path} is not UTF-8 (byte offset {exc.start})",
-                              {"file": str(path)}) from None
-        except OSError as exc:
-            raise ConfigError(f"secret path list {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
-        cached = (key, parse_secret_patterns(text, str(path)))
-        _user_cache[str(path)] = cached
-    return shipped_secret_patterns() + cached[1]
-
-
-def secret_match(path: WorkspacePath, session: SessionView) -> SecretMatch | None:
-    return classify_secret(path.parts, secret_patterns(session.env))
-
 
 # -- range selection and UTF-8 checks (pure) --------------------------------------------------------------
 
@@ -231,7 +181,7 @@ class ReadTool(Tool):
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
         path = parse_file_path(args["path"])
-        match = secret_match(path, session)
+        match = secret_match(path.parts, session.env)
         if match is not None:
             return RiskAssessment(ToolRisk.FILESYSTEM, match.reason())
         return RiskAssessment(ToolRisk.READ_ONLY, "reads a file inside the workspace")

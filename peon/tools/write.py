@@ -22,9 +22,8 @@ from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import HeadTail
+from peon.secret_paths import secret_match
 from workers import fs
-
-from .read import secret_match
 
 PREVIEW_BYTES = 4096  # of the content, shown to the approver (head and tail)
 
@@ -81,7 +80,7 @@ class WriteTool(Tool):
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
         path, _, _ = _checked(args)
         reason = f"{args['mode']}s a file inside the workspace"
-        match = secret_match(path, session)
+        match = secret_match(path.parts, session.env)
         if match is not None:
             reason += f" ({match.reason()})"
         return RiskAssessment(ToolRisk.FILESYSTEM, reason)
