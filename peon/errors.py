@@ -41,6 +41,7 @@ class ErrorCode(str, Enum):
     NOT_UTF8 = "not_utf8"
     STALE = "stale"  # expected_sha256 does not match the file on disk
     IO_ERROR = "io_error"  # an operating-system error not covered by a more specific code
+    CHANGED_SINCE_APPROVAL = "changed_since_approval"  # what the call would open is not what was approved
 
     # Agents and skills
     ADAPTER_UNAVAILABLE = "adapter_unavailable"  # the agent executable is not on PATH

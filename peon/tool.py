@@ -57,6 +57,7 @@ class SessionView:
     env: Mapping[str, str]
     session_id: str = ""
     skills: Mapping[str, Any] = field(default_factory=dict)
+    root_fd: int = -1  # O_PATH descriptor of the workspace pinned at session start; -1: none, open by path
 
 
 @dataclass(frozen=True)

@@ -505,3 +505,100 @@ def test_renameat2_exchange_helper(tree):
             linux.renameat2(fd, "d", fd, "s", linux.RENAME_NOREPLACE)
     finally:
         os.close(fd)
+
+
+# -- the whole-file hash, read in the same pass as the range ---------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_window_and_hash_come_from_one_pass(tree, root, resolver, monkeypatch, chunk):
+    import random
+
+    rng = random.Random(chunk)
+    data = bytes(rng.randrange(256) for _ in range(3000))
+    (tree / "ws" / "blob").write_bytes(data)
+    monkeypatch.setattr(fs, "HASH_CHUNK", chunk)
+    whole = hashlib.sha256(data).hexdigest()
+    for _ in range(40):
+        start = rng.randrange(len(data) + 1)
+        end = rng.randrange(start, len(data) + 1)
+        window = fs.read_window(root, parse_file_path("blob"), resolver, lambda total: (start, end),
+                                hash_max_bytes=len(data))
+        assert (window.data, window.start, window.total, window.sha256) == (data[start:end], start, len(data), whole)
+    window = fs.read_window(root, parse_file_path("blob"), resolver, lambda total: (10, 20),
+                            hash_max_bytes=len(data) - 1)
+    assert window.data == data[10:20] and window.sha256 is None
+
+
+def test_a_file_that_grows_past_the_bound_while_hashed_is_not_hashed(tree, root, resolver, monkeypatch):
+    path = tree / "ws" / "growing"
+    path.write_bytes(b"a" * 100)
+    real_pread = os.pread
+
+    def growing_pread(fd, n, offset):  # another writer appends while the pass runs
+        if offset == 0:
+            with open(path, "ab") as f:
+                f.write(b"b" * 100)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(fs, "HASH_CHUNK", 64)
+    monkeypatch.setattr(fs.os, "pread", growing_pread)
+    window = fs.read_window(root, parse_file_path("growing"), resolver, lambda total: (0, total), hash_max_bytes=150)
+    assert window.sha256 is None and window.data == b"a" * 100 and window.total == 100
+
+
+def test_expected_identity_is_checked_before_reading(tree, root, resolver):
+    ws = tree / "ws"
+    st = os.stat(ws / "top.txt")
+    same = fs.FileId(st.st_dev, st.st_ino)
+    assert fs.read_window(root, parse_file_path("top.txt"), resolver, lambda t: (0, t), expected=same).data == b"top"
+    err = error(fs.read_window, root, parse_file_path("d/f.txt"), resolver, lambda t: (0, t), expected=same)
+    assert err.code.value == "changed_since_approval" and "another file" in err.message
+
+
+def test_resolution(tree, root):
+    ws = tree / "ws"
+    os.symlink("d/f.txt", ws / "file-link")
+    os.symlink("d", ws / "dir-link")
+    os.symlink("nowhere", ws / "dangling")
+    d = fs.FileId.of(os.stat(ws / "d"))
+    f = fs.FileId.of(os.stat(ws / "d" / "f.txt"))
+    parse = parse_file_path
+    assert fs.resolve(root, parse("file-link"), follow_final=True, must_exist=True) == \
+        fs.Resolution("d/f.txt", d, f, "regular file")
+    assert fs.resolve(root, parse("dir-link/f.txt"), follow_final=True, must_exist=True).path == "d/f.txt"
+    link = fs.resolve(root, parse("file-link"), follow_final=False, must_exist=True)
+    assert (link.path, link.kind) == ("file-link", "symbolic link")
+    new = fs.resolve(root, parse("dir-link/new"), follow_final=False, must_exist=False)
+    assert (new.path, new.directory, new.file, new.kind, new.name) == ("d/new", d, None, None, "new")
+    assert fs.resolve(root, parse("dangling"), follow_final=True, must_exist=False).path == "nowhere"
+    assert error(fs.resolve, root, parse("dangling"), follow_final=True, must_exist=True).code.value == "not_found"
+    assert fs.FileId.parse(str(f)) == f
+    for bad in ("", "1", "1:", ":1", "a:1", "1:-1", None, 7):
+        assert fs.FileId.parse(bad) is None
+
+
+def test_resolution_refuses_like_the_resolvers(tree, root):
+    ws = tree / "ws"
+    os.symlink("../outside", ws / "out")
+    os.symlink(str(tree / "ws" / "top.txt"), ws / "abs")
+    os.mkfifo(ws / "fifo")
+    for text, code in (("out/secret", "outside_workspace"), ("abs", "outside_workspace"),
+                       ("top.txt/x", "not_a_directory"), ("nope/x", "not_found")):
+        assert error(fs.resolve, root, parse_file_path(text), follow_final=True, must_exist=False).code.value == code
+    fifo = fs.resolve(root, parse_file_path("fifo"), follow_final=True, must_exist=True)  # O_PATH: never blocks
+    assert fifo.kind == "FIFO"
+
+
+def test_a_pinned_o_path_root_serves_every_operation(tree, resolver):
+    """The session's pinned root is an O_PATH descriptor: reads, writes and resolution work beneath it."""
+    root = os.open(tree / "ws", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        assert read(root, "d/f.txt", resolver).data == b"inside"
+        write(root, "new.txt", b"one", resolver, create=True)
+        write(root, "new.txt", b"two", resolver, create=False)
+        write(root, "d/g.txt", b"g", resolver, create=True)
+        assert (tree / "ws" / "new.txt").read_bytes() == b"two" and (tree / "ws" / "d" / "g.txt").read_bytes() == b"g"
+        assert fs.resolve(root, parse_file_path("new.txt"), follow_final=True, must_exist=True).kind == "regular file"
+    finally:
+        os.close(root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 import stat
 import time
@@ -38,7 +39,8 @@ def test_read_whole_file_in_both_containments(session, workspace):
     (workspace / "src" / "main.rs").write_text("fn main() {}\n")
     value = ok(session, {"path": "src/main.rs"})
     assert value == {"path": "src/main.rs", "content": "fn main() {}\n", "offset": 0, "bytes": 13,
-                     "total_bytes": 13, "truncated": False, "truncated_by": None, "next_offset": None}
+                     "total_bytes": 13, "truncated": False, "truncated_by": None, "next_offset": None,
+                     "sha256": hashlib.sha256(b"fn main() {}\n").hexdigest()}
     assert ok(session, {"path": "./src//../src/main.rs"})["path"] == "src/main.rs"
 
 
@@ -290,6 +292,53 @@ def test_sparse_2gib_file_slice_at_1gib(fs_session, workspace):
     assert v["total_bytes"] == size and v["bytes"] == 65536 and len(v["content"]) == 65536
     assert v["content"][100:104] == "MARK" and v["content"].count("\0") == 65536 - 4
     assert v["truncated"] and v["truncated_by"] == "limit" and v["next_offset"] == offset + 65536
+    assert v["sha256"] is None  # over SHA256_MAX_FILE_BYTES: only the slice is read, nothing is hashed
+
+
+# -- sha256: read, then write with expected_sha256 -------------------------------------------------------------
+
+
+def test_sha256_describes_the_whole_file_whatever_the_range(fs_session, workspace):
+    data = ("line of text\n" * 30000).encode()
+    (workspace / "f.txt").write_bytes(data)
+    whole = hashlib.sha256(data).hexdigest()
+    for args in ({"path": "f.txt"}, {"path": "f.txt", "offset": 13, "limit": 26}, {"path": "f.txt", "limit": 0},
+                 {"path": "f.txt", "offset": len(data)}):
+        v = ok(fs_session, args)
+        assert v["sha256"] == whole, args
+    assert ok(fs_session, {"path": "f.txt", "offset": 13, "limit": 26})["content"] == "line of text\n" * 2
+    (workspace / "empty").write_bytes(b"")
+    assert ok(fs_session, {"path": "empty"})["sha256"] == hashlib.sha256(b"").hexdigest()
+
+
+def test_read_then_write_with_its_sha256(fs_session, workspace):
+    (workspace / "f.txt").write_text("version 1\n")
+    first = ok(fs_session, {"path": "f.txt"})
+    done = expect_ok(fs_session, "write", {"path": "f.txt", "content": "version 2\n", "mode": "replace",
+                                            "expected_sha256": first["sha256"]})
+    second = ok(fs_session, {"path": "f.txt"})
+    assert second["content"] == "version 2\n" and second["sha256"] == done["sha256"] != first["sha256"]
+    (workspace / "f.txt").write_text("changed by someone else\n")  # between the read and the write
+    e = expect_error(fs_session, "write", {"path": "f.txt", "content": "version 3\n", "mode": "replace",
+                                            "expected_sha256": second["sha256"]}, "stale")
+    assert e.details["actual_sha256"] == hashlib.sha256(b"changed by someone else\n").hexdigest()
+    assert (workspace / "f.txt").read_text() == "changed by someone else\n"
+
+
+def test_sha256_bound(fs_session, workspace):
+    from peon.tools.read import SHA256_MAX_FILE_BYTES
+
+    for name, size in (("at-bound", SHA256_MAX_FILE_BYTES), ("over-bound", SHA256_MAX_FILE_BYTES + 1)):
+        with open(workspace / name, "wb") as f:
+            f.truncate(size)
+    v = ok(fs_session, {"path": "at-bound", "offset": 100, "limit": 10})
+    zeros = hashlib.sha256()
+    chunk = bytes(1 << 20)
+    for _ in range(SHA256_MAX_FILE_BYTES >> 20):
+        zeros.update(chunk)
+    assert v["sha256"] == zeros.hexdigest() and v["content"] == "\0" * 10
+    v = ok(fs_session, {"path": "over-bound", "offset": 100, "limit": 10})
+    assert v["sha256"] is None and v["content"] == "\0" * 10
 
 
 def test_invalid_paths(fs_session):

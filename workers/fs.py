@@ -38,7 +38,8 @@ from enum import Enum
 from typing import Callable, Iterator
 
 from peon.errors import ErrorCode, ToolError
-from peon.paths import TEMP_PREFIX, WorkspacePath, display, is_temp_name
+from peon.tool import SessionView
+from peon.paths import TEMP_PREFIX, WorkspacePath, display, is_temp_name, is_utf8_name, printable
 
 from .linux import PROC_SUPER_MAGIC, RENAME_NOREPLACE, filesystem_type, openat2, renameat2
 
@@ -105,13 +106,36 @@ def open_root(workspace: str | os.PathLike) -> int:
                         f"{exc.strerror}", {"errno": errno.errorcode.get(exc.errno, str(exc.errno))}) from None
 
 
+@contextmanager
+def workspace_root(session: SessionView) -> Iterator[int]:
+    """The descriptor every resolution of the session's workspace paths starts from, closed on exit.
+
+    A duplicate of ``session.root_fd`` (the workspace pinned once at session start) when the session
+    has one, else the workspace opened by path. Every ``read``, ``write`` and project-skill
+    resolution, in the supervisor and in the worker, goes through here.
+    """
+    if session.root_fd >= 0:
+        try:
+            fd = fcntl.fcntl(session.root_fd, fcntl.F_DUPFD_CLOEXEC, 0)
+        except OSError as exc:
+            raise ToolError(ErrorCode.IO_ERROR, f"the session's pinned workspace descriptor {session.root_fd} "
+                            f"cannot be used: {exc.strerror}",
+                            {"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))}) from None
+    else:
+        fd = open_root(session.workspace)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 # -- errors ---------------------------------------------------------------------------------------------
 
 
 def _os_error(exc: OSError, path: WorkspacePath, where: str, *, creating: bool = False) -> ToolError:
     """Map an errno met at component ``where`` of ``path`` to a stable code and a sentence."""
     name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-    details = {"errno": name, "at": where}
+    details = {"errno": name, "at": printable(where)}
     shown = path.shown
     if exc.errno == errno.ENOENT:
         if where == path.normalized:
@@ -145,7 +169,7 @@ def _outside(path: WorkspacePath, link: str, target: str, why: str) -> ToolError
     return ToolError(
         ErrorCode.OUTSIDE_WORKSPACE,
         f"path {path.shown} leaves the workspace: symlink {link!r} points to {target!r}, {why}",
-        {"symlink": link, "target": target},
+        {"symlink": printable(link), "target": printable(target)},
     )
 
 
@@ -190,7 +214,7 @@ class _Walk:
         if (target.startswith("/") or ":" in target) and _on_procfs(self.stack[-1]):
             raise ToolError(ErrorCode.OUTSIDE_WORKSPACE,
                             f"path {self.path.shown} goes through {where!r}, a procfs magic link "
-                            f"(to {target!r}), which Peon never follows", {"symlink": where, "target": target})
+                            f"(to {target!r}), which Peon never follows", {"symlink": printable(where), "target": printable(target)})
         self.hops += 1
         if self.hops > MAX_SYMLINK_HOPS:
             raise _os_error(OSError(errno.ELOOP, "too many symlinks"), self.path, where)
@@ -246,7 +270,7 @@ class _Walk:
                 os.close(fd)
                 raise ToolError(ErrorCode.NOT_A_DIRECTORY,
                                 f"path {self.path.shown}: {self.where(name)!r} is a {_kind(mode)}, not a directory",
-                                {"at": self.where(name)})
+                                {"at": printable(self.where(name))})
             self.stack.append(fd)
             self.trail.append(name)
         # The components ran out inside a directory (a symlink to 'dir/', '.' or '..').
@@ -366,16 +390,131 @@ def open_parent(root: int, path: WorkspacePath, resolver: Resolver, *, follow_fi
                             f"path {path.shown} is a symlink to {target!r}, which names a directory, not a file")
 
 
+# -- resolution: what a path names, without opening it --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileId:
+    """A file's identity: its device and inode. Shown and sent as ``"<device>:<inode>"``."""
+
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileId:
+        return cls(st.st_dev, st.st_ino)
+
+    @classmethod
+    def parse(cls, text: object) -> FileId | None:
+        """The identity written by :meth:`__str__`, or None for anything else."""
+        if not isinstance(text, str):
+            return None
+        device, colon, inode = text.partition(":")
+        if not colon or not device.isdigit() or not inode.isdigit():
+            return None
+        return cls(int(device), int(inode))
+
+    def __str__(self) -> str:
+        return f"{self.device}:{self.inode}"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Where a workspace path leads, beneath the root, at the moment it was resolved."""
+
+    path: str  # the resolved workspace-relative path, normal form, every symlink followed that was asked
+    directory: FileId  # the directory holding the last component
+    file: FileId | None  # the last component (a symlink itself when not followed); None when absent
+    kind: str | None  # what the last component is ("regular file", "directory", ...); None when absent
+
+    @property
+    def name(self) -> str:
+        return self.path.rpartition("/")[2]
+
+
+def resolve(root: int, path: WorkspacePath, *, follow_final: bool, must_exist: bool) -> Resolution:
+    """Resolve ``path`` beneath ``root`` by the component walk, opening nothing for reading.
+
+    The rules are those of :func:`open_beneath` / :func:`open_parent`: symlinks that stay beneath the
+    root are followed (the last component only with ``follow_final``), everything else is refused
+    with the same codes. A missing last component is ``not_found`` when ``must_exist``, else a
+    :class:`Resolution` whose ``file`` is None (a ``create``). A resolved path that is not valid UTF-8
+    (reached through a symlink; a typed path never is) is ``invalid_path``: Peon's paths are UTF-8 —
+    except an absent last component, which is ``not_found`` to whoever needs it to exist.
+    """
+    walk = _Walk(root, path)
+    seen: list[os.stat_result | None] = []
+
+    def final(dirfd: int, name: str) -> int | None:
+        try:
+            st: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise _os_error(exc, path, walk.where(name)) from None
+        if follow_final and st is not None and stat.S_ISLNK(st.st_mode):
+            return None
+        seen.append(st)
+        return os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dirfd)
+
+    try:
+        dirfd, name = walk.run(final, parent=True)
+        try:
+            where, trail, directory = walk.where(name), walk.where(), FileId.of(os.fstat(dirfd))
+        finally:
+            os.close(dirfd)
+    finally:
+        walk.close()
+    st = seen[-1]
+    if st is None and must_exist:
+        raise _os_error(OSError(errno.ENOENT, "absent"), path, where)
+    if not is_utf8_name(where if st is not None else trail):  # an absent name is never shown
+        raise ToolError(ErrorCode.INVALID_PATH,
+                        f"path {path.shown} resolves through a symlink to {printable(where)!r}, a name that is "
+                        "not valid UTF-8; Peon's paths are UTF-8", {"rule": "resolved_utf8", "resolved": printable(where)})
+    return Resolution(where, directory, None if st is None else FileId.of(st),
+                      None if st is None else _kind(st.st_mode))
+
+
+def changed_since_approval(path: WorkspacePath, what: str) -> ToolError:
+    """The refusal when what a call is about to open is not what was approved; nothing was read or written."""
+    return ToolError(ErrorCode.CHANGED_SINCE_APPROVAL,
+                     f"path {path.shown} changed since the call was approved: {what}; nothing was done",
+                     {"rule": "changed_since_approval"})
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a call was approved to open: checked against the object actually opened, at the moment of use."""
+
+    directory: FileId  # the directory holding the last component
+    name: str  # the last component's name in it
+    file: FileId | None  # the file itself; None: nothing may exist there (a create)
+
+
+def _check_expected(path: WorkspacePath, expected: Expected, directory: os.stat_result, name: str,
+                    existing: os.stat_result | None) -> None:
+    if FileId.of(directory) != expected.directory or name != expected.name:
+        raise changed_since_approval(path, "the directory it leads to is not the approved one")
+    found = None if existing is None else FileId.of(existing)
+    if found != expected.file:
+        what = ("it was absent when approved and now exists" if expected.file is None
+                else "the file was removed" if found is None
+                else f"it is now another file (approved {expected.file}, found {found})")
+        raise changed_since_approval(path, what)
+
+
 # -- read ------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Window:
-    """Bytes [start, start + len(data)) of a regular file of ``total`` bytes."""
+    """Bytes [start, start + len(data)) of a regular file of ``total`` bytes (``total`` from ``fstat`` at open)."""
 
     data: bytes
     start: int
     total: int
+    sha256: str | None = None  # of the whole file, read in the same pass as ``data``; None: not hashed
 
 
 def pread_exact(fd: int, length: int, offset: int) -> bytes:
@@ -390,18 +529,54 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_window(root: int, path: WorkspacePath, resolver: Resolver,
-                select: Callable[[int], tuple[int, int]]) -> Window:
-    """Open ``path`` for reading and pread the range ``select(total_bytes)`` returns as (start, end)."""
+def _read_hashing(fd: int, start: int, end: int, hash_max_bytes: int) -> tuple[bytes, str] | None:
+    """One pass over the whole file in :data:`HASH_CHUNK` chunks: the bytes [start, end) and the SHA-256
+    of everything up to end of file, from the same reads. None if the file grew past ``hash_max_bytes``."""
+    digest, kept, offset = hashlib.sha256(), [], 0
+    while chunk := os.pread(fd, HASH_CHUNK, offset):
+        if offset + len(chunk) > hash_max_bytes:
+            return None
+        digest.update(chunk)
+        if offset < end and offset + len(chunk) > start:
+            kept.append(chunk[max(0, start - offset): end - offset])
+        offset += len(chunk)
+    return b"".join(kept), digest.hexdigest()
+
+
+def read_target_error(path: WorkspacePath, kind: str | None) -> ToolError | None:
+    """Why ``read`` cannot read what is at the path (``kind`` None: nothing there), or None."""
+    if kind is None:
+        return ToolError(ErrorCode.NOT_FOUND, f"path {path.shown} does not exist")
+    if kind != "regular file":
+        return ToolError(ErrorCode.NOT_A_REGULAR_FILE, f"path {path.shown} is a {kind}; read only reads regular files",
+                         {"kind": kind})
+    return None
+
+
+def read_window(root: int, path: WorkspacePath, resolver: Resolver, select: Callable[[int], tuple[int, int]], *,
+                expected: FileId | None = None, hash_max_bytes: int = -1) -> Window:
+    """Open ``path`` for reading and read the range ``select(total_bytes)`` returns as (start, end).
+
+    A file of at most ``hash_max_bytes`` is read whole, once, in bounded chunks through the same
+    descriptor: the range is taken from those reads and :attr:`Window.sha256` describes them. A larger
+    file is read only in the range (``pread``), and not hashed. With ``expected``, the opened file must
+    be that file (device and inode), else ``changed_since_approval`` before a byte is read.
+    """
     with _os_errors(path):
         fd = open_beneath(root, path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, resolver)
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
-                                f"path {path.shown} is a {_kind(st.st_mode)}; read only reads regular files",
-                                {"kind": _kind(st.st_mode)})
+            problem = read_target_error(path, _kind(st.st_mode))
+            if problem is not None:
+                raise problem
+            if expected is not None and FileId.of(st) != expected:
+                raise changed_since_approval(path, f"it now opens another file (approved {expected}, "
+                                                   f"found {FileId.of(st)})")
             start, end = select(st.st_size)
+            if st.st_size <= hash_max_bytes:
+                hashed = _read_hashing(fd, start, end, hash_max_bytes)
+                if hashed is not None:
+                    return Window(hashed[0], start, st.st_size, hashed[1])
             return Window(pread_exact(fd, end - start, start), start, st.st_size)
         finally:
             os.close(fd)
@@ -523,15 +698,33 @@ def _install_new(dirfd: int, temp: str, name: str, path: WorkspacePath, use_link
     os.unlink(temp, dir_fd=dirfd)
 
 
+def target_error(path: WorkspacePath, create: bool, kind: str | None) -> ToolError | None:
+    """Why a write of ``mode`` cannot target what is at the path (``kind`` None: nothing), or None."""
+    if create and kind is not None:
+        return ToolError(ErrorCode.ALREADY_EXISTS,
+                         f"path {path.shown} already exists (a {kind}); mode 'create' never overwrites", {"kind": kind})
+    if not create and kind is None:
+        return ToolError(ErrorCode.NOT_FOUND,
+                         f"path {path.shown} does not exist; mode 'replace' only replaces an existing file")
+    if not create and kind != "regular file":
+        return ToolError(ErrorCode.NOT_A_REGULAR_FILE,
+                         f"path {path.shown} is a {kind}; write only replaces regular files", {"kind": kind})
+    return None
+
+
 def write_file(root: int, path: WorkspacePath, data: bytes, *, create: bool, expected_sha256: str | None,
-               resolver: Resolver, use_link: bool = False) -> WriteOutcome:
-    """Create (no clobber) or replace the regular file ``path`` with ``data``, crash-atomically."""
+               resolver: Resolver, use_link: bool = False, expected: Expected | None = None) -> WriteOutcome:
+    """Create (no clobber) or replace the regular file ``path`` with ``data``, crash-atomically.
+
+    With ``expected``, the directory written into, the name and the file replaced (or its absence, for
+    a create) must be the approved ones, else ``changed_since_approval`` and nothing is written.
+    """
     with _os_errors(path):
-        return _write_file(root, path, data, create, expected_sha256, resolver, use_link)
+        return _write_file(root, path, data, create, expected_sha256, resolver, use_link, expected)
 
 
 def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expected_sha256: str | None,
-                resolver: Resolver, use_link: bool) -> WriteOutcome:
+                resolver: Resolver, use_link: bool, expected: Expected | None) -> WriteOutcome:
     dirfd, name = open_parent(root, path, resolver, follow_final=not create)
     try:
         if is_temp_name(name):
@@ -541,18 +734,11 @@ def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expec
             existing: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
         except FileNotFoundError:
             existing = None
-        if create and existing is not None:
-            raise ToolError(ErrorCode.ALREADY_EXISTS,
-                            f"path {path.shown} already exists (a {_kind(existing.st_mode)}); "
-                            "mode 'create' never overwrites", {"kind": _kind(existing.st_mode)})
-        if not create:
-            if existing is None:
-                raise ToolError(ErrorCode.NOT_FOUND,
-                                f"path {path.shown} does not exist; mode 'replace' only replaces an existing file")
-            if not stat.S_ISREG(existing.st_mode):
-                raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
-                                f"path {path.shown} is a {_kind(existing.st_mode)}; write only replaces "
-                                "regular files", {"kind": _kind(existing.st_mode)})
+        problem = target_error(path, create, None if existing is None else _kind(existing.st_mode))
+        if problem is not None:
+            raise problem
+        if expected is not None:
+            _check_expected(path, expected, os.fstat(dirfd), name, existing)
         removed = remove_stale_temps(dirfd)
         fd, temp = _create_temp(dirfd, 0o666 if create else 0o600)
         installed = False

@@ -1,10 +1,14 @@
 """``read``: return a byte range of a workspace file as text. Risk: read_only, or filesystem for
-secret-like paths.
+secret-like paths (typed or resolved).
 
-Promise: the path is resolved beneath the workspace (symlinks that leave are refused); anything that is
-not a regular file is refused before a byte is read; only the selected range is read (``pread``), so a
-slice of a huge file costs what the slice costs. The selected range is returned exactly, as UTF-8, or
-the call fails with ``not_utf8`` naming the offset of the offending byte.
+Promise: the path is resolved beneath the workspace (symlinks that leave are refused), rated and
+approved by where it resolves, and the worker reads only the file that was approved (else
+``changed_since_approval``, see :mod:`peon.tools.target`); anything that is not a regular file is
+refused before a byte is read. A file of at most :data:`SHA256_MAX_FILE_BYTES` is read once, whole, in
+bounded chunks, and ``sha256`` is the hash of exactly those reads; a larger file is read only in the
+selected range (``pread``), so a slice of a huge file costs what the slice costs, and ``sha256`` is
+null. The selected range is returned exactly, as UTF-8, or the call fails with ``not_utf8`` naming
+the offset of the offending byte.
 
 Range rules (byte offsets):
 
@@ -21,20 +25,22 @@ Range rules (byte offsets):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
-from peon.secret_paths import secret_match
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import utf8_prefix_end
 from workers import fs
 
+from .target import approval_target, approved_expectation
+
 MAX_BYTE_VALUE = 2**63 - 1  # off_t
 CONTEXT_BYTES = 3  # bytes read on each side of the range to explain a cut character
+# Files up to this size are hashed whole (read once, in bounded chunks); larger ones are read only in
+# the range and get sha256 null: hashing costs about 1 ms per MiB (docs/files.md).
+SHA256_MAX_FILE_BYTES = 16 << 20
 
 # -- range selection and UTF-8 checks (pure) --------------------------------------------------------------
 
@@ -151,8 +157,12 @@ READ_OUTPUT_SCHEMA = {
         "truncated_by": {"enum": [None, "limit", "read_max_bytes"],
                          "description": "What ended the range early: the caller's limit or the configured maximum."},
         "next_offset": {"type": ["integer", "null"], "description": "Where the rest begins, when truncated."},
+        "sha256": {"type": ["string", "null"],
+                   "description": "SHA-256 (lower-case hex) of the whole file as read by this call; pass it as "
+                                  "write's expected_sha256. Null for files over 16 MiB, which are not hashed."},
     },
-    "required": ["path", "content", "offset", "bytes", "total_bytes", "truncated", "truncated_by", "next_offset"],
+    "required": ["path", "content", "offset", "bytes", "total_bytes", "truncated", "truncated_by", "next_offset",
+                 "sha256"],
 }
 
 
@@ -180,11 +190,12 @@ class ReadTool(Tool):
     output_schema = READ_OUTPUT_SCHEMA
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        path = parse_file_path(args["path"])
-        match = secret_match(path.parts, session.env)
-        if match is not None:
-            return RiskAssessment(ToolRisk.FILESYSTEM, match.reason())
-        return RiskAssessment(ToolRisk.READ_ONLY, "reads a file inside the workspace")
+        target = approval_target(parse_file_path(args["path"]), "read", args, session)
+        secret = target.secret_reason()
+        if secret is not None:
+            return RiskAssessment(ToolRisk.FILESYSTEM, secret)
+        where = target.where()
+        return RiskAssessment(ToolRisk.READ_ONLY, "reads a file inside the workspace" + (f" ({where})" if where else ""))
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         where = f"from byte {int(args.get('offset', 0))}"
@@ -192,16 +203,22 @@ class ReadTool(Tool):
             where += f", at most {int(args['limit'])} bytes"
         return f"read {args.get('path')!r} ({where})"
 
+    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        return approval_target(parse_file_path(args["path"]), "read", args, session).details()
+
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         path = parse_file_path(args["path"])
         offset = int(args.get("offset", 0))
         limit = None if args.get("limit") is None else int(args["limit"])
         resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
-        return read_file(ctx.workspace, path, offset, limit, ctx.limits.read_max_bytes, resolver)
+        with fs.workspace_root(ctx.session) as root:
+            expected = approved_expectation(ctx.approved, path, "read", root)
+            return read_file(root, path, offset, limit, ctx.limits.read_max_bytes, resolver, expected=expected.file)
 
 
-def read_file(workspace: Path, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,
-              resolver: fs.Resolver) -> dict[str, Any]:
+def read_file(root: int, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,
+              resolver: fs.Resolver, *, expected: fs.FileId | None = None) -> dict[str, Any]:
+    """Read the range of ``path`` beneath ``root`` (with ``expected``: only if it opens that file)."""
     chosen: list[Range] = []
 
     def select(total: int) -> tuple[int, int]:
@@ -209,11 +226,7 @@ def read_file(workspace: Path, path: WorkspacePath, offset: int, limit: int | No
         chosen.append(rng)
         return max(0, rng.start - CONTEXT_BYTES), min(total, rng.end + CONTEXT_BYTES)
 
-    root = fs.open_root(workspace)
-    try:
-        window = fs.read_window(root, path, resolver, select)
-    finally:
-        os.close(root)
+    window = fs.read_window(root, path, resolver, select, expected=expected, hash_max_bytes=SHA256_MAX_FILE_BYTES)
     rng = chosen[0]
     text, end, total = decode_range(path, window, rng)
     truncated = end < total
@@ -226,4 +239,5 @@ def read_file(workspace: Path, path: WorkspacePath, offset: int, limit: int | No
         "truncated": truncated,
         "truncated_by": ("read_max_bytes" if rng.cut_by_max else "limit") if truncated else None,
         "next_offset": end if truncated else None,
+        "sha256": window.sha256,
     }

