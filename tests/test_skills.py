@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from peon.skills import SkillProblem, check_skill, parse_front_matter, split_front_matter
 from supervisor import skills
-from supervisor.skills import SkillProblem, check_skill, discover, parse_front_matter, split_front_matter
+from supervisor.skills import discover
 
 DESCRIPTION = "Checks a release before it ships."
 
@@ -235,15 +236,20 @@ def test_symlinked_skill_directory_pointing_outside_is_skipped(roots, workspace,
     (project / "evil").symlink_to(outside / "evil")
     (user / "evil2").symlink_to(outside / "evil")
     write_skill(project, "real")
-    (project / "alias").symlink_to(project / "real")  # inside the root, but named differently
+    (project / "alias").symlink_to("real")  # inside the root, but named differently
+    (project / "abs-alias").symlink_to(project / "real")  # absolute: refused like any workspace symlink
+    write_skill(user, "u-real")
+    (user / "user-alias").symlink_to(user / "u-real")  # the user root is not the workspace: absolute is fine
     write_skill(project, "linked-file", None).unlink()
     (project / "linked-file" / "SKILL.md").symlink_to(outside / "evil" / "SKILL.md")
     found = discover(workspace, env, 64)
-    assert list(found.available) == ["real"]
+    assert list(found.available) == ["u-real", "real"]
     why = reasons(found)
     assert "outside its root" in why["evil"] and "outside its root" in why["evil2"]
     assert "outside its root" in why["linked-file"]
     assert "does not match its directory name 'alias'" in why["alias"]
+    assert "outside its root and the workspace" in why["abs-alias"] and "an absolute path" in why["abs-alias"]
+    assert "does not match its directory name 'user-alias'" in why["user-alias"]
 
 
 def test_symlinks_inside_the_root_are_followed(roots, workspace):
@@ -430,10 +436,10 @@ def test_skill_directory_swapped_for_a_symlink_after_discovery(skill_session, ro
     (project / "swapped").symlink_to(outside / "swapped")
     r = session.call("read_skill", {"name": "swapped"})
     assert r.error.code == "skill_moved" and r.value is None
-    assert "outside its root" in r.error.message and str(outside / "swapped" / "SKILL.md") in r.error.message
+    assert "outside its root and the workspace" in r.error.message and repr(str(outside / "swapped")) in r.error.message
 
     shutil.rmtree(project / "redirected")
-    (project / "redirected").symlink_to(project / "edited")  # inside the root, but another skill
+    (project / "redirected").symlink_to("edited")  # inside the root, but another skill
     r = session.call("read_skill", {"name": "redirected"})
     assert r.error.code == "skill_moved" and "now leads to" in r.error.message
 

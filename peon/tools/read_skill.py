@@ -4,10 +4,11 @@ Promises:
 
 * the input is a skill **name** from the session's discovery (the schema lists them as an enum); a
   path is never accepted, so this tool cannot read anything but those ``SKILL.md`` files;
-* at call time the recorded canonical path is opened again and must still resolve — every symlink
-  followed — to that same path, a regular file inside the skill's original root; a skill directory
+* at call time the skill's ``SKILL.md`` is opened again and must still resolve — every symlink
+  followed — to the canonical path recorded at discovery, a regular file inside the skill's original
+  root (a project skill is resolved beneath the session's pinned workspace root); a skill directory
   swapped for a symlink after discovery (or a file moved away) is ``skill_moved``, and nothing outside
-  the root is opened for reading (see :func:`supervisor.skills.open_skill_file`);
+  the root is opened for reading (see :mod:`workers.skills`);
 * at most ``skills.max_skill_bytes`` are returned, cut at a UTF-8 character boundary, with
   ``truncated``, ``size_bytes`` and ``returned_bytes``; bytes that are not UTF-8 become U+FFFD and set
   ``invalid_utf8``.
@@ -23,8 +24,9 @@ from typing import Any, Mapping
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import SessionView, Tool, ToolContext, ToolRisk
+from peon.paths import printable
 from peon.truncation import decode, utf8_prefix_end
-from supervisor.skills import NotRegular, Outside, open_skill_file, read_prefix
+from workers.skills import Moved, NotRegular, Outside, open_skill, read_prefix
 
 NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+)*$"
 
@@ -87,10 +89,13 @@ class ReadSkillTool(Tool):
                             f"(discovered: {known})", {"name": name})
         limit = int(ctx.session.config.skills.max_skill_bytes)
         try:
-            fd, real = open_skill_file(record.path, record.root)
+            fd = open_skill(record, ctx.session)
         except FileNotFoundError:
             raise ToolError(ErrorCode.SKILL_MOVED, f"skill {name!r}: {record.path} no longer exists",
                             {"name": name, "path": record.path}) from None
+        except Moved as problem:
+            raise ToolError(ErrorCode.SKILL_MOVED, f"skill {name!r} was discovered at {record.path} but {problem}",
+                            {"name": name, "path": record.path, "now": printable(problem.now)}) from None
         except Outside as problem:
             raise ToolError(ErrorCode.SKILL_MOVED, f"skill {name!r} was discovered at {record.path} but {problem}",
                             {"name": name, "path": record.path, "root": record.root}) from None
@@ -101,9 +106,6 @@ class ReadSkillTool(Tool):
             raise ToolError(ErrorCode.IO_ERROR, f"skill {name!r}: {record.path} cannot be opened: {exc.strerror}",
                             {"name": name, "path": record.path}) from None
         try:
-            if real != record.path:
-                raise ToolError(ErrorCode.SKILL_MOVED, f"skill {name!r} was discovered at {record.path} but that "
-                                f"path now leads to {real}", {"name": name, "path": record.path, "now": real})
             size = os.fstat(fd).st_size
             data = read_prefix(fd, limit + 1)
         except OSError as exc:
