@@ -374,6 +374,21 @@ def test_secret_like_reads_ask_and_others_do_not(open_session, workspace):
     assert "config/secret_paths.txt:" in request["risk_reason"]
 
 
+def test_credential_files_ask_and_negative_controls_do_not(open_session, workspace):
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "deny"}})
+    (workspace / ".docker").mkdir()
+    for name in (".my.cnf", ".s3cfg", ".dockercfg", ".docker/config.json", "vault.kdbx", "server.ppk",
+                 "secrets.yml", "office.ovpn", "wg0.conf", ".gitconfig", "wallet.dat",
+                 "README.md", "id_rsa.pub", ".env.example", "environment.md", "secrets.md"):
+        (workspace / name).write_text("x")
+    for name in (".my.cnf", ".s3cfg", ".dockercfg", ".docker/config.json", "vault.kdbx", "server.ppk",
+                 "secrets.yml", "office.ovpn", "wg0.conf", ".gitconfig", "wallet.dat"):
+        e = err(session, {"path": name}, "denied")
+        assert "secret-like path" in e.message, name
+    for name in ("README.md", "id_rsa.pub", ".env.example", "environment.md", "secrets.md"):
+        assert ok(session, {"path": name})["content"] == "x", name
+
+
 def test_secret_like_read_is_denied_without_approver(open_session, workspace):
     session = open_session({"approval": {"read_only": "allow", "filesystem": "ask"}})
     (workspace / "id_rsa").write_text("KEY")

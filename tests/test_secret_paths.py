@@ -26,12 +26,48 @@ SECRET = [
     "terraform.tfstate.bak", ".ssh.bak/id", "secrets~/x",
 ]
 
+# Credential files the survey in docs/files.md adds, by family.
+MORE_SECRET = [
+    # database clients
+    ".my.cnf", "home/.MY.CNF", ".mylogin.cnf", ".pgpass", ".pg_service.conf",
+    # S3, Docker, Kubernetes
+    ".s3cfg", ".dockercfg", "home/.docker/config.json", "clusters/prod.kubeconfig", "kubeconfig.yaml",
+    # cloud credentials and service-account keys
+    ".aws/config", ".aws/sso/cache/token.json", ".azure/msal_token_cache.json", "deploy/prod.publishsettings",
+    ".config/gcloud/access_tokens.db", "application_default_credentials.json", "keys/deploy-sa.json",
+    "gcp-service-account.json", "ci/my_service_account_key.json", "my-project-1a2b3c4d5e6f.json", ".boto",
+    "doctl/config.yaml", "adc.json",
+    # code hosts, registries, git
+    ".config/gh/hosts.yml", ".config/hub", ".gitconfig", "repo/.git/config", ".git-credentials", "_netrc",
+    # password managers and wallets
+    "vault.kdbx", "old.kdb", "pw.psafe3", "1p.agilekeychain", "login.keychain-db", "kde.kwallet",
+    "wallet.dat", "keystore/UTC--2024-01-02T03-04-05.0Z--0123abcd", "oracle/cwallet.sso",
+    # keys
+    "server.ppk", "deploy_rsa", "ci/github_ed25519", "otr.private_key", ".gnupg/private-keys-v1.d/x.key",
+    "bundle.pkcs12", "config/master.key",
+    # files named for secrets
+    "secrets.yml", "config/secrets.yaml", ".streamlit/secrets.toml", "secrets.json", "secrets.env",
+    "secrets.txt", "secrets.prod.yaml", "secret_token.rb",
+    # VPN, remote access, FTP clients
+    "office.ovpn", "wg0.conf", "etc/wireguard/home.conf", "mac.tblk", "server.rdp", "sftp-config.json",
+    ".ftpconfig", ".remote-sync.json", ".vscode/sftp.json", "FileZilla.xml", "recentservers.xml",
+    # infrastructure state
+    "prod.tfstate", "envs/prod.tfstate.backup", ".terraformrc", "terraform.rc",
+]
+
 NOT_SECRET = [
     "src/main.rs", "README.md", "environment.py", "env/lib.py", ".env.example", ".env.sample", ".env.template",
     "app/.env.local.example", ".ENV.EXAMPLE", "id_rsa.pub", "keys/id_ed25519.pub", "src/id_utils.py",
     "keys.py", "monkey.keystore.md", "secrets", "docs/secrets.md", "secret.txt", "config", ".kube/config.yaml",
-    "docker/config.json", ".aws/config", "history.md", "tfvars.md", "key", "pem", "bak", ".bak", "~",
+    "docker/config.json", "history.md", "tfvars.md", "key", "pem", "bak", ".bak", "~",
     "notes.bak", "my.env", "dotenv",
+    # negative controls for the survey's additions: documentation, code, templates, public halves
+    "environment.md", "secrets.md", "docs/SECRETS.md", "src/secrets.py", "pkg/secrets.go", "lib/secrets.ts",
+    "secrets.example.yml", "config/secrets.yml.example", "secrets.sample.json", "deploy_rsa.pub",
+    "id_ed25519.pub", ".git/HEAD", ".git/hooks/pre-commit", ".gitignore", ".gitattributes", "hosts.yml",
+    "ansible/hosts.yml", "my.cnf.md", "kubeconfig.md", "wget.conf", "wireguard.md", "wallet.md",
+    "tsconfig-base.json", "package.json", "locale/messages.json", "gh/README.md", "service.json",
+    ".docker/daemon.json", "mysql/my.cnf.example", "keys.md",
 ]
 
 
@@ -40,6 +76,13 @@ def test_secret_like(text):
     match = classify_secret(parse_file_path(text).parts, shipped_secret_patterns())
     assert match is not None, text
     assert match.pattern.source.startswith("config/secret_paths.txt:")
+    assert not match.pattern.exception
+
+
+@pytest.mark.parametrize("text", MORE_SECRET)
+def test_credential_files_from_the_survey(text):
+    match = classify_secret(parse_file_path(text).parts, shipped_secret_patterns())
+    assert match is not None, text
     assert not match.pattern.exception
 
 
