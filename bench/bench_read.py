@@ -9,8 +9,13 @@
 Prints medians and 90th percentiles, the session/plain ratios, and the ratio of the 64 KiB slice to
 the 4 KiB read through the session (the slice of a 2 GiB file should cost about what 64 KiB costs, not
 what 2 GiB would). Two more rows explain the gap: the same read done in-process by the tool's own code
-(``peon.tools.read.read_file``: parse, openat2, fstat, pread, UTF-8 check), and the floor of any call
-through a session (a tool that returns ``{}`` at once, still validated, approved and run in a worker).
+(``peon.tools.read.read_file``: open the root, parse, openat2, fstat, read, sha256 of files up to 16
+MiB, UTF-8 check), and the floor of any call through a session (a tool that returns ``{}`` at once,
+still validated, approved and run in a worker). Through a session a read also resolves its path
+twice (in the supervisor, for rating and approval, and in the worker, to insist on what was approved).
+
+3. The cost of ``read``'s ``sha256``: the in-process 4 KiB read with and without hashing, and a 16 MiB
+   file (the largest that is hashed) read whole with and without hashing, as microseconds per MiB.
 
 Run: ``python bench/bench_read.py [--calls N] [--resolver auto|openat2|walk]``
 """
@@ -30,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import peon  # noqa: E402
 from peon.paths import parse_file_path  # noqa: E402
 from peon.tool import Tool, ToolRisk  # noqa: E402
-from peon.tools.read import read_file  # noqa: E402
+from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file  # noqa: E402
 from workers import fs  # noqa: E402
 
 CONFIG = {"approval": {"read_only": "allow", "filesystem": "allow"}}
@@ -69,6 +74,42 @@ def plain_read(path: Path, offset: int, length: int | None) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read() if length is None else f.read(length)
+
+
+def read_in_process(ws: Path, path, offset: int, limit: int | None, max_bytes: int, resolver: fs.Resolver,
+               hash_max_bytes: int = SHA256_MAX_FILE_BYTES) -> dict:
+    root = fs.open_root(ws)
+    try:
+        return read_file(root, path, offset, limit, max_bytes, resolver, hash_max_bytes=hash_max_bytes)
+    finally:
+        os.close(root)
+
+
+def resolve_once(ws: Path, path) -> None:
+    """What a read adds per call in each of the supervisor and the worker: open the root, resolve."""
+    root = fs.open_root(ws)
+    try:
+        fs.resolve(root, path, follow_final=True, must_exist=True)
+    finally:
+        os.close(root)
+
+
+def hash_cost(ws: Path, resolver: fs.Resolver, rounds: int) -> tuple[float, float]:
+    """(hashing, plain) medians for reading a 16 MiB file whole through fs.read_window."""
+    big = ws / "hashed.bin"
+    big.write_bytes(os.urandom(SHA256_MAX_FILE_BYTES))
+    path = parse_file_path("hashed.bin")
+    root = fs.open_root(ws)
+    try:
+        runs = interleaved({
+            "hashing": lambda: fs.read_window(root, path, resolver, lambda total: (0, total),
+                                              hash_max_bytes=SHA256_MAX_FILE_BYTES),
+            "plain": lambda: fs.read_window(root, path, resolver, lambda total: (0, total)),
+        }, rounds)
+    finally:
+        os.close(root)
+    big.unlink()
+    return statistics.median(runs["hashing"]), statistics.median(runs["plain"])
 
 
 def describe(samples: list[float]) -> tuple[float, float]:
@@ -115,14 +156,21 @@ def main() -> None:
                 "floor": lambda: session.call("bench_noop", {}),
                 "plain 4k": lambda: plain_read(small, 0, None),
                 "plain slice": lambda: plain_read(sparse, OFFSET, SLICE),
-                "in-process 4k": lambda: read_file(ws, small_path, 0, None, max_bytes, resolver),
-                "in-process slice": lambda: read_file(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
+                "in-process 4k": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
+                "in-process slice": lambda: read_in_process(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
             }, options.calls)
-            cases = {
-                "4 KiB file": (runs["session 4k"], runs["plain 4k"], runs["in-process 4k"]),
-                "64 KiB at 1 GiB of 2 GiB sparse": (runs["session slice"], runs["plain slice"], runs["in-process slice"]),
-            }
-            floor = runs["floor"]
+        # Away from session calls, whose background work (the next standby worker) slows what follows.
+        sha = interleaved({
+            "with": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
+            "without": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver, -1),
+        }, options.calls)
+        hashing, unhashed = hash_cost(ws, resolver, max(5, options.calls // 30))
+        resolving = interleaved({"resolve": lambda: resolve_once(ws, small_path)}, options.calls)["resolve"]
+        cases = {
+            "4 KiB file": (runs["session 4k"], runs["plain 4k"], runs["in-process 4k"]),
+            "64 KiB at 1 GiB of 2 GiB sparse": (runs["session slice"], runs["plain slice"], runs["in-process slice"]),
+        }
+        floor = runs["floor"]
 
     print(f"read latency, {options.calls} calls per case, resolver {resolver.value}, "
           f"sparse file {SPARSE_SIZE >> 30} GiB with {allocated >> 10} KiB allocated")
@@ -138,6 +186,15 @@ def main() -> None:
     f_med, f_p90 = describe(floor)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
     small_med, slice_med = medians.values()
+    h_med, _ = describe(sha["with"])
+    n_med, _ = describe(sha["without"])
+    mib = SHA256_MAX_FILE_BYTES / (1 << 20)
+    print(f"sha256: in-process 4 KiB read {h_med * 1e6:.1f} us with, {n_med * 1e6:.1f} us without "
+          f"({(h_med - n_med) * 1e6:+.1f} us); a {mib:.0f} MiB file read whole {hashing * 1e3:.1f} ms with, "
+          f"{unhashed * 1e3:.1f} ms without: {(hashing - unhashed) * 1e6 / mib:.0f} us per MiB; "
+          f"files over {mib:.0f} MiB (the 2 GiB sparse file) are not hashed")
+    print(f"resolving the path for approval (supervisor) and again before opening (worker): "
+          f"{statistics.median(resolving) * 1e6:.1f} us each")
     print(f"64 KiB slice / 4 KiB read through the session: {slice_med / small_med:.2f}x; "
           f"read above the no-op floor: 4 KiB {(small_med - f_med) * 1e6:+.0f} us, "
           f"64 KiB slice {(slice_med - f_med) * 1e6:+.0f} us")

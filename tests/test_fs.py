@@ -533,16 +533,16 @@ def test_window_and_hash_come_from_one_pass(tree, root, resolver, monkeypatch, c
 def test_a_file_that_grows_past_the_bound_while_hashed_is_not_hashed(tree, root, resolver, monkeypatch):
     path = tree / "ws" / "growing"
     path.write_bytes(b"a" * 100)
-    real_pread = os.pread
+    real_preadv = os.preadv
 
-    def growing_pread(fd, n, offset):  # another writer appends while the pass runs
+    def growing_preadv(fd, buffers, offset):  # another writer appends while the pass runs
         if offset == 0:
             with open(path, "ab") as f:
                 f.write(b"b" * 100)
-        return real_pread(fd, n, offset)
+        return real_preadv(fd, buffers, offset)
 
     monkeypatch.setattr(fs, "HASH_CHUNK", 64)
-    monkeypatch.setattr(fs.os, "pread", growing_pread)
+    monkeypatch.setattr(os, "preadv", growing_preadv)
     window = fs.read_window(root, parse_file_path("growing"), resolver, lambda total: (0, total), hash_max_bytes=150)
     assert window.sha256 is None and window.data == b"a" * 100 and window.total == 100
 

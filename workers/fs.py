@@ -529,17 +529,21 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_hashing(fd: int, start: int, end: int, hash_max_bytes: int) -> tuple[bytes, str] | None:
-    """One pass over the whole file in :data:`HASH_CHUNK` chunks: the bytes [start, end) and the SHA-256
-    of everything up to end of file, from the same reads. None if the file grew past ``hash_max_bytes``."""
+def _read_hashing(fd: int, total: int, start: int, end: int, hash_max_bytes: int) -> tuple[bytes, str] | None:
+    """One pass over the whole file through one reused buffer of at most :data:`HASH_CHUNK` bytes: the
+    bytes [start, end) and the SHA-256 of everything up to end of file, from the same reads. None if the
+    file grew past ``hash_max_bytes``."""
     digest, kept, offset = hashlib.sha256(), [], 0
-    while chunk := os.pread(fd, HASH_CHUNK, offset):
-        if offset + len(chunk) > hash_max_bytes:
+    buffer = bytearray(min(HASH_CHUNK, total + 1))  # +1: end of file is seen without another allocation
+    view = memoryview(buffer)
+    while size := os.preadv(fd, [buffer], offset):
+        if offset + size > hash_max_bytes:
             return None
+        chunk = view[:size]
         digest.update(chunk)
-        if offset < end and offset + len(chunk) > start:
-            kept.append(chunk[max(0, start - offset): end - offset])
-        offset += len(chunk)
+        if offset < end and offset + size > start:
+            kept.append(bytes(chunk[max(0, start - offset): end - offset]))
+        offset += size
     return b"".join(kept), digest.hexdigest()
 
 
@@ -574,7 +578,7 @@ def read_window(root: int, path: WorkspacePath, resolver: Resolver, select: Call
                                                    f"found {FileId.of(st)})")
             start, end = select(st.st_size)
             if st.st_size <= hash_max_bytes:
-                hashed = _read_hashing(fd, start, end, hash_max_bytes)
+                hashed = _read_hashing(fd, st.st_size, start, end, hash_max_bytes)
                 if hashed is not None:
                     return Window(hashed[0], start, st.st_size, hashed[1])
             return Window(pread_exact(fd, end - start, start), start, st.st_size)

@@ -217,7 +217,8 @@ class ReadTool(Tool):
 
 
 def read_file(root: int, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,
-              resolver: fs.Resolver, *, expected: fs.FileId | None = None) -> dict[str, Any]:
+              resolver: fs.Resolver, *, expected: fs.FileId | None = None,
+              hash_max_bytes: int = SHA256_MAX_FILE_BYTES) -> dict[str, Any]:
     """Read the range of ``path`` beneath ``root`` (with ``expected``: only if it opens that file)."""
     chosen: list[Range] = []
 
@@ -226,7 +227,7 @@ def read_file(root: int, path: WorkspacePath, offset: int, limit: int | None, ma
         chosen.append(rng)
         return max(0, rng.start - CONTEXT_BYTES), min(total, rng.end + CONTEXT_BYTES)
 
-    window = fs.read_window(root, path, resolver, select, expected=expected, hash_max_bytes=SHA256_MAX_FILE_BYTES)
+    window = fs.read_window(root, path, resolver, select, expected=expected, hash_max_bytes=hash_max_bytes)
     rng = chosen[0]
     text, end, total = decode_range(path, window, rng)
     truncated = end < total
