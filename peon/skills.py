@@ -152,7 +152,7 @@ def _quoted(lines: list[str], key: str) -> str:
         raise SkillProblem(f"'{key}' has an unterminated {quote}-quoted string")
     same_line, *later = text[i + 1:].split("\n")
     rest = same_line.strip(" ")
-    if rest and not same_line.startswith(" #") or any(line.strip(" ") for line in later):
+    if (rest and not same_line.startswith(" #")) or any(line.strip(" ") for line in later):
         raise SkillProblem(f"'{key}' has text after its closing quote: {(rest or later[0].strip())[:40]!r}")
     lines = text[1:i].split("\n")
     if quote == '"' and any((len(line) - len(line.rstrip("\\"))) % 2 for line in lines[:-1]):
@@ -303,7 +303,7 @@ def check_skill(directory_name: str, fields: Mapping[str, str]) -> tuple[str, st
     if not description.strip() or len(description) > DESCRIPTION_MAX_CHARS:
         raise SkillProblem(f"description has {len(description)} characters; it must have 1-{DESCRIPTION_MAX_CHARS} "
                            "and not be blank")
-    control = next((ch for ch in description if ord(ch) < 32 and ch not in "\n\t" or ord(ch) == 127), None)
+    control = next((ch for ch in description if (ord(ch) < 32 and ch not in "\n\t") or ord(ch) == 127), None)
     if control is not None:
         raise SkillProblem(f"description contains the control character U+{ord(control):04X}")
     return name, description

@@ -68,11 +68,12 @@ def user_skill_root(env: Mapping[str, str]) -> str | None:
     return str(directory / "skills") if directory else None
 
 
-def project_skill_root(workspace: str | os.PathLike) -> str:
+def project_skill_root(workspace: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(workspace), *PROJECT_SKILL_DIR.split("/"))
 
 
-def _canonical_root(root: str, origin: str, workspace: str, workspace_fd: int, report: list[dict[str, str]]) -> str | None:
+def _canonical_root(root: str, origin: str, workspace: str, workspace_fd: int,
+                    report: list[dict[str, str]]) -> str | None:
     if origin == PROJECT:  # resolved beneath the workspace, by the same rules as every workspace path
         try:
             resolution = fs.resolve(workspace_fd, parse_workspace_path(PROJECT_SKILL_DIR), follow_final=True,
@@ -96,7 +97,7 @@ def _canonical_root(root: str, origin: str, workspace: str, workspace_fd: int, r
 
 
 def _candidates(root: str, report: list[dict[str, str]]) -> list[str]:
-    names = []
+    names: list[str] = []
     try:
         with os.scandir(root) as entries:
             for entry in entries:

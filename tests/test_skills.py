@@ -465,3 +465,20 @@ def test_a_swapped_parent_directory_is_detected(skill_session, roots, workspace,
     (workspace / ".peon").symlink_to(fake_peon)
     r = session.call("read_skill", {"name": "moved"})
     assert r.error.code == "skill_moved"
+
+
+def test_the_file_tools_load_nothing_from_the_supervisor():
+    """read_skill reads through workers.skills (checked in a fresh interpreter: no supervisor module is
+    loaded; the bare package is imported by peon's own installation check), and write imports nothing
+    from read."""
+    import ast
+    import subprocess
+    import sys
+
+    code = ("import sys, peon.tools.read_skill, peon.tools.read, peon.tools.write, peon.skills, workers.skills, "
+            "workers.fs; print(sorted(m for m in sys.modules if m.startswith('supervisor.')))")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    tree = ast.parse((Path(__file__).parent.parent / "peon" / "tools" / "write.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"read", "peon.tools.read"}, imported

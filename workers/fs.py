@@ -32,10 +32,10 @@ import os
 import secrets
 import stat
 from collections import deque
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterator
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import SessionView
@@ -98,12 +98,12 @@ def _on_procfs(fd: int) -> bool:
         return True
 
 
-def open_root(workspace: str | os.PathLike) -> int:
+def open_root(workspace: str | os.PathLike[str]) -> int:
     try:
         return os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise ToolError(ErrorCode.IO_ERROR, f"the workspace {display(os.fspath(workspace))} cannot be opened: "
-                        f"{exc.strerror}", {"errno": errno.errorcode.get(exc.errno, str(exc.errno))}) from None
+                        f"{exc.strerror}", {"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))}) from None
 
 
 @contextmanager
@@ -214,7 +214,8 @@ class _Walk:
         if (target.startswith("/") or ":" in target) and _on_procfs(self.stack[-1]):
             raise ToolError(ErrorCode.OUTSIDE_WORKSPACE,
                             f"path {self.path.shown} goes through {where!r}, a procfs magic link "
-                            f"(to {target!r}), which Peon never follows", {"symlink": printable(where), "target": printable(target)})
+                            f"(to {target!r}), which Peon never follows",
+                            {"symlink": printable(where), "target": printable(target)})
         self.hops += 1
         if self.hops > MAX_SYMLINK_HOPS:
             raise _os_error(OSError(errno.ELOOP, "too many symlinks"), self.path, where)
@@ -471,7 +472,8 @@ def resolve(root: int, path: WorkspacePath, *, follow_final: bool, must_exist: b
     if not is_utf8_name(where if st is not None else trail):  # an absent name is never shown
         raise ToolError(ErrorCode.INVALID_PATH,
                         f"path {path.shown} resolves through a symlink to {printable(where)!r}, a name that is "
-                        "not valid UTF-8; Peon's paths are UTF-8", {"rule": "resolved_utf8", "resolved": printable(where)})
+                        "not valid UTF-8; Peon's paths are UTF-8",
+                        {"rule": "resolved_utf8", "resolved": printable(where)})
     return Resolution(where, directory, None if st is None else FileId.of(st),
                       None if st is None else _kind(st.st_mode))
 
@@ -749,10 +751,8 @@ def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expec
         try:
             _write_all(fd, data)
             if existing is not None:
-                try:  # keep the owner where we may (root, or a group we belong to)
+                with suppress(PermissionError):  # keep the owner where we may (root, or a group we belong to)
                     os.fchown(fd, existing.st_uid, existing.st_gid)
-                except PermissionError:
-                    pass
                 os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
             os.fsync(fd)
             if create:
@@ -764,17 +764,16 @@ def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expec
                         raise ToolError(
                             ErrorCode.STALE,
                             f"path {path.shown} has sha256 {actual}, not the expected {expected_sha256}; "
-                            "it changed since it was read", {"expected_sha256": expected_sha256, "actual_sha256": actual},
+                            "it changed since it was read",
+                            {"expected_sha256": expected_sha256, "actual_sha256": actual},
                         )
                 os.rename(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
             installed = True
             os.fsync(dirfd)
         finally:
             if not installed:
-                try:
+                with suppress(OSError):
                     os.unlink(temp, dir_fd=dirfd)
-                except OSError:
-                    pass
             os.close(fd)  # only now: the lock tells cleaners this temp file is alive
         return WriteOutcome(create, len(data), hashlib.sha256(data).hexdigest(), tuple(removed))
     finally:

@@ -20,7 +20,8 @@ repository) and are untrusted instructions, not Peon's.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import SessionView, Tool, ToolContext, ToolRisk

@@ -16,7 +16,8 @@ destination still holds the old or the new content. Semantics in ``docs/files.md
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
