@@ -298,36 +298,34 @@ def test_sparse_2gib_file_slice_at_1gib(fs_session, workspace):
 # -- sha256: read, then write with expected_sha256 -------------------------------------------------------------
 
 
-def test_sha256_describes_the_whole_file_whatever_the_range(fs_session, workspace):
+def test_sha256_of_the_whole_file_then_write_with_it(fs_session, workspace):
+    from peon.tools.read import SHA256_MAX_FILE_BYTES
+
+    # Whatever the range, sha256 describes the whole file.
     data = ("line of text\n" * 30000).encode()
     (workspace / "f.txt").write_bytes(data)
     whole = hashlib.sha256(data).hexdigest()
     for args in ({"path": "f.txt"}, {"path": "f.txt", "offset": 13, "limit": 26}, {"path": "f.txt", "limit": 0},
                  {"path": "f.txt", "offset": len(data)}):
-        v = ok(fs_session, args)
-        assert v["sha256"] == whole, args
+        assert ok(fs_session, args)["sha256"] == whole, args
     assert ok(fs_session, {"path": "f.txt", "offset": 13, "limit": 26})["content"] == "line of text\n" * 2
     (workspace / "empty").write_bytes(b"")
     assert ok(fs_session, {"path": "empty"})["sha256"] == hashlib.sha256(b"").hexdigest()
 
-
-def test_read_then_write_with_its_sha256(fs_session, workspace):
-    (workspace / "f.txt").write_text("version 1\n")
-    first = ok(fs_session, {"path": "f.txt"})
-    done = expect_ok(fs_session, "write", {"path": "f.txt", "content": "version 2\n", "mode": "replace",
+    # read, then write with its sha256: succeeds; an external change in between: stale.
+    (workspace / "g.txt").write_text("version 1\n")
+    first = ok(fs_session, {"path": "g.txt"})
+    done = expect_ok(fs_session, "write", {"path": "g.txt", "content": "version 2\n", "mode": "replace",
                                             "expected_sha256": first["sha256"]})
-    second = ok(fs_session, {"path": "f.txt"})
+    second = ok(fs_session, {"path": "g.txt"})
     assert second["content"] == "version 2\n" and second["sha256"] == done["sha256"] != first["sha256"]
-    (workspace / "f.txt").write_text("changed by someone else\n")  # between the read and the write
-    e = expect_error(fs_session, "write", {"path": "f.txt", "content": "version 3\n", "mode": "replace",
+    (workspace / "g.txt").write_text("changed by someone else\n")
+    e = expect_error(fs_session, "write", {"path": "g.txt", "content": "version 3\n", "mode": "replace",
                                             "expected_sha256": second["sha256"]}, "stale")
     assert e.details["actual_sha256"] == hashlib.sha256(b"changed by someone else\n").hexdigest()
-    assert (workspace / "f.txt").read_text() == "changed by someone else\n"
+    assert (workspace / "g.txt").read_text() == "changed by someone else\n"
 
-
-def test_sha256_bound(fs_session, workspace):
-    from peon.tools.read import SHA256_MAX_FILE_BYTES
-
+    # Files up to the bound are hashed, larger ones are not (only their range is read).
     for name, size in (("at-bound", SHA256_MAX_FILE_BYTES), ("over-bound", SHA256_MAX_FILE_BYTES + 1)):
         with open(workspace / name, "wb") as f:
             f.truncate(size)

