@@ -11,10 +11,20 @@ Promises:
   procfs magic links. At most :data:`MAX_SYMLINK_HOPS` symlinks are followed. A failed openat2 lookup
   is re-run with the walk, which either finds the file (the tree changed in between) or names the
   component and the rule that failed. Nothing ever opens a path by name from ``/`` or touches the
-  workspace's parent.
+  workspace's parent. The root descriptor comes from :func:`workspace_root`: the session's pinned
+  root (``SessionView.root_fd``) when it has one, else the workspace opened by path.
+* :func:`resolve` says where a path leads (the resolved workspace-relative path, and the device and
+  inode of the file and of its directory) by the same rules, opening nothing for reading, so the
+  supervisor can rate and show a call by what it will touch. A resolved name that is not UTF-8 is
+  ``invalid_path``; error details never carry undecodable names (they are shown escaped).
+* Given an :class:`Expected` (:func:`write_file`) or an expected :class:`FileId` (:func:`read_window`),
+  the object actually opened — the file read, the directory written into, the name and the file
+  replaced — must be that one, else ``changed_since_approval`` before a byte is read or written.
 * :func:`read_window` opens with ``O_NONBLOCK`` and refuses, before reading a byte, anything that
-  ``fstat`` does not call a regular file (a FIFO, device, socket or directory never blocks or streams);
-  it reads only the requested range with ``pread``.
+  ``fstat`` does not call a regular file (a FIFO, device, socket or directory never blocks or streams).
+  A file of at most ``hash_max_bytes`` is read once, whole, in chunks of at most :data:`HASH_CHUNK`
+  bytes through one buffer, and the range and the file's SHA-256 come from those same reads; a larger
+  file is read only in the requested range, with ``pread``.
 * :func:`write_file` is crash-atomic: the content goes to a temporary file created through the
   destination directory's descriptor, is fsynced, and is installed with one ``renameat`` (replace) or
   a no-clobber ``renameat2(RENAME_NOREPLACE)`` / ``linkat`` (create); then the directory is fsynced.
