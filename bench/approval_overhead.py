@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from peon.config import load_config  # noqa: E402
 from peon.tool import ToolRisk  # noqa: E402
-from supervisor.approval import ApprovalPolicy, ApprovalRequest, Decision  # noqa: E402
+from peon.policy import ApprovalPolicy, ApprovalRequest, Decision  # noqa: E402
 from supervisor.audit import AuditLog, audit_entry  # noqa: E402
 from supervisor.grants import GrantStore  # noqa: E402
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from peon.config import load_config
 from peon.tool import ToolRisk
-from supervisor.approval import (
+from peon.policy import (
     ApprovalPolicy, ApprovalRequest, PolicyRule, command_words, normalize_workspace_path, parse_answer, path_under,
 )
 

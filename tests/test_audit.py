@@ -10,7 +10,7 @@ import time
 import pytest
 
 from peon.tool import ToolRisk
-from supervisor.approval import ApprovalRequest, Decision
+from peon.policy import ApprovalRequest, Decision
 from supervisor.audit import AuditLog, audit_entry
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
