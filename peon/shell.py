@@ -34,6 +34,9 @@ from typing import Any
 
 MAX_NESTING = 4  # bash -c 'bash -c "..."' deeper than this is opaque
 MAX_SEGMENTS = 500  # a command line with more simple commands than this is opaque (bounded work)
+MAX_COMMAND_BYTES = 256 * 1024  # longer command lines are not parsed at all: opaque
+MAX_SHOWN_SEGMENTS = 50  # an approval request shows at most this many segments
+MAX_SHOWN_WORD_CHARS = 200
 
 # -- results -----------------------------------------------------------------------------------------
 
@@ -68,7 +71,7 @@ class Segment:
         return None if first is None else posixpath.basename(first) or first
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"words": ["?" if w is None else w for w in self.words]}
+        out: dict[str, Any] = {"words": ["?" if w is None else _shown(w) for w in self.words]}
         for key in ("wrappers", "assignments", "notes"):
             if getattr(self, key):
                 out[key] = list(getattr(self, key))
@@ -97,12 +100,21 @@ class ShellAnalysis:
         return not self.opaque
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"segments": [s.to_dict() for s in self.segments]}
+        shown = self.segments[:MAX_SHOWN_SEGMENTS]
+        out: dict[str, Any] = {"segments": [s.to_dict() for s in shown]}
+        if len(self.segments) > len(shown):
+            out["segments_not_shown"] = len(self.segments) - len(shown)
         if self.opaque:
             out["unanalyzable"] = list(self.opaque)
         if self.dynamic:
             out["dynamic"] = list(self.dynamic)
         return out
+
+
+def _shown(word: str) -> str:
+    if len(word) <= MAX_SHOWN_WORD_CHARS:
+        return word
+    return word[:MAX_SHOWN_WORD_CHARS] + f"... [{len(word) - MAX_SHOWN_WORD_CHARS} more characters]"
 
 
 # -- literal words -----------------------------------------------------------------------------------
@@ -334,6 +346,9 @@ def _analyze_into(state: _State, command: str, origin: str) -> None:
     if "\0" in command:
         state.add_opaque("the command contains a NUL byte")
         return
+    if len(command) > MAX_COMMAND_BYTES:
+        state.add_opaque(f"the command is longer than {MAX_COMMAND_BYTES} characters")
+        return
     tree = parse_tree(command)
     root = tree.root_node
     if root.has_error:
@@ -342,6 +357,7 @@ def _analyze_into(state: _State, command: str, origin: str) -> None:
     saved = state.source
     state.source = command.encode("utf-8", "surrogatepass")
     try:
+        _check_coverage(state, root)
         _check_heredocs(state, root)
         _visit(state, root, origin)
     finally:
@@ -376,7 +392,9 @@ def _visit(state: _State, node: Any, origin: str) -> None:
     kind = node.type
     if not node.is_named:
         return  # keywords and operators: ;, &&, |, then, done...
-    if kind in _TRANSPARENT:
+    if kind == "compound_statement" and node.children and node.children[0].type == "((":
+        state.add_opaque("it evaluates arithmetic (which can run substitutions hidden in variables)")
+    elif kind in _TRANSPARENT:
         for child in node.children:
             _visit(state, child, origin)
     elif kind == "command":
@@ -384,19 +402,10 @@ def _visit(state: _State, node: Any, origin: str) -> None:
     elif kind == "redirected_statement":
         body = node.child_by_field_name("body")
         redirects = [child for child in node.children if child.type in _REDIRECTS]
-        if body is not None and body.type == "command":
-            _command(state, body, origin, redirects)
-            return
-        if body is not None:
-            _visit(state, body, origin)
-        for child in redirects:
-            for redirect, extra in _redirects(state, child, origin):
-                if extra:
-                    state.add_opaque("words after a redirection of a compound command")
-                _record_write(state, redirect)
         for child in node.children:
-            if child != body and child.type not in _REDIRECTS and child.is_named:
+            if child.is_named and child.type not in _REDIRECTS and child != body:
                 _visit(state, child, origin)
+        _redirected(state, body, redirects, origin)
     elif kind in _REDIRECTS:
         for redirect, extra in _redirects(state, node, origin):
             if extra:
@@ -431,6 +440,29 @@ def _visit(state: _State, node: Any, origin: str) -> None:
         return
     else:
         state.add_opaque(f"it uses shell syntax Peon does not analyse ({kind})")
+
+
+def _redirected(state: _State, body: Any, redirect_nodes: list[Any], origin: str) -> None:
+    """Redirections written after a statement. Bash binds them to the last simple command (``cd a &&
+    make > f`` redirects ``make``), which the grammar attaches to the whole list or pipeline."""
+    if body is not None and body.type == "command":
+        _command(state, body, origin, redirect_nodes)
+        return
+    if body is not None and body.type in ("list", "pipeline"):
+        named = [child for child in body.children if child.is_named and child.type != "comment"]
+        last = named[-1] if named else None
+        for child in body.children:
+            if child != last:
+                _visit(state, child, origin)
+        _redirected(state, last, redirect_nodes, origin)
+        return
+    if body is not None:
+        _visit(state, body, origin)
+    for child in redirect_nodes:
+        for redirect, extra in _redirects(state, child, origin):
+            if extra:
+                state.add_opaque("words after a redirection of a compound command")
+            _record_write(state, redirect)
 
 
 def _assigned_names(node: Any) -> list[str]:
@@ -523,6 +555,26 @@ def _redirects(state: _State, node: Any, origin: str) -> list[tuple[Redirect, li
 def _record_write(state: _State, redirect: Redirect) -> None:
     if redirect.writes:
         state.writes.append(Write(redirect.target, tuple(state.cwds)))
+
+
+_COVERING = frozenset({"heredoc_body", "string", "translated_string"})  # their text is theirs, children or not
+_SEPARATORS = re.compile(rb"(?:[ \t\n]|\\\n)*")
+
+
+def _check_coverage(state: _State, root: Any) -> None:
+    """Every byte between the grammar's tokens must be a blank or a line continuation: text the grammar
+    skipped (it drops a leading ``\ ``, which bash keeps) is text whose meaning Peon did not see."""
+    position = 0
+    for node in _descendants(root):
+        if (node.child_count and node.type not in _COVERING) or node.type == "program":
+            continue
+        if node.start_byte > position and not _SEPARATORS.fullmatch(state.source, position, node.start_byte):
+            gap = state.source[position:node.start_byte].decode("utf-8", "replace")
+            state.add_opaque(f"the grammar skipped text it did not understand ({_short(gap)!r})")
+            return
+        position = max(position, node.end_byte)
+    if position < len(state.source) and not _SEPARATORS.fullmatch(state.source, position, len(state.source)):
+        state.add_opaque("the grammar skipped text at the end of the command")
 
 
 def _check_heredocs(state: _State, root: Any) -> None:
@@ -618,8 +670,24 @@ def _command(state: _State, node: Any, origin: str, outer_redirects: Any) -> Non
     word_nodes.sort(key=lambda w: w.start_byte)
     for word in word_nodes:
         _words(state, _Holder(word), origin)
-    words = tuple(literal(w) for w in word_nodes)
+    words = tuple(_joined_words(word_nodes))
     _add_segment(state, words, _text(node), tuple(assignments), tuple(redirects), origin)
+
+
+def _joined_words(nodes: list[Any]) -> list[str | None]:
+    """Literal words; nodes with nothing between them are one word to bash (the grammar sometimes
+    splits ``$'a'b`` in two)."""
+    words: list[str | None] = []
+    previous_end = -1
+    for node in nodes:
+        value = literal(node)
+        if node.start_byte == previous_end and words:
+            last = words[-1]
+            words[-1] = None if last is None or value is None else last + value
+        else:
+            words.append(value)
+        previous_end = node.end_byte
+    return words
 
 
 class _Holder:
@@ -692,7 +760,7 @@ def _unwrap(name: str, wrapper: Wrapper, args: list[str | None]) -> str | tuple[
         if word == "--" and name != "sudo":
             i += 1
             break
-        if word.startswith("-") and word != "-" and not operands:
+        if word.startswith("-") and word != "-" and operands == wrapper.operands:
             option, _, attached = word.partition("=") if word.startswith("--") else (word[:2], "", word[2:])
             if option in wrapper.opaque or (word.startswith("-") and not word.startswith("--")
                                             and any(f"-{c}" in wrapper.opaque for c in word[1:])):
