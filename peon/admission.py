@@ -42,7 +42,7 @@ def admit(*, call_id: str, tool_name: str, raw_args: Any, tools: Mapping[str, To
     tool = tools.get(tool_name)
     if tool is None:
         return Admission(ToolError(ErrorCode.UNKNOWN_TOOL,
-                                   f"no tool named {tool_name!r}; available: {', '.join(sorted(tools))}"))
+                                   f"no tool named {tool_name!r}; available: {', '.join(tools)}"))
     try:
         args = validate_input(tool.name, schemas[tool.name], raw_args)
         try:
