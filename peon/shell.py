@@ -563,7 +563,7 @@ _SEPARATORS = re.compile(rb"(?:[ \t\n]|\\\n)*")
 
 def _check_coverage(state: _State, root: Any) -> None:
     """Every byte between the grammar's tokens must be a blank or a line continuation: text the grammar
-    skipped (it drops a leading ``\ ``, which bash keeps) is text whose meaning Peon did not see."""
+    skipped (it drops a leading escaped blank, which bash keeps) is text whose meaning Peon did not see."""
     position = 0
     for node in _descendants(root):
         if (node.child_count and node.type not in _COVERING) or node.type == "program":
