@@ -358,7 +358,8 @@ def _analyze_into(state: _State, command: str, origin: str) -> None:
     state.source = command.encode("utf-8", "surrogatepass")
     try:
         _check_coverage(state, root)
-        _check_heredocs(state, root)
+        if b"<<" in state.source:
+            _check_heredocs(state, root)
         _visit(state, root, origin)
     finally:
         state.source = saved
@@ -564,16 +565,28 @@ _SEPARATORS = re.compile(rb"(?:[ \t\n]|\\\n)*")
 def _check_coverage(state: _State, root: Any) -> None:
     """Every byte between the grammar's tokens must be a blank or a line continuation: text the grammar
     skipped (it drops a leading escaped blank, which bash keeps) is text whose meaning Peon did not see."""
+    source = state.source
     position = 0
-    for node in _descendants(root):
-        if (node.child_count and node.type not in _COVERING) or node.type == "program":
+    cursor = root.walk()
+    descend = True
+    while True:
+        node = cursor.node
+        if descend and node.child_count and node.type not in _COVERING and cursor.goto_first_child():
             continue
-        if node.start_byte > position and not _SEPARATORS.fullmatch(state.source, position, node.start_byte):
-            gap = state.source[position:node.start_byte].decode("utf-8", "replace")
-            state.add_opaque(f"the grammar skipped text it did not understand ({_short(gap)!r})")
-            return
-        position = max(position, node.end_byte)
-    if position < len(state.source) and not _SEPARATORS.fullmatch(state.source, position, len(state.source)):
+        if descend and node.type != "program":  # a token, or a node whose text is all its own
+            start = node.start_byte
+            if start > position and not _SEPARATORS.fullmatch(source, position, start):
+                gap = source[position:start].decode("utf-8", "replace")
+                state.add_opaque(f"the grammar skipped text it did not understand ({_short(gap)!r})")
+                return
+            position = max(position, node.end_byte)
+        if cursor.goto_next_sibling():
+            descend = True
+            continue
+        if not cursor.goto_parent():
+            break
+        descend = False
+    if position < len(source) and not _SEPARATORS.fullmatch(source, position, len(source)):
         state.add_opaque("the grammar skipped text at the end of the command")
 
 
