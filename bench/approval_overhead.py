@@ -18,18 +18,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peon.config import load_config  # noqa: E402
-from peon.policy import ApprovalPolicy, ApprovalRequest, Decision  # noqa: E402
-from peon.rules import GitFacts, ShellFacts  # noqa: E402
-from peon.shell import _analyze_cached, analyze  # noqa: E402
-from peon.tool import ToolRisk  # noqa: E402
-from supervisor.audit import AuditLog, decision_entry  # noqa: E402
-from supervisor.facts import gather  # noqa: E402
-from supervisor.grants import GrantStore  # noqa: E402
+from peon.config import load_config
+from peon.policy import ApprovalPolicy, ApprovalRequest, Decision
+from peon.rules import GitFacts, ShellFacts
+from peon.shell import _analyze_cached, analyze
+from peon.tool import ToolRisk
+from supervisor.audit import AuditLog, decision_entry
+from supervisor.facts import gather
+from supervisor.grants import GrantStore
 
 TYPICAL = "cd src && make -j4 2>&1 | tail -20"
 LONG = " && ".join(f"git diff --stat HEAD~{i} -- src/file{i}.py 2>&1 | tail -{i + 1}" for i in range(50))

@@ -24,7 +24,8 @@ import select
 import threading
 import time
 import unicodedata
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
+from collections.abc import Callable, Iterable
 
 from .tool import ToolRisk
 

@@ -146,7 +146,7 @@ def prefix_may_match(segment: Segment, prefix: Sequence[str]) -> bool:
     words = segment.words
     if len(words) < len(prefix):
         return False
-    for index, (word, wanted) in enumerate(zip(words, prefix)):
+    for index, (word, wanted) in enumerate(zip(words, prefix, strict=False)):
         if word is None:
             continue
         if index == 0 and _base(word) == _base(wanted):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from collections.abc import Mapping
 
 from .shell import Segment, ShellAnalysis
 
@@ -103,7 +103,8 @@ def git_key_runs_program(key: str, value: str | None) -> bool:
         if p_name != name:
             continue
         if (p_sub == "*" and subsection) or (p_sub == "" and subsection == ""):
-            if key == "core.fsmonitor" and value is not None and value.strip().lower() in ("false", "no", "off", "0", ""):
+            off = value is not None and value.strip().lower() in ("false", "no", "off", "0", "")
+            if key == "core.fsmonitor" and off:
                 return False
             return key not in ("include.path",) and not key.startswith("includeif.")
     return False

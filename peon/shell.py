@@ -138,9 +138,7 @@ def _unquote_bare(text: str) -> str | None:
                 i += 2
                 continue
             out.append(ch)
-        elif ch in "*?[$`" or (ch == "~" and i == 0):
-            return None
-        elif ch == "{" and _BRACE_EXPANSION.match(text, i):
+        elif ch in "*?[$`" or (ch == "~" and i == 0) or (ch == "{" and _BRACE_EXPANSION.match(text, i)):
             return None
         else:
             out.append(ch)
@@ -271,8 +269,8 @@ WRAPPERS: dict[str, Wrapper] = {
                     note="it runs with another user's privileges (doas)"),
 }
 # find/fd options that run a command given as the following words, up to ";" or "+".
-EXEC_OPTIONS = {"find": frozenset({"-exec", "-execdir", "-ok", "-okdir"}),
-                "fd": frozenset({"-x", "--exec", "-X", "--exec-batch"}), "fdfind": frozenset({"-x", "--exec", "-X", "--exec-batch"})}
+_FD_EXEC = frozenset({"-x", "--exec", "-X", "--exec-batch"})
+EXEC_OPTIONS = {"find": frozenset({"-exec", "-execdir", "-ok", "-okdir"}), "fd": _FD_EXEC, "fdfind": _FD_EXEC}
 
 _WRITE_OPERATORS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
 _ARITHMETIC_TEST = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})

@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from peon.policy import ApprovalRequest, Decision
 from peon.validation import canonical_json
@@ -56,7 +57,7 @@ def _encode(entry: Mapping[str, Any]) -> bytes:
 
 
 def _timestamp(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def decision_entry(*, session_id: str, call_id: str, tool: str, args: Any, request: ApprovalRequest,

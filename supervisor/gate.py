@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, Decision, Verdict, parse_answer
 from peon.rules import NO_FACTS, ShellFacts

@@ -90,7 +90,7 @@ class Supervisor:
         try:
             try:
                 await self.pool.start()
-            except (ForkerGone, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ForkerGone) as exc:
                 await self.client.send({"op": "fatal", "error": ToolError(
                     ErrorCode.WORKER_CRASHED, f"the session's forkserver could not start: {exc}").to_dict()})
                 return 1

@@ -11,7 +11,7 @@ from peon.admission import admit
 from peon.config import load_config
 from peon.configview import ResolvedConfig
 from peon.policy import ApprovalPolicy
-from peon.rules import GitFacts, Questions, ShellFacts
+from peon.rules import NO_FACTS, GitFacts, Questions, ShellFacts
 from peon.tool import RiskAssessment, SessionView, Tool, ToolRisk
 from peon.tools import BUILTIN_TOOLS
 
@@ -41,7 +41,7 @@ def pipeline(tmp_path: Path, config: dict):
     policy = ApprovalPolicy.from_loaded(resolved)
     asked: list[Questions] = []
 
-    def run(tool_name, raw_args, facts=ShellFacts()):
+    def run(tool_name, raw_args, facts=NO_FACTS):
         def source(questions):
             asked.append(questions)
             return facts

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 import psutil
-import pytest
 
 from peon.config import load_config
 from peon.framing import LineDecoder, encode

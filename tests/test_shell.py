@@ -123,8 +123,8 @@ def test_commands_hidden_in_arguments_and_substitutions_are_segments(command, in
     ("env -S 'touch x'", "cannot see"),
     ("timeout --bogus 5 touch x", "does not know"),
     ("touch x\0", "NUL"),
-    ("exec 3<>rw", "could not be parsed"),
-    ("set -- \\ a", "skipped text"),  # the grammar drops an escaped leading blank; bash keeps it  # the grammar lacks <>: unparsable, so fail closed
+    ("exec 3<>rw", "could not be parsed"),  # the grammar lacks <>: unparsable, so fail closed
+    ("set -- \\ a", "skipped text"),  # the grammar drops an escaped leading blank; bash keeps it
     ("x" * (MAX_COMMAND_BYTES + 1), "longer than"),
 ])
 def test_what_cannot_be_seen_is_opaque(command, reason):
