@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from peon.policy import ApprovalRequest, Decision
-from peon.rules import NO_FACTS, ShellFacts
+from peon.policy import ApprovalRequest, Decision, Verdict
 
 
 class ApprovalHook(Protocol):
-    async def decide(self, request: ApprovalRequest, cancelled: asyncio.Event,
-                     facts: ShellFacts = NO_FACTS) -> Decision: ...
+    async def settle(self, request: ApprovalRequest, verdict: Verdict, cancelled: asyncio.Event) -> Decision:
+        """The decision for a call the policy judged ``verdict``: allow and deny stand, ask is asked."""
+        ...

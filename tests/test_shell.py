@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -236,3 +237,25 @@ def test_words_bash_expands_are_not_literal(word):
 
 def test_braces_that_do_not_expand_stay_literal():
     assert analyze("find . -exec rm {} +").segments[1].words == ("rm", "{}")
+
+
+SHELL_TEXT = st.lists(st.sampled_from([*"ab$(){}[]<>|&;'\"`\\ \n\t#=*?~!-:@%/.0", "<<", "EOF", "rm "]),
+                      max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SHELL_TEXT)
+def test_any_text_gives_an_analysis_never_an_exception(text):
+    from peon.policy import ApprovalPolicy, ApprovalRequest, PolicyRule
+    from peon.rules import NO_FACTS
+    from peon.tool import ToolRisk
+
+    analysis = analyze(text)
+    assert isinstance(analysis.segments, tuple)
+    policy = ApprovalPolicy({"read_only": "allow", "filesystem": "ask", "process": "allow", "delegate": "ask"},
+                            [PolicyRule("deny", tool="bash", command_prefix="rm"),
+                             PolicyRule("allow", tool="bash", command_prefix="a")])
+    request = ApprovalRequest("c", "bash", ToolRisk.PROCESS, "r", "s", canonical_input=json.dumps({"command": text}))
+    verdict = policy.evaluate(request, NO_FACTS)
+    if analysis.opaque:
+        assert verdict.action == "deny"  # what cannot be seen could be rm
