@@ -216,6 +216,10 @@ OPAQUE_BUILTINS = {
     "complete": "complete -C runs a command", "compgen": "compgen -C runs a command",
     "mapfile": "mapfile -C runs a callback", "readarray": "readarray -C runs a callback",
 }
+# Programs that run a command given in their arguments in ways not followed here: opaque.
+RUNNERS = frozenset({"watch", "parallel", "script", "su", "runuser", "unshare", "nsenter", "systemd-run",
+                     "firejail", "setpriv", "prlimit", "chrt", "chroot", "flock", "strace", "ltrace", "gdb",
+                     "busybox", "toybox", "expect", "tmux", "screen", "at", "batch", "ssh"})
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"})
 # Commands that name other commands and change only how (or whether) they run. For each: options that
 # take no value, options that take one (short ones may be attached: -n5), options whose meaning cannot
@@ -253,6 +257,9 @@ WRAPPERS: dict[str, Wrapper] = {
     "stdbuf": Wrapper(with_value=frozenset({"-i", "--input", "-o", "--output", "-e", "--error"})),
     "setsid": Wrapper(flags=frozenset({"-c", "--ctty", "-f", "--fork", "-w", "--wait"})),
     "coproc": Wrapper(),
+    "ionice": Wrapper(flags=frozenset({"-t", "--ignore"}), with_value=frozenset({"-c", "--class", "-n",
+                                                                                "--classdata"})),
+    "taskset": Wrapper(flags=frozenset({"-a", "--all-tasks", "-c", "--cpu-list"}), operands=1),
     "xargs": Wrapper(flags=frozenset({"-0", "--null", "-o", "--open-tty", "-p", "--interactive", "-r",
                                       "--no-run-if-empty", "-t", "--verbose", "-x", "--exit"}),
                      with_value=frozenset({"-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n",
@@ -723,6 +730,9 @@ def _add_segment(state: _State, words: tuple[str | None, ...], source: str, assi
         base = posixpath.basename(name) or name
         if base in OPAQUE_BUILTINS:
             state.add_opaque(OPAQUE_BUILTINS[base])
+            break
+        if base in RUNNERS and len(rest) > 1:
+            state.add_opaque(f"{base} runs a command given in its arguments, which Peon does not follow")
             break
         wrapper = WRAPPERS.get(base)
         if wrapper is None:

@@ -60,6 +60,8 @@ def test_every_simple_command_is_a_segment(command, expected):
     ("stdbuf -oL touch f", ["touch", "f"], ["stdbuf"], []),
     ("xargs -0 -n 1 touch", ["touch"], ["xargs"], []),
     ("sudo -u bob touch f", ["touch", "f"], ["sudo"], []),
+    ("ionice -c 3 touch f", ["touch", "f"], ["ionice"], []),
+    ("taskset -c 0 touch f", ["touch", "f"], ["taskset"], []),
     ("env nice timeout 3 command touch f", ["touch", "f"], ["env", "nice", "timeout", "command"], []),
     ("\\touch f", ["touch", "f"], [], []),
     ("'touch' f", ["touch", "f"], [], []),
@@ -127,6 +129,9 @@ def test_commands_hidden_in_arguments_and_substitutions_are_segments(command, in
     ("exec 3<>rw", "could not be parsed"),  # the grammar lacks <>: unparsable, so fail closed
     ("set -- \\ a", "skipped text"),  # the grammar drops an escaped leading blank; bash keeps it
     ("x" * (MAX_COMMAND_BYTES + 1), "longer than"),
+    ("strace -f touch x", "does not follow"),
+    ("watch touch x", "does not follow"),
+    ("ssh host touch x", "does not follow"),
 ])
 def test_what_cannot_be_seen_is_opaque(command, reason):
     analysis = analyze(command)
