@@ -127,6 +127,11 @@ class Supervisor:
                 call = PendingCall(str(message.get("id")), str(message.get("tool")), message.get("args"),
                                    bool(message.get("progress")))
                 call.size = input_size(call.args)
+                if call.id in self.calls:  # a client's bug: the id already names a held call
+                    call.args = None
+                    await self._reply(call, _error(ErrorCode.INVALID_INPUT,
+                                                   f"call id {call.id!r} is already in use by a queued or running call"))
+                    continue
                 busy = self._over_bounds(call)
                 if busy is not None:  # answered and dropped: holding it is what the bound prevents
                     call.args = None

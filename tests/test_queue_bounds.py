@@ -104,6 +104,9 @@ def test_the_supervisor_answers_busy_to_a_client_that_ignores_the_bound(workspac
         assert [m["id"] for m in busy] == [f"over-{i}" for i in range(5)]
         assert all(m["error"]["code"] == "busy" and "max_queued_calls" in m["error"]["message"] for m in busy)
         assert wait_until((workspace / ".started").exists)
+        client.send({"op": "call", "id": "held", "tool": "bash", "args": {"command": "touch duplicate"}})
+        duplicate = client.recv()
+        assert duplicate["id"] == "held" and duplicate["error"]["code"] == "invalid_input"
         client.send({"op": "cancel", "id": "run"})
         results = {m["id"]: m for m in (client.recv(), client.recv())}
         assert results["held"]["ok"] and results["run"]["value"]["cancelled"]
