@@ -10,7 +10,6 @@ that are not UTF-8 give ``not_found`` / ``outside_workspace`` / ``invalid_path``
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -127,13 +126,6 @@ def test_what_the_approver_is_shown(asking, workspace, tmp_path):
     assert os.listdir(tmp_path / "outside") == []
 
 
-# path_prefix rules match details["path"] once the approval policy lives in peon/policy.py; before
-# that the policy matched the typed path and this attack succeeded (strict: the xfail must fail).
-POLICY_MATCHES_TYPED_PATH = importlib.util.find_spec("peon.policy") is None
-
-
-@pytest.mark.xfail(POLICY_MATCHES_TYPED_PATH, strict=True,
-                   reason="the approval policy in supervisor/approval.py matches path_prefix on the typed path")
 def test_the_hook_attack_is_not_allowed_by_a_docs_rule(open_session, workspace):
     """A path_prefix rule matches the resolved path: 'docs' does not cover .git/hooks/pre-commit."""
     hook = hooked_repository(workspace)
