@@ -17,7 +17,11 @@ Promises:
   key not listed as tightenable — makes loading fail with one error naming every refused key;
 * a project's approval settings are floors: they become ``tighten_only`` rules that no later layer
   can loosen;
-* :attr:`LoadedConfig.layers` records, per layer, the dotted keys it set.
+* :attr:`LoadedConfig.layers` records, per layer, the dotted keys it set;
+* only regular files are read (a FIFO, device or directory in place of a configuration file is a
+  ``config_invalid`` error, never a hang; see :mod:`peon.statefile`), and a layer whose tables and
+  arrays nest deeper than :data:`MAX_CONFIG_DEPTH` levels is a ``config_invalid`` error naming its
+  source, never a ``RecursionError``.
 
 The environment (for the user file's location) is passed in, never read implicitly by the supervisor.
 """
@@ -28,7 +32,6 @@ import difflib
 import json
 import math
 import os
-import stat
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -41,9 +44,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from supervisor.approval import STRICTNESS, check_command_prefix, check_path_prefix
 
 from .errors import ConfigError
+from .statefile import RefusedFile, read_regular_file
 from .userdir import user_peon_dir
 
 MAX_CONFIG_FILE_BYTES = 1 << 20
+# The model nests at most four levels (approval.rules[i].tool); anything far deeper is a mistake or an
+# attack on the recursive steps that follow (merging, validation, error messages).
+MAX_CONFIG_DEPTH = 16
 PROJECT_CONFIG = Path(".peon") / "config.toml"
 
 
@@ -198,34 +205,55 @@ def shipped_defaults() -> dict[str, Any]:
 
 def read_toml(path: Path, *, missing_ok: bool = False) -> dict[str, Any] | None:
     """Parse one configuration file. Only a regular file of at most 1 MiB is read (a FIFO or a device
-    would hang or flood the loader)."""
+    would hang or flood the loader; it is never even opened for reading), and its tables and arrays may
+    nest at most :data:`MAX_CONFIG_DEPTH` levels."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = read_regular_file(path, max_bytes=MAX_CONFIG_FILE_BYTES, follow_symlinks=True)
     except (FileNotFoundError, NotADirectoryError):
         if missing_ok:
             return None
         raise ConfigError(f"configuration file {path} does not exist", {"file": str(path)}) from None
+    except RefusedFile as exc:
+        raise ConfigError(f"configuration file {exc}", {"file": str(path)}) from None
     except OSError as exc:
         raise ConfigError(f"configuration file {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"configuration file {path} is not a regular file", {"file": str(path)})
-        if info.st_size > MAX_CONFIG_FILE_BYTES:
-            raise ConfigError(f"configuration file {path} is {info.st_size} bytes; the limit is {MAX_CONFIG_FILE_BYTES}",
-                              {"file": str(path)})
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_CONFIG_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"configuration file {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
-    finally:
-        os.close(fd)
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"configuration file {path} is not UTF-8 (byte {exc.start})", {"file": str(path)}) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"configuration file {path} is not valid TOML: {exc}", {"file": str(path)}) from None
+    except RecursionError:
+        raise _too_deep(str(path), None) from None
+    check_nesting(data, str(path))
+    return data
+
+
+def _too_deep(source: str, key: str | None) -> ConfigError:
+    where = f" (at {key!r})" if key else ""
+    return ConfigError(
+        f"invalid configuration in {source}: tables and arrays nest deeper than {MAX_CONFIG_DEPTH} levels{where}; "
+        f"Peon's configuration never nests more than a few",
+        {"source": source, "rule": "max_depth", "limit": MAX_CONFIG_DEPTH},
+    )
+
+
+def check_nesting(data: Any, source: str, limit: int | None = None) -> None:
+    """Refuse tables and arrays nested deeper than ``limit`` levels (walked without recursion, so any
+    depth is refused cleanly and every later, recursive step is safe)."""
+    limit = MAX_CONFIG_DEPTH if limit is None else limit
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    while stack:
+        value, depth, key = stack.pop()
+        if isinstance(value, Mapping):
+            children = [(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            children = [(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        else:
+            continue
+        if depth >= limit and children:
+            raise _too_deep(source, key or None)
+        stack.extend((child, depth + 1, name) for child, name in children)
 
 
 def user_config_path(env: Mapping[str, str]) -> tuple[Path | None, bool]:
@@ -478,6 +506,7 @@ def load_config(
     if isinstance(overrides, (str, os.PathLike)):
         layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)), "overrides"))
     elif overrides is not None:
+        check_nesting(overrides, "overrides")
         layers.append(Layer("overrides", overrides, "overrides"))
 
     merged: dict[str, Any] = {}
