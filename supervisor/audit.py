@@ -11,7 +11,9 @@ Promises:
   ``input_omitted``, and ``input_sha256`` identifies the exact input;
 * the log is bounded: when a line would take ``audit.jsonl`` past ``audit.max_bytes`` the file is
   rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped);
-* a failure to write the log is reported on stderr and does not fail the call it describes.
+* a failure to write the log is reported on stderr and does not fail the call it describes; anything
+  but a regular file at ``audit.jsonl`` (a FIFO, a device, a symbolic link) is such a failure, found
+  without opening it (:mod:`peon.statefile`), never a hang or a write through a link.
 
 :func:`audit_entry` is pure; :class:`AuditLog` does the file work.
 """
@@ -25,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from peon.statefile import RefusedFile, open_for_append, regular_size
 from peon.validation import canonical_json
 
 from .approval import ApprovalRequest, Decision
@@ -94,18 +97,16 @@ class AuditLog:
     def record(self, entry: Mapping[str, Any]) -> None:
         line = (json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
         try:
-            try:
-                size = os.stat(self.path).st_size
-            except FileNotFoundError:
-                size = 0
+            # Never opened unless a regular file (a FIFO planted here must not block the supervisor).
+            size = regular_size(self.path) or 0
             if size and size + len(line) > self.max_bytes:
                 self._rotate()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_for_append(self.path)
             try:
                 os.write(fd, line)
             finally:
                 os.close(fd)
-        except OSError as exc:
+        except (OSError, RefusedFile) as exc:
             print(f"peon-supervisor: cannot write the audit log {self.path}: {exc}", file=sys.stderr)
 
     def _rotate(self) -> None:
