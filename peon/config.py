@@ -37,12 +37,15 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
+)
 
 from supervisor.approval import STRICTNESS, check_command_prefix, check_path_prefix
 
+from .environment import ENV_NAME
 from .errors import ConfigError
 from .statefile import RefusedFile, read_regular_file
 from .userdir import user_peon_dir
@@ -61,6 +64,7 @@ class _Section(BaseModel):
 
 class Limits(_Section):
     max_timeout_seconds: float = Field(gt=0)
+    default_timeout_seconds: float = Field(gt=0)
     max_output_bytes: int = Field(ge=1024)
     read_max_bytes: int = Field(ge=1)
     max_input_bytes: int = Field(ge=1024)
@@ -69,7 +73,8 @@ class Limits(_Section):
     memory_max_bytes: int = Field(ge=1 << 20)
     max_processes: int = Field(ge=1)
 
-    @field_validator("max_timeout_seconds", "worker_grace_seconds", "approval_timeout_seconds")
+    @field_validator("max_timeout_seconds", "default_timeout_seconds", "worker_grace_seconds",
+                     "approval_timeout_seconds")
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
@@ -137,6 +142,36 @@ class Agents(_Section):
     pi: AgentCommand
 
 
+# One execve string (MAX_ARG_STRLEN, with its NUL) bounds a variable's NAME=value.
+MAX_ENVIRONMENT_BYTES = 32 * 4096 - 1
+
+
+def _environment_value(value: Any) -> str | bool:
+    if value is False:
+        return False
+    if not isinstance(value, str):
+        raise ValueError("must be a string (the value to set) or false (keep what the session inherited)")
+    if "\0" in value:
+        raise ValueError("must not contain a NUL character")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_ENVIRONMENT_BYTES:
+        raise ValueError(f"must be at most {MAX_ENVIRONMENT_BYTES} bytes of UTF-8")
+    return value
+
+
+EnvironmentValue = Annotated[Any, BeforeValidator(_environment_value)]
+
+
+def _environment_names(table: dict[str, Any]) -> dict[str, Any]:
+    for name in table:
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name (letters, digits and '_', "
+                             "not beginning with a digit)")
+    return table
+
+
+Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment_names)]
+
+
 class Runtime(_Section):
     containment: Literal["auto", "cgroup", "process-tree"]
 
@@ -159,6 +194,7 @@ class PeonConfig(_Section):
     runtime: Runtime
     tools: ToolsConfig
     audit: Audit
+    environment: Environment
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -439,6 +475,8 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
             refused.append((key, "a project cannot add tools"))
         elif section == "audit":
             refused.append((key, "only the user configures the audit log"))
+        elif section == "environment":
+            refused.append((key, "only the user configures the environment commands and agents run with"))
         else:
             refused.append((key, "not a setting a project may change"))
     return refused

@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -441,3 +442,40 @@ def test_a_session_names_a_bad_user_file(open_session, tmp_path):
     named.write_text("[limits]\nmax_output_bytes = 'big'\n")
     with pytest.raises(ConfigError, match=rf"invalid configuration in {named}: key 'limits.max_output_bytes' must be an integer"):
         open_session(env={"PEON_CONFIG": str(named)})
+
+
+# -- the default timeout ---------------------------------------------------------------------------
+
+
+def test_the_default_timeout_applies_when_a_call_gives_none(open_session):
+    requests = []
+    session = open_session({"approval": {"process": "ask"}, "limits": {"default_timeout_seconds": 0.5}},
+                           approver=lambda request: requests.append(request) or "allow_once")
+    started = time.monotonic()
+    r = session.call("bash", {"command": "sleep 30"})
+    assert r.ok and r.value["timed_out"] is True and r.value["timeout_seconds"] == 0.5
+    assert time.monotonic() - started < 10
+    assert requests[-1]["details"]["timeout_seconds"] == 0.5  # the approver is told the timeout that applies
+    r = session.call("bash", {"command": "sleep 1; echo slept", "timeout_seconds": 20})  # longer than the default
+    assert r.ok and r.value["timed_out"] is False and r.value["output"] == "slept\n"
+    assert r.value["timeout_seconds"] == 20 and requests[-1]["details"]["timeout_seconds"] == 20
+    schema = {t["name"]: t for t in session.tools()}["bash"]["input_schema"]["properties"]["timeout_seconds"]
+    assert "0.5 when omitted, at most 600" in schema["description"]
+
+
+def test_a_project_may_lower_the_maximum_below_the_default(layout):
+    layout.project("[limits]\nmax_timeout_seconds = 30.0\n")  # no need to lower the default too
+    config = layout.load().config
+    assert (config.limits.max_timeout_seconds, config.limits.default_timeout_seconds) == (30.0, 120.0)
+
+
+def test_a_default_above_the_maximum_is_clamped(open_session):
+    session = open_session({"limits": {"max_timeout_seconds": 0.4}})
+    r = session.call("bash", {"command": "sleep 30"})
+    assert r.ok and r.value["timed_out"] is True and r.value["timeout_seconds"] == 0.4
+    assert session.call("agent_claude", {"prompt": "x", "timeout_seconds": 5}).error.code == "adapter_unavailable"
+
+
+def test_the_shipped_default_timeout_is_two_minutes():
+    limits = load_config(env={}).config.limits
+    assert (limits.default_timeout_seconds, limits.max_timeout_seconds) == (120.0, 600.0)
