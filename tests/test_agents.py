@@ -545,8 +545,7 @@ def test_an_older_pi_gets_no_double_dash_and_refuses_dash_prompts(open_session, 
 
 
 def test_pi_from_0_84_3_gets_double_dash_and_takes_dash_prompts(open_session, tmp_path):
-    session, prefix, records = pi_session(open_session, tmp_path, "0.84.3",
-                                          name="@earendil-works/pi-coding-agent")
+    session, _, records = pi_session(open_session, tmp_path, "0.84.3", name="@earendil-works/pi-coding-agent")
     for prompt in ["hi", "- [ ] a markdown item", "--help me", "-p"]:
         r = session.call("agent_pi", {"prompt": prompt})
         assert r.ok and r.value["exit_code"] == 0, (prompt, r.error or r.value["output"])
@@ -716,7 +715,7 @@ def two_versions(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 def test_repointing_a_link_after_approval_starts_nothing(open_session, tmp_path):
-    link, v1, v2 = two_versions(tmp_path)
+    link, _, v2 = two_versions(tmp_path)
     log = tmp_path / "agents.jsonl"
 
     def approver(request):
@@ -774,9 +773,9 @@ def test_the_pinned_binary_runs_even_if_its_path_is_replaced_and_its_descriptor_
         os.close(read_end)
     assert os.waitstatus_to_exitcode(status) == 7  # /bin/sh ran, not the /bin/false now at the path
     assert output == "CLEAN\n"
-    with pytest.raises(ToolError, match="changed since it was approved: it is no longer the same file"):
-        with pinned(program, program.pins()):
-            pass
+    with pytest.raises(ToolError, match="changed since it was approved: it is no longer the same file"), \
+            pinned(program, program.pins()):
+        pass
 
 
 def test_the_agents_environment_never_waits_on_a_person(open_session, agents):

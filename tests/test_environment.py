@@ -157,7 +157,7 @@ def test_commands_have_no_controlling_terminal_and_stdin_is_dev_null(open_sessio
 
 
 class _NeedsPassword(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - the stdlib's name
+    def do_GET(self):  # the stdlib's name
         self.send_response(401)
         self.send_header("WWW-Authenticate", 'Basic realm="peon-test"')
         self.send_header("Content-Length", "0")

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 from collections.abc import Mapping, Sequence
 
@@ -231,11 +231,10 @@ class AgentTool(Tool):
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         return with_session_timeout(self.input_schema, session)
 
-    def prepare(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True) -> Invocation:
-        """Check the prompt and resolve what will run; raises the error the call should fail with."""
+    def resolve(self, session: SessionView, *, with_hash: bool = True) -> Invocation:
+        """What this adapter starts in ``session`` (the prompt left empty); raises ``adapter_unavailable``
+        naming what is missing. ``peon doctor`` shows this too."""
         command = getattr(session.config.agents, self.agent)
-        prompt = args["prompt"]
-        check_prompt_bytes(self.name, prompt)
         env = command_environment(session)
         path = search_path(env)
         executable = resolve_executable(command.executable, path)
@@ -247,11 +246,17 @@ class AgentTool(Tool):
             raise ToolError(ErrorCode.ADAPTER_UNAVAILABLE, f"{self.name}: {executable} cannot be started: {exc}",
                             {"executable": executable, "path": path}) from None
         fixed_args, facts = self.command_args(command.args, program)
-        why = self.refuse_prompt(prompt, fixed_args, facts)
+        return Invocation(self.agent, command.executable, program, fixed_args, "", path, env, facts)
+
+    def prepare(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True) -> Invocation:
+        """Check the prompt and resolve what will run; raises the error the call should fail with."""
+        prompt = args["prompt"]
+        check_prompt_bytes(self.name, prompt)
+        invocation = replace(self.resolve(session, with_hash=with_hash), prompt=prompt)
+        why = self.refuse_prompt(prompt, invocation.fixed_args, invocation.facts)
         if why is not None:
             raise ToolError(ErrorCode.INVALID_INPUT, f"{self.name} refuses the prompt {describe_prompt(prompt)}: {why}",
                             {"rule": "prompt", "agent": self.agent})
-        invocation = Invocation(self.agent, command.executable, program, fixed_args, prompt, path, env, facts)
         self._check_exec_size(invocation)
         return invocation
 
