@@ -69,3 +69,15 @@ def test_a_planted_audit_log_neither_blocks_nor_is_written_through(open_session,
     assert {"fifo": stat.S_ISFIFO, "device": stat.S_ISCHR, "symlink": stat.S_ISLNK}[kind](mode)
     if kind == "symlink":
         assert (tmp_path / "victim.txt").read_text() == "untouched\n"
+
+
+def test_a_fifo_as_the_users_secret_path_list_fails_the_read_instead_of_hanging(open_session, tmp_path, workspace):
+    xdg = tmp_path / "xdg"
+    (xdg / "peon").mkdir(parents=True)
+    os.mkfifo(xdg / "peon" / "secret_paths.txt")
+    (workspace / "notes.txt").write_text("hello\n")
+    session = open_session(env={"XDG_CONFIG_HOME": str(xdg)})
+    result = session.submit("read", {"path": "notes.txt"}).result(timeout=60)
+    assert result.error.code == "config_invalid", result
+    assert result.error.message == f"secret path list {xdg / 'peon' / 'secret_paths.txt'} is a FIFO, not a regular file"
+    assert session.call("bash", {"command": "echo still serving"}).value["output"] == "still serving\n"
