@@ -36,8 +36,9 @@ def ensure_own_packages() -> None:
 def shadow_advice(name: str, module: object) -> str:
     ours = Path(__file__).resolve().parent.parent / name
     where = [Path(p).resolve() for p in getattr(module, "__path__", [])]
-    if not where and getattr(module, "__file__", None):
-        where = [Path(str(module.__file__)).resolve().parent]
+    file = getattr(module, "__file__", None)
+    if not where and file:
+        where = [Path(str(file)).resolve().parent]
     others = [d for d in _distributions_of(name) if d.lower() != "peon"]
     pip = f"{shlex.quote(sys.executable)} -m pip"
     uninstall = f"{pip} uninstall {' '.join(others) or name}"
@@ -52,10 +53,11 @@ def shadow_advice(name: str, module: object) -> str:
                 f"overwrote Peon's files there. Uninstalling it removes files the two share, so reinstall Peon after "
                 f"it, in this order: {uninstall} && {reinstall_command()} — or install Peon in a virtual "
                 f"environment of its own.")
-    return (f"the module {name!r} found at {shown} is not Peon's ({ours}): another package of the same name comes "
-            f"earlier on sys.path. Take it off the path (PYTHONPATH, .pth files) or uninstall it ({uninstall}); if it "
-            f"was installed into the same environment as Peon, reinstall Peon afterwards ({reinstall_command()}), "
-            f"since uninstalling removes files the two share — or install Peon in a virtual environment of its own.")
+    return (f"the module {name!r} found at {shown} is not Peon's ({ours}): another package of the same name shadows "
+            f"it, earlier on sys.path. Take it off the path (PYTHONPATH, .pth files) or uninstall it ({uninstall}); "
+            f"if it was installed into the same environment as Peon, reinstall Peon afterwards "
+            f"({reinstall_command()}), since uninstalling removes files the two share — or install Peon in a virtual "
+            f"environment of its own.")
 
 
 def reinstall_command() -> str:

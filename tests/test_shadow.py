@@ -72,7 +72,7 @@ def test_a_package_earlier_on_the_path_is_named_with_advice(tmp_path):
     message = proc.stderr.strip().splitlines()[-1]
     assert message.startswith("ImportError: the module 'supervisor' found at")
     assert str(shadow / "supervisor") in message and f"is not Peon's ({ROOT / 'supervisor'})" in message
-    assert "comes earlier on sys.path" in message and "Take it off the path" in message
+    assert "shadows it, earlier on sys.path" in message and "Take it off the path" in message
     proc = run([sys.executable, "-c", IMPORT_PEON], env={"PYTHONPATH": str(ROOT)}, cwd=tmp_path)  # following it works
     assert proc.returncode == 0 and proc.stdout == "peon imported\n"
 

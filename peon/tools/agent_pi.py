@@ -116,7 +116,8 @@ def _read_release(target: str) -> PiRelease:
 class PiAgentTool(AgentTool):
     name = "agent_pi"
     agent = "pi"
-    description = describe_agent("pi", "pi -p -- <prompt>, or pi -p <prompt> for pi releases before 0.84.3")
+    description = describe_agent("pi", "pi -p -- <prompt>", " With a pi release before 0.84.3 it runs "
+                                 "`pi -p <prompt>` and refuses prompts that begin with '-'.")
 
     def command_args(self, configured: Sequence[str], program: Program) -> tuple[tuple[str, ...], dict[str, Any]]:
         release = find_release(program)
