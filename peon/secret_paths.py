@@ -8,7 +8,8 @@ Promises:
   component, and backup copies (``.bak``, ``.old``, ``~``) match what their base name matches.
 * :func:`secret_patterns` is the one place the lists are loaded: the shipped
   ``config/secret_paths.txt``, then the user's ``<user peon dir>/secret_paths.txt`` (re-read when it
-  changes; unreadable or invalid is a ``config_invalid`` error naming the file, never ignored).
+  changes; opened only when it is a regular file of at most 1 MiB, so a FIFO there never blocks;
+  unreadable, not regular or invalid is a ``config_invalid`` error naming the file, never ignored).
   ``read`` and ``write`` both rate paths with :func:`secret_match`.
 
 This heuristic gives visibility (such reads need approval); it is not a confidentiality boundary.
@@ -24,10 +25,12 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import ConfigError
+from .statefile import RefusedFile, read_regular_file
 from .userdir import user_peon_dir
 
 BACKUP_SUFFIXES = (".bak", ".old", "~")
 SECRET_PATTERNS_FILE = "secret_paths.txt"
+MAX_SECRET_PATTERNS_BYTES = 1 << 20
 
 # -- patterns and matching (pure) ---------------------------------------------------------------------
 
@@ -157,8 +160,10 @@ def secret_patterns(env: Mapping[str, str]) -> tuple[SecretPattern, ...]:
     key = (st.st_mtime_ns, st.st_size, st.st_ino)
     cached = _user_cache.get(str(path))
     if cached is None or cached[0] != key:
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # never opened unless a regular file: a FIFO here must not block the supervisor
+            text = read_regular_file(path, max_bytes=MAX_SECRET_PATTERNS_BYTES, follow_symlinks=True).decode("utf-8")
+        except RefusedFile as exc:
+            raise ConfigError(f"secret path list {exc}", {"file": str(path)}) from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"secret path list {path} is not UTF-8 (byte offset {exc.start})",
                               {"file": str(path)}) from None

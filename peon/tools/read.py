@@ -26,8 +26,8 @@ Range rules (byte offsets):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
