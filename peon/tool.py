@@ -42,6 +42,7 @@ class RiskAssessment:
 
     risk: ToolRisk
     reason: str
+    sandboxed: bool = False  # the call will run inside the OS sandbox
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class SessionView:
     """What a tool may know about the session it serves (read-only, same in supervisor and worker).
 
     ``config`` is the resolved :class:`~peon.config.PeonConfig`; ``env`` is the environment the
-    session's processes run with; ``skills`` maps skill names to their discovery records.
+    session's processes run with; ``skills`` maps skill names to their discovery records;
+    ``sandbox`` is the session's OS sandbox decision (:func:`workers.sandbox.session_status`).
     """
 
     workspace: Path
@@ -57,6 +59,7 @@ class SessionView:
     env: Mapping[str, str]
     session_id: str = ""
     skills: Mapping[str, Any] = field(default_factory=dict)
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

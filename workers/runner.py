@@ -28,8 +28,8 @@ import fcntl
 import os
 import signal
 import time
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
@@ -51,6 +51,9 @@ class ProcessSpec:
     argv: Sequence[str]  # argv[0] is an absolute path; nothing is looked up or passed to a shell
     cwd: str
     env: Mapping[str, str]
+    # The OS sandbox (workers/sandbox.py): when set, it starts the command inside itself; it may raise
+    # ToolError (nothing started). Everything below applies to what it started like to any command.
+    sandbox: Any = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ def _group_alive(pgid: int) -> bool:
 def _spawn(spec: ProcessSpec, write_fd: int) -> int:
     if os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
+    if spec.sandbox is not None:  # the OS sandbox starts the command (maybe wrapped) inside itself
+        return spec.sandbox.spawn(lambda argv: _spawn(replace(spec, argv=argv, sandbox=None), write_fd), spec.argv)
     return os.posix_spawn(
         spec.argv[0],
         list(spec.argv),
@@ -160,6 +165,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         raise ToolError(
             ErrorCode.IO_ERROR, f"cannot start {spec.argv[0]}: {exc.strerror}", {"executable": spec.argv[0]}
         ) from None
+    except ToolError:  # the sandbox refused to start it
+        os.close(read_fd)
+        raise
     finally:
         os.close(write_fd)
     exited = REAPER.watch(pid)

@@ -23,7 +23,9 @@ Promises:
   exactly as for ``bash``; a non-zero exit, a timeout or a cancel is a result, not an error.
 
 The risk is ``delegate``: the child agent may read, write, run commands, use inherited credentials and
-call its own model provider, none of which Peon sees or approves call by call.
+call its own model provider, none of which Peon sees or approves call by call. An adapter runs outside
+the OS sandbox unless ``agents.<name>.sandbox = true`` (a child agent's own sandbox cannot start inside
+Peon's); with it, the adapter is sandboxed exactly like ``bash`` and says so in its approval details.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from peon.errors import ErrorCode, ToolError
-from peon.tool import SessionView, Tool, ToolContext, ToolRisk, session_path
+from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk, session_path
+from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import NO_NUL_PATTERN, TIMEOUT_PROPERTY, effective_timeout
+from .process import NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout
 
 # Linux refuses (E2BIG) any single argv or envp string longer than MAX_ARG_STRLEN = 32 pages,
 # terminating NUL included.
@@ -73,6 +76,7 @@ AGENT_OUTPUT_SCHEMA = {
         **PROCESS_OUTPUT_SCHEMA["properties"],
         "agent": {"type": "string", "description": "Which adapter ran (claude, codex, pi)."},
         "executable": {"type": "string", "description": "The absolute path of the program that was started."},
+        "sandbox": SANDBOX_RESULT_PROPERTY,
     },
 }
 
@@ -233,6 +237,22 @@ class AgentTool(Tool):
                 {"rule": "arg_max", "bytes": size, "limit": limit},
             )
 
+    # -- the OS sandbox: off for adapters unless agents.<name>.sandbox = true -------------------------------
+
+    def sandboxed(self, session: SessionView) -> bool:
+        return bool(getattr(session.config.agents, self.agent).sandbox)
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        inside = self.sandboxed(session) and bool(session.sandbox.get("active"))
+        return RiskAssessment(self.risk, f"declared risk of {self.name}" + (", inside the OS sandbox" if inside else ""),
+                              sandboxed=inside)
+
+    def _sandbox_details(self, session: SessionView) -> dict[str, Any] | None:
+        return sandbox.call_details(
+            session.sandbox, enabled=self.sandboxed(session),
+            why_not=f"agents.{self.agent}.sandbox is false: the agent runs unsandboxed (its own sandbox could not "
+                    "start inside Peon's)")
+
     # -- approval (in the supervisor) -------------------------------------------------------------------
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
@@ -256,6 +276,9 @@ class AgentTool(Tool):
             "path_searched": invocation.search_path,
             "warning": DELEGATE_WARNING,
         }
+        confinement = self._sandbox_details(session)
+        if confinement is not None:
+            details["sandbox"] = confinement
         if is_inside(invocation.executable, str(session.workspace)):
             details["executable_in_workspace"] = True
             details["warning"] += (" The executable itself lies inside the workspace, so the project "
@@ -277,12 +300,14 @@ class AgentTool(Tool):
                 f"the approved {approved}; nothing was started",
                 {"approved": approved, "resolved": invocation.executable},
             )
-        outcome = await run_process(ProcessSpec(invocation.argv, str(ctx.workspace), ctx.session.env), ctx)
+        confinement = sandbox.confinement_for(ctx, enabled=self.sandboxed(ctx.session))
+        outcome = await run_process(ProcessSpec(invocation.argv, str(ctx.workspace), ctx.session.env, confinement), ctx)
         return {
             **outcome.to_value(),
             "timeout_seconds": effective_timeout(args, ctx.session),
             "agent": self.agent,
             "executable": invocation.executable,
+            "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None),
         }
 
 

@@ -1,19 +1,26 @@
-"""``bash``: run a command with ``/bin/bash -lc`` in the workspace. Risk: process (not sandboxed).
+"""``bash``: run a command with ``/bin/bash -lc`` in the workspace. Risk: process.
 
 Promise: the command runs under the shared process runner (:mod:`workers.runner`): new process group,
 stdin ``/dev/null``, bounded combined output, TERM → 2 s → KILL on cancel, KILL at the deadline, and
 nothing it started is alive when the result is returned. A non-zero exit, a timeout and a cancel are
 results (with ``exit_code``, ``signal``, ``timed_out``, ``cancelled``), not errors.
+
+When the session's OS sandbox is on (``[sandbox]``, :mod:`workers.sandbox`), the call is assessed
+``sandboxed``, its approval details carry a ``"sandbox"`` object saying exactly what the command may
+write, read and reach (kind, paths, network, isolation, Landlock ABI), and the worker runs the command
+inside exactly that sandbox — or fails ``sandbox_unavailable`` without starting anything. The result's
+``sandbox`` field says which sandbox it ran in (``null``: none).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from peon.tool import SessionView, Tool, ToolContext, ToolRisk
+from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import NO_NUL_PATTERN, TIMEOUT_PROPERTY, effective_timeout
+from .process import NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout
 
 BASH = "/bin/bash"
 
@@ -23,7 +30,9 @@ class BashTool(Tool):
     description = (
         "Run a shell command with /bin/bash -lc in the workspace and return its exit status and combined "
         "stdout/stderr (head and tail kept when long). Every process it starts is killed when it finishes, "
-        "times out or is cancelled. Not sandboxed."
+        "times out or is cancelled. Not sandboxed unless the session's OS sandbox is on; then the result's "
+        "`sandbox` says where the command could write and whether it had network access, and other writes "
+        "fail with EACCES."
     )
     risk = ToolRisk.PROCESS
     input_schema = {
@@ -36,19 +45,31 @@ class BashTool(Tool):
         "required": ["command"],
         "additionalProperties": False,
     }
-    output_schema = PROCESS_OUTPUT_SCHEMA
+    output_schema = {
+        **PROCESS_OUTPUT_SCHEMA,
+        "properties": {**PROCESS_OUTPUT_SCHEMA["properties"], "sandbox": SANDBOX_RESULT_PROPERTY},
+    }
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        if session.sandbox.get("active"):
+            return RiskAssessment(self.risk, f"declared risk of {self.name}, inside the OS sandbox", sandboxed=True)
+        return RiskAssessment(self.risk, f"declared risk of {self.name}")
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         return f"run in /bin/bash -lc: {args['command']}"
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        return {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
-                "timeout_seconds": effective_timeout(args, session)}
+        details = {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
+                   "timeout_seconds": effective_timeout(args, session)}
+        confinement = sandbox.call_details(session.sandbox)
+        return details if confinement is None else {**details, "sandbox": confinement}
 
     def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
         return effective_timeout(args, session)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), ctx.session.env)
+        confinement = sandbox.confinement_for(ctx)
+        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), ctx.session.env, confinement)
         outcome = await run_process(spec, ctx)
-        return {**outcome.to_value(), "timeout_seconds": effective_timeout(args, ctx.session)}
+        return {**outcome.to_value(), "timeout_seconds": effective_timeout(args, ctx.session),
+                "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}

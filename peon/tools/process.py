@@ -1,4 +1,5 @@
-"""What every process-running tool shares: the ``timeout_seconds`` field and how it is clamped.
+"""What every process-running tool shares: the ``timeout_seconds`` field and how it is clamped, and
+how a result names its OS sandbox.
 
 Promise: a call's own ``timeout_seconds`` can only shorten the configured maximum
 (``limits.max_timeout_seconds``); a larger value is clamped to the maximum, never rejected, and the
@@ -25,3 +26,15 @@ def effective_timeout(args: Mapping[str, Any], session: SessionView) -> float:
     maximum = float(session.config.limits.max_timeout_seconds)
     requested = args.get("timeout_seconds")
     return maximum if requested is None else min(float(requested), maximum)
+
+SANDBOX_RESULT_PROPERTY = {
+    "type": ["object", "null"],
+    "description": "The OS sandbox the command ran in (null: none): its kind, the Landlock ABI, whether TCP "
+                   "was allowed, and the paths beneath which it could write; other writes fail with EACCES.",
+    "properties": {
+        "kind": {"type": "string", "enum": ["landlock", "bwrap"]},
+        "abi": {"type": ["integer", "null"]},
+        "network": {"type": "boolean"},
+        "writable": {"type": "array", "items": {"type": "string"}},
+    },
+}
