@@ -458,7 +458,7 @@ def _sandbox_refusal(name: str, value: Any, user: Any) -> str | None:
             return f"{value!r} is weaker than the user's {user.mode!r}: a project may only strengthen the sandbox (off < auto < required)"
         return None
     if name == "network":
-        return None if value is False or user.network is False else "a project may only turn the network off"
+        return None if value is False or user.network is True else "a project may only turn the network off"
     if name in ("isolate_signals", "isolate_abstract_sockets"):
         return None if value is True or getattr(user, name) is False else "a project may only turn isolation on"
     return "only the user chooses the sandbox's kind and its writable and readable paths"

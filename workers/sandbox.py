@@ -22,7 +22,8 @@ Promises:
   the spawning thread during its last microseconds;
 * a :class:`BwrapConfinement` starts ``bwrap`` with the plan's options around the command
   (:func:`~workers.sandbox_plan.bwrap_argv`); the runner's process group, cancel grace, deadline and
-  sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command.
+  sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command;
+* a sandboxed command inherits no descriptor of the worker's but the runner's stdin and output pipe.
 
 ``PEON_SANDBOX_SIMULATE`` in the session's environment (for tests and diagnosis) makes the probes
 report less than the machine has, never more: ``no-landlock``, ``landlock-abi=N``, ``no-bwrap``,
@@ -313,6 +314,7 @@ class BwrapConfinement(Confinement):
         self.plan, self.cwd = plan, cwd
 
     def spawn(self, start: Start, argv: Sequence[str]) -> int:
+        close_descriptors_on_exec()
         return start(bwrap_argv(self.plan, argv, self.cwd))
 
 
@@ -323,6 +325,7 @@ class LandlockConfinement(Confinement):
     def spawn(self, start: Start, argv: Sequence[str]) -> int:
         rules = landlock_rules(self.plan, {p for p in (*self.plan.readable, *self.plan.writable) if os.path.isdir(p)})
         set_dumpable(False)  # for the rest of this worker's life: it serves this one call
+        close_descriptors_on_exec()
         outcome: list[Any] = []
 
         def confined() -> None:
@@ -347,6 +350,18 @@ class LandlockConfinement(Confinement):
         if isinstance(result, BaseException):
             raise result
         return int(result)
+
+
+def close_descriptors_on_exec() -> None:
+    """Mark every descriptor of the worker above stderr close-on-exec: a sandboxed command gets only
+    what the runner hands it (stdin, the output pipe), never a channel of Peon's it could speak through."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the directory's own descriptor, already closed
 
 
 def _allow(ruleset: ll.Ruleset, path: str, rights: int) -> None:
