@@ -5,6 +5,7 @@ part of it (the probe forced with PEON_SANDBOX_SIMULATE in the session's environ
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -147,8 +148,8 @@ def test_daemons_started_inside_the_sandbox_are_gone_after_the_call(box):
 
 def test_cancel_gives_the_sandboxed_command_its_grace(box):
     handle = box.session.submit("bash", {"command": "trap 'sleep 0.2; echo graceful > term.txt; exit 3' TERM; "
-                                                    "touch started; while :; do sleep 0.05; done"})
-    assert wait_for(lambda: (box.workspace / "started").exists(), 30)
+                                                    "touch cancel-started; while :; do sleep 0.05; done"})
+    assert wait_for(lambda: (box.workspace / "cancel-started").exists(), 30)
     handle.cancel()
     r = handle.result(timeout=30)
     assert r.ok and r.value["cancelled"] is True and r.value["exit_code"] == 3
@@ -306,3 +307,23 @@ def test_agent_adapters_are_sandboxed_only_when_switched_on(open_session, tmp_pa
     assert [r["prompt"] for r in agents.records()] == ["say hello"]
     details = seen[1]["details"]["sandbox"]
     assert details["active"] is False and "agents.codex.sandbox is false" in details["reason"]
+
+
+def test_doctor_reports_the_sandbox_and_known_fixes(leftovers, workspace, tmp_path):
+    from test_cli import assert_clean_failure, peon as run_peon
+
+    config = tmp_path / "auto.toml"
+    config.write_text('[sandbox]\nmode = "auto"\nisolate_signals = false\nisolate_abstract_sockets = false\n')
+    facts = json.loads(run_peon(leftovers, workspace, "doctor", "--json", "--config", str(config)).stdout)["sandbox"]
+    assert facts["landlock"] == {"available": True, "abi": ABI, "detail": f"Landlock ABI {ABI}", "fixes": []}
+    assert facts["session"]["active"] is True and facts["session"]["plan"]["abi"] == ABI
+    assert isinstance(facts["bwrap"]["available"], bool)
+
+    missing = {"PEON_SANDBOX_SIMULATE": "no-landlock,no-bwrap"}
+    text = run_peon(leftovers, workspace, "doctor", "--config", str(config), env=missing).stdout
+    assert "sandbox      auto: not sandboxed (Landlock is unavailable" in text
+    assert "landlock     no: " in text and "fix: use a kernel built with CONFIG_SECURITY_LANDLOCK=y" in text
+    assert "bwrap        no: " in text and "fix: install bubblewrap" in text
+    config.write_text('[sandbox]\nmode = "required"\n')
+    call = run_peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), env=missing)
+    assert_clean_failure(call, 1, 'sandbox.mode is "required" but Landlock is unavailable')

@@ -103,8 +103,8 @@ def test_a_daemon_inside_bwrap_is_gone_after_the_call(box):
 
 def test_cancel_reaches_the_command_inside_bwrap_with_its_grace(box):
     handle = box.session.submit("bash", {"command": "trap 'sleep 0.3; echo graceful > term.txt; exit 3' TERM; "
-                                                    "touch started; while :; do sleep 0.05; done"})
-    assert wait_for(lambda: (box.workspace / "started").exists(), 30)
+                                                    "touch cancel-started; while :; do sleep 0.05; done"})
+    assert wait_for(lambda: (box.workspace / "cancel-started").exists(), 30)
     handle.cancel()
     r = handle.result(timeout=30)
     assert r.ok and r.value["cancelled"] is True
@@ -119,8 +119,8 @@ def test_deadline_kills_everything_inside_bwrap(box):
 
 
 def test_a_killed_worker_takes_its_bwrap_along(box):
-    handle = box.session.submit("bash", {"command": "setsid sleep 616 & sleep 617 & touch started; wait"})
-    assert wait_for(lambda: (box.workspace / "started").exists(), 30)
+    handle = box.session.submit("bash", {"command": "setsid sleep 616 & sleep 617 & touch kill-started; wait"})
+    assert wait_for(lambda: (box.workspace / "kill-started").exists(), 30)
     [worker] = [p for p in proctree.descendants(box.session.supervisor_pid)
                 if proctree.cmdline(p).startswith(f"peon-worker bash {handle.call_id}")]
     inside = [p for p in proctree.descendants(worker) if proctree.cmdline(p) in ("sleep 616", "sleep 617")]

@@ -220,3 +220,14 @@ def test_the_worker_fails_closed_on_an_unusable_approval():
     # An adapter switched off runs unsandboxed even when the session requires the sandbox for bash.
     assert confinement_for(context({}, "required"), enabled=False) is None
     assert confinement_for(context({"sandbox": {"active": False, "mode": "auto"}}, "auto")) is None
+
+
+def test_doctor_describes_the_session_sandbox_in_one_line():
+    from peon.cli import describe_sandbox
+
+    assert describe_sandbox({"mode": "off", "active": False, "reason": 'sandbox.mode is "off"'}) == (
+        'off: not sandboxed (sandbox.mode is "off")')
+    line = describe_sandbox({**STATUS, "not_enforced": ["sandbox.isolate_signals (needs Landlock ABI 6)"]})
+    assert line == ("auto: landlock ABI 6; writes beneath /ws, /tmp, /dev/null; reads beneath /; network off; "
+                    "NOT enforced: sandbox.isolate_signals (needs Landlock ABI 6)")
+    assert describe_sandbox({"error": "sandbox_unavailable: no"}) == "the session did not start: sandbox_unavailable: no"

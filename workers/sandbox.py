@@ -32,6 +32,7 @@ comma-separated.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import errno
 import os
@@ -343,9 +344,19 @@ class LandlockConfinement(Confinement):
             except BaseException as exc:  # handed to the worker's thread, which raises it
                 outcome.append(exc)
 
-        thread = threading.Thread(target=confined, name="peon-sandboxed-spawn")
-        thread.start()
-        thread.join()
+        # A bare thread and one lock: threading.Thread's start-up handshake would add a wake-up of each
+        # thread per call, which a loaded machine makes cost milliseconds (bench/bench_sandbox.py).
+        done = _thread.allocate_lock()
+        done.acquire()
+
+        def run() -> None:
+            try:
+                confined()
+            finally:
+                done.release()
+
+        _thread.start_new_thread(run, ())
+        done.acquire()
         result = outcome[0] if outcome else _unavailable("the sandboxed start ended without a result")
         if isinstance(result, BaseException):
             raise result
