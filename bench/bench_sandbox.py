@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import peon  # noqa: E402
-from workers import landlock as ll  # noqa: E402
-from workers import sandbox  # noqa: E402
+import peon
+from workers import landlock as ll
+from workers import sandbox
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
@@ -145,8 +145,9 @@ def main_strategies(calls: int) -> None:
         root = str(Path(__file__).resolve().parent.parent)
 
         def spawn(args: list[str]) -> int:
-            return os.posix_spawn(args[0], args, env, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
-                                  setsid=True, setsigdef=(signal.SIGPIPE,), setsigmask=())
+            stdin = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+            return os.posix_spawn(args[0], args, env, file_actions=stdin, setsid=True, setsigdef=(signal.SIGPIPE,),
+                                  setsigmask=())
 
         def posix_spawn() -> int:
             return spawn(argv)

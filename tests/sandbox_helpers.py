@@ -110,7 +110,7 @@ class Peers:
         while True:
             try:
                 conn, _ = self.listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 return count
             conn.close()
             count += 1

@@ -23,7 +23,7 @@ from workers import proctree
 
 ABI = ll.abi_version().abi
 pytestmark = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock (see `peon doctor`)")
-needs = {abi: pytest.mark.skipif(ABI < abi, reason=f"needs Landlock ABI {abi}; this kernel has ABI {ABI}")
+needs = {abi: pytest.mark.skipif(abi > ABI, reason=f"needs Landlock ABI {abi}; this kernel has ABI {ABI}")
          for abi in (3, 4, 6)}
 STRICT = {"mode": "required", "kind": "landlock", "network": False}
 
@@ -295,7 +295,8 @@ def test_agent_adapters_are_sandboxed_only_when_switched_on(open_session, tmp_pa
     session = open_session(
         {"approval": {"delegate": "ask"}, "agents": {"claude": {"sandbox": True}},
          "sandbox": {"mode": "required", "isolate_signals": ABI >= 6, "isolate_abstract_sockets": ABI >= 6}},
-        env={**agents.env, "TMPDIR": str(tmp_path / "tmp")}, approver=lambda request: seen.append(request) or "allow_once")
+        env={**agents.env, "TMPDIR": str(tmp_path / "tmp")},
+        approver=lambda request: seen.append(request) or "allow_once")
     inside = session.call("agent_claude", {"prompt": "say hello"})
     assert inside.ok and inside.value["exit_code"] != 0, inside.value
     assert "Permission denied" in inside.value["output"] and inside.value["sandbox"]["kind"] == "landlock"

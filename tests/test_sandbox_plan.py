@@ -67,7 +67,8 @@ def test_what_each_abi_cannot_enforce_is_named():
 
 
 def test_bwrap_command_line():
-    plan = SandboxPlan("bwrap", ("/ws", "/tmp", "/dev/null", "/dev/shm"), ("/",), False, True, True, bwrap="/usr/bin/bwrap")
+    writable = ("/ws", "/tmp", "/dev/null", "/dev/shm")
+    plan = SandboxPlan("bwrap", writable, ("/",), False, True, True, bwrap="/usr/bin/bwrap")
     argv = bwrap_argv(plan, ["/bin/bash", "-lc", "echo hi"], "/ws")
     assert argv[0] == "/usr/bin/bwrap"
     assert argv[argv.index("--"):] == ["--", "/bin/bash", "-lc", "echo hi"]
@@ -80,7 +81,8 @@ def test_bwrap_command_line():
         assert flag in options
     # Left out on purpose: each would cut a cancelled command's grace (see bwrap_argv).
     assert "--die-with-parent" not in options and "--new-session" not in options
-    shared = bwrap_argv(SandboxPlan("bwrap", ("/ws",), ("/usr", "/etc"), True, True, True, bwrap="/b"), ["/bin/true"], "/ws")
+    narrow = SandboxPlan("bwrap", ("/ws",), ("/usr", "/etc"), True, True, True, bwrap="/b")
+    shared = bwrap_argv(narrow, ["/bin/true"], "/ws")
     assert "--unshare-net" not in shared
     assert "--ro-bind /usr /usr" in " ".join(shared) and "--ro-bind / /" not in " ".join(shared)
 
@@ -199,7 +201,8 @@ def test_call_details_and_result_summary():
     assert call_details({"mode": "off"}) is None
     assert call_details({"mode": "auto", "active": False, "reason": "no Landlock"}) == {
         "active": False, "mode": "auto", "reason": "no Landlock"}
-    assert call_details(STATUS, enabled=False, why_not="agents.pi.sandbox is false")["reason"] == "agents.pi.sandbox is false"
+    switched_off = call_details(STATUS, enabled=False, why_not="agents.pi.sandbox is false")
+    assert switched_off == {"active": False, "mode": "auto", "reason": "agents.pi.sandbox is false"}
     assert result_summary(call_details(STATUS)) == {"kind": "landlock", "abi": 6, "network": False,
                                                     "writable": ["/ws", "/tmp", "/dev/null"]}
     assert result_summary(None) is None
@@ -230,4 +233,5 @@ def test_doctor_describes_the_session_sandbox_in_one_line():
     line = describe_sandbox({**STATUS, "not_enforced": ["sandbox.isolate_signals (needs Landlock ABI 6)"]})
     assert line == ("auto: landlock ABI 6; writes beneath /ws, /tmp, /dev/null; reads beneath /; network off; "
                     "NOT enforced: sandbox.isolate_signals (needs Landlock ABI 6)")
-    assert describe_sandbox({"error": "sandbox_unavailable: no"}) == "the session did not start: sandbox_unavailable: no"
+    failed = describe_sandbox({"error": "sandbox_unavailable: no"})
+    assert failed == "the session did not start: sandbox_unavailable: no"

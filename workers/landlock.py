@@ -149,7 +149,7 @@ class Ruleset:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "Ruleset":
+    def __enter__(self) -> Ruleset:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -33,14 +33,16 @@ comma-separated.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import ctypes
 import errno
 import os
 import shutil
 import subprocess
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from peon.errors import ErrorCode, PeonError, ToolError
 
@@ -69,7 +71,7 @@ class Simulation:
     no_bwrap: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> "Simulation":
+    def parse(cls, text: str) -> Simulation:
         no_landlock = no_bwrap = False
         abi = None
         for item in filter(None, (part.strip() for part in text.split(","))):
@@ -136,7 +138,9 @@ class BwrapSupport:
         return {"available": self.works, "path": self.path or None, "detail": self.detail, "fixes": list(self.fixes)}
 
 
-BWRAP_FIXES_MISSING = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)",)
+BWRAP_FIXES_MISSING = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)",
+)
 BWRAP_FIXES_USERNS = (
     "enable unprivileged user namespaces: sysctl -w user.max_user_namespaces=15000 "
     "(Debian before 11: sysctl -w kernel.unprivileged_userns_clone=1)",
@@ -369,10 +373,8 @@ def close_descriptors_on_exec() -> None:
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd > 2:
-            try:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
                 os.set_inheritable(fd, False)
-            except OSError:
-                pass  # the directory's own descriptor, already closed
 
 
 def _allow(ruleset: ll.Ruleset, path: str, rights: int) -> None:

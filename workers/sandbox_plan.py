@@ -19,8 +19,9 @@ Promises:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from . import landlock as ll
 
@@ -51,7 +52,7 @@ class SandboxPlan:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SandboxPlan":
+    def from_dict(cls, data: Mapping[str, Any]) -> SandboxPlan:
         def paths(key: str) -> tuple[str, ...]:
             value = data.get(key)
             if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) and p.startswith("/") for p in value):
