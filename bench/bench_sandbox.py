@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -38,6 +39,12 @@ ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "a
 
 def median_ms(times: list[float]) -> float:
     return statistics.median(times) * 1000
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its reaped children."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def describe(times: list[float]) -> str:
@@ -192,19 +199,25 @@ def main_strategies(calls: int) -> None:
 
         strategies = [posix_spawn, thread_per_call, threading_thread_per_call, fork_restrict_exec, pre_exec_helper]
         times: dict[str, list[float]] = {s.__name__: [] for s in strategies}
+        cpu: dict[str, list[float]] = {s.__name__: [] for s in strategies}
         for round_ in range(calls + 5):
             for strategy in strategies:
                 if strategy is pre_exec_helper and round_ % 5:
                     continue  # ~50x slower: sampled every fifth round
+                used = cpu_seconds()
                 start = time.perf_counter()
                 os.waitpid(strategy(), 0)
                 if round_ >= 5:
                     times[strategy.__name__].append(time.perf_counter() - start)
+                    cpu[strategy.__name__].append(cpu_seconds() - used)
         base = median_ms(times["posix_spawn"])
-        print(f"strategies: start and reap /bin/true from one interpreter ({threading.active_count()} thread)")
+        base_cpu = statistics.mean(cpu["posix_spawn"]) * 1e6
+        print("strategies: start and reap /bin/true from one interpreter; wall time, then CPU time (this process "
+              "and the child, user + system; independent of other load)")
         for name, samples in times.items():
-            m = median_ms(samples)
-            print(f"  {name:<20} {describe(samples)}  +{(m - base) * 1000:8.1f} us  ratio {m / base:.2f}")
+            m, c = median_ms(samples), statistics.mean(cpu[name]) * 1e6
+            print(f"  {name:<26} {describe(samples)}  ratio {m / base:5.2f}   "
+                  f"CPU {c:8.0f} us  +{c - base_cpu:7.0f} us  ratio {c / base_cpu:5.2f}")
 
 
 def main() -> None:

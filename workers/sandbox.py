@@ -17,9 +17,9 @@ Promises:
   and starts the command from it: the command and everything it starts are in the Landlock domain
   (domains are inherited and can only get stricter), while the worker's own thread stays outside it
   and keeps every power it needs to watch, signal and kill the call's tree. Before starting, that
-  thread drops every capability (a command run by root would otherwise regain them at ``execve``),
-  and the worker makes itself non-dumpable, so nothing in the domain can ptrace the worker through
-  the spawning thread during its last microseconds;
+  thread drops every capability and sets ``no_new_privs``, so ``execve`` gives none back (not even to
+  a command run by root), and the worker makes itself non-dumpable, so nothing in the domain can
+  ptrace the worker through the spawning thread during its last microseconds;
 * a :class:`BwrapConfinement` starts ``bwrap`` with the plan's options around the command
   (:func:`~workers.sandbox_plan.bwrap_argv`); the runner's process group, cancel grace, deadline and
   sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command;
@@ -38,8 +38,8 @@ import ctypes
 import errno
 import os
 import shutil
+import stat
 import subprocess
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +47,11 @@ from typing import Any
 from peon.errors import ErrorCode, PeonError, ToolError
 
 from . import landlock as ll
+from .fs import openat2
 from .sandbox_plan import DEVICE_FILES, SandboxPlan, bwrap_argv, landlock_rules, unenforced
 
 SIMULATE_ENV = "PEON_SANDBOX_SIMULATE"
+AT_FDCWD = -100
 BWRAP_PROBE_TIMEOUT_SECONDS = 10.0
 PROBE_COMMAND = "/bin/true"
 
@@ -328,76 +330,104 @@ class LandlockConfinement(Confinement):
         self.plan = plan
 
     def spawn(self, start: Start, argv: Sequence[str]) -> int:
-        rules = landlock_rules(self.plan, {p for p in (*self.plan.readable, *self.plan.writable) if os.path.isdir(p)})
         set_dumpable(False)  # for the rest of this worker's life: it serves this one call
         close_descriptors_on_exec()
+        try:
+            ruleset = self._build()
+        except OSError as exc:
+            raise _unavailable(f"the Landlock sandbox could not be built: {exc}") from None
         outcome: list[Any] = []
-
-        def confined() -> None:
-            try:
-                with ll.Ruleset(self.plan.abi, rules.handled_fs, rules.handled_net, rules.scoped) as ruleset:
-                    for path, rights in rules.grants:
-                        _allow(ruleset, path, rights)
-                    drop_capabilities()
-                    ruleset.restrict_current_thread()
-            except OSError as exc:
-                outcome.append(_unavailable(f"the Landlock sandbox could not be applied: {exc}"))
-                return
-            try:
-                outcome.append(start(argv))
-            except BaseException as exc:  # handed to the worker's thread, which raises it
-                outcome.append(exc)
-
-        # A bare thread and one lock: threading.Thread's start-up handshake would add a wake-up of each
-        # thread per call, which a loaded machine makes cost milliseconds (bench/bench_sandbox.py).
         done = _thread.allocate_lock()
         done.acquire()
 
-        def run() -> None:
+        def confined() -> None:  # on the dedicated thread: only it, and what it starts, enters the domain
             try:
-                confined()
+                try:
+                    drop_capabilities()
+                    ruleset.restrict_current_thread()
+                except OSError as exc:
+                    outcome.append(_unavailable(f"the Landlock sandbox could not be applied: {exc}"))
+                    return
+                outcome.append(start(argv))
+            except BaseException as exc:  # handed to the worker's thread, which raises it
+                outcome.append(exc)
             finally:
                 done.release()
 
-        _thread.start_new_thread(run, ())
-        done.acquire()
+        # A bare thread and one lock: threading.Thread's start-up handshake and join would add wake-ups
+        # of each thread per call, which a loaded machine makes cost milliseconds (bench/bench_sandbox.py).
+        try:
+            _thread.start_new_thread(confined, ())
+            done.acquire()
+        finally:
+            ruleset.close()
         result = outcome[0] if outcome else _unavailable("the sandboxed start ended without a result")
         if isinstance(result, BaseException):
             raise result
         return int(result)
 
+    def _build(self) -> ll.Ruleset:
+        """The plan's ruleset, each rule on the very path that was approved (opened without following
+        any symlink: the paths were resolved when the session started, so a symlink now means the path
+        was replaced since)."""
+        opened = {path: open_exactly(path) for path in dict.fromkeys((*self.plan.readable, *self.plan.writable))}
+        try:
+            directories = {path for path, fd in opened.items() if stat.S_ISDIR(os.fstat(fd).st_mode)}
+            rules = landlock_rules(self.plan, directories)
+            ruleset = ll.Ruleset(self.plan.abi, rules.handled_fs, rules.handled_net, rules.scoped)
+            try:
+                for path, rights in rules.grants:
+                    ruleset.allow_fd(opened[path], rights, path)
+            except OSError:
+                ruleset.close()
+                raise
+            return ruleset
+        finally:
+            for fd in opened.values():
+                os.close(fd)
+
+
+SYS_CLOSE_RANGE = 436  # the same on every architecture
+CLOSE_RANGE_CLOEXEC = 1 << 2
+RESOLVE_NO_SYMLINKS = 0x04
+
 
 def close_descriptors_on_exec() -> None:
     """Mark every descriptor of the worker above stderr close-on-exec: a sandboxed command gets only
     what the runner hands it (stdin, the output pipe), never a channel of Peon's it could speak through."""
-    for name in os.listdir("/proc/self/fd"):
+    if _libc.syscall(ctypes.c_long(SYS_CLOSE_RANGE), ctypes.c_uint(3), ctypes.c_uint(0xFFFFFFFF),
+                     ctypes.c_uint(CLOSE_RANGE_CLOEXEC)) == 0:
+        return
+    for name in os.listdir("/proc/self/fd"):  # before Linux 5.11
         fd = int(name)
         if fd > 2:
             with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
                 os.set_inheritable(fd, False)
 
 
-def _allow(ruleset: ll.Ruleset, path: str, rights: int) -> None:
-    """Grant ``rights`` beneath ``path`` — the path that was approved, not whatever replaced it since."""
-    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+def open_exactly(path: str) -> int:
+    """An ``O_PATH`` descriptor of the resolved ``path``; ``OSError`` if any component is now a symlink."""
     try:
-        now = os.readlink(f"/proc/self/fd/{fd}")
-        if now != path:
-            raise OSError(errno.ELOOP, f"{path} now resolves to {now}")
-        ruleset.allow_fd(fd, rights, path)
-    finally:
+        return openat2(AT_FDCWD, path, os.O_PATH, resolve=RESOLVE_NO_SYMLINKS)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter refusing openat2
+            raise OSError(exc.errno, f"{path}: {os.strerror(exc.errno)}"
+                          + (" (a symlink now lies on the approved path)" if exc.errno == errno.ELOOP else "")) from None
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    now = os.readlink(f"/proc/self/fd/{fd}")
+    if now != path:
         os.close(fd)
+        raise OSError(errno.ELOOP, f"{path} now resolves to {now}")
+    return fd
 
 
 # -- thread credentials ----------------------------------------------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.prctl.restype = ctypes.c_int
 PR_SET_DUMPABLE = 4
-PR_CAPBSET_DROP = 24
-PR_CAP_AMBIENT = 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
@@ -419,25 +449,17 @@ def set_dumpable(value: bool) -> None:
     _prctl(PR_SET_DUMPABLE, int(value))
 
 
-def _thread_capabilities() -> dict[str, int]:
-    with open(f"/proc/self/task/{threading.get_native_id()}/status") as f:
-        return {line[:6]: int(line.split()[1], 16) for line in f if line.startswith("Cap")}
-
-
 def drop_capabilities() -> None:
-    """Leave the calling thread (and what it starts) without any capability, also across ``execve``
-    as root: the bounding set is emptied first, then every set is cleared."""
-    caps = _thread_capabilities()
-    if not (caps.get("CapPrm") or caps.get("CapInh") or caps.get("CapAmb")):
-        return  # an ordinary user: with no_new_privs nothing can grant any at execve
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read())
-    for cap in range(last + 1):
-        if caps.get("CapBnd", 0) >> cap & 1:
-            _prctl(PR_CAPBSET_DROP, cap)
-    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    """Leave the calling thread without any capability. With ``no_new_privs`` (set next), ``execve``
+    never grants more than the thread had, not even to root, so the command starts with none."""
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    if _libc.capset(ctypes.byref(header), data) < 0:
+    if _libc.capget(ctypes.byref(header), data) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capget: {os.strerror(err)}")
+    if not any(d.permitted or d.inheritable or d.effective for d in data):
+        return  # an ordinary user's thread: nothing to drop
+    data = (_CapData * 2)()
+    if _libc.capset(ctypes.byref(header), data) < 0:  # the ambient set empties with the permitted one
         err = ctypes.get_errno()
         raise OSError(err, f"capset: {os.strerror(err)}")
