@@ -3,7 +3,9 @@
 1. Per call, through a real session: ``session.call("bash", ...)`` with ``[sandbox] mode = "off"`` (the
    baseline), with Landlock, and with bubblewrap (where it can run), interleaved call by call so every
    variant sees the same machine. Two commands: ``true`` and a short real one (``git status`` in a small
-   repository, or ``ls -R /usr/include`` without git). Goal: Landlock <= 1.05x.
+   repository, or ``ls -R /usr/include`` without git). Goal: Landlock <= 1.05x. Wall time per call
+   (median), then CPU time per call (everything the session's processes and this client used, in
+   alternating batches): on a busy machine wall time mostly measures waiting for a CPU.
 2. ``--strategies``: how the worker could start a command inside a Landlock domain, measured in one
    worker-sized interpreter starting ``/bin/true`` (the spawn cost itself, no session): posix_spawn
    unsandboxed (the baseline); one restricted thread per call that posix_spawns (Peon's choice, a bare
@@ -30,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import peon
-from workers import landlock as ll
-from workers import sandbox
+import peon  # noqa: E402
+from workers import landlock as ll  # noqa: E402
+from workers import proctree, sandbox  # noqa: E402
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
@@ -66,6 +68,41 @@ def session_variants(workspace: Path, state: Path, env: dict) -> dict[str, peon.
     for name, table in variants.items():
         sessions[name] = peon.Session(workspace, {**ALLOW, "sandbox": table}, state_dir=state / name, env=env)
     return sessions
+
+
+def session_cpu_seconds(session: peon.Session) -> float:
+    """CPU time (user + system) used so far by the session's supervisor and forkserver, with every worker
+    and command they reaped, plus this client process."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in [session.supervisor_pid, *proctree.children(session.supervisor_pid)]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    me = os.times()
+    return total / ticks + me.user + me.system
+
+
+def bench_cpu(sessions: dict[str, peon.Session], command: str, label: str, calls: int, batch: int = 20) -> None:
+    """CPU per call, in batches alternating between the variants: unlike wall time, it does not grow
+    with the load other processes put on the machine."""
+    used: dict[str, float] = dict.fromkeys(sessions, 0.0)
+    done: dict[str, int] = dict.fromkeys(sessions, 0)
+    for _ in range(max(1, calls // batch)):
+        for name, session in sessions.items():
+            before = session_cpu_seconds(session)
+            for _ in range(batch):
+                session.call("bash", {"command": command})
+            time.sleep(0.05)  # let the last worker be reaped, so its CPU time is counted
+            used[name] += session_cpu_seconds(session) - before
+            done[name] += batch
+    base = used["off"] / done["off"]
+    for name in sessions:
+        per_call = used[name] / done[name]
+        print(f"{label:<14} {name:<9} CPU per call {per_call * 1000:7.3f} ms  ratio {per_call / base:.3f}")
 
 
 def bench_calls(sessions: dict[str, peon.Session], command: str, label: str, calls: int) -> None:
@@ -113,6 +150,8 @@ def main_calls(calls: int) -> None:
             print(f"Landlock ABI {ll.abi_version().abi}; {calls} calls per variant, interleaved")
             bench_calls(sessions, "true", "bash true", calls)
             bench_calls(sessions, command, "short command", calls)
+            bench_cpu(sessions, "true", "bash true", calls)
+            bench_cpu(sessions, command, "short command", calls)
             print(f"(short command: {command})")
         finally:
             for session in sessions.values():
