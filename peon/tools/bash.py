@@ -59,8 +59,13 @@ class BashTool(Tool):
         return f"run in /bin/bash -lc: {args['command']}"
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        """The argv, directory and timeout, the simple commands the line runs as Peon parsed them
+        (``segments``; ``unanalyzable`` and ``dynamic`` say what the parse could not settle), and, unless
+        ``sandbox.mode`` is "off", the OS sandbox the command will run in (``sandbox``)."""
+        from peon.shell import analyze  # here: only the supervisor parses; workers never load the grammar
+
         details = {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
-                   "timeout_seconds": effective_timeout(args, session)}
+                   "timeout_seconds": effective_timeout(args, session), **analyze(args["command"]).to_dict()}
         confinement = sandbox.call_details(session.sandbox)
         return details if confinement is None else {**details, "sandbox": confinement}
 
