@@ -331,3 +331,22 @@ def test_doctor_reports_the_sandbox_and_known_fixes(leftovers, workspace, tmp_pa
     config.write_text('[sandbox]\nmode = "required"\n')
     call = run_peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), env=missing)
     assert_clean_failure(call, 1, 'sandbox.mode is "required" but Landlock is unavailable')
+
+
+def test_unattended_sandboxed_commands_run_and_still_stop_at_the_boundary(open_session, workspace, tmp_path):
+    """approval.process_sandboxed = "allow" with process = "ask" and nobody to ask: a sandboxed call runs
+    without a person, its writes outside the workspace still fail; without the sandbox the same call is
+    denied."""
+    approval = {"approval": {"process": "ask", "process_sandboxed": "allow"}}
+    isolation = {"isolate_signals": ABI >= 6, "isolate_abstract_sockets": ABI >= 6}
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sandboxed = open_session({**approval, "sandbox": {"mode": "required", **isolation}},
+                             env={"TMPDIR": str(tmp_path / "ws")})
+    r = sandboxed.call("bash", {"command": f"touch inside; touch {outside}/escape"})
+    assert r.ok, r.error
+    assert "Permission denied" in r.value["output"] and (workspace / "inside").exists()
+    assert list(outside.iterdir()) == []
+    unsandboxed = open_session(approval)
+    r = unsandboxed.call("bash", {"command": "touch inside-again"})
+    assert not r.ok and r.error.code == "denied" and not (workspace / "inside-again").exists()

@@ -123,8 +123,12 @@ def test_a_killed_worker_takes_its_bwrap_along(box):
     assert wait_for(lambda: (box.workspace / "kill-started").exists(), 30)
     [worker] = [p for p in proctree.descendants(box.session.supervisor_pid)
                 if proctree.cmdline(p).startswith(f"peon-worker bash {handle.call_id}")]
-    inside = [p for p in proctree.descendants(worker) if proctree.cmdline(p) in ("sleep 616", "sleep 617")]
-    assert len(inside) == 2
+
+    def sleepers() -> list[int]:
+        return [p for p in proctree.descendants(worker) if proctree.cmdline(p) in ("sleep 616", "sleep 617")]
+
+    assert wait_for(lambda: len(sleepers()) == 2, 30)
+    inside = sleepers()
     os.kill(worker, signal.SIGKILL)
     r = handle.result(timeout=30)
     assert not r.ok and r.error.code == "worker_crashed"
