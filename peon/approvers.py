@@ -87,8 +87,9 @@ def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return text[:limit] + f" … [{len(text) - limit} more characters not shown]"
 
 
-def render_request(request: dict) -> tuple[str, dict[str, dict]]:
-    """The text shown for ``request`` and the answers offered (key → answer)."""
+def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict[str, dict]]:
+    """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
+    only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
     tool, risk = str(request.get("tool")), str(request.get("risk"))
     lines = [
         "",
@@ -109,7 +110,7 @@ def render_request(request: dict) -> tuple[str, dict[str, dict]]:
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
     lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
-    scopes = request.get("scopes") or ["call"]
+    scopes = (request.get("scopes") or ["call"]) if offer_session else []
     answers = {"o": {"decision": "allow_once"}}
     lines.append("  [o] allow once")
     if "call" in scopes:
@@ -123,6 +124,8 @@ def render_request(request: dict) -> tuple[str, dict[str, dict]]:
         lines.append(f"  [r] allow every call with {visible(risk)} risk for the rest of the session")
     answers["d"] = {"decision": "deny"}
     lines.append("  [d] deny (default)")
+    if not offer_session:
+        lines.append("  (no answer for the rest of the session: this session ends with this call)")
     return "\n".join(lines) + "\n", answers
 
 
@@ -155,12 +158,15 @@ class TerminalApprover:
 
     On the terminal, the prompt gives up when the request's ``timeout_seconds`` (the supervisor's
     ``limits.approval_timeout_seconds``) has passed — the supervisor has denied the call by then — so
-    an unanswered prompt never holds the terminal from the next request.
+    an unanswered prompt never holds the terminal from the next request. ``offer_session=False`` offers
+    only "allow once" and "deny", for a session that ends with its one call (``peon call``), where an
+    answer "for the rest of the session" would have no effect.
     """
 
-    def __init__(self, input: TextIO | None = None, output: TextIO | None = None):
+    def __init__(self, input: TextIO | None = None, output: TextIO | None = None, *, offer_session: bool = True):
         self.input = input
         self.output = output
+        self.offer_session = offer_session
         self._lock = threading.Lock()  # one prompt at a time, also across sessions sharing this approver
 
     def __call__(self, request: dict) -> dict:
@@ -179,7 +185,7 @@ class TerminalApprover:
                 os.close(fd)
 
     def _ask(self, request: dict, read_line: Callable[[float | None], str | None], output: TextIO) -> dict:
-        text, answers = render_request(request)
+        text, answers = render_request(request, self.offer_session)
         output.write(text)
         keys = "/".join(k if k != "d" else "D" for k in answers)
         timeout = request.get("timeout_seconds")

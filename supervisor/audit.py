@@ -16,7 +16,9 @@ Promises:
 * the log is bounded: when a line would take ``audit.jsonl`` past ``audit.max_bytes`` the file is
   rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped);
 * a failure to write a result line is reported on stderr and does not fail the call it describes
-  (the call has already run).
+  (the call has already run); a decision line that cannot be written refuses the call. Anything but a
+  regular file at ``audit.jsonl`` (a FIFO, a device, a symbolic link) is such a failure, found without
+  opening it (:mod:`peon.statefile`), never a hang or a write through a link.
 
 :func:`audit_entry` is pure; :class:`AuditLog` does the file work.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from peon.policy import ApprovalRequest, Decision
+from peon.statefile import RefusedFile, open_for_append, regular_size
 from peon.validation import canonical_json
 
 from .grants import input_digest
@@ -123,12 +126,16 @@ class AuditLog:
         whole; the caller must then not act."""
         line = _encode(entry)
         try:
-            size = os.stat(self.path).st_size
-        except FileNotFoundError:
-            size = 0
+            # Never opened unless a regular file (a FIFO planted here must not block the supervisor).
+            size = regular_size(self.path) or 0
+        except RefusedFile as exc:
+            raise OSError(str(exc)) from None
         if size and size + len(line) > self.max_bytes:
             self._rotate()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = open_for_append(self.path)
+        except RefusedFile as exc:
+            raise OSError(str(exc)) from None
         try:
             written = os.write(fd, line)
             if written != len(line):  # a short write: the line is not in the log whole

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from peon.configview import ConfigView, ResolvedConfig
+from peon.environment import build_environment
 from peon.errors import ConfigError, PeonError
 from peon.policy import ApprovalPolicy
 from peon.registry import Registry, build_registry
@@ -59,7 +60,8 @@ class SessionState:
         loaded = ResolvedConfig(start["config"])
         skills = discover(workspace, env, loaded.config.skills.max_skills)
         # Decided once: "required" refuses to start here rather than run anything unsandboxed.
-        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), env)
+        command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
+        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env)
         view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
                            skills=skills.available, sandbox=sandbox_status)
         registry = build_registry(

@@ -170,3 +170,19 @@ def test_auto_falls_back_to_landlock_without_bwrap(leftovers, tmp_path):
         assert session.call("bash", {"command": "true"}).value["sandbox"]["kind"] == "landlock"
     finally:
         session.close()
+
+
+def test_an_agent_switched_on_runs_its_pinned_executable_inside_bwrap(open_session, tmp_path):
+    from test_agents import Agents
+
+    agents = Agents(tmp_path)  # the fake agents log to tmp_path/agents.jsonl: read-only inside the sandbox
+    (tmp_path / "tmp").mkdir()
+    session = open_session({"agents": {"claude": {"sandbox": True}}, "sandbox": BWRAP},
+                           env={**agents.env, "TMPDIR": str(tmp_path / "tmp")})
+    r = session.call("agent_claude", {"prompt": "say hello"})
+    assert r.ok and r.value["exit_code"] != 0 and r.value["sandbox"]["kind"] == "bwrap", r.value
+    assert "Read-only file system" in r.value["output"]
+    assert agents.records() == []
+    r = session.call("agent_codex", {"prompt": "say hello"})  # not switched on: runs outside, logs
+    assert r.ok and r.value["exit_code"] == 0 and r.value["sandbox"] is None
+    assert [record["prompt"] for record in agents.records()] == ["say hello"]

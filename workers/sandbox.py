@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from peon.environment import split_search_path
 from peon.errors import ErrorCode, PeonError, ToolError
 
 from . import landlock as ll
@@ -152,14 +153,11 @@ BWRAP_FIXES_USERNS = (
 )
 
 
-def search_path(env: Mapping[str, str]) -> str:
-    """The absolute entries of the session's PATH (a workspace cannot plant a bwrap through a relative one)."""
-    return os.pathsep.join(p for p in (env.get("PATH") or os.defpath).split(os.pathsep) if os.path.isabs(p))
-
-
 def probe_bwrap(env: Mapping[str, str], simulate: Simulation = Simulation(), *, network: bool = True) -> BwrapSupport:
     """Whether ``bwrap`` is installed and can build the sandbox Peon would ask of it (one real run)."""
-    found = None if simulate.no_bwrap else shutil.which("bwrap", path=search_path(env))
+    # Only absolute PATH entries: a workspace cannot plant a bwrap through a relative one.
+    absolute = os.pathsep.join(split_search_path(env.get("PATH") or os.defpath)[0])
+    found = None if simulate.no_bwrap or not absolute else shutil.which("bwrap", path=absolute)
     if found is None:
         why = f"reported missing ({SIMULATE_ENV})" if simulate.no_bwrap else "not found in the session's PATH"
         return BwrapSupport("", False, f"bwrap is {why}", BWRAP_FIXES_MISSING)
@@ -213,7 +211,8 @@ def _resolve_paths(entries: Sequence[str], env: Mapping[str, str], skipped: list
 
 
 def session_status(section: Any, workspace: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """The session's sandbox decision as plain data (``Session.info["sandbox"]``)."""
+    """The session's sandbox decision as plain data (``Session.info["sandbox"]``); ``env`` is the
+    environment commands run with (:func:`peon.environment.command_environment`)."""
     mode = section.mode
     if mode == "off":
         return {"mode": "off", "active": False, "reason": 'sandbox.mode is "off"'}
@@ -286,15 +285,17 @@ def result_summary(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 # -- applying a plan in the worker -----------------------------------------------------------------
 
-Start = Callable[[Sequence[str]], int]  # starts argv with the runner's file actions; returns the pid
+# Starts (argv, executable) with the runner's file actions and returns the pid; ``executable`` is what
+# to execute when it is not argv[0] (an agent's pinned binary, "/proc/self/fd/N").
+Start = Callable[[Sequence[str], "str | None"], int]
 
 
 class Confinement:
-    """The runner's hook: start ``argv`` inside the sandbox (see ``ProcessSpec.sandbox``)."""
+    """The runner's hook: start the command inside the sandbox (see ``ProcessSpec.sandbox``)."""
 
     plan: SandboxPlan
 
-    def spawn(self, start: Start, argv: Sequence[str]) -> int:
+    def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
         raise NotImplementedError
 
 
@@ -320,16 +321,25 @@ class BwrapConfinement(Confinement):
     def __init__(self, plan: SandboxPlan, cwd: str):
         self.plan, self.cwd = plan, cwd
 
-    def spawn(self, start: Start, argv: Sequence[str]) -> int:
+    def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
         close_descriptors_on_exec()
-        return start(bwrap_argv(self.plan, argv, self.cwd))
+        inner = list(argv)
+        if executable is not None:
+            # A pinned binary is executed through its descriptor inside the sandbox too: bwrap hands the
+            # descriptor on, and /proc/self/fd/N in the sandbox's own /proc names the same open file.
+            fd = _pinned_descriptor(executable)
+            if fd is None:
+                raise _unavailable(f"bwrap can start a pinned executable only through /proc/self/fd/N, not {executable}")
+            os.set_inheritable(fd, True)
+            inner[0] = executable
+        return start(bwrap_argv(self.plan, inner, self.cwd), None)
 
 
 class LandlockConfinement(Confinement):
     def __init__(self, plan: SandboxPlan):
         self.plan = plan
 
-    def spawn(self, start: Start, argv: Sequence[str]) -> int:
+    def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
         set_dumpable(False)  # for the rest of this worker's life: it serves this one call
         close_descriptors_on_exec()
         try:
@@ -348,7 +358,7 @@ class LandlockConfinement(Confinement):
                 except OSError as exc:
                     outcome.append(_unavailable(f"the Landlock sandbox could not be applied: {exc}"))
                     return
-                outcome.append(start(argv))
+                outcome.append(start(argv, executable))
             except BaseException as exc:  # handed to the worker's thread, which raises it
                 outcome.append(exc)
             finally:
@@ -403,6 +413,12 @@ def close_descriptors_on_exec() -> None:
         if fd > 2:
             with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
                 os.set_inheritable(fd, False)
+
+
+def _pinned_descriptor(executable: str) -> int | None:
+    prefix = "/proc/self/fd/"
+    number = executable[len(prefix):] if executable.startswith(prefix) else ""
+    return int(number) if number.isdigit() else None
 
 
 def open_exactly(path: str) -> int:

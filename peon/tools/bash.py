@@ -1,9 +1,11 @@
 """``bash``: run a command with ``/bin/bash -lc`` in the workspace. Risk: process.
 
-Promise: the command runs under the shared process runner (:mod:`workers.runner`): new process group,
-stdin ``/dev/null``, bounded combined output, TERM → 2 s → KILL on cancel, KILL at the deadline, and
-nothing it started is alive when the result is returned. A non-zero exit, a timeout and a cancel are
-results (with ``exit_code``, ``signal``, ``timed_out``, ``cancelled``), not errors.
+Promise: the command runs under the shared process runner (:mod:`workers.runner`): new session and
+process group (no controlling terminal), stdin ``/dev/null``, bounded combined output, TERM → 2 s →
+KILL on cancel, KILL at the deadline, and nothing it started is alive when the result is returned. Its
+environment is :func:`peon.environment.command_environment`'s (pagers, editors and prompts that would
+wait on a person are off). A non-zero exit, a timeout and a cancel are results (with ``exit_code``,
+``signal``, ``timed_out``, ``cancelled``), not errors.
 
 When the session's OS sandbox is on (``[sandbox]``, :mod:`workers.sandbox`), the call is assessed
 ``sandboxed``, its approval details carry a ``"sandbox"`` object saying exactly what the command may
@@ -16,11 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from peon.environment import command_environment
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout
+from .process import NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
 
 BASH = "/bin/bash"
 
@@ -55,6 +58,9 @@ class BashTool(Tool):
             return RiskAssessment(self.risk, f"declared risk of {self.name}, inside the OS sandbox", sandboxed=True)
         return RiskAssessment(self.risk, f"declared risk of {self.name}")
 
+    def schema_for(self, session: SessionView) -> Mapping[str, Any]:
+        return with_session_timeout(self.input_schema, session)
+
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         return f"run in /bin/bash -lc: {args['command']}"
 
@@ -74,7 +80,8 @@ class BashTool(Tool):
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         confinement = sandbox.confinement_for(ctx)
-        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), ctx.session.env, confinement)
+        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), command_environment(ctx.session),
+                           sandbox=confinement)
         outcome = await run_process(spec, ctx)
         return {**outcome.to_value(), "timeout_seconds": effective_timeout(args, ctx.session),
                 "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}
