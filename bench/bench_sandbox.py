@@ -190,7 +190,7 @@ def main_strategies(calls: int) -> None:
         helper.write_text(HELPER)
         root = str(Path(__file__).resolve().parent.parent)
 
-        def spawn(args: list[str]) -> int:
+        def spawn(args: list[str], executable: str | None = None) -> int:
             stdin = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
             return os.posix_spawn(args[0], args, env, file_actions=stdin, setsid=True, setsigdef=(signal.SIGPIPE,),
                                   setsigmask=())
