@@ -527,7 +527,8 @@ def _sandbox_refusal(name: str, value: Any, user: Any) -> str | None:
     stronger (mode up, network off, isolation on)."""
     if name == "mode":
         if SANDBOX_STRENGTH[value] < SANDBOX_STRENGTH[user.mode]:
-            return f"{value!r} is weaker than the user's {user.mode!r}: a project may only strengthen the sandbox (off < auto < required)"
+            return (f"{value!r} is weaker than the user's {user.mode!r}: a project may only strengthen the "
+                    "sandbox (off < auto < required)")
         return None
     if name == "network":
         return None if value is False or user.network is True else "a project may only turn the network off"

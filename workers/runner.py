@@ -6,6 +6,8 @@ a member of its process group, not a daemon that escaped with ``setsid``, a doub
 In order:
 
 * the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe;
+* with ``ProcessSpec.sandbox`` set, the OS sandbox (:mod:`workers.sandbox`) starts the child inside
+  itself, or raises and nothing is started; everything below holds for what it started;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
   :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
 * at the **deadline** the group gets ``SIGKILL`` at once;
