@@ -341,7 +341,7 @@ class LandlockConfinement(Confinement):
         set_dumpable(False)  # for the rest of this worker's life: it serves this one call
         close_descriptors_on_exec()
         try:
-            ruleset = self._build()
+            ruleset = build_ruleset(self.plan)
         except OSError as exc:
             raise _unavailable(f"the Landlock sandbox could not be built: {exc}") from None
         outcome: list[Any] = []
@@ -374,24 +374,25 @@ class LandlockConfinement(Confinement):
             raise result
         return int(result)
 
-    def _build(self) -> ll.Ruleset:
-        """The plan's ruleset, each rule on the very path that was approved (the paths were resolved when
-        the session started, so a path that now leads elsewhere was replaced since: the call fails)."""
-        opened = {path: open_exactly(path) for path in dict.fromkeys((*self.plan.readable, *self.plan.writable))}
+
+def build_ruleset(plan: SandboxPlan) -> ll.Ruleset:
+    """The plan's ruleset, each rule on the very path that was approved: the paths were resolved when the
+    session started, so one that now leads elsewhere was replaced since, and building fails."""
+    opened = {path: open_exactly(path) for path in dict.fromkeys((*plan.readable, *plan.writable))}
+    try:
+        directories = {path for path, fd in opened.items() if stat.S_ISDIR(os.fstat(fd).st_mode)}
+        rules = landlock_rules(plan, directories)
+        ruleset = ll.Ruleset(plan.abi, rules.handled_fs, rules.handled_net, rules.scoped)
         try:
-            directories = {path for path, fd in opened.items() if stat.S_ISDIR(os.fstat(fd).st_mode)}
-            rules = landlock_rules(self.plan, directories)
-            ruleset = ll.Ruleset(self.plan.abi, rules.handled_fs, rules.handled_net, rules.scoped)
-            try:
-                for path, rights in rules.grants:
-                    ruleset.allow_fd(opened[path], rights, path)
-            except OSError:
-                ruleset.close()
-                raise
-            return ruleset
-        finally:
-            for fd in opened.values():
-                os.close(fd)
+            for path, rights in rules.grants:
+                ruleset.allow_fd(opened[path], rights, path)
+        except OSError:
+            ruleset.close()
+            raise
+        return ruleset
+    finally:
+        for fd in opened.values():
+            os.close(fd)
 
 
 SYS_CLOSE_RANGE = 436  # the same on every architecture
@@ -440,7 +441,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.prctl.restype = ctypes.c_int
-_capget, _capset = _libc.capget, _libc.capset  # looked up once, in the forkserver, not in every worker
+_capset = _libc.capset  # looked up once, in the forkserver, not in every worker
 PR_SET_DUMPABLE = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
@@ -451,6 +452,10 @@ class _CapHeader(ctypes.Structure):
 
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)  # pid 0: the calling thread
+_NO_CAPABILITIES = (_CapData * 2)()
 
 
 def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
@@ -465,15 +470,8 @@ def set_dumpable(value: bool) -> None:
 
 def drop_capabilities() -> None:
     """Leave the calling thread without any capability. With ``no_new_privs`` (set next), ``execve``
-    never grants more than the thread had, not even to root, so the command starts with none."""
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    if _capget(ctypes.byref(header), data) < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"capget: {os.strerror(err)}")
-    if not any(d.permitted or d.inheritable or d.effective for d in data):
-        return  # an ordinary user's thread: nothing to drop
-    data = (_CapData * 2)()
-    if _capset(ctypes.byref(header), data) < 0:  # the ambient set empties with the permitted one
+    never grants more than the thread had, not even to root, so the command starts with none. (For an
+    ordinary user's thread, which has none, this changes nothing.)"""
+    if _capset(ctypes.byref(_CAP_HEADER), _NO_CAPABILITIES) < 0:  # the ambient set empties with the others
         err = ctypes.get_errno()
         raise OSError(err, f"capset: {os.strerror(err)}")
