@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import peon  # noqa: E402
-from workers import landlock as ll  # noqa: E402
-from workers import proctree, sandbox  # noqa: E402
+import peon
+from workers import landlock as ll
+from workers import proctree, sandbox
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 

@@ -327,7 +327,7 @@ class BwrapConfinement(Confinement):
             # descriptor on, and /proc/self/fd/N in the sandbox's own /proc names the same open file.
             fd = _pinned_descriptor(executable)
             if fd is None:
-                raise _unavailable(f"bwrap can start a pinned executable only through /proc/self/fd/N, not {executable}")
+                raise _unavailable(f"bwrap starts a pinned executable only through /proc/self/fd/N, not {executable}")
             os.set_inheritable(fd, True)
             inner[0] = executable
         return start(bwrap_argv(self.plan, inner, self.cwd), None)

@@ -306,8 +306,8 @@ class AgentTool(Tool):
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
         inside = self.sandboxed(session) and bool(session.sandbox.get("active"))
-        return RiskAssessment(self.risk, f"declared risk of {self.name}" + (", inside the OS sandbox" if inside else ""),
-                              sandboxed=inside)
+        reason = f"declared risk of {self.name}" + (", inside the OS sandbox" if inside else "")
+        return RiskAssessment(self.risk, reason, sandboxed=inside)
 
     def _sandbox_details(self, session: SessionView) -> dict[str, Any] | None:
         return sandbox.call_details(
