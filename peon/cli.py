@@ -77,7 +77,8 @@ def cmd_mcp(options: argparse.Namespace) -> int:
         name="peon", version=peon.__version__, title="Peon",
         instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
                       "and approved, runs in its own worker with bounded time and output, and everything it "
-                      "started is killed when it ends. Process tools are not sandboxed."),
+                      "started is killed when it ends. Process tools are not sandboxed unless the session's "
+                      "OS sandbox is on (their approval details and results say so)."),
     )
     return serve(lambda approver: open_session(options, approver=approver), identity)
 
@@ -405,20 +406,25 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     facts["cgroup_v2"] = {"available": support.available, "detail": support.reason}
     agents: dict[str, Any] = {}
     session_layers = None
+    session_sandbox: dict[str, Any] | None = None
     code = 0
     try:
         with open_session(options) as session:
             info = session.info
+        session_sandbox = info.get("sandbox")
         facts["containment"] = info.get("containment")
         session_layers = info.get("config_layers")
         agents = agent_facts(Path(info.get("workspace") or options.workspace), info.get("config") or {}, os.environ)
     except ConfigError as exc:
         facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
+        session_sandbox = {"error": f"{exc.code.value}: {exc.message}"}
         code = USAGE_ERROR
     except PeonError as exc:
         facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
+        session_sandbox = {"error": f"{exc.code.value}: {exc.message}"}
         code = 1
     facts["agents"] = agents
+    facts["sandbox"] = sandbox_facts(session_sandbox)
     facts["config"] = config_layers(options, session_layers)
     if options.json:
         print(json.dumps(facts, indent=2))
@@ -446,6 +452,7 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
     o2 = facts["openat2"]
     shown = o2["available"] if isinstance(o2["available"], str) else ("yes" if o2["available"] else "no")
     print(f"openat2      {shown}: {o2['detail']}")
+    print_sandbox(facts["sandbox"])
     print("agents")
     for name, agent in facts["agents"].items():
         if agent["resolved"] is None:
@@ -466,6 +473,48 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         summary = ", ".join(keys) if len(keys) <= 8 else ", ".join(keys[:8]) + f", … ({len(keys)} keys)"
         kind = f" ({layer['kind']})" if layer.get("kind") and layer["kind"] != layer["source"] else ""
         print(f"  {layer['source']}{kind}: {summary or '(no keys)'}")
+
+
+def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The session's sandbox decision, and what this machine offers for each kind, with known fixes."""
+    from peon.errors import PeonError
+    from workers import sandbox
+
+    try:
+        simulate = sandbox.Simulation.parse(os.environ.get(sandbox.SIMULATE_ENV, ""))
+    except PeonError as exc:
+        return {"session": session, "error": exc.message}
+    return {"session": session, "landlock": sandbox.probe_landlock(simulate).to_dict(),
+            "bwrap": sandbox.probe_bwrap(os.environ, simulate).to_dict()}
+
+
+def describe_sandbox(status: Mapping[str, Any] | None) -> str:
+    if not status:
+        return "unknown: the session did not start"
+    if "error" in status:
+        return f"the session did not start: {status['error']}"
+    mode = status.get("mode")
+    if not status.get("active"):
+        return f"{mode}: not sandboxed ({status.get('reason')})"
+    plan = status["plan"]
+    kind = f"landlock ABI {plan['abi']}" if plan["kind"] == "landlock" else f"bwrap ({plan['bwrap']})"
+    text = (f"{mode}: {kind}; writes beneath {', '.join(plan['writable'])}; reads beneath "
+            f"{', '.join(plan['readable'])}; network {'on' if plan['network'] else 'off'}")
+    if status.get("not_enforced"):
+        text += "; NOT enforced: " + "; ".join(status["not_enforced"])
+    return text
+
+
+def print_sandbox(facts: Mapping[str, Any]) -> None:
+    print(f"sandbox      {describe_sandbox(facts.get('session'))}")
+    if facts.get("error"):
+        print(f"  error: {facts['error']}")
+        return
+    for name in ("landlock", "bwrap"):
+        probe = facts[name]
+        print(f"{name:<12} {'yes' if probe['available'] else 'no'}: {probe['detail']}")
+        for fix in probe["fixes"]:
+            print(f"               fix: {fix}")
 
 
 # -- entry point -----------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ class Skills(_Section):
 class AgentCommand(_Section):
     executable: str = Field(min_length=1)
     args: tuple[str, ...]
+    sandbox: bool = False  # run this adapter inside the session's OS sandbox (see [sandbox])
 
 
 class Agents(_Section):
@@ -182,6 +183,31 @@ class Runtime(_Section):
     containment: Literal["auto", "cgroup", "process-tree"]
 
 
+def _sandbox_path(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("a path cannot contain NUL")
+    if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        raise ValueError(f"{value!r} must be an absolute path or start with ~/")
+    return value
+
+
+class Sandbox(_Section):
+    """The OS sandbox for commands (see docs/security.md)."""
+
+    mode: Literal["off", "auto", "required"]
+    kind: Literal["landlock", "bwrap"]
+    writable: tuple[str, ...]
+    readable: tuple[str, ...]
+    network: bool
+    isolate_signals: bool
+    isolate_abstract_sockets: bool
+
+    @field_validator("writable", "readable")
+    @classmethod
+    def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_sandbox_path(item) for item in value)
+
+
 class ToolsConfig(_Section):
     extra: tuple[str, ...] = ()
     entry_points: bool = True
@@ -202,6 +228,7 @@ class PeonConfig(_Section):
     tools: ToolsConfig
     audit: Audit
     environment: Environment
+    sandbox: Sandbox
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -471,6 +498,10 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
             if CONTAINMENT_STRENGTH[value] < CONTAINMENT_STRENGTH[current]:
                 refused.append((key, f"{value!r} is weaker than the user's {current!r}: a project may only "
                                      "strengthen containment (process-tree < auto < cgroup)"))
+        elif section == "sandbox":
+            why = _sandbox_refusal(name, value, user.sandbox)
+            if why:
+                refused.append((key, why))
         elif key == "tools.entry_points":
             if value and not user.tools.entry_points:
                 refused.append((key, "a project cannot enable tools the user disabled"))
@@ -486,6 +517,24 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
         else:
             refused.append((key, "not a setting a project may change"))
     return refused
+
+
+SANDBOX_STRENGTH = {"off": 0, "auto": 1, "required": 2}
+
+
+def _sandbox_refusal(name: str, value: Any, user: Any) -> str | None:
+    """Why a project may not set ``sandbox.<name>`` to ``value``, or None: it may only make the sandbox
+    stronger (mode up, network off, isolation on)."""
+    if name == "mode":
+        if SANDBOX_STRENGTH[value] < SANDBOX_STRENGTH[user.mode]:
+            return (f"{value!r} is weaker than the user's {user.mode!r}: a project may only strengthen the "
+                    "sandbox (off < auto < required)")
+        return None
+    if name == "network":
+        return None if value is False or user.network is True else "a project may only turn the network off"
+    if name in ("isolate_signals", "isolate_abstract_sockets"):
+        return None if value is True or getattr(user, name) is False else "a project may only turn isolation on"
+    return "only the user chooses the sandbox's kind and its writable and readable paths"
 
 
 def _lookup(data: Mapping[str, Any], key: str) -> Any:

@@ -50,6 +50,9 @@ class ErrorCode(str, Enum):
     UNKNOWN_SKILL = "unknown_skill"
     SKILL_MOVED = "skill_moved"  # the skill no longer resolves inside its original root
 
+    # The OS sandbox
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # the sandbox is required (or was approved) but cannot be applied
+
 
 class PeonError(Exception):
     """An error with a stable code, a human message and optional machine-readable details."""

@@ -50,7 +50,8 @@ class SessionView:
     """What a tool may know about the session it serves (read-only, same in supervisor and worker).
 
     ``config`` is the resolved :class:`~peon.config.PeonConfig`; ``env`` is the environment the
-    session's processes run with; ``skills`` maps skill names to their discovery records.
+    session's processes run with; ``skills`` maps skill names to their discovery records;
+    ``sandbox`` is the session's OS sandbox decision (:func:`workers.sandbox.session_status`).
     """
 
     workspace: Path
@@ -59,6 +60,7 @@ class SessionView:
     session_id: str = ""
     skills: Mapping[str, Any] = field(default_factory=dict)
     root_fd: int = -1  # O_PATH descriptor of the workspace pinned at session start; -1: none, open by path
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Everything the supervisor holds for one session, built from the client's ``start`` message.
 
 Promise: :meth:`SessionState.open` either returns a complete session (workspace checked, configuration
-resolved, registry built, containment chosen, state directory created) or raises a
+resolved, registry built, containment and OS sandbox chosen, state directory created) or raises a
 :class:`~peon.errors.PeonError` that names what is wrong; it never starts with partial state.
 """
 
@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from peon.configview import ConfigView, ResolvedConfig
+from peon.environment import build_environment
 from peon.errors import ConfigError, PeonError
 from peon.policy import ApprovalPolicy
 from peon.registry import Registry, build_registry
 from peon.tool import SessionView, Tool
 from peon.tools import BUILTIN_TOOLS
+from workers import sandbox
 from workers.limits import ResourceLimits
 
 from . import containment as containment_mod
@@ -57,8 +59,11 @@ class SessionState:
         # Resolved and validated by the client from its layers (defaults, user, project, overrides).
         loaded = ResolvedConfig(start["config"])
         skills = discover(workspace, env, loaded.config.skills.max_skills)
+        # Decided once: "required" refuses to start here rather than run anything unsandboxed.
+        command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
+        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env)
         view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
-                           skills=skills.available)
+                           skills=skills.available, sandbox=sandbox_status)
         registry = build_registry(
             BUILTIN_TOOLS,
             extra=[*loaded.config.tools.extra, *start.get("tools", [])],
@@ -92,6 +97,7 @@ class SessionState:
         return {
             "workspace": str(self.view.workspace), "config": self.config_wire, "env": dict(self.view.env),
             "session_id": self.view.session_id, "skills": [r.to_dict() for r in self.skills.available.values()],
+            "sandbox": dict(self.view.sandbox),
         }
 
     def describe(self, pid: int) -> dict:
@@ -101,6 +107,7 @@ class SessionState:
             "workspace": str(self.view.workspace),
             "state_dir": str(self.state_dir),
             "containment": self.containment.info(),
+            "sandbox": dict(self.view.sandbox),
             "config": self.config.to_dict(),
             "config_layers": self.loaded.describe_layers(),
             "tools": [

@@ -55,6 +55,7 @@ def session_from_wire(wire: dict) -> SessionView:
         env=dict(wire["env"]),
         session_id=wire["session_id"],
         skills={record["name"]: SkillRecord(**record) for record in wire["skills"]},
+        sandbox=wire.get("sandbox") or {},
     )
 
 

@@ -6,6 +6,8 @@ a member of its process group, not a daemon that escaped with ``setsid``, a doub
 In order:
 
 * the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe;
+* with ``ProcessSpec.sandbox`` set, the OS sandbox (:mod:`workers.sandbox`) starts the child inside
+  itself, or raises and nothing is started; everything below holds for what it started;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
   :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
 * at the **deadline** the group gets ``SIGKILL`` at once;
@@ -28,8 +30,8 @@ import fcntl
 import os
 import signal
 import time
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
@@ -54,6 +56,9 @@ class ProcessSpec:
     # What to execute when it is not argv[0]: e.g. "/proc/self/fd/N" of a binary the caller opened and
     # checked, so the file executed is the inode that was checked (an agent's pinned executable).
     executable: str | None = None
+    # The OS sandbox (workers/sandbox.py): when set, it starts the command inside itself; it may raise
+    # ToolError (nothing started). Everything below applies to what it started like to any command.
+    sandbox: Any = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,10 @@ def _group_alive(pgid: int) -> bool:
 def _spawn(spec: ProcessSpec, write_fd: int) -> int:
     if os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
+    if spec.sandbox is not None:  # the OS sandbox starts the command (maybe wrapped) inside itself
+        return spec.sandbox.spawn(
+            lambda argv, executable: _spawn(replace(spec, argv=argv, executable=executable, sandbox=None), write_fd),
+            spec.argv, spec.executable)
     return os.posix_spawn(
         spec.executable or spec.argv[0],
         list(spec.argv),
@@ -163,6 +172,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         raise ToolError(
             ErrorCode.IO_ERROR, f"cannot start {spec.argv[0]}: {exc.strerror}", {"executable": spec.argv[0]}
         ) from None
+    except ToolError:  # the sandbox refused to start it
+        os.close(read_fd)
+        raise
     finally:
         os.close(write_fd)
     exited = REAPER.watch(pid)

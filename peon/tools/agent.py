@@ -34,7 +34,10 @@ Promises:
   for ``bash``; a non-zero exit, a timeout or a cancel is a result, not an error.
 
 The risk is ``delegate``: the child agent may read, write, run commands, use inherited credentials and
-call its own model provider, none of which Peon sees or approves call by call.
+call its own model provider, none of which Peon sees or approves call by call. An adapter runs outside
+the OS sandbox unless ``agents.<name>.sandbox = true`` (a child agent's own sandbox often cannot start
+inside Peon's); with it, the adapter is sandboxed exactly like ``bash`` and says so in its approval
+details.
 """
 
 from __future__ import annotations
@@ -48,11 +51,14 @@ from collections.abc import Mapping, Sequence
 
 from peon.environment import command_environment, search_path, split_search_path
 from peon.errors import ErrorCode, ToolError
-from peon.tool import SessionView, Tool, ToolContext, ToolRisk
+from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
 from .launch import FileIdentity, LaunchRefused, Program, find_in_path, pinned, resolve_program
-from .process import NO_NUL_PATTERN, TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+from .process import (
+    NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout, with_session_timeout,
+)
 
 # Linux refuses (E2BIG) any single argv or envp string longer than MAX_ARG_STRLEN = 32 pages,
 # terminating NUL included.
@@ -91,6 +97,7 @@ AGENT_OUTPUT_SCHEMA = {
         "executable": {"type": "string", "description": "The absolute path of the program that was asked for."},
         "interpreter": {"type": ["string", "null"],
                         "description": "The interpreter that ran it, when the executable is a script."},
+        "sandbox": SANDBOX_RESULT_PROPERTY,
     },
 }
 
@@ -292,6 +299,22 @@ class AgentTool(Tool):
                 {"rule": "arg_max", "bytes": size, "limit": limit},
             )
 
+    # -- the OS sandbox: off for adapters unless agents.<name>.sandbox = true -------------------------------
+
+    def sandboxed(self, session: SessionView) -> bool:
+        return bool(getattr(session.config.agents, self.agent).sandbox)
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        inside = self.sandboxed(session) and bool(session.sandbox.get("active"))
+        reason = f"declared risk of {self.name}" + (", inside the OS sandbox" if inside else "")
+        return RiskAssessment(self.risk, reason, sandboxed=inside)
+
+    def _sandbox_details(self, session: SessionView) -> dict[str, Any] | None:
+        return sandbox.call_details(
+            session.sandbox, enabled=self.sandboxed(session),
+            why_not=f"agents.{self.agent}.sandbox is false: the agent runs unsandboxed (its own sandbox could not "
+                    "start inside Peon's)")
+
     # -- approval (in the supervisor) -------------------------------------------------------------------
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
@@ -323,6 +346,9 @@ class AgentTool(Tool):
             **invocation.facts,
             "warning": DELEGATE_WARNING,
         })
+        confinement = self._sandbox_details(session)
+        if confinement is not None:
+            details["sandbox"] = confinement
         mentions = describe_mentions(self.file_mentions(invocation.prompt), session)
         if mentions:
             details["file_mentions"] = mentions
@@ -349,8 +375,9 @@ class AgentTool(Tool):
         pins = approved.get("pinned")
         self._check_approved(invocation, approved)
         spec_env = dict(invocation.env)
+        confinement = sandbox.confinement_for(ctx, enabled=self.sandboxed(ctx.session))
         with pinned(invocation.program, pins) as exec_path:
-            spec = ProcessSpec(invocation.argv, str(ctx.workspace), spec_env, executable=exec_path)
+            spec = ProcessSpec(invocation.argv, str(ctx.workspace), spec_env, executable=exec_path, sandbox=confinement)
             outcome = await run_process(spec, ctx)
         return {
             **outcome.to_value(),
@@ -358,6 +385,7 @@ class AgentTool(Tool):
             "agent": self.agent,
             "executable": invocation.executable,
             "interpreter": invocation.program.interpreter,
+            "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None),
         }
 
     def _check_approved(self, invocation: Invocation, approved: Mapping[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""What every process-running tool shares: the ``timeout_seconds`` field and how it is resolved.
+"""What every process-running tool shares: the ``timeout_seconds`` field and how it is resolved, and
+how a result names its OS sandbox.
 
 Promise: a call that gives no ``timeout_seconds`` runs for ``limits.default_timeout_seconds``; a call
 that gives one runs for that long; either way never longer than ``limits.max_timeout_seconds`` — a
@@ -47,3 +48,16 @@ def with_session_timeout(schema: Mapping[str, Any], session: SessionView) -> dic
     properties = dict(schema["properties"])
     properties["timeout_seconds"] = timeout_property(session)
     return {**schema, "properties": properties}
+
+
+SANDBOX_RESULT_PROPERTY = {
+    "type": ["object", "null"],
+    "description": "The OS sandbox the command ran in (null: none): its kind, the Landlock ABI, whether TCP "
+                   "was allowed, and the paths beneath which it could write; other writes fail with EACCES.",
+    "properties": {
+        "kind": {"type": "string", "enum": ["landlock", "bwrap"]},
+        "abi": {"type": ["integer", "null"]},
+        "network": {"type": "boolean"},
+        "writable": {"type": "array", "items": {"type": "string"}},
+    },
+}

@@ -1,0 +1,237 @@
+"""The sandbox's pure decisions, without processes: Landlock rules per ABI, what an ABI cannot enforce,
+the bubblewrap command line, the approved plan's strict parsing, the [sandbox] configuration and what a
+project may change there, and the worker failing closed on an approval without a usable sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from peon.config import load_config
+from peon.errors import ConfigError, ErrorCode, PeonError, ToolError
+from peon.tool import SessionView, ToolRisk
+from peon.tools.bash import BashTool
+from workers import landlock as ll
+from workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
+from workers.sandbox_plan import SandboxPlan, bwrap_argv, landlock_rules, unenforced
+
+PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
+
+
+def test_rules_handle_every_right_of_the_abi_and_grant_back_only_what_the_plan_says():
+    rules = landlock_rules(PLAN, {"/ws", "/tmp", "/"})
+    assert rules.handled_fs == ll.fs_rights(6) == (1 << 16) - 1
+    assert rules.handled_net == ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
+    assert rules.scoped == ll.SCOPE_SIGNAL | ll.SCOPE_ABSTRACT_UNIX_SOCKET
+    grants = dict(rules.grants)
+    assert grants["/"] == ll.FS_READ  # reading and executing, nothing else
+    assert grants["/ws"] == grants["/tmp"] == ll.fs_rights(6)
+    # A file (not a directory) can only carry file rights, or landlock_add_rule refuses it.
+    assert grants["/dev/null"] == ll.fs_rights(6) & ll.FS_FILE_RIGHTS
+    assert not grants["/dev/null"] & (ll.FS_MAKE_REG | ll.FS_REMOVE_FILE | ll.FS_READ_DIR)
+
+
+@pytest.mark.parametrize("abi, fs_bits, net, scoped", [
+    (1, 13, False, False), (2, 14, False, False), (3, 15, False, False),
+    (4, 15, True, False), (5, 16, True, False), (6, 16, True, True), (7, 16, True, True),
+])
+def test_rules_follow_the_abi(abi, fs_bits, net, scoped):
+    plan = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=abi)
+    rules = landlock_rules(plan, {"/ws", "/"})
+    assert rules.handled_fs == (1 << fs_bits) - 1
+    assert bool(rules.handled_net) is net
+    assert bool(rules.scoped) is scoped
+
+
+def test_network_and_isolation_can_be_left_out():
+    plan = SandboxPlan("landlock", ("/ws",), ("/",), True, False, True, abi=7)
+    rules = landlock_rules(plan, {"/ws", "/"})
+    assert rules.handled_net == 0 and rules.scoped == ll.SCOPE_ABSTRACT_UNIX_SOCKET
+
+
+def test_what_each_abi_cannot_enforce_is_named():
+    options = {"network": False, "isolate_signals": True, "isolate_abstract_sockets": True}
+    assert unenforced("landlock", 7, **options) == []
+    gaps = unenforced("landlock", 5, **options)
+    assert len(gaps) == 2 and "isolate_signals" in gaps[0] and "ABI 6" in gaps[0]
+    gaps = unenforced("landlock", 3, **options)
+    assert "sandbox.network = false" in gaps[0] and "ABI 4" in gaps[0]
+    gaps = unenforced("landlock", 2, **options)
+    assert "truncate" in gaps[0]
+    assert unenforced("landlock", 3, network=True, isolate_signals=False, isolate_abstract_sockets=False) == []
+    # bwrap: abstract sockets live in the network namespace, which it shares when the network is on.
+    assert unenforced("bwrap", 0, **options) == []
+    assert "isolate_abstract_sockets" in unenforced("bwrap", 0, **{**options, "network": True})[0]
+
+
+def test_bwrap_command_line():
+    writable = ("/ws", "/tmp", "/dev/null", "/dev/shm")
+    plan = SandboxPlan("bwrap", writable, ("/",), False, True, True, bwrap="/usr/bin/bwrap")
+    argv = bwrap_argv(plan, ["/bin/bash", "-lc", "echo hi"], "/ws")
+    assert argv[0] == "/usr/bin/bwrap"
+    assert argv[argv.index("--"):] == ["--", "/bin/bash", "-lc", "echo hi"]
+    options = " ".join(argv[:argv.index("--")])
+    assert "--ro-bind / /" in options
+    assert "--bind /ws /ws" in options and "--bind /tmp /tmp" in options and "--bind /dev/shm /dev/shm" in options
+    assert "/dev/null" not in options  # the fresh /dev has it
+    assert options.index("--ro-bind / /") < options.index("--dev /dev") < options.index("--bind /ws /ws")
+    for flag in ("--unshare-pid", "--unshare-ipc", "--unshare-net", "--cap-drop ALL", "--chdir /ws"):
+        assert flag in options
+    # Left out on purpose: each would cut a cancelled command's grace (see bwrap_argv).
+    assert "--die-with-parent" not in options and "--new-session" not in options
+    narrow = SandboxPlan("bwrap", ("/ws",), ("/usr", "/etc"), True, True, True, bwrap="/b")
+    shared = bwrap_argv(narrow, ["/bin/true"], "/ws")
+    assert "--unshare-net" not in shared
+    assert "--ro-bind /usr /usr" in " ".join(shared) and "--ro-bind / /" not in " ".join(shared)
+
+
+def test_the_approved_plan_is_parsed_strictly():
+    assert SandboxPlan.from_dict(PLAN.to_dict()) == PLAN
+    bad = [
+        {**PLAN.to_dict(), "kind": "chroot"},
+        {**PLAN.to_dict(), "writable": ["relative/path"]},
+        {**PLAN.to_dict(), "writable": "/ws"},
+        {**PLAN.to_dict(), "network": "no"},
+        {**PLAN.to_dict(), "abi": True},
+        {**PLAN.to_dict(), "abi": 0},
+        {**PLAN.to_dict(), "kind": "bwrap", "bwrap": "bwrap"},
+        {k: v for k, v in PLAN.to_dict().items() if k != "isolate_signals"},
+    ]
+    for data in bad:
+        with pytest.raises(ValueError):
+            SandboxPlan.from_dict(data)
+
+
+def test_simulation_knob_only_takes_known_items():
+    assert Simulation.parse("") == Simulation()
+    assert Simulation.parse("no-landlock, landlock-abi=3,no-bwrap") == Simulation(True, 3, True)
+    with pytest.raises(PeonError) as caught:
+        Simulation.parse("landlock-abi=lots")
+    assert caught.value.code == ErrorCode.CONFIG_INVALID and "landlock-abi=lots" in caught.value.message
+
+
+def test_paths_expand_home_of_the_session():
+    assert expand("~/.cache", {"HOME": "/home/u"}) == "/home/u/.cache"
+    assert expand("~/.cache", {"HOME": "relative"}) is None
+    assert expand("/abs", {}) == "/abs"
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+def test_sandbox_defaults_keep_v01_behaviour():
+    config = load_config(env={}).config
+    assert config.sandbox.mode == "off" and config.sandbox.kind == "landlock"
+    assert config.sandbox.readable == ("/",) and config.sandbox.network is True
+    assert config.agents.claude.sandbox is False
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"mode": "on"}, "sandbox.mode"),
+    ({"kind": "docker"}, "sandbox.kind"),
+    ({"writable": ["relative/dir"]}, "sandbox.writable"),
+    ({"readable": "/"}, "sandbox.readable"),
+    ({"network": "false"}, "sandbox.network"),
+    ({"isolate_signals": 1}, "sandbox.isolate_signals"),
+    ({"nework": False}, "sandbox.nework"),
+])
+def test_bad_sandbox_settings_name_the_key(table, key):
+    with pytest.raises(ConfigError) as caught:
+        load_config({"sandbox": table}, env={})
+    assert key in caught.value.message
+
+
+def project(tmp_path: Path, text: str, user: str = "") -> Path:
+    (tmp_path / "ws" / ".peon").mkdir(parents=True)
+    (tmp_path / "ws" / ".peon" / "config.toml").write_text(text)
+    (tmp_path / "user.toml").write_text(user)
+    return tmp_path / "ws"
+
+
+def test_a_project_may_only_strengthen_the_sandbox(tmp_path):
+    ws = project(tmp_path, '[sandbox]\nmode = "required"\nnetwork = false\nisolate_signals = true\n')
+    config = load_config(workspace=ws, env={"PEON_CONFIG": str(tmp_path / "user.toml")}).config
+    assert config.sandbox.mode == "required" and config.sandbox.network is False
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[sandbox]\nmode = "off"\n', "sandbox.mode"),
+    ('[sandbox]\nnetwork = true\n', "sandbox.network"),
+    ('[sandbox]\nisolate_signals = false\n', "sandbox.isolate_signals"),
+    ('[sandbox]\nwritable = ["/"]\n', "sandbox.writable"),
+    ('[sandbox]\nreadable = ["/"]\n', "sandbox.readable"),
+    ('[sandbox]\nkind = "bwrap"\n', "sandbox.kind"),
+    ('[agents.claude]\nsandbox = false\n', "agents.claude.sandbox"),
+])
+def test_a_project_cannot_weaken_the_sandbox(tmp_path, text, key):
+    user = '[sandbox]\nmode = "auto"\nnetwork = false\n'
+    ws = project(tmp_path, text, user)
+    with pytest.raises(ConfigError) as caught:
+        load_config(workspace=ws, env={"PEON_CONFIG": str(tmp_path / "user.toml")})
+    assert key in caught.value.message
+
+
+# -- approval details and the worker's side, without processes ----------------------------------------
+
+
+STATUS = {"mode": "auto", "active": True, "kind": "landlock", "plan": PLAN.to_dict(), "not_enforced": []}
+
+
+def view(status: dict, mode: str = "auto") -> SessionView:
+    config = load_config({"sandbox": {"mode": mode}}, env={}).config
+    return SessionView(workspace=Path("/ws"), config=config, env={}, sandbox=status)
+
+
+def test_bash_is_assessed_sandboxed_only_when_the_sandbox_is_active():
+    bash = BashTool()
+    on = bash.assess_risk({"command": "make"}, view(STATUS))
+    assert on.sandboxed is True and on.risk == ToolRisk.PROCESS
+    off = bash.assess_risk({"command": "make"}, view({"mode": "auto", "active": False, "reason": "x"}))
+    assert off.sandboxed is False
+    details = bash.approval_details({"command": "make"}, view(STATUS))["sandbox"]
+    assert details["active"] is True and details["abi"] == 6 and details["network"] is False
+    assert details["writable"] == ["/ws", "/tmp", "/dev/null"] and details["mode"] == "auto"
+    # Off: the details stay exactly as they were before there was a sandbox.
+    assert "sandbox" not in bash.approval_details({"command": "make"}, view({"mode": "off", "active": False}, "off"))
+
+
+def test_call_details_and_result_summary():
+    assert call_details({"mode": "off"}) is None
+    assert call_details({"mode": "auto", "active": False, "reason": "no Landlock"}) == {
+        "active": False, "mode": "auto", "reason": "no Landlock"}
+    switched_off = call_details(STATUS, enabled=False, why_not="agents.pi.sandbox is false")
+    assert switched_off == {"active": False, "mode": "auto", "reason": "agents.pi.sandbox is false"}
+    assert result_summary(call_details(STATUS)) == {"kind": "landlock", "abi": 6, "network": False,
+                                                    "writable": ["/ws", "/tmp", "/dev/null"]}
+    assert result_summary(None) is None
+
+
+def context(approved: dict, mode: str):
+    return SimpleNamespace(approved=approved, workspace=Path("/ws"), session=view(STATUS, mode))
+
+
+def test_the_worker_fails_closed_on_an_unusable_approval():
+    assert confinement_for(context({"sandbox": call_details(STATUS)}, "auto")).plan == PLAN
+    with pytest.raises(ToolError) as caught:
+        confinement_for(context({"sandbox": {**call_details(STATUS), "writable": ["ws"]}}, "auto"))
+    assert caught.value.code == ErrorCode.SANDBOX_UNAVAILABLE and "nothing was started" in caught.value.message
+    with pytest.raises(ToolError) as caught:
+        confinement_for(context({}, "required"))
+    assert caught.value.code == ErrorCode.SANDBOX_UNAVAILABLE and "required" in caught.value.message
+    # An adapter switched off runs unsandboxed even when the session requires the sandbox for bash.
+    assert confinement_for(context({}, "required"), enabled=False) is None
+    assert confinement_for(context({"sandbox": {"active": False, "mode": "auto"}}, "auto")) is None
+
+
+def test_doctor_describes_the_session_sandbox_in_one_line():
+    from peon.cli import describe_sandbox
+
+    assert describe_sandbox({"mode": "off", "active": False, "reason": 'sandbox.mode is "off"'}) == (
+        'off: not sandboxed (sandbox.mode is "off")')
+    line = describe_sandbox({**STATUS, "not_enforced": ["sandbox.isolate_signals (needs Landlock ABI 6)"]})
+    assert line == ("auto: landlock ABI 6; writes beneath /ws, /tmp, /dev/null; reads beneath /; network off; "
+                    "NOT enforced: sandbox.isolate_signals (needs Landlock ABI 6)")
+    failed = describe_sandbox({"error": "sandbox_unavailable: no"})
+    assert failed == "the session did not start: sandbox_unavailable: no"
