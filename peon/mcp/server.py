@@ -13,7 +13,8 @@ Promises:
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
   and every process it started is gone — before the server exits.
 
-The protocol decisions live in :mod:`peon.mcp.protocol`; this module only moves bytes and threads.
+The protocol decisions live in the sans-I/O modules gathered by :mod:`peon.mcp.protocol`; this module only
+moves bytes and threads.
 """
 
 from __future__ import annotations
