@@ -79,6 +79,23 @@ def alive(pid: int) -> bool:
     return bool(living([pid]))
 
 
+def error_code(result) -> str:
+    """The stable code of an SDK error result: first in the text the model reads, and as an object for
+    programs under ``_meta``; never in ``structuredContent`` (which must match the tool's outputSchema)."""
+    assert result.is_error and result.structured_content is None, result
+    error = result.meta["peon/error"]
+    assert result.content[0].text.startswith(f"{error['code']}: {error['message']}"), result
+    return error["code"]
+
+
+def raw_error_code(result: dict) -> str:
+    """The same for a raw ``tools/call`` result."""
+    assert result["isError"] is True and "structuredContent" not in result, result
+    error = result["_meta"]["peon/error"]
+    assert result["content"][0]["text"].startswith(f"{error['code']}: "), result
+    return error["code"]
+
+
 # -- the SDK client ------------------------------------------------------------------------------------
 
 
@@ -122,9 +139,7 @@ def test_bash_results(workspace, env, mode):
             assert slow.structured_content["timed_out"] is True and slow.structured_content["signal"] == "SIGKILL"
 
             invalid = await c.call_tool("bash", {"command": 7})
-            assert invalid.is_error
-            assert invalid.structured_content["error"]["code"] == "invalid_input"
-            assert invalid.content[0].text.startswith("invalid_input: ")
+            assert error_code(invalid) == "invalid_input"
 
             with pytest.raises(MCPError) as unknown:
                 await c.call_tool("no_such_tool", {})
@@ -139,8 +154,7 @@ def test_every_tool_validates_its_input_through_mcp(workspace, env):
             tools = (await c.list_tools()).tools
             for tool in tools:
                 result = await c.call_tool(tool.name, {"__unknown_field__": 1})
-                assert result.is_error, tool.name
-                assert result.structured_content["error"]["code"] == "invalid_input", (tool.name, result)
+                assert error_code(result) == "invalid_input", (tool.name, result)
             return [t.name for t in tools]
 
     assert run(scenario())
@@ -167,8 +181,7 @@ def test_denied_call_is_an_error_result(workspace, env, tmp_path, mode):
     async def scenario():
         async with client(workspace, env, "--config", config, mode=mode) as c:
             result = await c.call_tool("bash", {"command": "touch ran"})
-            assert result.is_error
-            assert result.structured_content["error"]["code"] == "denied"
+            assert error_code(result) == "denied"
 
     run(scenario())
     assert not (workspace / "ran").exists()
@@ -253,7 +266,7 @@ def test_elicitation_round_trip(workspace, env, tmp_path, mode, decision):
         assert not result.is_error and result.structured_content["output"] == "done\n"
         assert (workspace / "marker").read_text() == "approved\n"
     else:
-        assert result.is_error and result.structured_content["error"]["code"] == "denied"
+        assert error_code(result) == "denied"
         assert not (workspace / "marker").exists()
 
 
@@ -266,7 +279,7 @@ def test_ask_without_elicitation_capability_is_denied(workspace, env, tmp_path, 
             return await c.call_tool("bash", {"command": "touch ran"})
 
     result = run(scenario())
-    assert result.is_error and result.structured_content["error"]["code"] == "denied"
+    assert error_code(result) == "denied"
     assert not (workspace / "ran").exists()
 
 
@@ -529,6 +542,61 @@ def test_modern_requests_over_raw_lines(raw_server):
     assert server.recv()["error"]["data"]["supported"] == ["2026-07-28"]
 
 
+LONE = "\ud800"  # json.dumps sends it as the escape "\\ud800", which decodes to a lone surrogate
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, workspace, era):
+    """A lone surrogate in an id, a method, a protocol version, a progress token or a requestState gets a
+    JSON-RPC error; the server, the session's supervisor and the call running meanwhile go on."""
+    server = raw_server("--allow", "process")
+    meta = MODERN_META if era == "modern" else {}
+    if era == "handshake":
+        server.request(0, "initialize", {"protocolVersion": LONE, "capabilities": {}, "clientInfo": {"name": LONE, "version": "1"}})
+        assert server.recv()["result"]["protocolVersion"] == "2025-11-25"
+    supervisor = server.supervisor_pid()
+    gate, started = workspace / "gate", workspace / "started"
+    server.request(1, "tools/call", {"name": "bash", "_meta": meta, "arguments": {
+        "command": f"touch {started}; while [ ! -e {gate} ]; do sleep 0.02; done; echo released"}})
+    assert wait_for(started.exists, 20)
+
+    call = {"name": "bash", "arguments": {"command": "echo never"}}
+    hostile = [  # (message, the id of the error, its code)
+        ({"jsonrpc": "2.0", "id": LONE, "method": "ping", "params": {"_meta": meta}}, None, -32600),
+        ({"jsonrpc": "2.0", "id": f"x{LONE}", "method": "tools/call", "params": {**call, "_meta": meta}}, None, -32600),
+        ({"jsonrpc": "2.0", "id": 2, "method": LONE, "params": {"_meta": meta}}, 2, -32600),
+        ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {**call, "_meta": {**meta, "progressToken": LONE}}}, 3, -32602),
+        ({"jsonrpc": "2.0", "method": f"notifications/{LONE}"}, None, -32600),
+        ({"jsonrpc": "2.0", "id": LONE, "result": {}}, None, -32600),
+    ]
+    if era == "modern":
+        hostile += [
+            ({"jsonrpc": "2.0", "id": 4, "method": "tools/list",
+              "params": {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": LONE}}}, 4, -32602),
+            ({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+              "params": {**call, "_meta": meta, "requestState": f"peon.{LONE}"}}, 5, -32602),
+            ({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+              "params": {**call, "_meta": meta, "requestState": "p\u00e9on.\u00e9"}}, 6, -32602),
+        ]
+    for message, reply_id, code in hostile:
+        server.send(message)
+        reply = server.recv()
+        assert reply["id"] == reply_id and reply["error"]["code"] == code, (message, reply)
+    assert not (workspace / "never").exists()
+
+    gate.touch()
+    answer = server.recv()
+    assert answer["id"] == 1 and answer["result"]["isError"] is False, answer
+    assert answer["result"]["structuredContent"]["output"] == "released\n"
+    assert answer["result"]["structuredContent"]["exit_code"] == 0
+    server.request(9, "tools/list", {"_meta": meta})
+    assert server.recv()["result"]["tools"]
+    assert server.supervisor_pid() == supervisor and alive(supervisor)
+    assert server.proc.poll() is None
+    assert b"Traceback" not in server.stderr_path.read_bytes()
+
+
 # -- the MCP Inspector ---------------------------------------------------------------------------------
 
 
@@ -565,7 +633,7 @@ def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspac
     os.kill(supervisor, signal.SIGKILL)
     reply = server.recv()
     assert reply["id"] == 7 and reply["result"]["isError"] is True
-    assert reply["result"]["structuredContent"]["error"]["code"] == "supervisor_died"
+    assert raw_error_code(reply["result"]) == "supervisor_died"
     assert wait_for(lambda: not alive(int((workspace / "r.pid").read_text())), 20)
     server.request(8, "tools/call", {"name": "bash", "arguments": {"command": "echo back"}})
     reply = server.recv()

@@ -27,6 +27,7 @@ from .jsonrpc import (
     Request,
     Response,
     error_response,
+    lone_surrogate,
     result_response,
     valid_id,
 )
@@ -192,6 +193,9 @@ class Connection:
         version = meta[PROTOCOL_VERSION_KEY]
         if not isinstance(version, str):
             return self._error(req, INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} must be a string, got {version!r}")
+        bad_version = lone_surrogate(version)
+        if bad_version is not None:
+            return self._error(req, INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} is not valid Unicode ({bad_version})")
         if version not in MODERN_VERSIONS:
             return Reply(error_response(req.id, UNSUPPORTED_PROTOCOL_VERSION,
                                         f"protocol version {version!r} is not served per request; supported: "
@@ -236,8 +240,10 @@ class Connection:
         if not isinstance(arguments, dict):
             return self._error(req, INVALID_PARAMS, f'"arguments" of tools/call must be an object, got {type(arguments).__name__}')
         token = meta.get("progressToken") if isinstance(meta, Mapping) else None
-        if not (isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool))):
-            token = None
+        if isinstance(token, str) and (bad_token := lone_surrogate(token)) is not None:
+            return self._error(req, INVALID_PARAMS, f"_meta.progressToken is not valid Unicode ({bad_token})")
+        if not valid_id(token):
+            token = None  # not a token the protocol defines: the call runs without progress
         responses = req.params.get("inputResponses") if is_modern(version) else None
         return StartCall(req.id, name, arguments, version, token, can_elicit,
                          req.params.get("requestState") if is_modern(version) else None,

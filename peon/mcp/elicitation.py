@@ -113,13 +113,16 @@ class RequestStateSigner:
         return f"{ref}.{self._mac(ref)}"
 
     def verify(self, token: Any) -> str | None:
+        """The reference inside a token this signer issued, or ``None`` for anything else (any string,
+        including one that is not valid Unicode)."""
         if not isinstance(token, str) or "." not in token:
             return None
         ref, _, mac = token.rpartition(".")
-        return ref if hmac.compare_digest(mac, self._mac(ref)) else None
+        expected = self._mac(ref).encode()
+        return ref if hmac.compare_digest(mac.encode("utf-8", "surrogatepass"), expected) else None
 
     def _mac(self, ref: str) -> str:
-        return hmac.new(self._key, ref.encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self._key, ref.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def input_required(key: str, elicitation: dict[str, Any], state: str) -> dict[str, Any]:

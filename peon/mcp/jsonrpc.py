@@ -5,6 +5,9 @@ Promises:
 * :func:`parse_message` turns any line into exactly one of :class:`Request`, :class:`Notification`,
   :class:`Response` or :class:`Malformed` (which carries the JSON-RPC error to send back), never an
   exception;
+* a message whose ``id`` or ``method`` is not valid Unicode (a ``"\\ud800"`` escape decodes to a lone
+  surrogate, which no UTF-8 stream can carry) is :class:`Malformed`, so nothing the server sends ever
+  echoes an unencodable string;
 * :func:`error_response` and :func:`result_response` build the only two response shapes the server sends.
 
 Nothing here knows about MCP methods or revisions.
@@ -69,6 +72,19 @@ def valid_id(value: Any) -> TypeGuard[RequestId]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def lone_surrogate(text: str) -> str | None:
+    """Why ``text`` cannot be sent as UTF-8 (``"lone surrogate U+D800 at index 3"``), or ``None`` when it can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}"
+    return None
+
+
+def _unencodable_id(value: Any) -> str | None:
+    return lone_surrogate(value) if isinstance(value, str) else None
+
+
 def parse_message(line: bytes) -> Message:
     try:
         data = json.loads(line)
@@ -83,6 +99,9 @@ def parse_message(line: bytes) -> Message:
         return Malformed(error_response(None, INVALID_REQUEST,
                                         f"Invalid Request: a message must be a JSON object, got {type(data).__name__}"))
     msg_id = data.get("id")
+    bad_id = _unencodable_id(msg_id)
+    if bad_id is not None:
+        return Malformed(error_response(None, INVALID_REQUEST, f'Invalid Request: "id" is not valid Unicode ({bad_id})'))
     reply_id = msg_id if valid_id(msg_id) else None
     if data.get("jsonrpc") != "2.0":
         return Malformed(error_response(reply_id, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"'))
@@ -98,6 +117,9 @@ def parse_message(line: bytes) -> Message:
         return Response(msg_id, None, error if isinstance(error, dict) else {"code": INTERNAL_ERROR, "message": str(error)})
     if not isinstance(method, str):
         return Malformed(error_response(reply_id, INVALID_REQUEST, 'Invalid Request: "method" must be a string'))
+    bad_method = lone_surrogate(method)
+    if bad_method is not None:
+        return Malformed(error_response(reply_id, INVALID_REQUEST, f'Invalid Request: "method" is not valid Unicode ({bad_method})'))
     params = data.get("params", {})
     if params is None:
         params = {}

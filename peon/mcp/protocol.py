@@ -38,6 +38,7 @@ from .jsonrpc import (
     RequestId,
     Response,
     error_response,
+    lone_surrogate,
     parse_message,
     result_response,
     valid_id,
@@ -58,16 +59,16 @@ from .revisions import (
     negotiate,
     respond,
 )
-from .tools import annotations_for, call_result, render_text, tool_descriptor
+from .tools import ERROR_META_KEY, annotations_for, call_result, render_text, tool_descriptor
 
 __all__ = [
-    "CLIENT_CAPABILITIES_KEY", "DECISIONS", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR", "INVALID_PARAMS",
+    "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR", "INVALID_PARAMS",
     "INVALID_REQUEST", "LATEST_HANDSHAKE", "METHOD_NOT_FOUND", "MODERN_VERSIONS", "PARSE_ERROR",
     "PROTOCOL_VERSION_KEY", "SCOPES", "SERVER_INFO_KEY", "UNSUPPORTED_PROTOCOL_VERSION",
     "CancelRequest", "ClientReply", "Connection", "Era", "Event", "Ignored", "Malformed", "Message",
     "Notification", "Reply", "Request", "RequestId", "RequestStateSigner", "Response", "ServerIdentity",
     "StartCall", "annotations_for", "approval_elicitation", "approval_message", "at_least", "call_result",
-    "can_elicit_form", "decision_from_elicitation", "error_response", "input_required", "is_modern",
+    "can_elicit_form", "decision_from_elicitation", "error_response", "input_required", "is_modern", "lone_surrogate",
     "negotiate", "parse_message", "progress_notification", "render_text", "respond", "result_response",
     "tool_descriptor", "valid_id",
 ]

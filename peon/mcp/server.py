@@ -5,7 +5,9 @@ Promises:
 * stdout carries one JSON-RPC message per line and nothing else: the real stdout is kept for the
   protocol and file descriptor 1 (and ``sys.stdout``) point at stderr while the server runs, so a
   stray ``print`` or a child process cannot corrupt the stream;
-* a malformed line gets a JSON-RPC error and the server keeps serving;
+* a malformed line gets a JSON-RPC error and the server keeps serving, and so does a well-formed one
+  that cannot be answered as asked (a string no UTF-8 stream can carry, an internal fault): no line from
+  the client stops the server, the session or a running call;
 * calls run concurrently from the client's point of view (each ``tools/call`` is submitted at once and
   answered when it finishes) and serially in the session;
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
@@ -145,6 +147,13 @@ class StdioServer:
         self.session.close()
 
     def _handle_line(self, line: bytes | Oversize) -> None:
+        try:
+            self._dispatch_line(line)
+        except Exception as exc:  # a fault in handling one message must not end the connection
+            log(f"internal error while handling a message: {type(exc).__name__}: {exc}")
+            self._write(p.error_response(None, p.INTERNAL_ERROR, f"Internal error: {type(exc).__name__}"))
+
+    def _dispatch_line(self, line: bytes | Oversize) -> None:
         if isinstance(line, Oversize):
             self._write(p.error_response(None, p.INVALID_REQUEST,
                                          f"Invalid Request: a message of {line.length} bytes exceeds the limit of {self._max_line}"))
@@ -160,7 +169,17 @@ class StdioServer:
             self._client_reply(event)
 
     def _write(self, message: dict[str, Any]) -> None:
-        data = encode(message)
+        """Send one message. Never raises: a message JSON cannot carry becomes an internal error for the
+        request it answers (or is dropped, with a log line, when it answers none)."""
+        try:
+            data = encode(message)
+        except ValueError as exc:
+            request_id = message.get("id")
+            log(f"cannot encode a message ({exc}); {'answering with an internal error' if 'id' in message else 'dropped'}")
+            if "id" not in message:
+                return
+            reply_id = request_id if p.valid_id(request_id) and p.lone_surrogate(str(request_id)) is None else None
+            data = encode(p.error_response(reply_id, p.INTERNAL_ERROR, f"Internal error: the answer cannot be encoded: {exc}"))
         with self._write_lock:
             if self._out_closed:
                 return

@@ -5,8 +5,13 @@ Promises:
 * every descriptor sets all four behaviour hints from the tool's declared risk (a client assumes the
   worst for a missing hint; an unknown risk gets the most cautious set);
 * a field a revision does not define is not sent to a client speaking it;
-* a tool's success is a result whose structured content is the tool's value and whose text block holds
-  the same value as JSON; a tool's failure is a result with ``isError`` and the stable error code.
+* a tool's success is a result whose structured content is the tool's value (it conforms to the
+  declared ``outputSchema``) and whose text block holds the same value as JSON;
+* a tool's failure is a result with ``isError: true`` whose text block starts with the stable error code
+  (``"denied: ..."``), so the model sees it. It carries no ``structuredContent`` — that field must
+  conform to the tool's ``outputSchema``, and clients that validate it (the official TypeScript SDK
+  does, even on error results) would reject the whole answer. Programs read the error as an object under
+  ``_meta["peon/error"]``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any
 from peon.result import ToolResult
 
 from .revisions import at_least
+
+ERROR_META_KEY = "peon/error"  # where an error result carries {"code", "message", "details"?} for programs
 
 # Every hint set explicitly: a client assumes the worst for a missing one.
 _HINTS = {
@@ -55,16 +62,14 @@ def call_result(result: ToolResult, version: str) -> dict[str, Any]:
     """A ``tools/call`` result. Tool failures are results with ``isError`` and the stable code."""
     if result.ok:
         structured: dict[str, Any] = dict(result.value or {})
-        text = render_text(structured)
-        out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
-    else:
-        assert result.error is not None
-        error: dict[str, Any] = {"code": result.error.code, "message": result.error.message}
-        if result.error.details:
-            error["details"] = result.error.details
-        structured = {"error": error}
-        text = f"{result.error.code}: {result.error.message}"
-        out = {"content": [{"type": "text", "text": text}], "isError": True}
-    if at_least(version, "2025-06-18"):
-        out["structuredContent"] = structured
-    return out
+        out: dict[str, Any] = {"content": [{"type": "text", "text": render_text(structured)}], "isError": False}
+        if at_least(version, "2025-06-18"):
+            out["structuredContent"] = structured
+        return out
+    assert result.error is not None
+    error: dict[str, Any] = {"code": result.error.code, "message": result.error.message}
+    text = f"{result.error.code}: {result.error.message}"
+    if result.error.details:
+        error["details"] = result.error.details
+        text += "\ndetails: " + json.dumps(result.error.details, ensure_ascii=False, sort_keys=True)
+    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {ERROR_META_KEY: error}}
