@@ -1,4 +1,4 @@
-"""The ``peon`` command line: ``mcp``, ``call``, ``tools``, ``skills`` and ``doctor``.
+"""The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills`` and ``doctor``.
 
 Promises: bad usage (unknown flags, input that is not JSON, a missing workspace, an invalid
 configuration) ends with one clear sentence on stderr and exit status 2, never a traceback; ``peon
@@ -68,6 +68,15 @@ def cmd_mcp(options: argparse.Namespace) -> int:
                       "started is killed when it ends. Process tools are not sandboxed."),
     )
     return serve(lambda approver: open_session(options, approver=approver), identity)
+
+
+# -- peon serve ------------------------------------------------------------------------------------
+
+
+def cmd_serve(options: argparse.Namespace) -> int:
+    from peon.serve.options import command
+
+    return command(options)
 
 
 # -- peon call -------------------------------------------------------------------------------------
@@ -342,6 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="serve the tools over MCP on stdin/stdout")
     common(mcp, allow=True)
     mcp.set_defaults(run=cmd_mcp)
+
+    from peon.serve.options import add_arguments as add_serve_arguments  # argparse only, no HTTP stack
+
+    serve = commands.add_parser("serve", help="serve the tools over MCP Streamable HTTP (pip install 'peon[serve]')")
+    common(serve, allow=True)
+    add_serve_arguments(serve)
+    serve.set_defaults(run=cmd_serve)
 
     call = commands.add_parser("call", help="run one tool call and print its result as JSON")
     call.add_argument("tool", help="the tool name (see `peon tools`)")
