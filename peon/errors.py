@@ -47,6 +47,10 @@ class ErrorCode(str, Enum):
     UNKNOWN_SKILL = "unknown_skill"
     SKILL_MOVED = "skill_moved"  # the skill no longer resolves inside its original root
 
+    # Remote sessions (peon.RemoteSession talking to peon serve)
+    CONNECTION_LOST = "connection_lost"  # the server was unreachable, or the connection broke before the result
+    UNAUTHORIZED = "unauthorized"  # the server refused the request's bearer token, Host or Origin
+
 
 class PeonError(Exception):
     """An error with a stable code, a human message and optional machine-readable details."""

@@ -25,6 +25,7 @@ from peon.result import ToolResult
 from .revisions import at_least
 
 ERROR_META_KEY = "peon/error"  # where an error result carries {"code", "message", "details"?} for programs
+RISK_META_KEY = "peon/risk"  # a descriptor's declared risk, for programs (the hints cannot tell process from delegate)
 
 # Every hint set explicitly: a client assumes the worst for a missing one.
 _HINTS = {
@@ -48,6 +49,7 @@ def tool_descriptor(tool: Mapping[str, Any], version: str) -> dict[str, Any]:
     }
     if at_least(version, "2025-06-18"):
         out["outputSchema"] = tool.get("output_schema") or {"type": "object"}
+        out["_meta"] = {RISK_META_KEY: str(tool["risk"])}
     if at_least(version, "2025-03-26"):
         out["annotations"] = annotations_for(str(tool["risk"]))
     return out
