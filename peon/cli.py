@@ -74,9 +74,12 @@ def cmd_mcp(options: argparse.Namespace) -> int:
 
 
 def cmd_serve(options: argparse.Namespace) -> int:
-    from peon.serve.options import command
+    from peon.serve.options import ServeUsageError, command
 
-    return command(options)
+    try:
+        return command(options)
+    except ServeUsageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # -- peon call -------------------------------------------------------------------------------------

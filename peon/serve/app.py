@@ -216,7 +216,8 @@ class Gate:
     @staticmethod
     async def _refuse(send: Send, refusal: Refusal, path: str) -> None:
         if path == "/mcp":
-            await send_json(send, refusal.status, rpc_error(p.INVALID_REQUEST, refusal.message), refusal.headers)
+            error = p.error_response(None, p.INVALID_REQUEST, refusal.message, {"code": "unauthorized"})
+            await send_json(send, refusal.status, error, refusal.headers)
         else:
             await send_json(send, refusal.status, {"error": refusal.message}, refusal.headers)
 
@@ -283,8 +284,8 @@ class McpEndpoint:
         except BodyTooLarge as exc:
             if state.metrics is not None:
                 state.metrics.limits.labels("request_body").inc()
-            await send_json(send, 413, rpc_error(p.INVALID_REQUEST, f"the request body exceeds the limit of "
-                                                 f"{exc.limit} bytes"))
+            await send_json(send, 413, p.error_response(None, p.INVALID_REQUEST, f"the request body exceeds the limit "
+                                                        f"of {exc.limit} bytes", {"code": "too_large", "limit": exc.limit}))
             return
         except ConnectionError:
             return

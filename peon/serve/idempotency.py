@@ -105,7 +105,7 @@ class IdempotencyStore(Generic[T]):
                 return Replay(entry.outcome)
             return Follow(key)
         if len(self._entries) >= self.max_entries and not self._evict_one():
-            return Full(f"{len(self._entries)} calls with an {IDEMPOTENCY_KEY} are still running, the most this "
+            return Full(f"{len(self._entries)} calls with a {IDEMPOTENCY_KEY} are still running, the most this "
                         "server remembers; retry when one has finished")
         self._entries[key] = Entry(fingerprint)
         return Run(key)

@@ -17,6 +17,10 @@ from typing import Any
 DEFAULT_PORT = 8765
 
 
+class ServeUsageError(Exception):
+    """Bad usage of ``peon serve``; the command line prints the sentence and exits 2."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1; any "
@@ -67,7 +71,7 @@ def command(options: argparse.Namespace) -> int:
         return 2
 
     import peon
-    from peon.cli import UsageError, config_argument
+    from peon.cli import config_argument
     from peon.config import load_config
     from peon.mcp.protocol import ServerIdentity
 
@@ -76,7 +80,7 @@ def command(options: argparse.Namespace) -> int:
 
     workspace = Path(options.workspace).expanduser()
     if not workspace.is_dir():
-        raise UsageError(f"workspace {workspace} is not an existing directory")
+        raise ServeUsageError(f"workspace {workspace} is not an existing directory")
     workspace = workspace.resolve()
     try:
         for name in ("drain_seconds", "keepalive_seconds", "idempotency_window"):
@@ -92,13 +96,13 @@ def command(options: argparse.Namespace) -> int:
         token = read_token(options.token_file, options.token_env, os.environ)
         check_bind(options.host, token)
     except (ValueError, StartupError) as exc:
-        raise UsageError(str(exc)) from None
+        raise ServeUsageError(str(exc)) from None
     env = environment_without(options.token_env)
     config = config_argument(options.config, options.allow)
     limits = load_config(config, workspace=workspace, env=env).config.limits  # a bad file is reported now
     max_body = options.max_body_bytes or (limits.max_input_bytes + (1 << 20))
     if max_body <= 0:
-        raise UsageError(f"--max-body-bytes must be positive, got {max_body}")
+        raise ServeUsageError(f"--max-body-bytes must be positive, got {max_body}")
 
     def open_session(approver: Any) -> Any:
         return peon.Session(workspace, config, approver=approver, env=env, state_dir=options.state_dir,
@@ -121,4 +125,4 @@ def command(options: argparse.Namespace) -> int:
     try:
         return run(workspace, open_session, identity, serve_config)
     except StartupError as exc:
-        raise UsageError(str(exc)) from None
+        raise ServeUsageError(str(exc)) from None
