@@ -297,6 +297,9 @@ class AsyncRemoteSession:
                    call_id: str | None = None) -> ToolResult:
         """Run one call on the server; cancelling the awaiting task cancels it there."""
         call_id = call_id or uuid.uuid4().hex[:12]
+        if not isinstance(args, dict):
+            return ToolResult.failure(call_id, name, ErrorCode.INVALID_INPUT,
+                                      f"input for {name} must be a JSON object, got {type(args).__name__}")
         try:
             check_depth(name, args)
             json.dumps(args, allow_nan=False)
@@ -330,8 +333,7 @@ class AsyncRemoteSession:
                 on_progress(progress_update(value, message))
 
         request = asyncio.ensure_future(connection.client.call_tool(
-            name, args if isinstance(args, dict) else args, progress_callback=progress,
-            meta={IDEMPOTENCY_KEY: key}))
+            name, args, progress_callback=progress, meta={IDEMPOTENCY_KEY: key}))
         broken = asyncio.ensure_future(connection.dead.wait())
         try:
             await asyncio.wait({request, broken}, return_when=asyncio.FIRST_COMPLETED)
@@ -480,7 +482,8 @@ class RemoteSession:
         started = threading.Event()
 
         def begin() -> None:
-            handle._task = self._loop.create_task(self._async.call(name, args, on_progress=on_progress, call_id=call_id))
+            call = self._async.call(name, args, on_progress=on_progress, call_id=call_id)
+            handle._task = self._loop.create_task(call)
             handle._task.add_done_callback(lambda task: self._finished(handle, task))
             started.set()
 

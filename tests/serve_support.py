@@ -7,8 +7,10 @@ HTTP/1.1 through ``http.client`` so a test controls every header and can close a
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +18,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from conftest import Leftovers
+from test_agents import install_fake_agents
 
 START_SECONDS = 60.0
 MODERN = "2026-07-28"
@@ -33,7 +38,7 @@ class ServeProcess:
         self.args = list(args)
         command = [sys.executable, "-m", "peon.cli", "serve", "--workspace", str(workspace), "--port", "0",
                    "--port-file", str(self.port_file), *args]
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - the server's stdout for its whole life
         self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, cwd=str(workspace))
         self.port = 0
@@ -167,10 +172,8 @@ class SseReader:
     def close(self) -> None:
         sock = self.conn.sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(2)
-            except OSError:
-                pass
         self.conn.close()
 
 
@@ -207,3 +210,34 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02) -> Any:
             return value
         time.sleep(interval)
 
+
+class SharedServer:
+    """A module-wide server with its own process tag; nothing tagged may outlive the module."""
+
+    def __init__(self, tmp_path_factory, name: str, *args: str, extra_env: dict | None = None, prepare=None):
+        root = tmp_path_factory.mktemp(name)
+        self.leftovers = Leftovers(root / "home")
+        (root / "home").mkdir()
+        self.workspace = root / "ws"
+        self.workspace.mkdir()
+        if prepare is not None:
+            prepare(self.workspace)
+        self.bin = install_fake_agents(root / "bin")
+        env = serve_env(self.leftovers, root, {"PATH": f"{self.bin}{os.pathsep}/usr/bin{os.pathsep}/bin",
+                                               "FAKE_AGENT_LOG": str(root / "agents.jsonl"), **(extra_env or {})})
+        self.server = ServeProcess(self.workspace, env, root, *args)
+        self.port = self.server.port
+        self.url = self.server.url
+
+    def close(self) -> None:
+        code = self.server.stop()
+        survivors = self.leftovers.kill_all()
+        assert code == 0, self.server.log()
+        assert not survivors, f"processes outlived the server: {survivors}"
+
+
+def add_skill(workspace: Path) -> None:
+    skills = workspace / ".peon" / "skills" / "release-checks"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: release-checks\ndescription: What to check before a release.\n---\n"
+                                     "1. Run the tests.\n")

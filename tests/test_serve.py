@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import anyio
 import psutil
@@ -25,13 +23,10 @@ import pytest
 from mcp.client import Client
 from mcp_types import ElicitResult
 
-from conftest import Leftovers
 from serve_support import (
     HANDSHAKE, MODERN, TOKEN, ServeProcess, SseReader, alive, initialize, modern_post, modern_request,
-    modern_headers, pids_in, post, serve_env, sse_messages, wait_until,
+    SharedServer, add_skill, modern_headers, pids_in, post, serve_env, sse_messages, wait_until,
 )
-from test_agents import install_fake_agents
-
 from peon.serve.main import StartupError, read_token
 
 MODES = ["legacy", "auto"]
@@ -44,38 +39,6 @@ def run(coro):
         return await asyncio.wait_for(coro, TEST_TIMEOUT)
 
     return asyncio.run(bounded())
-
-
-class SharedServer:
-    """A module-wide server with its own process tag; nothing tagged may outlive the module."""
-
-    def __init__(self, tmp_path_factory, name: str, *args: str, extra_env: dict | None = None, prepare=None):
-        root = tmp_path_factory.mktemp(name)
-        self.leftovers = Leftovers(root / "home")
-        (root / "home").mkdir()
-        self.workspace = root / "ws"
-        self.workspace.mkdir()
-        if prepare is not None:
-            prepare(self.workspace)
-        self.bin = install_fake_agents(root / "bin")
-        env = serve_env(self.leftovers, root, {"PATH": f"{self.bin}{os.pathsep}/usr/bin{os.pathsep}/bin",
-                                               "FAKE_AGENT_LOG": str(root / "agents.jsonl"), **(extra_env or {})})
-        self.server = ServeProcess(self.workspace, env, root, *args)
-        self.port = self.server.port
-        self.url = self.server.url
-
-    def close(self) -> None:
-        code = self.server.stop()
-        survivors = self.leftovers.kill_all()
-        assert code == 0, self.server.log()
-        assert not survivors, f"processes outlived the server: {survivors}"
-
-
-def add_skill(workspace: Path) -> None:
-    skills = workspace / ".peon" / "skills" / "release-checks"
-    skills.mkdir(parents=True)
-    (skills / "SKILL.md").write_text("---\nname: release-checks\ndescription: What to check before a release.\n---\n"
-                                     "1. Run the tests.\n")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +116,8 @@ def test_sdk_lists_tools_and_calls_each(allow_server, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_sdk_cancel_kills_the_calls_processes(allow_server, mode):
     pid_file = allow_server.workspace / f"pids-{mode}"
-    command = f"sleep 300 & echo $! >> {pid_file}; (sleep 300 & echo $! >> {pid_file}; wait) & echo $$ >> {pid_file}; wait"
+    command = (f"sleep 300 & echo $! >> {pid_file}; (sleep 300 & echo $! >> {pid_file}; wait) & "
+               f"echo $$ >> {pid_file}; wait")
 
     async def scenario():
         async with client(allow_server.url, mode) as c:
@@ -273,7 +237,8 @@ def test_closing_the_stream_cancels_the_call(allow_server, era):
     stream.close()
     pids = pids_in(pid_file)
     assert wait_until(lambda: not any(alive(p) for p in pids), 10), f"still alive: {[p for p in pids if alive(p)]}"
-    status, _, body = modern_post(allow_server.port, 8, "tools/call", {"name": "bash", "arguments": {"command": "echo next"}})
+    status, _, body = modern_post(allow_server.port, 8, "tools/call",
+                                  {"name": "bash", "arguments": {"command": "echo next"}})
     assert status == 200 and final_message(body)["result"]["structuredContent"]["output"] == "next\n"
 
 
@@ -283,8 +248,8 @@ def test_notifications_cancelled_ends_the_stream_without_an_answer(allow_server)
     stream = SseReader(allow_server.port, {"jsonrpc": "2.0", "id": "c1", "method": "tools/call", "params": {
         "name": "bash", "arguments": {"command": f"echo $$ > {pid_file}; sleep 300"}}}, {"mcp-session-id": session})
     assert wait_until(lambda: pids_in(pid_file), 20)
-    status, _, _ = post(allow_server.port, {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                            "params": {"requestId": "c1", "reason": "user"}}, {"mcp-session-id": session})
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1", "reason": "user"}}
+    status, _, _ = post(allow_server.port, cancel, {"mcp-session-id": session})
     assert status == 202
     messages = []
     while (message := stream.next_message()) is not None:
@@ -495,9 +460,11 @@ def test_token_sources(tmp_path):
     assert read_token(str(token_file), "T", {}) == TOKEN
     assert read_token(None, "T", {"T": TOKEN}) == TOKEN
     assert read_token(None, "T", {}) is None
-    for path, environ, expected in [(str(token_file), {"T": TOKEN}, "one way only"), (None, {"T": "short"}, "at least 16"),
-                                    (None, {"T": " "}, "set but empty"), (str(tmp_path / "nope"), {}, "cannot read"),
-                                    (None, {"T": "a b" * 10}, "without spaces")]:
+    for path, environ, expected in [
+        (str(token_file), {"T": TOKEN}, "one way only"), (None, {"T": "short"}, "at least 16"),
+        (None, {"T": " "}, "set but empty"), (str(tmp_path / "nope"), {}, "cannot read"),
+        (None, {"T": "a b" * 10}, "without spaces"),
+    ]:
         with pytest.raises(StartupError, match=expected):
             read_token(path, "T", environ)
 
@@ -506,7 +473,8 @@ def test_token_sources(tmp_path):
 
 
 def test_sigterm_drains_and_exits_cleanly(env, workspace, tmp_path, leftovers):
-    server = ServeProcess(workspace, env, tmp_path, "--allow", "process", "--log-format", "json", "--drain-seconds", "1")
+    server = ServeProcess(workspace, env, tmp_path, "--allow", "process", "--log-format", "json",
+                          "--drain-seconds", "1")
     pid_file = workspace / "pids"
     stream = SseReader(server.port, modern_request(1, "tools/call", {
         "name": "bash", "arguments": {"command": f"sleep 300 & echo $! >> {pid_file}; echo $$ >> {pid_file}; wait"}}),
@@ -538,7 +506,8 @@ def test_a_dead_supervisor_is_replaced(env, workspace, tmp_path):
         first = final_message(modern_post(server.port, 1, "tools/call", {"name": "bash", "arguments": {
             "command": "true"}})[2])
         assert first["result"]["isError"] is False
-        supervisor = [c for c in psutil.Process(server.proc.pid).children() if "peon-supervisor" in " ".join(c.cmdline())]
+        children = psutil.Process(server.proc.pid).children()
+        supervisor = [c for c in children if "peon-supervisor" in " ".join(c.cmdline())]
         assert len(supervisor) == 1
         supervisor[0].kill()
         supervisor[0].wait(10)

@@ -3,12 +3,14 @@ store, and the metrics' labels."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from peon.errors import ErrorCode
 from peon.result import ToolResult
 from peon.serve import wire
 from peon.serve.guard import Guard, bind_problem, is_loopback_host, split_host_header
@@ -105,12 +107,13 @@ def test_route():
 
 def test_modern_headers_must_match_the_body():
     assert wire.check_modern_headers(headers(), body()) is None
-    b64 = "=?base64?" + __import__("base64").b64encode("outil é".encode()).decode() + "?="
+    b64 = "=?base64?" + base64.b64encode("outil é".encode()).decode() + "?="
     assert wire.check_modern_headers(headers(name=b64), body(name="outil é")) is None
     for bad, fragment in [
         (headers(version="2025-11-25"), "does not match"), (headers(method="tools/list"), "Mcp-Method"),
         (headers(name="read"), "Mcp-Name"), (headers(name=None), "Mcp-Name header is missing"),
-        (headers()[1:], "MCP-Protocol-Version header is missing"), (headers() + [("mcp-name", "bash")], "more than once"),
+        (headers()[1:], "MCP-Protocol-Version header is missing"),
+        ([*headers(), ("mcp-name", "bash")], "more than once"),
         (headers(name="=?base64?abc?="), "not visible ASCII or a valid"), (headers(name="bash\x01"), "not visible"),
     ]:
         error = wire.check_modern_headers(bad, body())
@@ -211,8 +214,9 @@ def test_a_call_that_never_started_can_be_forgotten():
 def test_metric_labels_come_from_closed_sets():
     metrics = Metrics(["bash", "read"])
     metrics.record_result(ToolResult("1", "evil\nname", True, value={}), 0.1)
-    metrics.record_result(ToolResult.failure("2", "bash", __import__("peon").ErrorCode.WORKER_OOM, "oom"), 1.0)
-    metrics.record_result(ToolResult("3", "bash", True, value={"limit_exceeded": "memory: 10 > 5", "truncated": True}), 2)
+    metrics.record_result(ToolResult.failure("2", "bash", ErrorCode.WORKER_OOM, "oom"), 1.0)
+    limited = {"limit_exceeded": "memory: 10 > 5", "truncated": True}
+    metrics.record_result(ToolResult("3", "bash", True, value=limited), 2)
     metrics.record_result(ToolResult("4", "bash", True, value={"cancelled": True}), 2)
     metrics.record_http("/../../etc", 404)
     text = metrics.exposition().decode()

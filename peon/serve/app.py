@@ -140,7 +140,7 @@ async def send_json(send: Send, status: int, message: Any, headers: dict[str, st
 
 async def send_empty(send: Send, status: int, headers: dict[str, str] | None = None) -> None:
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw + [(b"content-length", b"0")]})
+    await send({"type": "http.response.start", "status": status, "headers": [*raw, (b"content-length", b"0")]})
     await send({"type": "http.response.body", "body": b""})
 
 
@@ -284,8 +284,9 @@ class McpEndpoint:
         except BodyTooLarge as exc:
             if state.metrics is not None:
                 state.metrics.limits.labels("request_body").inc()
-            await send_json(send, 413, p.error_response(None, p.INVALID_REQUEST, f"the request body exceeds the limit "
-                                                        f"of {exc.limit} bytes", {"code": "too_large", "limit": exc.limit}))
+            message = f"the request body exceeds the limit of {exc.limit} bytes"
+            await send_json(send, 413, p.error_response(None, p.INVALID_REQUEST, message,
+                                                        {"code": "too_large", "limit": exc.limit}))
             return
         except ConnectionError:
             return

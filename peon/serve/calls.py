@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 import secrets
@@ -96,7 +97,7 @@ class Stream:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), keepalive_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return wire.KEEPALIVE
 
 
@@ -210,7 +211,8 @@ class CallRouter:
         except Exception as exc:  # a bug or a dead session must fail this call, not the server
             log.exception("submitting %s failed", ev.name)
             handle = None
-            failure = ToolResult.failure("", ev.name, ErrorCode.SESSION_CLOSED, f"the call could not be submitted: {exc}")
+            failure = ToolResult.failure("", ev.name, ErrorCode.SESSION_CLOSED,
+                                         f"the call could not be submitted: {exc}")
             self._done(call, failure)
             return stream
         async with self._registered:
@@ -241,8 +243,8 @@ class CallRouter:
             reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
             return Answer(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
         if (ev.name, ev.arguments) != (call.name, call.arguments):
-            return Answer(p.error_response(ev.id, p.INVALID_PARAMS,
-                                           "Invalid params: a retry must repeat the name and arguments of the original call"))
+            return Answer(p.error_response(ev.id, p.INVALID_PARAMS, "Invalid params: a retry must repeat the name "
+                                                                    "and arguments of the original call"))
         del self.awaiting_retry[ref]
         stream = Stream()
         call.request_id, call.progress_token, call.version, call.stream = ev.id, ev.progress_token, ev.version, stream
@@ -287,10 +289,8 @@ class CallRouter:
     # -- events from the session (moved onto the loop) ----------------------------------------------
 
     def _soon(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
             self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:
-            pass  # the loop is closed: the server is gone
 
     def _progress(self, call: Call, update: dict[str, Any]) -> None:
         if call.cancelled or call.stream is None or call.progress_token is None:
@@ -387,17 +387,15 @@ class CallRouter:
     async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         call_id = str(request.get("call_id"))
         async with self._registered:
-            try:
+            with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
                 await asyncio.wait_for(self._registered.wait_for(lambda: call_id in self.calls or self.closing),
                                        REGISTRATION_WAIT_SECONDS)
-            except asyncio.TimeoutError:
-                pass
         call = self.calls.get(call_id)
         if call is None or call.cancelled or self.closing or call.stream is None:
             return {"decision": "deny", "reason": "the call is no longer pending"}
         if not call.can_elicit:
-            return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so nobody "
-                    "can be asked; allow the risk in the configuration (or with peon serve --allow)"}
+            return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so "
+                    "nobody can be asked; allow the risk in the configuration (or with peon serve --allow)"}
         approval = PendingApproval(request, self.loop.create_future())
         call.approval = approval
         elicitation = p.approval_elicitation(request, call.version)
@@ -413,7 +411,7 @@ class CallRouter:
         asked_at = time.monotonic()
         try:
             answer = await asyncio.wait_for(asyncio.shield(approval.answered), self.approval_wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             answer = {"decision": "deny", "reason": f"no answer within {self.approval_wait:g} s"}
         finally:
             if approval.elicitation_id is not None and call.mcp_session is not None:

@@ -1,6 +1,6 @@
 """Retries without double execution, sans I/O: a bounded store of calls by idempotency key.
 
-A ``tools/call`` may carry ``params._meta["peon/idempotencyKey"]`` (a string of 1–200 visible ASCII
+A ``tools/call`` may carry ``params._meta["peon/idempotencyKey"]`` (a string of 1 to 200 visible ASCII
 characters). The first call with a key runs; a call with the same key, tool and arguments within the
 window gets the first call's result instead of running again — at once when it has finished, or when
 it finishes if it is still running. The same key with a different tool or different arguments is refused.
@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 IDEMPOTENCY_KEY = "peon/idempotencyKey"
 MAX_KEY_LENGTH = 200
-_KEY = re.compile(r"^[\x21-\x7e]{1,%d}$" % MAX_KEY_LENGTH)
+_KEY = re.compile(rf"^[\x21-\x7e]{{1,{MAX_KEY_LENGTH}}}$")
 
 T = TypeVar("T")
 

@@ -193,9 +193,9 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
 
     app = build_app(state, lifespan)
     uv_config = uvicorn.Config(
-        app, interface="asgi3", log_config=None, access_log=False, lifespan="on", limit_concurrency=config.max_connections,
-        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS), timeout_keep_alive=5, server_header=False,
-        proxy_headers=False,
+        app, interface="asgi3", log_config=None, access_log=False, lifespan="on",
+        limit_concurrency=config.max_connections, timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
+        timeout_keep_alive=5, server_header=False, proxy_headers=False,
     )
     server = DrainingServer(uv_config, on_signal)
     shown_host = f"[{host}]" if ":" in host else host

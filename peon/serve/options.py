@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ops.add_argument("--state-dir", metavar="DIR", help="the session's state directory: grants and the audit log "
                      "(default: under $XDG_STATE_HOME/peon/sessions)")
     ops.add_argument("--session-id", metavar="ID", help="the session id used in the audit log (default: random)")
-    ops.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default: text)")
+    ops.add_argument("--log-format", choices=("text", "json"), default="text",
+                     help="log lines on stderr (default: text)")
     ops.add_argument("--drain-seconds", type=float, default=5.0, help="on SIGTERM, how long running calls may "
                      "finish before they are cancelled (default: 5)")
     ops.add_argument("--keepalive-seconds", type=float, default=15.0, help="SSE keep-alive comment interval while a "
