@@ -198,7 +198,8 @@ class AsyncRemoteSession:
 
     def __init__(self, url: str, *, token: str | None = None, approver: Approver | None = None,
                  protocol: str = "auto", retries: int = 2, connect_timeout: float = 10.0,
-                 read_timeout: float | None = 90.0, headers: Mapping[str, str] | None = None):
+                 read_timeout: float | None = 90.0, headers: Mapping[str, str] | None = None,
+                 token_header: str = "Authorization"):
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if retries < 0:
@@ -210,8 +211,8 @@ class AsyncRemoteSession:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout  # the server sends keep-alives every 15 s while a call runs
         self._headers = dict(headers or {})
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        if token:  # behind a proxy that consumes Authorization itself, send it as X-Peon-Token
+            self._headers[token_header] = f"Bearer {token}" if token_header.lower() == "authorization" else token
         self._mode = PROTOCOLS[protocol]
         self._discover: Any = None
         self._connection: _Connection | None = None
@@ -450,9 +451,11 @@ class RemoteSession:
 
     def __init__(self, url: str, *, token: str | None = None, approver: Approver | None = None,
                  protocol: str = "auto", retries: int = 2, connect_timeout: float = 10.0,
-                 read_timeout: float | None = 90.0, headers: Mapping[str, str] | None = None):
+                 read_timeout: float | None = 90.0, headers: Mapping[str, str] | None = None,
+                 token_header: str = "Authorization"):
         self._async = AsyncRemoteSession(url, token=token, approver=approver, protocol=protocol, retries=retries,
-                                         connect_timeout=connect_timeout, read_timeout=read_timeout, headers=headers)
+                                         connect_timeout=connect_timeout, read_timeout=read_timeout, headers=headers,
+                                         token_header=token_header)
         self.url = url
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="peon-remote", daemon=True)

@@ -151,6 +151,8 @@ def test_refusals_at_open(server):
     with pytest.raises(SessionError) as unreachable:
         peon.RemoteSession("http://127.0.0.1:9/mcp", connect_timeout=2)
     assert unreachable.value.code == ErrorCode.CONNECTION_LOST
+    with peon.RemoteSession(server.url, token=TOKEN, token_header="X-Peon-Token", protocol="2026-07-28") as session:
+        assert session.call("bash", {"command": "echo via header"}).value["output"] == "via header\n"
     with pytest.raises(ValueError, match="protocol"):
         peon.RemoteSession(server.url, protocol="2024-01-01")
 

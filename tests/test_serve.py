@@ -445,6 +445,8 @@ def test_metrics_expose_the_counters(token_server):
     assert ("peon_worker_failures_total", (("kind", "worker_crashed"),)) in after
     assert ("peon_approval_wait_seconds_count", ()) in after
     assert grew("peon_http_requests_total", endpoint="/mcp", status="200") >= 3
+    containment = [key for key in after if key[0] == "peon_containment_info"]
+    assert len(containment) == 1 and dict(containment[0][1])["kind"] in ("cgroup", "process-tree")
 
 
 def test_non_loopback_without_token_is_refused(env, workspace):

@@ -73,6 +73,8 @@ def test_network_server_checks_the_token_last_and_in_the_right_order():
     assert guard.check("10.1.2.3", "http://evil.example.com", None).status == 403  # Origin before the token
     assert guard.check("10.1.2.3", None, None, needs_token=False) is None  # the probes
     assert guard.check("10.1.2.3", None, "Bearer \udcff").status == 401  # undecodable bytes, no exception
+    assert guard.check("10.1.2.3", None, None, peon_token=TOKEN) is None  # behind a proxy that eats Authorization
+    assert guard.check("10.1.2.3", None, f"Bearer {TOKEN}", peon_token="wrong").status == 401
 
 
 def test_refusals_show_values_escaped_and_bounded():

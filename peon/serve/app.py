@@ -41,7 +41,7 @@ from peon.mcp import protocol as p
 
 from . import wire
 from .calls import Answer, CallRouter, McpSession, Stream
-from .guard import Guard, Refusal
+from .guard import TOKEN_HEADER, Guard, Refusal
 from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("peon.serve")
@@ -76,6 +76,7 @@ class ServeState:
 
     def attach(self, session: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.metrics = self.metrics or Metrics([t["name"] for t in session.tools()])
+        self.metrics.describe_containment(session.info.get("containment") or {})
         self.router = CallRouter(session, self.identity, self.metrics, loop=loop,
                                  idempotency_window=self.options.idempotency_window_seconds,
                                  idempotency_entries=self.options.idempotency_entries)
@@ -196,7 +197,7 @@ class Gate:
             await send(message)
 
         refusal = self.state.guard.check(headers.get("host"), headers.get("origin"), headers.get("authorization"),
-                                         needs_token=path not in OPEN_PATHS)
+                                         needs_token=path not in OPEN_PATHS, peon_token=headers.get(TOKEN_HEADER))
         try:
             if refusal is not None:
                 info["refused"] = refusal.message

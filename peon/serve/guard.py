@@ -8,7 +8,9 @@ Promises:
   ``Origin``, then the token — and returns either ``None`` or a :class:`Refusal` with the HTTP status
   and a sentence naming the rule and the value (``421``/``403``/``401``); values from the request are
   shown escaped and bounded;
-* the token is compared in constant time and never appears in a refusal or a log line.
+* the token is compared in constant time and never appears in a refusal or a log line; it is accepted
+  as ``Authorization: Bearer <token>`` or, for proxies that consume ``Authorization`` themselves (the
+  agent-sandbox router strips it), as ``X-Peon-Token: <token>``.
 
 DNS rebinding: a web page can make a browser send requests to ``127.0.0.1`` under the attacker's host
 name. On a loopback address only loopback host names are accepted in ``Host``, and a browser's
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+TOKEN_HEADER = "x-peon-token"
 _SHOWN = 120
 
 
@@ -109,10 +112,10 @@ class Guard:
                    frozenset(o.strip().rstrip("/").lower() for o in origins if o.strip()))
 
     def check(self, host: str | None, origin: str | None, authorization: str | None, *,
-              needs_token: bool = True) -> Refusal | None:
+              needs_token: bool = True, peon_token: str | None = None) -> Refusal | None:
         problem = self.check_host(host) or self.check_origin(origin)
         if problem is None and needs_token:
-            problem = self.check_token(authorization)
+            problem = self.check_token(authorization, peon_token)
         return problem
 
     def check_host(self, host: str | None) -> Refusal | None:
@@ -146,18 +149,25 @@ class Guard:
         return Refusal(403, f"the Origin {shown(origin)} is not allowed: a browser page from another site may not "
                             "use this server (allow it with --allowed-origin)")
 
-    def check_token(self, authorization: str | None) -> Refusal | None:
+    def check_token(self, authorization: str | None, peon_token: str | None = None) -> Refusal | None:
         if self.token is None:
             return None
         challenge = {"WWW-Authenticate": 'Bearer realm="peon"'}
+        if peon_token is not None:
+            if self._matches(peon_token):
+                return None
+            return Refusal(401, "the X-Peon-Token header is not a valid token", challenge)
         if not authorization:
             return Refusal(401, "this server needs a bearer token: send Authorization: Bearer <token>", challenge)
         scheme, _, credentials = authorization.strip().partition(" ")
         if scheme.lower() != "bearer" or not credentials.strip():
             return Refusal(401, "the Authorization header is not a bearer token (Authorization: Bearer <token>)",
                            challenge)
-        if not hmac.compare_digest(credentials.strip().encode("utf-8", "surrogateescape"),
-                                   self.token.encode("utf-8")):
+        if not self._matches(credentials):
             return Refusal(401, "the bearer token is not valid", {"WWW-Authenticate": 'Bearer realm="peon", '
                                                                     'error="invalid_token"'})
         return None
+
+    def _matches(self, presented: str) -> bool:
+        assert self.token is not None
+        return hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), self.token.encode("utf-8"))

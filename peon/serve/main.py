@@ -146,7 +146,9 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
         info = session.info
         log.info("session ready", extra={"fields": {
             "event": "ready", "workspace": info.get("workspace"), "supervisor_pid": info.get("pid"),
-            "containment": (info.get("containment") or {}).get("kind"), "tools": len(session.tools())}})
+            "containment": (info.get("containment") or {}).get("kind"), "tools": len(session.tools()),
+            "containment_detail": (info.get("containment") or {}).get("description"),
+            "limits": (info.get("containment") or {}).get("limits")}})
 
     starting: list[asyncio.Task[None]] = []
     draining: list[asyncio.Task[None]] = []

@@ -17,14 +17,16 @@ Series:
   resource limit a call exceeded), ``input`` (too large), ``queue`` (busy), ``request_body`` (HTTP 413);
 * ``peon_worker_failures_total{kind}`` — ``worker_crashed``, ``worker_oom``, ``worker_hung``,
   ``supervisor_died``; ``peon_supervisor_restarts_total``;
-* ``peon_http_requests_total{endpoint,status}``, ``peon_mcp_sessions``, ``peon_idempotent_replays_total``.
+* ``peon_http_requests_total{endpoint,status}``, ``peon_mcp_sessions``, ``peon_idempotent_replays_total``;
+* ``peon_containment_info{kind,limits}`` — how the session contains worker trees (``cgroup`` or
+  ``process-tree``) and which limits the kernel enforces.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from peon.result import ToolResult
@@ -64,10 +66,15 @@ class Metrics:
         self.sessions = Gauge("peon_mcp_sessions", "Open MCP sessions (2025-11-25 era).", registry=r)
         self.replays = Counter("peon_idempotent_replays", "Calls answered from the idempotency store instead "
                                "of running again.", registry=r)
+        self.containment = Info("peon_containment", "How worker trees are contained.", registry=r)
         for kind in WORKER_FAILURES:  # present at zero, so a dashboard can tell "none" from "not exported"
             self.worker_failures.labels(kind)
         for reason in ("deadline", "cancel", "limit"):
             self.process_kills.labels(reason)
+
+    def describe_containment(self, containment: dict[str, Any]) -> None:
+        self.containment.info({"kind": str(containment.get("kind", "unknown")),
+                               "limits": str(containment.get("limits", ""))})
 
     def tool_label(self, tool: str) -> str:
         return tool if tool in self.tools else "(unknown)"
