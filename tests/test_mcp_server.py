@@ -600,26 +600,29 @@ def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, w
 # -- the MCP Inspector ---------------------------------------------------------------------------------
 
 
+INSPECTOR = Path(__file__).parent / "js" / "node_modules" / ".bin" / "mcp-inspector"
+
+
 def test_mcp_inspector_cli_smoke(workspace, leftovers, tmp_path):
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.skip("npx is not installed")
-    # npm keeps its download cache under the real home; the server still gets a private one.
-    env = {**isolated_env(leftovers, tmp_path / "home"), "npm_config_cache": os.path.expanduser("~/.npm")}
-    base = [npx, "-y", "@modelcontextprotocol/inspector", "--cli", *server_command(workspace, "--allow", "process")]
-    try:
-        listed = subprocess.run([*base, "--method", "tools/list"], capture_output=True, text=True, timeout=240,
-                                env=env, cwd=workspace)
-    except subprocess.TimeoutExpired:
-        pytest.skip("the MCP Inspector could not be fetched and started within 240 s")
-    if listed.returncode != 0 and ("npm ERR" in listed.stderr or "ENOTFOUND" in listed.stderr or "E404" in listed.stderr):
-        pytest.skip(f"the MCP Inspector is unavailable: {listed.stderr.strip()[-300:]}")
-    assert listed.returncode == 0, listed.stderr
-    assert "bash" in [t["name"] for t in json.loads(listed.stdout)["tools"]]
-    called = subprocess.run([*base, "--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected"],
-                            capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
-    assert called.returncode == 0, called.stderr
-    assert json.loads(called.stdout)["structuredContent"]["output"] == "inspected\n"
+    """The MCP Inspector's command-line mode (pinned in tests/js, installed by .ci/run; built on the
+    TypeScript SDK, so it validates results against the listed outputSchemas)."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed; the MCP Inspector needs Node.js")
+    if not INSPECTOR.exists():
+        pytest.skip("the pinned MCP Inspector is not installed: run .ci/run (or npm ci --prefix tests/js)")
+    env = isolated_env(leftovers, tmp_path / "home")
+    base = [str(INSPECTOR), "--cli", *server_command(workspace, "--allow", "process")]
+
+    def inspect(*args: str) -> dict:
+        done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert "bash" in [t["name"] for t in inspect("--method", "tools/list")["tools"]]
+    called = inspect("--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected")
+    assert called["structuredContent"]["output"] == "inspected\n"
+    missing = inspect("--method", "tools/call", "--tool-name", "read", "--tool-arg", "path=missing.txt")
+    assert raw_error_code(missing) == "not_found"
 
 
 def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspace):
