@@ -393,6 +393,16 @@ def test_modern_envelope_rules():
     assert reply(conn, request(5, "tools/list"))["error"]["code"] == p.INVALID_PARAMS
 
 
+def test_ping_does_not_exist_in_the_stateless_revision():
+    conn = connection()
+    error = reply(conn, request(1, "ping", {"_meta": MODERN_META}))["error"]
+    assert error["code"] == p.METHOD_NOT_FOUND and "2026-07-28" in error["message"]
+    handshake = connection()
+    assert reply(handshake, request(1, "ping")) == {"jsonrpc": "2.0", "id": 1, "result": {}}  # before initialize
+    reply(handshake, initialize())
+    assert reply(handshake, request(2, "ping")) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+
+
 def test_envelope_on_a_handshake_connection_is_refused():
     conn = connection()
     reply(conn, initialize())

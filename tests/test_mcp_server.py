@@ -540,6 +540,8 @@ def test_modern_requests_over_raw_lines(raw_server):
     assert server.recv()["error"]["code"] == -32022
     server.request("v", "tools/list", {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}})
     assert server.recv()["error"]["data"]["supported"] == ["2026-07-28"]
+    server.request("p", "ping", {"_meta": meta})  # the revision removed ping
+    assert server.recv()["error"]["code"] == -32601
 
 
 LONE = "\ud800"  # json.dumps sends it as the escape "\\ud800", which decodes to a lone surrogate
@@ -595,6 +597,26 @@ def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, w
     assert server.supervisor_pid() == supervisor and alive(supervisor)
     assert server.proc.poll() is None
     assert b"Traceback" not in server.stderr_path.read_bytes()
+
+
+DOCS = Path(__file__).parent.parent / "docs" / "mcp.md"
+
+
+def test_the_documented_raw_lines_example_gives_the_documented_answer(workspace, leftovers, tmp_path):
+    """docs/mcp.md's raw-lines example, run as written: it keeps stdin open until the call is answered."""
+    text = DOCS.read_text()
+    example = text.split("Raw lines, from bash.", 1)[1]
+    script = example.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    documented = example.split("```json\n", 1)[1].split("\n```", 1)[0]
+    env = isolated_env(leftovers, tmp_path / "home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the `peon` of this installation
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env, cwd=workspace)
+    assert ran.returncode == 0, ran.stderr
+
+    def measured_as_documented(line: str) -> dict:  # duration_ms is the only measured value
+        return json.loads(re.sub(r'(duration_ms\\?": ?)[0-9.]+', r"\g<1>12", line))
+
+    assert measured_as_documented(ran.stdout.strip()) == json.loads(documented)
 
 
 # -- the MCP Inspector ---------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ Promises:
 * it answers everything that needs no tool execution itself (``initialize``, ``server/discover``,
   ``ping``, ``tools/list``, every protocol error) as a :class:`Reply`, and hands the rest to the I/O
   layer as :class:`StartCall`, :class:`CancelRequest` or :class:`ClientReply` events;
+* ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
+  ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
   stateless revision mid-stream has no defined meaning.
 """
@@ -216,6 +218,8 @@ class Connection:
 
     def _dispatch(self, req: Request, version: str, can_elicit: bool, meta: Any) -> Event:
         if req.method == "ping":
+            if is_modern(version):  # the stateless revision removed ping: a request is its own liveness check
+                return self._error(req, METHOD_NOT_FOUND, f"Method not found: ping does not exist in {version}")
             return Reply(self._complete(req.id, version, {}))
         if req.method == "tools/list":
             if req.params.get("cursor") is not None:
