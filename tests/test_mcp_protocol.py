@@ -132,6 +132,20 @@ def test_lone_surrogates_in_version_and_progress_token_are_invalid_params():
     assert answered["result"]["protocolVersion"] == p.LATEST_HANDSHAKE
 
 
+def test_client_values_in_error_messages_are_escaped_and_bounded():
+    conn = connection()
+    huge = reply(conn, request(1, "tools/list", {"_meta": {**MODERN_META, p.PROTOCOL_VERSION_KEY: "x" * 100_000}}))
+    assert huge["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION and huge["error"]["data"]["requested"] is None
+    assert len(huge["error"]["message"]) < 1000
+    unknown = reply(conn, request(2, "tools/call", {"name": "\u202e" + "y" * 100_000, "_meta": MODERN_META}))["error"]
+    assert len(unknown["message"]) < 1000 and "\\u202e" in unknown["message"] and "\u202e" not in unknown["message"]
+    later = connection()
+    reply(later, request(1, "tools/list", {"_meta": MODERN_META}))
+    refused = reply(later, f'{{"jsonrpc":"2.0","id":2,"method":"initialize","params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}'.encode())
+    assert refused["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION and refused["error"]["data"]["requested"] is None
+    encode(refused)
+
+
 def test_request_state_verification_takes_any_string():
     signer = p.RequestStateSigner(b"k" * 32)
     for token in ("a.\u00e9", "a.\ud800", "\ud800.abc", "é.é", "." * 3):
@@ -391,6 +405,16 @@ def test_modern_envelope_rules():
     reply(conn, request(4, "tools/list", {"_meta": MODERN_META}))
     assert reply(conn, initialize())["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION
     assert reply(conn, request(5, "tools/list"))["error"]["code"] == p.INVALID_PARAMS
+
+
+def test_ping_does_not_exist_in_the_stateless_revision():
+    conn = connection()
+    error = reply(conn, request(1, "ping", {"_meta": MODERN_META}))["error"]
+    assert error["code"] == p.METHOD_NOT_FOUND and "2026-07-28" in error["message"]
+    handshake = connection()
+    assert reply(handshake, request(1, "ping")) == {"jsonrpc": "2.0", "id": 1, "result": {}}  # before initialize
+    reply(handshake, initialize())
+    assert reply(handshake, request(2, "ping")) == {"jsonrpc": "2.0", "id": 2, "result": {}}
 
 
 def test_envelope_on_a_handshake_connection_is_refused():

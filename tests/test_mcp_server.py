@@ -540,6 +540,8 @@ def test_modern_requests_over_raw_lines(raw_server):
     assert server.recv()["error"]["code"] == -32022
     server.request("v", "tools/list", {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}})
     assert server.recv()["error"]["data"]["supported"] == ["2026-07-28"]
+    server.request("p", "ping", {"_meta": meta})  # the revision removed ping
+    assert server.recv()["error"]["code"] == -32601
 
 
 LONE = "\ud800"  # json.dumps sends it as the escape "\\ud800", which decodes to a lone surrogate
@@ -597,29 +599,52 @@ def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, w
     assert b"Traceback" not in server.stderr_path.read_bytes()
 
 
+DOCS = Path(__file__).parent.parent / "docs" / "mcp.md"
+
+
+def test_the_documented_raw_lines_example_gives_the_documented_answer(workspace, leftovers, tmp_path):
+    """docs/mcp.md's raw-lines example, run as written: it keeps stdin open until the call is answered."""
+    text = DOCS.read_text()
+    example = text.split("Raw lines, from bash.", 1)[1]
+    script = example.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    documented = example.split("```json\n", 1)[1].split("\n```", 1)[0]
+    env = isolated_env(leftovers, tmp_path / "home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the `peon` of this installation
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env, cwd=workspace)
+    assert ran.returncode == 0, ran.stderr
+
+    def measured_as_documented(line: str) -> dict:  # duration_ms is the only measured value
+        return json.loads(re.sub(r'(duration_ms\\?": ?)[0-9.]+', r"\g<1>12", line))
+
+    assert measured_as_documented(ran.stdout.strip()) == json.loads(documented)
+
+
 # -- the MCP Inspector ---------------------------------------------------------------------------------
 
 
+INSPECTOR = Path(__file__).parent / "js" / "node_modules" / ".bin" / "mcp-inspector"
+
+
 def test_mcp_inspector_cli_smoke(workspace, leftovers, tmp_path):
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.skip("npx is not installed")
-    # npm keeps its download cache under the real home; the server still gets a private one.
-    env = {**isolated_env(leftovers, tmp_path / "home"), "npm_config_cache": os.path.expanduser("~/.npm")}
-    base = [npx, "-y", "@modelcontextprotocol/inspector", "--cli", *server_command(workspace, "--allow", "process")]
-    try:
-        listed = subprocess.run([*base, "--method", "tools/list"], capture_output=True, text=True, timeout=240,
-                                env=env, cwd=workspace)
-    except subprocess.TimeoutExpired:
-        pytest.skip("the MCP Inspector could not be fetched and started within 240 s")
-    if listed.returncode != 0 and ("npm ERR" in listed.stderr or "ENOTFOUND" in listed.stderr or "E404" in listed.stderr):
-        pytest.skip(f"the MCP Inspector is unavailable: {listed.stderr.strip()[-300:]}")
-    assert listed.returncode == 0, listed.stderr
-    assert "bash" in [t["name"] for t in json.loads(listed.stdout)["tools"]]
-    called = subprocess.run([*base, "--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected"],
-                            capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
-    assert called.returncode == 0, called.stderr
-    assert json.loads(called.stdout)["structuredContent"]["output"] == "inspected\n"
+    """The MCP Inspector's command-line mode (pinned in tests/js, installed by .ci/run; built on the
+    TypeScript SDK, so it validates results against the listed outputSchemas)."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed; the MCP Inspector needs Node.js")
+    if not INSPECTOR.exists():
+        pytest.skip("the pinned MCP Inspector is not installed: run .ci/run (or npm ci --prefix tests/js)")
+    env = isolated_env(leftovers, tmp_path / "home")
+    base = [str(INSPECTOR), "--cli", *server_command(workspace, "--allow", "process")]
+
+    def inspect(*args: str) -> dict:
+        done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert "bash" in [t["name"] for t in inspect("--method", "tools/list")["tools"]]
+    called = inspect("--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected")
+    assert called["structuredContent"]["output"] == "inspected\n"
+    missing = inspect("--method", "tools/call", "--tool-name", "read", "--tool-arg", "path=missing.txt")
+    assert raw_error_code(missing) == "not_found"
 
 
 def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspace):

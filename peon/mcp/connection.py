@@ -6,6 +6,8 @@ Promises:
 * it answers everything that needs no tool execution itself (``initialize``, ``server/discover``,
   ``ping``, ``tools/list``, every protocol error) as a :class:`Reply`, and hands the rest to the I/O
   layer as :class:`StartCall`, :class:`CancelRequest` or :class:`ClientReply` events;
+* ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
+  ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
   stateless revision mid-stream has no defined meaning.
 """
@@ -29,6 +31,7 @@ from .jsonrpc import (
     error_response,
     lone_surrogate,
     result_response,
+    shown,
     valid_id,
 )
 from .revisions import (
@@ -159,7 +162,7 @@ class Connection:
 
     def _initialize(self, req: Request) -> Event:
         if self.era == "modern":
-            requested = req.params.get("protocolVersion")
+            requested = _echoed_version(req.params.get("protocolVersion"))
             return Reply(error_response(req.id, UNSUPPORTED_PROTOCOL_VERSION,
                                         f"this connection speaks {MODERN_VERSIONS[-1]}, which has no initialize handshake",
                                         {"supported": list(MODERN_VERSIONS), "requested": requested}))
@@ -192,15 +195,15 @@ class Connection:
             return self._error(req, INVALID_PARAMS, f"params._meta is missing the required key(s): {', '.join(missing)}")
         version = meta[PROTOCOL_VERSION_KEY]
         if not isinstance(version, str):
-            return self._error(req, INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} must be a string, got {version!r}")
+            return self._error(req, INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} must be a string, got {shown(version)}")
         bad_version = lone_surrogate(version)
         if bad_version is not None:
             return self._error(req, INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} is not valid Unicode ({bad_version})")
         if version not in MODERN_VERSIONS:
             return Reply(error_response(req.id, UNSUPPORTED_PROTOCOL_VERSION,
-                                        f"protocol version {version!r} is not served per request; supported: "
+                                        f"protocol version {shown(version)} is not served per request; supported: "
                                         f"{', '.join(MODERN_VERSIONS)} (or {', '.join(HANDSHAKE_VERSIONS)} through initialize)",
-                                        {"supported": list(MODERN_VERSIONS), "requested": version}))
+                                        {"supported": list(MODERN_VERSIONS), "requested": _echoed_version(version)}))
         capabilities = meta[CLIENT_CAPABILITIES_KEY]
         if not isinstance(capabilities, Mapping):
             return self._error(req, INVALID_PARAMS, f"{CLIENT_CAPABILITIES_KEY} must be an object")
@@ -216,6 +219,8 @@ class Connection:
 
     def _dispatch(self, req: Request, version: str, can_elicit: bool, meta: Any) -> Event:
         if req.method == "ping":
+            if is_modern(version):  # the stateless revision removed ping: a request is its own liveness check
+                return self._error(req, METHOD_NOT_FOUND, f"Method not found: ping does not exist in {version}")
             return Reply(self._complete(req.id, version, {}))
         if req.method == "tools/list":
             if req.params.get("cursor") is not None:
@@ -233,7 +238,7 @@ class Connection:
         if not isinstance(name, str):
             return self._error(req, INVALID_PARAMS, 'tools/call needs "name" (a string)')
         if name not in self._by_name:
-            return self._error(req, INVALID_PARAMS, f"Unknown tool: {name!r}; available: {', '.join(self._by_name)}")
+            return self._error(req, INVALID_PARAMS, f"Unknown tool: {shown(name)}; available: {', '.join(self._by_name)}")
         arguments = req.params.get("arguments")
         if arguments is None:
             arguments = {}
@@ -256,3 +261,9 @@ class Connection:
 
     def _error(self, req: Request, code: int, message: str) -> Reply:
         return Reply(error_response(req.id, code, message))
+
+
+def _echoed_version(requested: Any) -> str | None:
+    """The requested version as ``data.requested`` of a -32022 error: a short, sendable string or null."""
+    sendable = isinstance(requested, str) and len(requested) <= 64 and lone_surrogate(requested) is None
+    return requested if sendable else None

@@ -20,6 +20,7 @@ from typing import Any
 
 from peon.approvers import bounded, visible
 
+from .jsonrpc import shown
 from .revisions import at_least
 
 DECISIONS = (("allow_once", "Allow once"), ("allow_session", "Allow for this session"), ("deny", "Deny"))
@@ -87,14 +88,14 @@ def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[s
         return {"decision": "deny", "reason": f"the client could not ask the user: {message}"}
     action = result.get("action")
     if action != "accept":
-        verb = {"decline": "declined", "cancel": "dismissed"}.get(str(action), f"answered {action!r} to")
+        verb = {"decline": "declined", "cancel": "dismissed"}.get(str(action), f"answered {shown(action)} to")
         return {"decision": "deny", "reason": f"the user {verb} the approval request"}
     content = result.get("content")
     if not isinstance(content, Mapping):
         content = {}
     decision = content.get("decision")
     if decision not in {value for value, _ in DECISIONS}:
-        return {"decision": "deny", "reason": f"the approval form came back with decision {decision!r}"}
+        return {"decision": "deny", "reason": f"the approval form came back with decision {shown(decision)}"}
     answer: dict[str, Any] = {"decision": decision, "reason": "answered by the user through the MCP client"}
     scope = content.get("scope")
     if decision == "allow_session":

@@ -8,7 +8,8 @@ Promises:
 * a message whose ``id`` or ``method`` is not valid Unicode (a ``"\\ud800"`` escape decodes to a lone
   surrogate, which no UTF-8 stream can carry) is :class:`Malformed`, so nothing the server sends ever
   echoes an unencodable string;
-* :func:`error_response` and :func:`result_response` build the only two response shapes the server sends.
+* :func:`error_response` and :func:`result_response` build the only two response shapes the server sends;
+  a client's value quoted in a message goes through :func:`shown` (escaped, bounded).
 
 Nothing here knows about MCP methods or revisions.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, TypeGuard
+
+from peon.approvers import bounded
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -79,6 +82,12 @@ def lone_surrogate(text: str) -> str | None:
     except UnicodeEncodeError as exc:
         return f"lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}"
     return None
+
+
+def shown(value: Any, limit: int = 120) -> str:
+    """A client's value quoted for a message: escaped (no control, bidirectional or surrogate
+    characters) and bounded, so an answer never echoes what cannot be sent or megabytes of input."""
+    return bounded(repr(value), limit)
 
 
 def _unencodable_id(value: Any) -> str | None:

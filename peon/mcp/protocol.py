@@ -41,6 +41,7 @@ from .jsonrpc import (
     lone_surrogate,
     parse_message,
     result_response,
+    shown,
     valid_id,
 )
 from .progress import progress_notification
@@ -69,6 +70,6 @@ __all__ = [
     "Notification", "Reply", "Request", "RequestId", "RequestStateSigner", "Response", "ServerIdentity",
     "StartCall", "annotations_for", "approval_elicitation", "approval_message", "at_least", "call_result",
     "can_elicit_form", "decision_from_elicitation", "error_response", "input_required", "is_modern", "lone_surrogate",
-    "negotiate", "parse_message", "progress_notification", "render_text", "respond", "result_response",
+    "negotiate", "parse_message", "progress_notification", "render_text", "respond", "result_response", "shown",
     "tool_descriptor", "valid_id",
 ]

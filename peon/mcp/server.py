@@ -199,7 +199,7 @@ class StdioServer:
     def _start_call(self, ev: p.StartCall) -> None:
         with self._lock:
             if ev.id in self._calls_by_request:
-                self._write(p.error_response(ev.id, p.INVALID_REQUEST, f"request id {ev.id!r} is already in use by a running call"))
+                self._write(p.error_response(ev.id, p.INVALID_REQUEST, f"request id {p.shown(ev.id)} is already in use by a running call"))
                 return
             if ev.request_state is not None:
                 self._resume(ev)
@@ -341,7 +341,7 @@ class StdioServer:
         with self._lock:
             approval = self._elicitations.get(str(ev.id))
         if approval is None:
-            log(f"ignored a response to unknown request {ev.id!r}")
+            log(f"ignored a response to unknown request {p.shown(ev.id)}")
             return
         approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
 
