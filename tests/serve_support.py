@@ -30,7 +30,7 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 class ServeProcess:
-    def __init__(self, workspace: Path, env: dict[str, str], tmp_path: Path, *args: str, wait_ready: bool = True):
+    def __init__(self, workspace: Path, env: dict[str, str], tmp_path: Path, *args: str, wait: bool = True):
         self.workspace = workspace
         name = uuid.uuid4().hex[:8]
         self.port_file = tmp_path / f"serve-{name}.port"
@@ -42,14 +42,19 @@ class ServeProcess:
         self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, cwd=str(workspace))
         self.port = 0
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> ServeProcess:
+        """Wait until it listens and ``/readyz`` says ready (start several, then wait for each)."""
         deadline = time.monotonic() + START_SECONDS
         while not self.port_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"peon serve did not start: {self.log()}")
             time.sleep(0.02)
         self.port = int(self.port_file.read_text())
-        if wait_ready:
-            self.wait_ready(deadline)
+        self.wait_ready(deadline)
+        return self
 
     @property
     def url(self) -> str:

@@ -90,8 +90,8 @@ def documents(path: Path) -> list[dict[str, Any]]:
 
 def core_definitions() -> dict[str, Any]:
     base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-    folder = max((p for p in base.iterdir() if p.name.startswith(f"v{K8S_VERSION}.") and p.name.endswith("-local-strict")),
-                 key=lambda p: p.name)
+    folders = [p for p in base.iterdir() if p.name.startswith(f"v{K8S_VERSION}.") and p.name.endswith("-local-strict")]
+    folder = max(folders, key=lambda p: p.name)
     return json.loads((folder / "_definitions.json").read_text())
 
 
