@@ -41,8 +41,8 @@ from .result import ToolResult
 from .serve.idempotency import IDEMPOTENCY_KEY
 from .validation import check_depth
 
-Approver = Callable[[dict], Any]
-ProgressCallback = Callable[[dict], None]
+Approver = Callable[[dict[str, Any]], Any]
+ProgressCallback = Callable[[dict[str, Any]], None]
 
 PROTOCOLS = {"auto": "auto", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
 APPROVAL_META_KEY = "peon/approval"

@@ -285,8 +285,8 @@ class McpEndpoint:
         except BodyTooLarge as exc:
             if state.metrics is not None:
                 state.metrics.limits.labels("request_body").inc()
-            message = f"the request body exceeds the limit of {exc.limit} bytes"
-            await send_json(send, 413, p.error_response(None, p.INVALID_REQUEST, message,
+            refusal = f"the request body exceeds the limit of {exc.limit} bytes"
+            await send_json(send, 413, p.error_response(None, p.INVALID_REQUEST, refusal,
                                                         {"code": "too_large", "limit": exc.limit}))
             return
         except ConnectionError:

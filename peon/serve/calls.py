@@ -239,7 +239,7 @@ class CallRouter:
         self._expire_retries()
         ref = self.signer.verify(ev.request_state)
         call = self.awaiting_retry.get(ref) if ref is not None else None
-        if call is None:
+        if call is None or ref is None:
             reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
             return Answer(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
         if (ev.name, ev.arguments) != (call.name, call.arguments):

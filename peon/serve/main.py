@@ -128,10 +128,16 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     exit_code = [0]
     server: DrainingServer
 
+    def approve(request: dict[str, Any]) -> dict[str, Any]:
+        router = state.router
+        if router is None:  # no call can be running before the session is attached
+            return {"decision": "deny", "reason": "the server is still starting"}
+        return router.approver(request)
+
     async def start_session() -> None:
         loop = asyncio.get_running_loop()
         try:
-            session = await asyncio.to_thread(session_factory, lambda request: state.router.approver(request))
+            session = await asyncio.to_thread(session_factory, approve)
         except Exception as exc:
             message = getattr(exc, "message", None) or str(exc)
             state.startup_error = message

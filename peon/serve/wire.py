@@ -101,8 +101,10 @@ def check_modern_headers(raw_headers: Iterable[tuple[str, str]], body: Mapping[s
             if key in seen:
                 return _mismatch(request_id, f"the {key} header appears more than once")
             seen[key] = value.strip()
-    params = body.get("params") if isinstance(body.get("params"), Mapping) else {}
-    meta = params.get("_meta") if isinstance(params.get("_meta"), Mapping) else {}
+    raw_params = body.get("params")
+    params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+    raw_meta = params.get("_meta")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     version = meta.get(PROTOCOL_VERSION_KEY)
     if VERSION_HEADER not in seen:
         return _mismatch(request_id, "the MCP-Protocol-Version header is missing")
