@@ -30,13 +30,14 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 class ServeProcess:
-    def __init__(self, workspace: Path, env: dict[str, str], tmp_path: Path, *args: str, wait: bool = True):
+    def __init__(self, workspace: Path, env: dict[str, str], tmp_path: Path, *args: str, wait: bool = True,
+                 prefix: tuple[str, ...] = ()):
         self.workspace = workspace
         name = uuid.uuid4().hex[:8]
         self.port_file = tmp_path / f"serve-{name}.port"
         self.log_path = tmp_path / f"serve-{name}.log"
         self.args = list(args)
-        command = [sys.executable, "-m", "peon.cli", "serve", "--workspace", str(workspace), "--port", "0",
+        command = [*prefix, sys.executable, "-m", "peon.cli", "serve", "--workspace", str(workspace), "--port", "0",
                    "--port-file", str(self.port_file), *args]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - the server's stdout for its whole life
         self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=self._log,

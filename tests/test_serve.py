@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -517,6 +519,28 @@ def test_a_dead_supervisor_is_replaced(env, workspace, tmp_path):
         again = modern_post(server.port, 2, "tools/call", {"name": "bash", "arguments": {"command": "echo back"}})
         assert final_message(again[2])["result"]["structuredContent"]["output"] == "back\n"
         assert b"peon_supervisor_restarts_total 1.0" in server.get("/metrics")[2]
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_read_only_cgroup_hierarchy_is_reported(env, workspace, tmp_path):
+    """A pod's usual /sys/fs/cgroup is read-only: the server says it fell back to process-tree, and why."""
+    from workers import cgroup
+
+    mount = cgroup.cgroup2_mount()
+    if mount is None or os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root, unshare(1) and a cgroup2 mount to make read-only in a private mount namespace")
+    wrapper = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+               f'mount -o remount,bind,ro "{mount}" && exec "$@"', "sh")
+    server = ServeProcess(workspace, env, tmp_path, "--allow", "process", "--log-format", "json", prefix=wrapper)
+    try:
+        text = server.get("/metrics")[2].decode()
+        assert 'peon_containment_info{kind="process-tree"' in text, text
+        ready = next(json.loads(line) for line in server.log().splitlines() if '"event": "ready"' in line)
+        assert ready["containment"] == "process-tree" and "Read-only file system" in ready["containment_detail"]
+        done = final_message(modern_post(server.port, 1, "tools/call", {"name": "bash", "arguments": {
+            "command": "sleep 300 & echo started"}})[2])
+        assert done["result"]["structuredContent"]["output"] == "started\n"
     finally:
         assert server.stop() == 0
 
