@@ -11,7 +11,7 @@ import peon
 from serve_support import ServeProcess, serve_env
 
 SERVERS = 3
-CALLS = 4
+CALLS = 3
 
 
 def test_fleet_of_servers_without_cross_talk(leftovers, tmp_path):

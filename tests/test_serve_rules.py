@@ -136,7 +136,7 @@ def test_accept_and_statuses():
     assert "unsupported" in wire.check_handshake_version("2026-07-28")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
                     max_leaves=10))

@@ -427,27 +427,17 @@ class McpEndpoint:
         assert router is not None
         headers = [(b"content-type", b"text/event-stream")]
         headers += [(k.lower().encode(), v.encode()) for k, v in wire.SSE_HEADERS.items()]
-        gone = asyncio.Event()
+        keepalive = self.state.options.keepalive_seconds
 
         async def watch_disconnect() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            gone.set()
+            stream.hang_up()
 
         watcher = asyncio.ensure_future(watch_disconnect())
         try:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            while True:
-                chunk_task = asyncio.ensure_future(stream.next_chunk(self.state.options.keepalive_seconds))
-                gone_task = asyncio.ensure_future(gone.wait())
-                await asyncio.wait({chunk_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
-                gone_task.cancel()
-                if gone.is_set():
-                    chunk_task.cancel()
-                    raise ConnectionError("the client closed the stream")
-                chunk = chunk_task.result()
-                if chunk is None:
-                    break
+            while (chunk := await stream.next_chunk(keepalive)) is not None:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (ConnectionError, OSError):

@@ -63,7 +63,8 @@ class Stream:
         self._changed = asyncio.Event()
         self.final: bytes | None = None
         self.ended = False  # the final message (or the end without one) was decided
-        self.closed = False  # the client went away first
+        self.closed = False  # the client went away first (the router was told)
+        self.gone = False  # the client hung up (the writer is woken to notice)
         self.dropped = 0
         self.on_close: Callable[[], None] | None = None  # instead of cancelling a call (a follower's stream)
 
@@ -84,9 +85,17 @@ class Stream:
         self.final = wire.sse_event(message) if message is not None else b""
         self._changed.set()
 
+    def hang_up(self) -> None:
+        """The client went away: wake the writer, whose next :meth:`next_chunk` raises."""
+        self.gone = True
+        self._changed.set()
+
     async def next_chunk(self, keepalive_seconds: float) -> bytes | None:
-        """The next bytes to send (a keep-alive comment when idle), or ``None`` after the final message."""
+        """The next bytes to send (a keep-alive comment when idle), or ``None`` after the final message;
+        ``ConnectionError`` once the client hung up."""
         while True:
+            if self.gone:
+                raise ConnectionError("the client closed the stream")
             if self._notices:
                 return self._notices.popleft()
             if self.ended:
@@ -96,7 +105,8 @@ class Stream:
                 return final if final else None
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), keepalive_seconds)
+                async with asyncio.timeout(keepalive_seconds):
+                    await self._changed.wait()
             except TimeoutError:
                 return wire.KEEPALIVE
 
