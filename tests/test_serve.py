@@ -477,8 +477,9 @@ def test_token_sources(tmp_path):
 
 
 def test_sigterm_drains_and_exits_cleanly(env, workspace, tmp_path, leftovers):
+    state = tmp_path / "state"
     server = ServeProcess(workspace, env, tmp_path, "--allow", "process", "--log-format", "json",
-                          "--drain-seconds", "1")
+                          "--drain-seconds", "1", "--state-dir", str(state))
     pid_file = workspace / "pids"
     stream = SseReader(server.port, modern_request(1, "tools/call", {
         "name": "bash", "arguments": {"command": f"sleep 300 & echo $! >> {pid_file}; echo $$ >> {pid_file}; wait"}}),
@@ -501,6 +502,8 @@ def test_sigterm_drains_and_exits_cleanly(env, workspace, tmp_path, leftovers):
     assert "draining" in events and "closed" in events
     assert all({"ts", "level", "message"} <= set(r) for r in records)
     assert any(r.get("mcp_method") == "tools/call" and r.get("status") == 200 for r in records)
+    audit = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+    assert any(r.get("tool") == "bash" and "sleep 300" in json.dumps(r) for r in audit), "the audit log was flushed"
     server.stop()
 
 

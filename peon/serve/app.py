@@ -117,7 +117,7 @@ def _standby_worker_running(supervisor_pid: int) -> bool:
         return False
     for child in children:
         try:
-            if child.cmdline()[:1] and child.cmdline()[0].startswith("peon-worker standby"):
+            if " ".join(child.cmdline()).startswith("peon-worker standby"):
                 return True
         except psutil.Error:
             continue
