@@ -63,7 +63,8 @@ def ask_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def token_server(tmp_path_factory):
-    shared = SharedServer(tmp_path_factory, "token", "--allow", "process", extra_env={"PEON_SERVE_TOKEN": TOKEN})
+    shared = SharedServer(tmp_path_factory, "token", "--allow", "process", "--max-connections", "2",
+                          extra_env={"PEON_SERVE_TOKEN": TOKEN})
     yield shared
     shared.close()
 
@@ -406,6 +407,20 @@ def test_bearer_token(token_server):
     assert token_server.server.get("/readyz")[0] == 200
     assert token_server.server.get("/metrics")[0] == 401
     assert TOKEN not in token_server.server.log()
+
+
+def test_concurrent_requests_are_bounded(token_server):
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    call = modern_request(1, "tools/call", {"name": "bash", "arguments": {"command": "sleep 300"}})
+    streams = [SseReader(token_server.port, call, {**modern_headers("tools/call", "bash"), **auth}) for _ in range(2)]
+    try:
+        refused = modern_post(token_server.port, 2, "tools/list", headers=auth)
+        assert refused[0] == 503 and error_of(refused[2])["data"] == {"code": "busy"}
+        assert token_server.server.get("/healthz")[0] == 200, "probes are always answered"
+    finally:
+        for stream in streams:
+            stream.close()
+    assert wait_until(lambda: modern_post(token_server.port, 3, "tools/list", headers=auth)[0] == 200, 20)
 
 
 def test_the_token_does_not_reach_commands(token_server):

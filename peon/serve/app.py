@@ -56,6 +56,7 @@ class ServeOptions:
     session_idle_seconds: float = 3600.0
     idempotency_window_seconds: float = 600.0
     idempotency_entries: int = 1024
+    max_requests: int = 128  # concurrent requests; beyond: 503 with a JSON-RPC error
 
 
 @dataclass
@@ -179,6 +180,7 @@ class Gate:
     def __init__(self, app: ASGIApp, state: ServeState):
         self.app = app
         self.state = state
+        self.active = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -198,13 +200,21 @@ class Gate:
 
         refusal = self.state.guard.check(headers.get("host"), headers.get("origin"), headers.get("authorization"),
                                          needs_token=path not in OPEN_PATHS, peon_token=headers.get(TOKEN_HEADER))
+        busy = refusal is None and self.active >= self.state.options.max_requests and path not in OPEN_PATHS
+        self.active += 1
         try:
             if refusal is not None:
                 info["refused"] = refusal.message
                 await self._refuse(tracked_send, refusal, path)
+            elif busy:
+                info["refused"] = "too many concurrent requests"
+                await send_json(tracked_send, 503, p.error_response(
+                    None, p.INTERNAL_ERROR, f"{self.active - 1} requests are in progress, the most this server "
+                    "serves at once (--max-connections); retry later", {"code": "busy"}), {"Retry-After": "1"})
             else:
                 await self.app(scope, receive, tracked_send)
         finally:
+            self.active -= 1
             status = status_box[0]
             if self.state.metrics is not None:
                 self.state.metrics.record_http(path, status)

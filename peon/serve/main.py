@@ -202,7 +202,8 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     app = build_app(state, lifespan)
     uv_config = uvicorn.Config(
         app, interface="asgi3", log_config=None, access_log=False, lifespan="on",
-        limit_concurrency=config.max_connections, timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
+        # The gate answers beyond --max-connections with a JSON-RPC 503; uvicorn's own limit is a backstop.
+        limit_concurrency=config.max_connections + 16, timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
         timeout_keep_alive=5, server_header=False, proxy_headers=False,
     )
     server = DrainingServer(uv_config, on_signal)

@@ -117,7 +117,7 @@ def command(options: argparse.Namespace) -> int:
     )
     serve_options = ServeOptions(
         keepalive_seconds=options.keepalive_seconds, max_body_bytes=max_body, max_sessions=options.max_sessions,
-        idempotency_window_seconds=options.idempotency_window)
+        idempotency_window_seconds=options.idempotency_window, max_requests=options.max_connections)
     serve_config = ServeConfig(
         host=options.host, port=options.port, token=token, token_env=options.token_env,
         allowed_hosts=options.allowed_host, allowed_origins=options.allowed_origin,
