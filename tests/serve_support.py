@@ -152,19 +152,39 @@ def initialize(port: int, headers: dict[str, str] | None = None, capabilities: d
 
 
 class SseReader:
-    """A POST whose SSE response is read event by event; :meth:`close` hangs up mid-stream."""
+    """A POST whose answer is read message by message — an SSE stream event by event (keep-alive comments
+    counted), or a plain JSON answer as one message; :meth:`close` hangs up mid-call. The request is sent
+    at once; the response is awaited on first use (the server may hold it until it has something)."""
 
     def __init__(self, port: int, body: Any, headers: dict[str, str] | None = None):
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         base = {"content-type": "application/json", "accept": ACCEPT}
         self.conn.request("POST", "/mcp", body=json.dumps(body).encode(), headers={**base, **(headers or {})})
-        self.response = self.conn.getresponse()
-        self.status = self.response.status
-        self.headers = {k.lower(): v for k, v in self.response.getheaders()}
+        self._response: http.client.HTTPResponse | None = None
+        self._json_read = False
         self.comments = 0
 
+    @property
+    def response(self) -> http.client.HTTPResponse:
+        if self._response is None:
+            self._response = self.conn.getresponse()
+        return self._response
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.response.getheaders()}
+
     def next_message(self) -> dict[str, Any] | None:
-        """The next JSON-RPC message (keep-alive comments are counted), or ``None`` at the end."""
+        """The next JSON-RPC message, or ``None`` at the end."""
+        if self.headers.get("content-type", "").startswith("application/json"):
+            if self._json_read:
+                return None
+            self._json_read = True
+            return json.loads(self.response.read())
         while True:
             line = self.response.readline()
             if not line:

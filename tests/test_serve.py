@@ -235,8 +235,9 @@ def test_closing_the_stream_cancels_the_call(allow_server, era):
         session = initialize(allow_server.port)
         stream = SseReader(allow_server.port, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
             "name": "bash", "arguments": {"command": command}}}, {"mcp-session-id": session})
-    assert stream.status == 200
     assert wait_until(lambda: len(pids_in(pid_file)) == 2, 20)
+    if era == "modern":
+        assert stream.status == 200  # hang up after the stream started; the other era before its first byte
     stream.close()
     pids = pids_in(pid_file)
     assert wait_until(lambda: not any(alive(p) for p in pids), 10), f"still alive: {[p for p in pids if alive(p)]}"
@@ -424,8 +425,9 @@ def test_concurrent_requests_are_bounded(token_server):
 
 
 def test_the_token_does_not_reach_commands(token_server):
-    status, _, body = modern_post(token_server.port, 1, "tools/call", {"name": "bash", "arguments": {"command": "env"}},
-                                  headers={"authorization": f"Bearer {TOKEN}"})
+    status, headers, body = modern_post(token_server.port, 1, "tools/call", {"name": "bash", "arguments": {
+        "command": "env"}}, headers={"authorization": f"Bearer {TOKEN}"})
+    assert headers["content-type"] == "application/json", "a call done within the keep-alive interval is plain JSON"
     output = final_message(body)["result"]["structuredContent"]["output"]
     assert status == 200 and "PEON_TEST_TAG" in output and TOKEN not in output and "PEON_SERVE_TOKEN" not in output
 

@@ -11,9 +11,10 @@ Promises:
 * ``/healthz`` answers 200 while the process runs; ``/readyz`` answers 200 only once the supervisor
   and a standby worker are up, and 503 while starting, while the supervisor is being replaced and
   while draining;
-* a ``tools/call`` is answered with an SSE stream that carries keep-alive comments every
-  ``keepalive_seconds`` while the call runs, so proxies do not cut long calls; the client closing it
-  cancels the call;
+* a ``tools/call`` that finishes before it sends a notification and within ``keepalive_seconds`` is
+  answered with plain JSON; otherwise with an SSE stream that carries keep-alive comments every
+  ``keepalive_seconds`` while the call runs, so proxies do not cut long calls; the client closing the
+  response before the answer cancels the call;
 * both eras are served on the one endpoint (see :mod:`peon.serve.wire` for how a POST is routed); a
   2025-11-25 session is created by ``initialize``, named by ``Mcp-Session-Id``, bounded in number and
   idle time, and ended by ``DELETE``;
@@ -432,11 +433,10 @@ class McpEndpoint:
         await self.stream(scope, receive, send, outcome, info)
 
     async def stream(self, scope: Scope, receive: Receive, send: Send, stream: Stream, info: dict[str, Any]) -> None:
-        """Send ``stream`` as SSE until its final message; the client closing it cancels the call."""
+        """Answer a call: plain JSON when it finishes before it has anything else to say or the keep-alive
+        interval passes, else SSE until its final message. The client hanging up cancels the call."""
         router = self.state.router
         assert router is not None
-        headers = [(b"content-type", b"text/event-stream")]
-        headers += [(k.lower().encode(), v.encode()) for k, v in wire.SSE_HEADERS.items()]
         keepalive = self.state.options.keepalive_seconds
 
         async def watch_disconnect() -> None:
@@ -446,6 +446,12 @@ class McpEndpoint:
 
         watcher = asyncio.ensure_future(watch_disconnect())
         try:
+            answer = await stream.settle(keepalive)
+            if answer is not None:
+                await send_json(send, 200, answer)
+                return
+            headers = [(b"content-type", b"text/event-stream")]
+            headers += [(k.lower().encode(), v.encode()) for k, v in wire.SSE_HEADERS.items()]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             while (chunk := await stream.next_chunk(keepalive)) is not None:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -5,7 +5,7 @@ Promises:
 * every ``tools/call`` is submitted to the session when its request arrives and answered on that
   request's stream when it finishes; progress and (2025-11-25) ``elicitation/create`` requests go to
   the same stream; a stream holds at most :data:`MAX_QUEUED_NOTICES` undelivered progress messages
-  (older ones are dropped, never the final answer or a question);
+  (the oldest are dropped, never the final answer or a question);
 * closing a call's stream before its answer cancels the call in the supervisor (a queued call never
   starts, a running one gets TERM → 2 s → KILL) and withdraws its approval question; so does
   ``notifications/cancelled`` (2025-11-25); a cancelled request gets no answer;
@@ -59,10 +59,11 @@ class Stream:
     """What one HTTP response carries: notifications as they come, then one final message (or none)."""
 
     def __init__(self) -> None:
-        self._notices: collections.deque[bytes] = collections.deque()
+        self._notices: collections.deque[tuple[dict[str, Any], bool]] = collections.deque()  # (message, droppable)
         self._changed = asyncio.Event()
-        self.final: bytes | None = None
+        self.final: dict[str, Any] | None = None
         self.ended = False  # the final message (or the end without one) was decided
+        self.sent_final = False
         self.closed = False  # the client went away first (the router was told)
         self.gone = False  # the client hung up (the writer is woken to notice)
         self.dropped = 0
@@ -71,10 +72,11 @@ class Stream:
     def notify(self, message: dict[str, Any], *, droppable: bool) -> None:
         if self.ended or self.closed:
             return
-        if droppable and len(self._notices) >= MAX_QUEUED_NOTICES:
-            self._notices.popleft()
+        if droppable and sum(1 for _, d in self._notices if d) >= MAX_QUEUED_NOTICES:
+            oldest = next(i for i, (_, d) in enumerate(self._notices) if d)
+            del self._notices[oldest]  # progress only: a question is never dropped
             self.dropped += 1
-        self._notices.append(wire.sse_event(message))
+        self._notices.append((message, droppable))
         self._changed.set()
 
     def finish(self, message: dict[str, Any] | None) -> None:
@@ -82,13 +84,30 @@ class Stream:
         if self.ended:
             return
         self.ended = True
-        self.final = wire.sse_event(message) if message is not None else b""
+        self.final = message
         self._changed.set()
 
     def hang_up(self) -> None:
         """The client went away: wake the writer, whose next :meth:`next_chunk` raises."""
         self.gone = True
         self._changed.set()
+
+    async def settle(self, seconds: float) -> dict[str, Any] | None:
+        """The final message when it comes within ``seconds`` before any notification (the answer can then
+        be plain JSON); ``None`` when the response must be a stream. ``ConnectionError`` on hang-up."""
+        try:
+            async with asyncio.timeout(seconds):
+                while not (self._notices or self.ended or self.gone):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            return None
+        if self.gone:
+            raise ConnectionError("the client closed the stream")
+        if self.ended and not self._notices and self.final is not None:
+            self.sent_final = True
+            return self.final
+        return None
 
     async def next_chunk(self, keepalive_seconds: float) -> bytes | None:
         """The next bytes to send (a keep-alive comment when idle), or ``None`` after the final message;
@@ -97,12 +116,12 @@ class Stream:
             if self.gone:
                 raise ConnectionError("the client closed the stream")
             if self._notices:
-                return self._notices.popleft()
+                return wire.sse_event(self._notices.popleft()[0])
             if self.ended:
-                if self.final is None:
+                if self.final is None or self.sent_final:
                     return None
-                final, self.final = self.final, None
-                return final if final else None
+                self.sent_final = True
+                return wire.sse_event(self.final)
             self._changed.clear()
             try:
                 async with asyncio.timeout(keepalive_seconds):
