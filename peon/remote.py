@@ -358,6 +358,9 @@ class AsyncRemoteSession:
                 connection.stop.set()
                 raise _TransportFailure(exc.error.message) from None
             data = exc.error.data
+            if isinstance(data, Mapping) and data.get("code") == ErrorCode.SESSION_CLOSED.value:
+                connection.stop.set()  # the server no longer knows this MCP session (it restarted): reconnect
+                raise _TransportFailure(exc.error.message) from None
             if isinstance(data, Mapping) and data.get("code") == ErrorCode.UNAUTHORIZED.value:
                 return ToolResult.failure(call_id, name, ErrorCode.UNAUTHORIZED, exc.error.message)
             return result_from_rpc_error(call_id, name, exc.error.code, exc.error.message, data)

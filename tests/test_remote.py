@@ -224,6 +224,21 @@ def test_a_lost_answer_is_retried_without_running_twice(server, protocol):
     assert counter.read_text() == "ran\n", "the retry got the stored result instead of running again"
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_restarted_server_is_reconnected(env, workspace, tmp_path, protocol):
+    first = ServeProcess(workspace, env, tmp_path, "--allow", "process")
+    port = first.port
+    with peon.RemoteSession(first.url, protocol=protocol) as session:
+        assert session.call("bash", {"command": "echo one"}).value["output"] == "one\n"
+        assert first.stop() == 0
+        second = ServeProcess(workspace, env, tmp_path, "--allow", "process", "--port", str(port))
+        try:
+            again = session.call("bash", {"command": "echo two"})
+            assert again.ok and again.value["output"] == "two\n", again
+        finally:
+            second.stop()
+
+
 def test_a_dead_server_is_connection_lost_not_a_hang(env, workspace, tmp_path):
     serve = ServeProcess(workspace, env, tmp_path, "--allow", "process")
     pid_file = workspace / "pid"

@@ -355,8 +355,9 @@ class McpEndpoint:
             return
         mcp_session = state.mcp_sessions.get(session_id)
         if mcp_session is None:
-            await send_json(send, 404, rpc_error(p.INVALID_REQUEST, "Session not found: it ended or expired; "
-                                                 "initialize a new one", getattr(message, "id", None)))
+            await send_json(send, 404, p.error_response(getattr(message, "id", None), p.INVALID_REQUEST,
+                                                        "Session not found: it ended or expired; initialize a new "
+                                                        "one", {"code": "session_closed"}))
             return
         problem = wire.check_handshake_version(headers.get(wire.VERSION_HEADER))
         if problem is not None:
