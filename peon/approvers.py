@@ -2,7 +2,8 @@
 
 An approver is a callable ``approver(request: dict) -> answer`` run in its own thread for each call the
 policy asks about. ``request`` is the supervisor's ``approval_request`` (``tool``, ``risk``,
-``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``scopes``, ``timeout_seconds``); the answer is
+``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``sandboxed``, ``scopes``,
+``timeout_seconds``); the answer is
 ``"allow_once"``, ``"deny"`` or a dict ``{"decision": "allow_once" | "allow_session" | "deny",
 "scope": "call" | "tool" | "risk", "reason": str}``.
 
@@ -23,9 +24,12 @@ import select
 import threading
 import time
 import unicodedata
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
+from collections.abc import Callable, Iterable
 
-RISKS = ("read_only", "filesystem", "process", "delegate")
+from .tool import ToolRisk
+
+RISKS = tuple(risk.value for risk in ToolRisk)
 
 
 class Unattended:
@@ -56,6 +60,7 @@ class Unattended:
 # -- the terminal prompt ---------------------------------------------------------------------------
 
 MAX_SHOWN_CHARS = 4000
+MAX_SEGMENTS_SHOWN = 50
 MAX_ATTEMPTS = 5
 ALIASES = {"y": "o", "n": "d"}  # "yes" allows once, "no" denies
 
@@ -92,10 +97,15 @@ def render_request(request: dict) -> tuple[str, dict[str, dict]]:
         f"  risk:    {visible(risk)} ({bounded(str(request.get('risk_reason', '')), 500)})",
         f"  action:  {bounded(str(request.get('summary', '')))}",
     ]
+    if request.get("sandboxed"):
+        lines.append("  sandbox: the call runs inside the OS sandbox")
     details = request.get("details") or {}
     if isinstance(details, dict) and details:
         lines.append("  details:")
         for key, value in details.items():
+            if key == "segments" and isinstance(value, list):
+                lines.extend(render_segments(value))
+                continue
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
     lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
@@ -114,6 +124,30 @@ def render_request(request: dict) -> tuple[str, dict[str, dict]]:
     answers["d"] = {"decision": "deny"}
     lines.append("  [d] deny (default)")
     return "\n".join(lines) + "\n", answers
+
+
+def render_segments(segments: list) -> list[str]:
+    """One line per simple command a shell command runs (``details["segments"]`` of ``bash``), with the
+    wrappers, assignments and redirections Peon removed before matching, and why it cannot be allowed
+    by rules."""
+    lines = [f"    runs {len(segments)} command{'s' if len(segments) != 1 else ''}:"]
+    for number, segment in enumerate(segments[:MAX_SEGMENTS_SHOWN], 1):
+        if not isinstance(segment, dict):
+            continue
+        words = " ".join(str(w) for w in segment.get("words") or [])
+        extra = []
+        for key, label in (("wrappers", "via"), ("assignments", "sets"), ("redirects", "redirects")):
+            if segment.get(key):
+                extra.append(f"{label} {' '.join(str(v) for v in segment[key])}")
+        if segment.get("origin"):
+            extra.append(f"from {segment['origin']}")
+        suffix = f"   [{'; '.join(extra)}]" if extra else ""
+        lines.append(f"      {number}. {bounded(words, 300)}{bounded(suffix, 300)}")
+        for note in segment.get("notes") or ():
+            lines.append(f"         ! {bounded(str(note), 300)}")
+    if len(segments) > MAX_SEGMENTS_SHOWN:
+        lines.append(f"      ... {len(segments) - MAX_SEGMENTS_SHOWN} more")
+    return lines
 
 
 class TerminalApprover:

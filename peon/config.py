@@ -34,11 +34,12 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from supervisor.approval import STRICTNESS, check_command_prefix, check_path_prefix
+from .policy import RISK_NAMES, STRICTNESS, check_command_prefix, check_path_prefix
+from .tool import ToolRisk
 
 from .errors import ConfigError
 from .userdir import user_peon_dir
@@ -61,6 +62,8 @@ class Limits(_Section):
     approval_timeout_seconds: float = Field(gt=0)
     memory_max_bytes: int = Field(ge=1 << 20)
     max_processes: int = Field(ge=1)
+    max_queued_calls: int = Field(ge=1)
+    max_queued_bytes: int = Field(ge=1024)
 
     @field_validator("max_timeout_seconds", "worker_grace_seconds", "approval_timeout_seconds")
     @classmethod
@@ -71,7 +74,8 @@ class Limits(_Section):
 
 
 Policy = Literal["allow", "ask", "deny"]
-RiskName = Literal["read_only", "filesystem", "process", "delegate"]
+# A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
+RiskName = Annotated[ToolRisk, Field(strict=False)]
 
 
 class ApprovalRule(_Section):
@@ -110,6 +114,8 @@ class Approval(_Section):
     filesystem: Policy
     process: Policy
     delegate: Policy
+    # Process calls that run inside the OS sandbox; unset: the `process` value applies.
+    process_sandboxed: Policy | None = None
     rules: tuple[ApprovalRule, ...] = ()
 
 
@@ -142,6 +148,7 @@ class ToolsConfig(_Section):
 class Audit(_Section):
     max_bytes: int = Field(ge=1024)
     backups: int = Field(ge=0, le=100)
+    fsync: bool = False
 
 
 class PeonConfig(_Section):
@@ -366,7 +373,6 @@ def validate(data: Mapping[str, Any], source: str) -> PeonConfig:
 # -- what a project may do -------------------------------------------------------------------------
 
 CONTAINMENT_STRENGTH = {"process-tree": 0, "auto": 1, "cgroup": 2}
-RISK_NAMES = typing.get_args(RiskName)
 
 
 def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .approval import SCOPES, ApprovalRequest
+from peon.policy import SCOPES, ApprovalRequest
 
 FILE_NAME = "grants.json"
 FORMAT_VERSION = 1

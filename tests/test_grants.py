@@ -13,7 +13,7 @@ import pytest
 import peon
 from conftest import wait_for
 from peon.tool import ToolRisk
-from supervisor.approval import ApprovalRequest
+from peon.policy import ApprovalRequest
 from supervisor.grants import GrantStore
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}

@@ -42,8 +42,12 @@ class BashTool(Tool):
         return f"run in /bin/bash -lc: {args['command']}"
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        """The argv, directory and timeout, and the simple commands the line runs as Peon parsed them
+        (``segments``; ``unanalyzable`` and ``dynamic`` say what the parse could not settle)."""
+        from peon.shell import analyze  # here: only the supervisor parses; workers never load the grammar
+
         return {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
-                "timeout_seconds": effective_timeout(args, session)}
+                "timeout_seconds": effective_timeout(args, session), **analyze(args["command"]).to_dict()}
 
     def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
         return effective_timeout(args, session)
