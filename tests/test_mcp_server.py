@@ -467,6 +467,86 @@ def test_stray_output_never_reaches_the_protocol_stream(raw_server, workspace):
         assert stray in stderr
 
 
+GATED_SERVER = """
+import sys, time
+import peon
+from peon.errors import ConfigError
+from peon.mcp.protocol import ServerIdentity
+from peon.mcp.server import serve
+
+workspace, gate, outcome = sys.argv[1:4]
+
+def open_session(approver):
+    deadline = time.monotonic() + 60
+    while not __import__("os").path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the session starts only once the test opens the gate
+    if outcome == "fail":
+        raise ConfigError("limits.max_input_bytes must be an integer, got 'many'")
+    return peon.Session(workspace, {"approval": {"process": "allow"}, "limits": {"max_input_bytes": 4096}},
+                        approver=approver)
+
+try:
+    sys.exit(serve(open_session, ServerIdentity()))
+except ConfigError as exc:  # raised once stdin closes, as peon mcp reports it
+    print(f"peon: {exc.message}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def gated_server(raw_server, workspace, tmp_path, outcome: str):
+    script, gate = tmp_path / "gated.py", tmp_path / "gate"
+    script.write_text(GATED_SERVER)
+    return raw_server(command=[sys.executable, str(script), str(workspace), str(gate), outcome]), gate
+
+
+def test_initialize_is_answered_while_the_session_starts(raw_server, workspace, tmp_path):
+    """What does not need the session is answered at once; what does waits for it, in arrival order;
+    a call cancelled while it waits is never submitted; a long line waits to be judged by the session's bound."""
+    server, gate = gated_server(raw_server, workspace, tmp_path, "ok")
+    assert server.initialize()["result"]["serverInfo"]["name"] == "peon"  # the session is not up: the gate is shut
+    server.request(1, "ping")
+    assert server.recv() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    server.request(2, "tools/list")
+    server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "touch cancelled-ran"}})
+    server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}})
+    server.request(4, "ping")  # waits behind the tools/list, so answers keep their order
+
+    def long_line_then_a_call() -> None:  # the server stops reading in the long line until the session is up
+        server.send(b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"pad":"' + b"x" * (2 << 20) + b'"}}')
+        server.request(6, "tools/call", {"name": "bash", "arguments": {"command": "echo up"}})
+
+    writer = threading.Thread(target=long_line_then_a_call, daemon=True)
+    writer.start()
+    assert server.messages.empty()
+    gate.touch()
+    listed = server.recv()
+    assert listed["id"] == 2 and any(t["name"] == "bash" for t in listed["result"]["tools"])
+    assert server.recv() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+    oversize = server.recv()  # the session's bound is 4096 + 1 MiB: a 2 MiB line is refused, not answered
+    assert oversize["id"] is None and "exceeds the limit" in oversize["error"]["message"], oversize
+    called = server.recv()
+    assert called["id"] == 6 and called["result"]["structuredContent"]["output"] == "up\n", called
+    writer.join(10)
+    assert not (workspace / "cancelled-ran").exists()
+
+
+def test_a_session_that_cannot_start_answers_what_waited(raw_server, workspace, tmp_path):
+    server, gate = gated_server(raw_server, workspace, tmp_path, "fail")
+    assert server.initialize()["result"]["protocolVersion"] == "2025-11-25"
+    server.request(2, "tools/list")
+    gate.touch()
+    error = server.recv()
+    assert error["id"] == 2 and error["error"]["code"] == -32603
+    assert "config_invalid" in error["error"]["message"] and "max_input_bytes" in error["error"]["message"]
+    server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "true"}})
+    assert server.recv()["error"]["message"] == error["error"]["message"]
+    server.request(4, "ping")  # the server still speaks the protocol, and says why it cannot serve tools
+    assert server.recv() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+    server.proc.stdin.close()
+    assert server.proc.wait(30) == 2  # at end of input it exits as peon mcp does on a bad configuration
+    assert b"max_input_bytes" in server.stderr_path.read_bytes()
+
+
 def test_request_before_initialize(raw_server):
     server = raw_server()
     server.request(1, "tools/list")

@@ -42,7 +42,7 @@ class TsClient:
     def __init__(self, workspace: Path, env: dict, stderr: Path, *args: str, elicit: dict | None = None):
         command = server_command(workspace, *args)
         config = {"command": command[0], "args": command[1:], "env": env, "cwd": str(workspace), "elicit": elicit}
-        self.stderr = open(stderr, "wb")
+        self.stderr = open(stderr, "wb")  # noqa: SIM115  (closed in close())
         self.proc = subprocess.Popen([NODE, str(JS / "mcp_driver.mjs"), json.dumps(config)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, cwd=JS, env=env)
         self.ids = count(1)

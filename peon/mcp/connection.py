@@ -108,6 +108,11 @@ class Connection:
     initialized: bool = False  # the client sent notifications/initialized
 
     def __post_init__(self) -> None:
+        self.set_tools(self.tools)
+
+    def set_tools(self, tools: list[dict[str, Any]]) -> None:
+        """The tools this connection lists and calls (a transport may learn them after the handshake)."""
+        self.tools = list(tools)
         self._by_name = {tool["name"]: tool for tool in self.tools}
 
     # -- entry point --
@@ -243,7 +248,8 @@ class Connection:
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
-            return self._error(req, INVALID_PARAMS, f'"arguments" of tools/call must be an object, got {type(arguments).__name__}')
+            return self._error(req, INVALID_PARAMS,
+                               f'"arguments" of tools/call must be an object, got {type(arguments).__name__}')
         token = meta.get("progressToken") if isinstance(meta, Mapping) else None
         if isinstance(token, str) and (bad_token := lone_surrogate(token)) is not None:
             return self._error(req, INVALID_PARAMS, f"_meta.progressToken is not valid Unicode ({bad_token})")

@@ -119,7 +119,8 @@ def parse_message(line: bytes) -> Message:
         if not valid_id(msg_id):
             return Malformed(error_response(None, INVALID_REQUEST, "Invalid Request: a response needs a string or integer id"))
         if ("result" in data) == ("error" in data):
-            return Malformed(error_response(None, INVALID_REQUEST, 'Invalid Request: a response has exactly one of "result" and "error"'))
+            return Malformed(error_response(None, INVALID_REQUEST,
+                                            'Invalid Request: a response has exactly one of "result" and "error"'))
         if "result" in data:
             return Response(msg_id, data["result"])
         error = data["error"]
@@ -128,7 +129,8 @@ def parse_message(line: bytes) -> Message:
         return Malformed(error_response(reply_id, INVALID_REQUEST, 'Invalid Request: "method" must be a string'))
     bad_method = lone_surrogate(method)
     if bad_method is not None:
-        return Malformed(error_response(reply_id, INVALID_REQUEST, f'Invalid Request: "method" is not valid Unicode ({bad_method})'))
+        return Malformed(error_response(reply_id, INVALID_REQUEST,
+                                        f'Invalid Request: "method" is not valid Unicode ({bad_method})'))
     params = data.get("params", {})
     if params is None:
         params = {}
