@@ -43,12 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ops.add_argument("--session-id", metavar="ID", help="the session id used in the audit log (default: random)")
     ops.add_argument("--log-format", choices=("text", "json"), default="text",
                      help="log lines on stderr (default: text)")
-    ops.add_argument("--drain-seconds", type=float, default=5.0, metavar="SECONDS", help="on SIGTERM, how long running calls may "
-                     "finish before they are cancelled (default: 5)")
-    ops.add_argument("--keepalive-seconds", type=float, default=15.0, metavar="SECONDS", help="SSE keep-alive comment interval while a "
-                     "call runs (default: 15)")
-    ops.add_argument("--max-body-bytes", type=int, metavar="BYTES", help="the largest request body (default: limits.max_input_bytes "
-                     "+ 1 MiB)")
+    ops.add_argument("--drain-seconds", type=float, default=5.0, metavar="SECONDS",
+                     help="on SIGTERM, how long running calls may finish before they are cancelled (default: 5)")
+    ops.add_argument("--keepalive-seconds", type=float, default=15.0, metavar="SECONDS",
+                     help="SSE keep-alive comment interval while a call runs (default: 15)")
+    ops.add_argument("--max-body-bytes", type=int, metavar="BYTES",
+                     help="the largest request body (default: limits.max_input_bytes + 1 MiB)")
     ops.add_argument("--max-connections", type=int, default=128, metavar="N", help="concurrent requests before new "
                      "ones get 503 (default: 128; the probes are always answered)")
     ops.add_argument("--max-sessions", type=int, default=64, metavar="N", help="open 2025-11-25 sessions (default: 64)")
