@@ -3,7 +3,8 @@
 Every call is validated, risk-rated, approved, executed in an isolated worker process, bounded in time
 and output, and cleaned up completely: nothing a call started outlives it.
 
-The public surface: :class:`Session` / :class:`AsyncSession` (embedding), :class:`Tool` and
+The public surface: :class:`Session` / :class:`AsyncSession` (embedding), :class:`RemoteSession` /
+:class:`AsyncRemoteSession` (the same API for a session behind ``peon serve``), :class:`Tool` and
 :class:`ToolRisk` (the extension contract), :class:`ToolResult` and :class:`ErrorCode` (outcomes),
 :mod:`peon.approvers`.
 
@@ -19,6 +20,7 @@ ensure_own_packages()
 
 _EXPORTS = {
     "AsyncSession": "aio", "CallHandle": "session", "Session": "session",
+    "AsyncRemoteSession": "remote", "RemoteCallHandle": "remote", "RemoteSession": "remote",
     "CancelToken": "cancel", "Deadline": "cancel",
     "ConfigError": "errors", "ErrorCode": "errors", "PeonError": "errors", "RegistrationError": "errors",
     "SessionError": "errors", "ToolError": "errors",

@@ -1,4 +1,4 @@
-"""The ``peon`` command line: ``mcp``, ``call``, ``tools``, ``skills``, ``doctor`` and ``--version``.
+"""The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills``, ``doctor`` and ``--version``.
 
 Promises:
 
@@ -81,6 +81,18 @@ def cmd_mcp(options: argparse.Namespace) -> int:
                       "OS sandbox is on (their approval details and results say so)."),
     )
     return serve(lambda approver: open_session(options, approver=approver), identity)
+
+
+# -- peon serve ------------------------------------------------------------------------------------
+
+
+def cmd_serve(options: argparse.Namespace) -> int:
+    from peon.serve.options import ServeUsageError, command
+
+    try:
+        return command(options)
+    except ServeUsageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # -- peon call -------------------------------------------------------------------------------------
@@ -537,6 +549,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="serve the tools over MCP on stdin/stdout")
     common(mcp, allow=True)
     mcp.set_defaults(run=cmd_mcp)
+
+    from peon.serve.options import add_arguments as add_serve_arguments  # argparse only, no HTTP stack
+
+    serve = commands.add_parser("serve", help="serve the tools over MCP Streamable HTTP (pip install 'peon[serve]')")
+    common(serve, allow=True)
+    add_serve_arguments(serve)
+    serve.set_defaults(run=cmd_serve)
 
     call = commands.add_parser("call", help="run one tool call and print its result (JSON when piped)")
     call.add_argument("tool", help="the tool name (see `peon tools`)")

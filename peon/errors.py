@@ -53,6 +53,10 @@ class ErrorCode(str, Enum):
     # The OS sandbox
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # the sandbox is required (or was approved) but cannot be applied
 
+    # Remote sessions (peon.RemoteSession talking to peon serve)
+    CONNECTION_LOST = "connection_lost"  # the server was unreachable, or the connection broke before the result
+    UNAUTHORIZED = "unauthorized"  # the server refused the request's bearer token, Host or Origin
+
 
 class PeonError(Exception):
     """An error with a stable code, a human message and optional machine-readable details."""

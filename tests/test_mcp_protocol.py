@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from peon.errors import ErrorCode
+from peon.framing import encode
 from peon.mcp import protocol as p
 from peon.result import ToolResult
 
@@ -93,13 +94,72 @@ def test_classification():
     assert error == p.Response("a", None, {"code": -1, "message": "no"})
 
 
+# A lone surrogate decodes from JSON ("\\ud800") but no UTF-8 stream can carry it back out.
+LONE = "\\ud800"
+
+
+@pytest.mark.parametrize("data, reply_id, field", [
+    (f'{{"jsonrpc":"2.0","id":"{LONE}","method":"ping"}}', None, "id"),
+    (f'{{"jsonrpc":"2.0","id":"a{LONE}","result":{{}}}}', None, "id"),
+    (f'{{"jsonrpc":"2.0","id":3,"method":"tools/{LONE}"}}', 3, "method"),
+    (f'{{"jsonrpc":"2.0","method":"{LONE}"}}', None, "method"),
+])
+def test_lone_surrogates_in_id_or_method_are_invalid_requests(data, reply_id, field):
+    parsed = p.parse_message(data.encode())
+    assert isinstance(parsed, p.Malformed)
+    assert parsed.reply["id"] == reply_id and parsed.reply["error"]["code"] == p.INVALID_REQUEST
+    assert f'"{field}" is not valid Unicode (lone surrogate U+D800' in parsed.reply["error"]["message"]
+    encode(parsed.reply)  # sendable as UTF-8
+
+
+def test_lone_surrogates_in_version_and_progress_token_are_invalid_params():
+    conn = connection()
+    bad_version = f'{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{{"{p.PROTOCOL_VERSION_KEY}":"{LONE}",' \
+                  f'"{p.CLIENT_CAPABILITIES_KEY}":{{}}}}}}}}'
+    error = reply(conn, bad_version.encode())
+    assert error["id"] == 1 and error["error"]["code"] == p.INVALID_PARAMS and "not valid Unicode" in error["error"]["message"]
+    encode(error)
+    assert conn.era is None  # nothing was negotiated by the refused request
+    reply(conn, initialize())
+    bad_token = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"x"},'
+                 f'"_meta":{{"progressToken":"{LONE}"}}}}}}')
+    error = reply(conn, bad_token.encode())
+    assert error["id"] == 2 and error["error"]["code"] == p.INVALID_PARAMS and "progressToken" in error["error"]["message"]
+    encode(error)
+    # A handshake initialize with such a version is answered with the newest served version.
+    fresh = connection()
+    answered = reply(fresh, f'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}'.encode())
+    assert answered["result"]["protocolVersion"] == p.LATEST_HANDSHAKE
+
+
+def test_client_values_in_error_messages_are_escaped_and_bounded():
+    conn = connection()
+    huge = reply(conn, request(1, "tools/list", {"_meta": {**MODERN_META, p.PROTOCOL_VERSION_KEY: "x" * 100_000}}))
+    assert huge["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION and huge["error"]["data"]["requested"] is None
+    assert len(huge["error"]["message"]) < 1000
+    unknown = reply(conn, request(2, "tools/call", {"name": "\u202e" + "y" * 100_000, "_meta": MODERN_META}))["error"]
+    assert len(unknown["message"]) < 1000 and "\\u202e" in unknown["message"] and "\u202e" not in unknown["message"]
+    later = connection()
+    reply(later, request(1, "tools/list", {"_meta": MODERN_META}))
+    refused = reply(later, f'{{"jsonrpc":"2.0","id":2,"method":"initialize","params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}'.encode())
+    assert refused["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION and refused["error"]["data"]["requested"] is None
+    encode(refused)
+
+
+def test_request_state_verification_takes_any_string():
+    signer = p.RequestStateSigner(b"k" * 32)
+    for token in ("a.\u00e9", "a.\ud800", "\ud800.abc", "é.é", "." * 3):
+        assert signer.verify(token) is None
+    assert signer.verify(signer.sign("\u00e9t\u00e9")) == "\u00e9t\u00e9"
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes_classify_without_raising(data):
     parsed = p.parse_message(data)
     assert isinstance(parsed, (p.Request, p.Notification, p.Response, p.Malformed))
     if isinstance(parsed, p.Malformed):
-        json.dumps(parsed.reply)  # always a sendable error
+        encode(parsed.reply)  # always a sendable error
 
 
 # -- negotiation ---------------------------------------------------------------------------------------
@@ -209,11 +269,18 @@ def test_call_results_carry_structured_content_and_text():
     assert "structuredContent" not in p.call_result(ok, "2025-03-26")
 
     failed = ToolResult.failure("c", "bash", ErrorCode.DENIED, "bash was denied by policy", {"risk": "process"})
-    shaped = p.call_result(failed, "2025-11-25")
-    assert shaped["isError"] is True
-    assert shaped["structuredContent"]["error"] == {"code": "denied", "message": "bash was denied by policy",
-                                                    "details": {"risk": "process"}}
-    assert shaped["content"][0]["text"].startswith("denied: ")
+    for version in ("2024-11-05", "2025-11-25", "2026-07-28"):
+        shaped = p.call_result(failed, version)
+        assert shaped["isError"] is True
+        # structuredContent must match the tool's outputSchema, so an error result carries none.
+        assert "structuredContent" not in shaped
+        assert shaped["_meta"][p.ERROR_META_KEY] == {"code": "denied", "message": "bash was denied by policy",
+                                                     "details": {"risk": "process"}}
+        assert shaped["content"] == [{"type": "text", "text": 'denied: bash was denied by policy\ndetails: {"risk": "process"}'}]
+    bare = p.call_result(ToolResult.failure("c", "read", ErrorCode.NOT_FOUND, "path 'x' does not exist"), "2025-11-25")
+    assert bare["content"][0]["text"] == "not_found: path 'x' does not exist"
+    modern = p.respond(1, "2026-07-28", p.call_result(failed, "2026-07-28"), p.ServerIdentity())["result"]
+    assert modern["_meta"][p.ERROR_META_KEY]["code"] == "denied" and p.SERVER_INFO_KEY in modern["_meta"]
 
 
 def test_cancellation_notification():
@@ -340,6 +407,16 @@ def test_modern_envelope_rules():
     assert reply(conn, request(5, "tools/list"))["error"]["code"] == p.INVALID_PARAMS
 
 
+def test_ping_does_not_exist_in_the_stateless_revision():
+    conn = connection()
+    error = reply(conn, request(1, "ping", {"_meta": MODERN_META}))["error"]
+    assert error["code"] == p.METHOD_NOT_FOUND and "2026-07-28" in error["message"]
+    handshake = connection()
+    assert reply(handshake, request(1, "ping")) == {"jsonrpc": "2.0", "id": 1, "result": {}}  # before initialize
+    reply(handshake, initialize())
+    assert reply(handshake, request(2, "ping")) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+
+
 def test_envelope_on_a_handshake_connection_is_refused():
     conn = connection()
     reply(conn, initialize())
@@ -364,19 +441,20 @@ def test_input_required_and_results_in_the_modern_revision():
     assert legacy == {"jsonrpc": "2.0", "id": 3, "result": {"content": []}}
 
 
+TEXT = st.text(max_size=8) | st.text(st.characters(codec=None, categories=["Cs"]), min_size=1, max_size=2)
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | TEXT,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=10,
 )
 METHODS = st.sampled_from(["initialize", "ping", "tools/list", "tools/call", "server/discover",
-                           "notifications/cancelled", "notifications/initialized", "resources/list", "x"])
-META = st.fixed_dictionaries({}, optional={p.PROTOCOL_VERSION_KEY: st.sampled_from(["2026-07-28", "2025-11-25", 3]),
+                           "notifications/cancelled", "notifications/initialized", "resources/list", "x", "\ud800"])
+META = st.fixed_dictionaries({}, optional={p.PROTOCOL_VERSION_KEY: st.sampled_from(["2026-07-28", "2025-11-25", 3, "\udfff"]),
                                            p.CLIENT_CAPABILITIES_KEY: JSON, "progressToken": JSON})
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(METHODS, st.one_of(st.none(), st.integers(), st.text(max_size=4)),
+@given(st.lists(st.tuples(METHODS, st.one_of(st.none(), st.integers(), TEXT),
                           st.dictionaries(st.sampled_from(["name", "arguments", "protocolVersion", "capabilities",
                                                            "requestId", "cursor", "requestState"]), JSON, max_size=4),
                           st.one_of(st.none(), META)), max_size=6))
@@ -386,8 +464,10 @@ def test_any_sequence_of_messages_gets_an_event_and_sendable_replies(messages):
         message = {"jsonrpc": "2.0", "method": method, "params": {**params, **({"_meta": meta} if meta is not None else {})}}
         if msg_id is not None:
             message["id"] = msg_id
-        event = receive(conn, line(message))
+        event = receive(conn, json.dumps(message).encode())  # ASCII JSON: a lone surrogate travels as an escape
         assert isinstance(event, (p.Reply, p.StartCall, p.CancelRequest, p.ClientReply, p.Ignored))
         if isinstance(event, p.Reply):
-            json.dumps(event.message, allow_nan=False)
-            assert event.message["id"] == msg_id
+            encode(event.message)  # sendable as UTF-8, whatever came in
+            decoded_id = json.loads(json.dumps(msg_id))  # an escaped surrogate pair decodes to one character
+            sendable_id = decoded_id is None or p.lone_surrogate(str(decoded_id)) is None
+            assert event.message["id"] == (decoded_id if sendable_id else None)

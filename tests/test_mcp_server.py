@@ -79,6 +79,23 @@ def alive(pid: int) -> bool:
     return bool(living([pid]))
 
 
+def error_code(result) -> str:
+    """The stable code of an SDK error result: first in the text the model reads, and as an object for
+    programs under ``_meta``; never in ``structuredContent`` (which must match the tool's outputSchema)."""
+    assert result.is_error and result.structured_content is None, result
+    error = result.meta["peon/error"]
+    assert result.content[0].text.startswith(f"{error['code']}: {error['message']}"), result
+    return error["code"]
+
+
+def raw_error_code(result: dict) -> str:
+    """The same for a raw ``tools/call`` result."""
+    assert result["isError"] is True and "structuredContent" not in result, result
+    error = result["_meta"]["peon/error"]
+    assert result["content"][0]["text"].startswith(f"{error['code']}: "), result
+    return error["code"]
+
+
 # -- the SDK client ------------------------------------------------------------------------------------
 
 
@@ -122,9 +139,7 @@ def test_bash_results(workspace, env, mode):
             assert slow.structured_content["timed_out"] is True and slow.structured_content["signal"] == "SIGKILL"
 
             invalid = await c.call_tool("bash", {"command": 7})
-            assert invalid.is_error
-            assert invalid.structured_content["error"]["code"] == "invalid_input"
-            assert invalid.content[0].text.startswith("invalid_input: ")
+            assert error_code(invalid) == "invalid_input"
 
             with pytest.raises(MCPError) as unknown:
                 await c.call_tool("no_such_tool", {})
@@ -139,8 +154,7 @@ def test_every_tool_validates_its_input_through_mcp(workspace, env):
             tools = (await c.list_tools()).tools
             for tool in tools:
                 result = await c.call_tool(tool.name, {"__unknown_field__": 1})
-                assert result.is_error, tool.name
-                assert result.structured_content["error"]["code"] == "invalid_input", (tool.name, result)
+                assert error_code(result) == "invalid_input", (tool.name, result)
             return [t.name for t in tools]
 
     assert run(scenario())
@@ -167,8 +181,7 @@ def test_denied_call_is_an_error_result(workspace, env, tmp_path, mode):
     async def scenario():
         async with client(workspace, env, "--config", config, mode=mode) as c:
             result = await c.call_tool("bash", {"command": "touch ran"})
-            assert result.is_error
-            assert result.structured_content["error"]["code"] == "denied"
+            assert error_code(result) == "denied"
 
     run(scenario())
     assert not (workspace / "ran").exists()
@@ -253,7 +266,7 @@ def test_elicitation_round_trip(workspace, env, tmp_path, mode, decision):
         assert not result.is_error and result.structured_content["output"] == "done\n"
         assert (workspace / "marker").read_text() == "approved\n"
     else:
-        assert result.is_error and result.structured_content["error"]["code"] == "denied"
+        assert error_code(result) == "denied"
         assert not (workspace / "marker").exists()
 
 
@@ -266,7 +279,7 @@ def test_ask_without_elicitation_capability_is_denied(workspace, env, tmp_path, 
             return await c.call_tool("bash", {"command": "touch ran"})
 
     result = run(scenario())
-    assert result.is_error and result.structured_content["error"]["code"] == "denied"
+    assert error_code(result) == "denied"
     assert not (workspace / "ran").exists()
 
 
@@ -454,6 +467,86 @@ def test_stray_output_never_reaches_the_protocol_stream(raw_server, workspace):
         assert stray in stderr
 
 
+GATED_SERVER = """
+import sys, time
+import peon
+from peon.errors import ConfigError
+from peon.mcp.protocol import ServerIdentity
+from peon.mcp.server import serve
+
+workspace, gate, outcome = sys.argv[1:4]
+
+def open_session(approver):
+    deadline = time.monotonic() + 60
+    while not __import__("os").path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the session starts only once the test opens the gate
+    if outcome == "fail":
+        raise ConfigError("limits.max_input_bytes must be an integer, got 'many'")
+    return peon.Session(workspace, {"approval": {"process": "allow"}, "limits": {"max_input_bytes": 4096}},
+                        approver=approver)
+
+try:
+    sys.exit(serve(open_session, ServerIdentity()))
+except ConfigError as exc:  # raised once stdin closes, as peon mcp reports it
+    print(f"peon: {exc.message}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def gated_server(raw_server, workspace, tmp_path, outcome: str):
+    script, gate = tmp_path / "gated.py", tmp_path / "gate"
+    script.write_text(GATED_SERVER)
+    return raw_server(command=[sys.executable, str(script), str(workspace), str(gate), outcome]), gate
+
+
+def test_initialize_is_answered_while_the_session_starts(raw_server, workspace, tmp_path):
+    """What does not need the session is answered at once; what does waits for it, in arrival order;
+    a call cancelled while it waits is never submitted; a long line waits to be judged by the session's bound."""
+    server, gate = gated_server(raw_server, workspace, tmp_path, "ok")
+    assert server.initialize()["result"]["serverInfo"]["name"] == "peon"  # the session is not up: the gate is shut
+    server.request(1, "ping")
+    assert server.recv() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    server.request(2, "tools/list")
+    server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "touch cancelled-ran"}})
+    server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}})
+    server.request(4, "ping")  # waits behind the tools/list, so answers keep their order
+
+    def long_line_then_a_call() -> None:  # the server stops reading in the long line until the session is up
+        server.send(b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"pad":"' + b"x" * (2 << 20) + b'"}}')
+        server.request(6, "tools/call", {"name": "bash", "arguments": {"command": "echo up"}})
+
+    writer = threading.Thread(target=long_line_then_a_call, daemon=True)
+    writer.start()
+    assert server.messages.empty()
+    gate.touch()
+    listed = server.recv()
+    assert listed["id"] == 2 and any(t["name"] == "bash" for t in listed["result"]["tools"])
+    assert server.recv() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+    oversize = server.recv()  # the session's bound is 4096 + 1 MiB: a 2 MiB line is refused, not answered
+    assert oversize["id"] is None and "exceeds the limit" in oversize["error"]["message"], oversize
+    called = server.recv()
+    assert called["id"] == 6 and called["result"]["structuredContent"]["output"] == "up\n", called
+    writer.join(10)
+    assert not (workspace / "cancelled-ran").exists()
+
+
+def test_a_session_that_cannot_start_answers_what_waited(raw_server, workspace, tmp_path):
+    server, gate = gated_server(raw_server, workspace, tmp_path, "fail")
+    assert server.initialize()["result"]["protocolVersion"] == "2025-11-25"
+    server.request(2, "tools/list")
+    gate.touch()
+    error = server.recv()
+    assert error["id"] == 2 and error["error"]["code"] == -32603
+    assert "config_invalid" in error["error"]["message"] and "max_input_bytes" in error["error"]["message"]
+    server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "true"}})
+    assert server.recv()["error"]["message"] == error["error"]["message"]
+    server.request(4, "ping")  # the server still speaks the protocol, and says why it cannot serve tools
+    assert server.recv() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+    server.proc.stdin.close()
+    assert server.proc.wait(30) == 2  # at end of input it exits as peon mcp does on a bad configuration
+    assert b"max_input_bytes" in server.stderr_path.read_bytes()
+
+
 def test_request_before_initialize(raw_server):
     server = raw_server()
     server.request(1, "tools/list")
@@ -527,31 +620,111 @@ def test_modern_requests_over_raw_lines(raw_server):
     assert server.recv()["error"]["code"] == -32022
     server.request("v", "tools/list", {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}})
     assert server.recv()["error"]["data"]["supported"] == ["2026-07-28"]
+    server.request("p", "ping", {"_meta": meta})  # the revision removed ping
+    assert server.recv()["error"]["code"] == -32601
+
+
+LONE = "\ud800"  # json.dumps sends it as the escape "\\ud800", which decodes to a lone surrogate
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, workspace, era):
+    """A lone surrogate in an id, a method, a protocol version, a progress token or a requestState gets a
+    JSON-RPC error; the server, the session's supervisor and the call running meanwhile go on."""
+    server = raw_server("--allow", "process")
+    meta = MODERN_META if era == "modern" else {}
+    if era == "handshake":
+        server.request(0, "initialize", {"protocolVersion": LONE, "capabilities": {}, "clientInfo": {"name": LONE, "version": "1"}})
+        assert server.recv()["result"]["protocolVersion"] == "2025-11-25"
+    supervisor = server.supervisor_pid()
+    gate, started = workspace / "gate", workspace / "started"
+    server.request(1, "tools/call", {"name": "bash", "_meta": meta, "arguments": {
+        "command": f"touch {started}; while [ ! -e {gate} ]; do sleep 0.02; done; echo released"}})
+    assert wait_for(started.exists, 20)
+
+    call = {"name": "bash", "arguments": {"command": "echo never"}}
+    hostile = [  # (message, the id of the error, its code)
+        ({"jsonrpc": "2.0", "id": LONE, "method": "ping", "params": {"_meta": meta}}, None, -32600),
+        ({"jsonrpc": "2.0", "id": f"x{LONE}", "method": "tools/call", "params": {**call, "_meta": meta}}, None, -32600),
+        ({"jsonrpc": "2.0", "id": 2, "method": LONE, "params": {"_meta": meta}}, 2, -32600),
+        ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {**call, "_meta": {**meta, "progressToken": LONE}}}, 3, -32602),
+        ({"jsonrpc": "2.0", "method": f"notifications/{LONE}"}, None, -32600),
+        ({"jsonrpc": "2.0", "id": LONE, "result": {}}, None, -32600),
+    ]
+    if era == "modern":
+        hostile += [
+            ({"jsonrpc": "2.0", "id": 4, "method": "tools/list",
+              "params": {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": LONE}}}, 4, -32602),
+            ({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+              "params": {**call, "_meta": meta, "requestState": f"peon.{LONE}"}}, 5, -32602),
+            ({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+              "params": {**call, "_meta": meta, "requestState": "p\u00e9on.\u00e9"}}, 6, -32602),
+        ]
+    for message, reply_id, code in hostile:
+        server.send(message)
+        reply = server.recv()
+        assert reply["id"] == reply_id and reply["error"]["code"] == code, (message, reply)
+    assert not (workspace / "never").exists()
+
+    gate.touch()
+    answer = server.recv()
+    assert answer["id"] == 1 and answer["result"]["isError"] is False, answer
+    assert answer["result"]["structuredContent"]["output"] == "released\n"
+    assert answer["result"]["structuredContent"]["exit_code"] == 0
+    server.request(9, "tools/list", {"_meta": meta})
+    assert server.recv()["result"]["tools"]
+    assert server.supervisor_pid() == supervisor and alive(supervisor)
+    assert server.proc.poll() is None
+    assert b"Traceback" not in server.stderr_path.read_bytes()
+
+
+DOCS = Path(__file__).parent.parent / "docs" / "mcp.md"
+
+
+def test_the_documented_raw_lines_example_gives_the_documented_answer(workspace, leftovers, tmp_path):
+    """docs/mcp.md's raw-lines example, run as written: it keeps stdin open until the call is answered."""
+    text = DOCS.read_text()
+    example = text.split("Raw lines, from bash.", 1)[1]
+    script = example.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    documented = example.split("```json\n", 1)[1].split("\n```", 1)[0]
+    env = isolated_env(leftovers, tmp_path / "home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the `peon` of this installation
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env, cwd=workspace)
+    assert ran.returncode == 0, ran.stderr
+
+    def measured_as_documented(line: str) -> dict:  # duration_ms is the only measured value
+        return json.loads(re.sub(r'(duration_ms\\?": ?)[0-9.]+', r"\g<1>12", line))
+
+    assert measured_as_documented(ran.stdout.strip()) == json.loads(documented)
 
 
 # -- the MCP Inspector ---------------------------------------------------------------------------------
 
 
+INSPECTOR = Path(__file__).parent / "js" / "node_modules" / ".bin" / "mcp-inspector"
+
+
 def test_mcp_inspector_cli_smoke(workspace, leftovers, tmp_path):
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.skip("npx is not installed")
-    # npm keeps its download cache under the real home; the server still gets a private one.
-    env = {**isolated_env(leftovers, tmp_path / "home"), "npm_config_cache": os.path.expanduser("~/.npm")}
-    base = [npx, "-y", "@modelcontextprotocol/inspector", "--cli", *server_command(workspace, "--allow", "process")]
-    try:
-        listed = subprocess.run([*base, "--method", "tools/list"], capture_output=True, text=True, timeout=240,
-                                env=env, cwd=workspace)
-    except subprocess.TimeoutExpired:
-        pytest.skip("the MCP Inspector could not be fetched and started within 240 s")
-    if listed.returncode != 0 and ("npm ERR" in listed.stderr or "ENOTFOUND" in listed.stderr or "E404" in listed.stderr):
-        pytest.skip(f"the MCP Inspector is unavailable: {listed.stderr.strip()[-300:]}")
-    assert listed.returncode == 0, listed.stderr
-    assert "bash" in [t["name"] for t in json.loads(listed.stdout)["tools"]]
-    called = subprocess.run([*base, "--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected"],
-                            capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
-    assert called.returncode == 0, called.stderr
-    assert json.loads(called.stdout)["structuredContent"]["output"] == "inspected\n"
+    """The MCP Inspector's command-line mode (pinned in tests/js, installed by .ci/run; built on the
+    TypeScript SDK, so it validates results against the listed outputSchemas)."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed; the MCP Inspector needs Node.js")
+    if not INSPECTOR.exists():
+        pytest.skip("the pinned MCP Inspector is not installed: run .ci/run (or npm ci --prefix tests/js)")
+    env = isolated_env(leftovers, tmp_path / "home")
+    base = [str(INSPECTOR), "--cli", *server_command(workspace, "--allow", "process")]
+
+    def inspect(*args: str) -> dict:
+        done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, env=env, cwd=workspace)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert "bash" in [t["name"] for t in inspect("--method", "tools/list")["tools"]]
+    called = inspect("--method", "tools/call", "--tool-name", "bash", "--tool-arg", "command=echo inspected")
+    assert called["structuredContent"]["output"] == "inspected\n"
+    missing = inspect("--method", "tools/call", "--tool-name", "read", "--tool-arg", "path=missing.txt")
+    assert raw_error_code(missing) == "not_found"
 
 
 def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspace):
@@ -565,7 +738,7 @@ def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspac
     os.kill(supervisor, signal.SIGKILL)
     reply = server.recv()
     assert reply["id"] == 7 and reply["result"]["isError"] is True
-    assert reply["result"]["structuredContent"]["error"]["code"] == "supervisor_died"
+    assert raw_error_code(reply["result"]) == "supervisor_died"
     assert wait_for(lambda: not alive(int((workspace / "r.pid").read_text())), 20)
     server.request(8, "tools/call", {"name": "bash", "arguments": {"command": "echo back"}})
     reply = server.recv()

@@ -2,10 +2,18 @@
 
 Promises:
 
+* the session starts in its own thread while the server already answers what does not need it —
+  ``initialize``, ``server/discover``, ``ping``, protocol errors — with exactly the answers it gives
+  later (none of them depends on the session); ``tools/list`` and ``tools/call`` wait for the session,
+  and so does everything after them, so answers keep arrival order. What waits is bounded (1024
+  requests, 64 MiB), and reading pauses inside a line longer than 1 MiB until the session's line bound
+  is known. A session that cannot start answers every request that needs it with the reason;
 * stdout carries one JSON-RPC message per line and nothing else: the real stdout is kept for the
   protocol and file descriptor 1 (and ``sys.stdout``) point at stderr while the server runs, so a
   stray ``print`` or a child process cannot corrupt the stream;
-* a malformed line gets a JSON-RPC error and the server keeps serving;
+* a malformed line gets a JSON-RPC error and the server keeps serving, and so does a well-formed one
+  that cannot be answered as asked (a string no UTF-8 stream can carry, an internal fault): no line from
+  the client stops the server, the session or a running call;
 * calls run concurrently from the client's point of view (each ``tools/call`` is submitted at once and
   answered when it finishes) and serially in the session;
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
@@ -13,7 +21,8 @@ Promises:
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
   and every process it started is gone — before the server exits.
 
-The protocol decisions live in :mod:`peon.mcp.protocol`; this module only moves bytes and threads.
+The protocol decisions live in the sans-I/O modules gathered by :mod:`peon.mcp.protocol`; this module only
+moves bytes and threads.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
@@ -34,6 +45,13 @@ from peon.result import ToolResult
 
 from . import protocol as p
 
+DEFAULT_MAX_LINE = (16 << 20) + (1 << 20)  # the line bound until the session's limits are known
+READ_CHUNK = 1 << 16
+# limits.max_input_bytes + 1 MiB bounds a line, so a line of at most 1 MiB is within any configuration:
+# before the session is up, reading stops while the unfinished line could grow past that.
+PRESTART_READ_LIMIT = (1 << 20) - READ_CHUNK
+SESSION_METHODS = frozenset({"tools/list", "tools/call"})  # what waits for the session to be up
+MAX_HELD, MAX_HELD_BYTES = 1024, 64 << 20  # what may wait for it
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
 APPROVAL_KEY = "approval"
 
@@ -81,6 +99,7 @@ class StdioServer:
         self.in_fd = in_fd
         self.out_fd = out_fd
         self.identity = identity
+        self._session_factory = session_factory
         self._lock = threading.RLock()
         self._registered = threading.Condition(self._lock)  # a submitted call got its session call id
         self._write_lock = threading.Lock()
@@ -93,30 +112,49 @@ class StdioServer:
         self._awaiting_retry: dict[str, ToolCall] = {}
         self._signer = p.RequestStateSigner(secrets.token_bytes(32))
         self._next_id = 0
-        self.session = session_factory(approver=self._approve)
-        limits = (self.session.info.get("config") or {}).get("limits") or {}
-        self._approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
-        self._max_line = int(limits.get("max_input_bytes", 16 << 20)) + (1 << 20)
-        self.connection = p.Connection(self.session.tools(), identity)
+        # The session starts in its own thread while the loop serves what does not need it.
+        self.session: Any = None
+        self._up = False  # the loop adopted the started session (the flag only the loop's thread reads)
+        self._start_failure: str | None = None  # why every request that needs the session is refused
+        self._start_error: BaseException | None = None
+        self._starter: threading.Thread | None = None
+        self._held: deque[tuple[p.Message, int]] = deque()  # in arrival order, until the session is up
+        self._held_bytes = 0
+        self._approval_wait = 125.0
+        self._max_line = DEFAULT_MAX_LINE
+        self.connection = p.Connection([], identity)  # its tools are the session's, set once it is up
 
     # -- the loop -----------------------------------------------------------------------------------
 
     def run(self) -> str:
-        """Serve until stdin closes or a termination signal arrives; returns why it stopped."""
+        """Serve until stdin closes or a termination signal arrives; returns why it stopped. Raises
+        what the session raised if it could not start (after answering the requests that waited)."""
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
+        started_r, started_w = os.pipe()
         previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        self._starter = threading.Thread(target=self._start_session, args=(started_w,), name="peon-mcp-start", daemon=True)
+        self._starter.start()
         decoder = LineDecoder(self._max_line)
         reason = "stdin closed"
+        watched = [wake_r, started_r]
         try:
             while True:
-                ready, _, _ = select.select([self.in_fd, wake_r], [], [])
+                # Until the session is up its line bound is unknown, but never below 1 MiB: reading
+                # pauses while a longer line is in progress, so no line is judged by a wrong bound.
+                reading = self._up or decoder.pending < PRESTART_READ_LIMIT
+                ready, _, _ = select.select([*watched, self.in_fd] if reading else watched, [], [])
                 if wake_r in ready:
                     signum = os.read(wake_r, 1)
                     reason = f"signal {signal.Signals(signum[0]).name}" if signum else "signal"
                     break
-                data = os.read(self.in_fd, 1 << 16)
+                if started_r in ready:
+                    watched.remove(started_r)  # (before stdin: what waited is answered before what follows)
+                    self._starter.join()
+                    self._session_started(decoder)
+                    continue
+                data = os.read(self.in_fd, READ_CHUNK)
                 if not data:
                     break
                 for line in decoder.feed(data):
@@ -126,9 +164,44 @@ class StdioServer:
             signal.set_wakeup_fd(previous_fd)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            os.close(wake_r)
-            os.close(wake_w)
+            for fd in (wake_r, wake_w, started_r, started_w):
+                os.close(fd)
+        if self._start_error is not None:
+            raise self._start_error
         return reason
+
+    def _start_session(self, started_w: int) -> None:
+        try:
+            self.session = self._session_factory(approver=self._approve)
+        except BaseException as exc:  # reported by the loop, raised by run()
+            self._start_error = exc
+        finally:
+            os.write(started_w, b"s")
+
+    def _session_started(self, decoder: LineDecoder) -> None:
+        """The session is up (or failed): adopt its tools and limits, then answer what waited, in order.
+        A session that failed leaves the server answering every request that needs it with the reason,
+        until stdin closes; then :meth:`run` raises the failure."""
+        held, self._held, self._held_bytes = list(self._held), deque(), 0
+        self._up = True
+        if self._start_error is not None:
+            error = self._start_error
+            described = f"{error.code.value}: {error.message}" if isinstance(error, PeonError) else repr(error)
+            self._start_failure = f"Internal error: the Peon session could not start ({described})"
+            log(f"the session could not start: {described}")
+            for message, _ in held:
+                self._handle_message(message)
+            return
+        limits = (self.session.info.get("config") or {}).get("limits") or {}
+        self._approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
+        self._max_line = decoder.max_line_bytes = int(limits.get("max_input_bytes", 16 << 20)) + (1 << 20)
+        self.connection.set_tools(self.session.tools())
+        info = self.session.info
+        log(f"serving {info.get('workspace')} (containment: {(info.get('containment') or {}).get('kind')}, "
+            f"supervisor pid {info.get('pid')}, {len(self.connection.tools)} tools)")
+        for message, _ in held:
+            self._handle_message(message)
+        return True
 
     def shutdown(self) -> None:
         with self._lock:
@@ -141,14 +214,54 @@ class StdioServer:
             self._out_closed = True  # the client is gone or going: answers to cancelled calls are not sent
         for approval in pending:
             approval.resolve({"decision": "deny", "reason": "the MCP server is shutting down"})
-        self.session.close()
+        if self._starter is not None:
+            self._starter.join()  # a session still starting is closed too, never left behind
+        if self.session is not None:
+            self.session.close()
 
     def _handle_line(self, line: bytes | Oversize) -> None:
-        if isinstance(line, Oversize):
-            self._write(p.error_response(None, p.INVALID_REQUEST,
-                                         f"Invalid Request: a message of {line.length} bytes exceeds the limit of {self._max_line}"))
+        try:
+            if isinstance(line, Oversize):
+                self._write(p.error_response(None, p.INVALID_REQUEST, f"Invalid Request: a message of {line.length} "
+                                                                      f"bytes exceeds the limit of {self._max_line}"))
+                return
+            message = p.parse_message(line)
+            if not self._up and self._must_wait(message, len(line)):
+                return
+            self._handle_message(message)
+        except Exception as exc:  # a fault in handling one message must not end the connection
+            log(f"internal error while handling a message: {type(exc).__name__}: {exc}")
+            self._write(p.error_response(None, p.INTERNAL_ERROR, f"Internal error: {type(exc).__name__}"))
+
+    def _must_wait(self, message: p.Message, size: int) -> bool:
+        """Before the session is up: whether ``message`` waits for it (held, or refused when too many
+        wait). ``initialize``, ``server/discover``, ``ping`` and protocol errors do not need the session,
+        so they are answered at once — unless something already waits, as answers keep arrival order."""
+        if isinstance(message, p.Notification) and message.method == "notifications/cancelled":
+            target = message.params.get("requestId")
+            for index, (held, _) in enumerate(self._held):
+                if p.valid_id(target) and isinstance(held, p.Request) and held.method == "tools/call" \
+                        and type(held.id) is type(target) and held.id == target:
+                    del self._held[index]  # cancelled before it was submitted: no response, as for any cancel
+                    return True
+        needs_session = isinstance(message, p.Request) and message.method in SESSION_METHODS
+        if not (needs_session or self._held) or isinstance(message, p.Malformed):
+            return False
+        if len(self._held) >= MAX_HELD or self._held_bytes + size > MAX_HELD_BYTES:
+            if isinstance(message, p.Request):
+                self._write(p.error_response(message.id, p.INTERNAL_ERROR,
+                                             f"Internal error: the server is still starting its session and at most "
+                                             f"{MAX_HELD} requests ({MAX_HELD_BYTES >> 20} MiB) wait for it"))
+            return True
+        self._held.append((message, size))
+        self._held_bytes += size
+        return True
+
+    def _handle_message(self, message: p.Message) -> None:
+        if self._start_failure is not None and isinstance(message, p.Request) and message.method in SESSION_METHODS:
+            self._write(p.error_response(message.id, p.INTERNAL_ERROR, self._start_failure))
             return
-        event = self.connection.receive(p.parse_message(line))
+        event = self.connection.receive(message)
         if isinstance(event, p.Reply):
             self._write(event.message)
         elif isinstance(event, p.StartCall):
@@ -159,7 +272,17 @@ class StdioServer:
             self._client_reply(event)
 
     def _write(self, message: dict[str, Any]) -> None:
-        data = encode(message)
+        """Send one message. Never raises: a message JSON cannot carry becomes an internal error for the
+        request it answers (or is dropped, with a log line, when it answers none)."""
+        try:
+            data = encode(message)
+        except ValueError as exc:
+            request_id = message.get("id")
+            log(f"cannot encode a message ({exc}); {'answering with an internal error' if 'id' in message else 'dropped'}")
+            if "id" not in message:
+                return
+            reply_id = request_id if p.valid_id(request_id) and p.lone_surrogate(str(request_id)) is None else None
+            data = encode(p.error_response(reply_id, p.INTERNAL_ERROR, f"Internal error: the answer cannot be encoded: {exc}"))
         with self._write_lock:
             if self._out_closed:
                 return
@@ -179,7 +302,8 @@ class StdioServer:
     def _start_call(self, ev: p.StartCall) -> None:
         with self._lock:
             if ev.id in self._calls_by_request:
-                self._write(p.error_response(ev.id, p.INVALID_REQUEST, f"request id {ev.id!r} is already in use by a running call"))
+                self._write(p.error_response(ev.id, p.INVALID_REQUEST,
+                                             f"request id {p.shown(ev.id)} is already in use by a running call"))
                 return
             if ev.request_state is not None:
                 self._resume(ev)
@@ -187,8 +311,12 @@ class StdioServer:
             call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit)
             self._calls_by_request[ev.id] = call
         self._recover_session()
+        # Progress is asked of the session only when it can be sent: the request has a token, or a
+        # 2026-07-28 retry may bring one. Without it, the worker runs no progress timer for the call.
+        wants_progress = ev.progress_token is not None or (p.is_modern(ev.version) and ev.can_elicit)
+        on_progress = (lambda update: self._progress(call, update)) if wants_progress else None
         # Not under the lock: the session's reader thread takes it for progress and results.
-        handle = self.session.submit(ev.name, ev.arguments, on_progress=lambda update: self._progress(call, update))
+        handle = self.session.submit(ev.name, ev.arguments, on_progress=on_progress)
         with self._registered:
             call.handle, call.key = handle, handle.call_id
             self._calls_by_key[call.key] = call
@@ -321,7 +449,7 @@ class StdioServer:
         with self._lock:
             approval = self._elicitations.get(str(ev.id))
         if approval is None:
-            log(f"ignored a response to unknown request {ev.id!r}")
+            log(f"ignored a response to unknown request {p.shown(ev.id)}")
             return
         approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
 
@@ -334,9 +462,6 @@ def serve(session_factory: Callable[..., Any], identity: p.ServerIdentity) -> in
     real_stdout, sys.stdout = sys.stdout, sys.stderr
     try:
         server = StdioServer(session_factory, identity, 0, out_fd)
-        info = server.session.info
-        log(f"serving {info.get('workspace')} (containment: {(info.get('containment') or {}).get('kind')}, "
-            f"supervisor pid {info.get('pid')}, {len(server.connection.tools)} tools)")
         reason = server.run()
         log(f"stopped: {reason}")
         return 0

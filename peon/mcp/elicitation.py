@@ -1,0 +1,135 @@
+"""Approval through MCP elicitation, sans I/O: the form a client shows, the decision it returns, and the
+signed ``requestState`` of the stateless revision.
+
+Promises:
+
+* the form shows the whole approval request with control and bidirectional characters made visible
+  (a command cannot repaint or reorder what the user reads) and every part bounded;
+* any answer that is not an explicit, well-formed acceptance — decline, cancel, an error, a malformed
+  form — is a denial with a reason that says which;
+* a ``requestState`` token verifies only if this server process issued it, unaltered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from peon.approvers import bounded, visible
+
+from .jsonrpc import shown
+from .revisions import at_least
+
+DECISIONS = (("allow_once", "Allow once"), ("allow_session", "Allow for this session"), ("deny", "Deny"))
+SCOPES = {"call": "this exact call", "tool": "every call of this tool", "risk": "every call of this risk"}
+
+
+def can_elicit_form(capabilities: Any) -> bool:
+    """Whether declared client capabilities include form elicitation (``{}`` means form)."""
+    if not isinstance(capabilities, Mapping):
+        return False
+    elicitation = capabilities.get("elicitation")
+    if not isinstance(elicitation, Mapping):
+        return False
+    return "form" in elicitation or "url" not in elicitation
+
+
+def _enum_property(title: str, options: Iterable[tuple[str, str]], default: str, version: str) -> dict[str, Any]:
+    options = list(options)
+    prop: dict[str, Any] = {"type": "string", "title": title, "default": default}
+    if at_least(version, "2025-11-25"):
+        prop["oneOf"] = [{"const": value, "title": label} for value, label in options]
+    else:  # the enum + enumNames shape of earlier revisions
+        prop["enum"] = [value for value, _ in options]
+        prop["enumNames"] = [label for _, label in options]
+    return prop
+
+
+def approval_message(request: Mapping[str, Any]) -> str:
+    """The request as text, with control and bidirectional characters made visible (a command cannot
+    repaint or reorder what the user reads) and every part bounded."""
+    tool, risk = visible(str(request.get("tool"))), visible(str(request.get("risk")))
+    lines = [
+        f"Peon asks for approval to run {tool} ({risk} risk: {bounded(str(request.get('risk_reason', '')), 500)}).",
+        f"action: {bounded(str(request.get('summary', '')))}",
+    ]
+    details = request.get("details") or {}
+    if isinstance(details, Mapping):
+        for key, value in details.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            lines.append(f"{visible(str(key))}: {bounded(shown, 1000)}")
+    lines.append(f"input: {bounded(str(request.get('canonical_input', '')))}")
+    return "\n".join(lines)
+
+
+def approval_elicitation(request: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """``elicitation/create`` params that show an approval request and offer the three decisions."""
+    properties: dict[str, Any] = {"decision": _enum_property("Decision", DECISIONS, "deny", version)}
+    scopes = [s for s in request.get("scopes") or () if s in SCOPES]
+    if scopes:
+        properties["scope"] = _enum_property(
+            "Remember the session grant for", [(s, SCOPES[s]) for s in scopes], scopes[0], version)
+    params: dict[str, Any] = {
+        "message": approval_message(request),
+        "requestedSchema": {"type": "object", "properties": properties, "required": ["decision"]},
+    }
+    if at_least(version, "2025-11-25"):
+        params["mode"] = "form"
+    return params
+
+
+def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[str] = ()) -> dict[str, Any]:
+    """Turn the client's answer (an ``ElicitResult`` or an error) into an approver answer."""
+    if error is not None or not isinstance(result, Mapping):
+        message = error.get("message") if isinstance(error, Mapping) else "no usable answer"
+        return {"decision": "deny", "reason": f"the client could not ask the user: {message}"}
+    action = result.get("action")
+    if action != "accept":
+        verb = {"decline": "declined", "cancel": "dismissed"}.get(str(action), f"answered {shown(action)} to")
+        return {"decision": "deny", "reason": f"the user {verb} the approval request"}
+    content = result.get("content")
+    if not isinstance(content, Mapping):
+        content = {}
+    decision = content.get("decision")
+    if decision not in {value for value, _ in DECISIONS}:
+        return {"decision": "deny", "reason": f"the approval form came back with decision {shown(decision)}"}
+    answer: dict[str, Any] = {"decision": decision, "reason": "answered by the user through the MCP client"}
+    scope = content.get("scope")
+    if decision == "allow_session":
+        offered = list(scopes)
+        answer["scope"] = scope if scope in offered else (offered[0] if offered else "call")
+    return answer
+
+
+class RequestStateSigner:
+    """Opaque ``requestState`` tokens that only this server process can have issued."""
+
+    def __init__(self, key: bytes):
+        self._key = key
+
+    def sign(self, ref: str) -> str:
+        return f"{ref}.{self._mac(ref)}"
+
+    def verify(self, token: Any) -> str | None:
+        """The reference inside a token this signer issued, or ``None`` for anything else (any string,
+        including one that is not valid Unicode)."""
+        if not isinstance(token, str) or "." not in token:
+            return None
+        ref, _, mac = token.rpartition(".")
+        expected = self._mac(ref).encode()
+        return ref if hmac.compare_digest(mac.encode("utf-8", "surrogatepass"), expected) else None
+
+    def _mac(self, ref: str) -> str:
+        return hmac.new(self._key, ref.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def input_required(key: str, elicitation: dict[str, Any], state: str) -> dict[str, Any]:
+    """The 2026-07-28 answer that asks the client for input: retry with ``requestState`` and the answer."""
+    return {
+        "resultType": "input_required",
+        "inputRequests": {key: {"method": "elicitation/create", "params": elicitation}},
+        "requestState": state,
+    }

@@ -1,0 +1,485 @@
+"""The calls of ``peon serve``: HTTP requests on one side, the workspace's :class:`peon.Session` on the other.
+
+Promises:
+
+* every ``tools/call`` is submitted to the session when its request arrives and answered on that
+  request's stream when it finishes; progress and (2025-11-25) ``elicitation/create`` requests go to
+  the same stream; a stream holds at most :data:`MAX_QUEUED_NOTICES` undelivered progress messages
+  (the oldest are dropped, never the final answer or a question);
+* closing a call's stream before its answer cancels the call in the supervisor (a queued call never
+  starts, a running one gets TERM → 2 s → KILL) and withdraws its approval question; so does
+  ``notifications/cancelled`` (2025-11-25); a cancelled request gets no answer;
+* an approval question reaches the caller the way the request's revision defines: an
+  ``elicitation/create`` request on the call's stream (2025-11-25, when the client declared form
+  elicitation) or an ``input_required`` answer whose signed ``requestState`` the retry echoes
+  (2026-07-28); no answer within ``limits.approval_timeout_seconds`` denies;
+* a call carrying ``peon/idempotencyKey`` runs at most once per key within the window (see
+  :mod:`peon.serve.idempotency`);
+* session callbacks arrive on session threads and are moved onto the event loop; nothing here blocks
+  the loop on the session (submits and restarts run in worker threads).
+
+The protocol's decisions (what a message means, how a result or a question is shaped) come from the
+sans-I/O modules in :mod:`peon.mcp`; this module only routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from peon.errors import ErrorCode, PeonError
+from peon.mcp import protocol as p
+from peon.result import ToolResult
+
+from . import wire
+from .idempotency import IDEMPOTENCY_KEY, Conflict, Follow, Full, IdempotencyStore, Replay, fingerprint, key_problem
+from .metrics import Metrics
+
+MAX_QUEUED_NOTICES = 32
+RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
+MAX_AWAITING_RETRY = 256
+APPROVAL_KEY = "approval"
+APPROVAL_META_KEY = "peon/approval"  # the structured approval request, for programs (peon.RemoteSession)
+REPLAY_META_KEY = "peon/idempotentReplay"
+REGISTRATION_WAIT_SECONDS = 5.0
+
+log = logging.getLogger("peon.serve")
+
+
+class Stream:
+    """What one HTTP response carries: notifications as they come, then one final message (or none)."""
+
+    def __init__(self) -> None:
+        self._notices: collections.deque[tuple[dict[str, Any], bool]] = collections.deque()  # (message, droppable)
+        self._changed = asyncio.Event()
+        self.final: dict[str, Any] | None = None
+        self.ended = False  # the final message (or the end without one) was decided
+        self.sent_final = False
+        self.closed = False  # the client went away first (the router was told)
+        self.gone = False  # the client hung up (the writer is woken to notice)
+        self.dropped = 0
+        self.on_close: Callable[[], None] | None = None  # instead of cancelling a call (a follower's stream)
+
+    def notify(self, message: dict[str, Any], *, droppable: bool) -> None:
+        if self.ended or self.closed:
+            return
+        if droppable and sum(1 for _, d in self._notices if d) >= MAX_QUEUED_NOTICES:
+            oldest = next(i for i, (_, d) in enumerate(self._notices) if d)
+            del self._notices[oldest]  # progress only: a question is never dropped
+            self.dropped += 1
+        self._notices.append((message, droppable))
+        self._changed.set()
+
+    def finish(self, message: dict[str, Any] | None) -> None:
+        """End the stream, with this last message (``None``: end without an answer)."""
+        if self.ended:
+            return
+        self.ended = True
+        self.final = message
+        self._changed.set()
+
+    def hang_up(self) -> None:
+        """The client went away: wake the writer, whose next :meth:`next_chunk` raises."""
+        self.gone = True
+        self._changed.set()
+
+    async def settle(self, seconds: float) -> dict[str, Any] | None:
+        """The final message when it comes within ``seconds`` before any notification (the answer can then
+        be plain JSON); ``None`` when the response must be a stream. ``ConnectionError`` on hang-up."""
+        try:
+            async with asyncio.timeout(seconds):
+                while not (self._notices or self.ended or self.gone):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            return None
+        if self.gone:
+            raise ConnectionError("the client closed the stream")
+        if self.ended and not self._notices and self.final is not None:
+            self.sent_final = True
+            return self.final
+        return None
+
+    async def next_chunk(self, keepalive_seconds: float) -> bytes | None:
+        """The next bytes to send (a keep-alive comment when idle), or ``None`` after the final message;
+        ``ConnectionError`` once the client hung up."""
+        while True:
+            if self.gone:
+                raise ConnectionError("the client closed the stream")
+            if self._notices:
+                return wire.sse_event(self._notices.popleft()[0])
+            if self.ended:
+                if self.final is None or self.sent_final:
+                    return None
+                self.sent_final = True
+                return wire.sse_event(self.final)
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(keepalive_seconds):
+                    await self._changed.wait()
+            except TimeoutError:
+                return wire.KEEPALIVE
+
+
+@dataclass
+class PendingApproval:
+    request: dict[str, Any]
+    answered: asyncio.Future[dict[str, Any]]
+    elicitation_id: str | None = None
+
+    def resolve(self, answer: dict[str, Any]) -> None:
+        if not self.answered.done():
+            self.answered.set_result(answer)
+
+
+@dataclass
+class McpSession:
+    """One 2025-11-25 session (``Mcp-Session-Id``): its negotiated connection, calls and questions."""
+
+    id: str
+    connection: p.Connection
+    last_seen: float = field(default_factory=time.monotonic)
+    calls: dict[Any, Call] = field(default_factory=dict)  # by JSON-RPC request id
+    elicitations: dict[str, PendingApproval] = field(default_factory=dict)
+
+
+@dataclass
+class Call:
+    name: str
+    arguments: dict[str, Any]
+    version: str
+    progress_token: Any
+    can_elicit: bool
+    request_id: Any  # the request to answer; None while an input_required answer awaits its retry
+    stream: Stream | None
+    mcp_session: McpSession | None
+    idempotency_key: str | None = None
+    key: str = ""  # the Peon session's call id
+    handle: Any = None
+    submitted_at: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+    last_progress: float | None = None
+    approval: PendingApproval | None = None
+    final: ToolResult | None = None  # finished while no request was waiting for it
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An immediate answer to a ``tools/call`` that runs nothing (an error, a replay)."""
+
+    message: dict[str, Any]
+
+
+class CallRouter:
+    def __init__(self, session: Any, identity: p.ServerIdentity, metrics: Metrics, *,
+                 loop: asyncio.AbstractEventLoop, idempotency_window: float, idempotency_entries: int):
+        self.session = session
+        self.identity = identity
+        self.metrics = metrics
+        self.loop = loop
+        limits = (session.info.get("config") or {}).get("limits") or {}
+        self.approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
+        self.signer = p.RequestStateSigner(secrets.token_bytes(32))
+        self.idempotency: IdempotencyStore[ToolResult] = IdempotencyStore(
+            idempotency_window, idempotency_entries, time.monotonic)
+        self.calls: dict[str, Call] = {}  # by the session's call id
+        self.awaiting_retry: dict[str, Call] = {}
+        self._registered = asyncio.Condition()
+        self._ids = itertools.count(1)
+        self._restart_lock = threading.Lock()
+        self.closing = False
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    # -- starting a call ----------------------------------------------------------------------------
+
+    async def start(self, ev: p.StartCall, mcp_session: McpSession | None, meta: Any) -> Answer | Stream:
+        """Run ``ev`` (or resume the call it retries); the stream carries its answer."""
+        if mcp_session is not None and ev.id in mcp_session.calls:
+            return Answer(p.error_response(ev.id, p.INVALID_REQUEST,
+                                           f"request id {ev.id!r} is already in use by a running call"))
+        if ev.request_state is not None:
+            return self._resume(ev)
+        key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
+        if key is not None:
+            problem = key_problem(key)
+            if problem is not None:
+                return Answer(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: {problem}"))
+            claim = self.idempotency.claim(key, fingerprint(ev.name, ev.arguments))
+            if isinstance(claim, Conflict):
+                return Answer(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: {claim.message}"))
+            if isinstance(claim, Full):
+                return Answer(p.error_response(ev.id, p.INTERNAL_ERROR, claim.message))
+            if isinstance(claim, Replay):
+                self.metrics.replays.inc()
+                return Answer(self._answer(ev.id, ev.version, claim.outcome, replay=True))
+            if isinstance(claim, Follow):
+                return self._follow(ev, claim.key)
+        stream = Stream()
+        call = Call(ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, ev.id, stream, mcp_session,
+                    idempotency_key=key)
+        if mcp_session is not None:
+            mcp_session.calls[ev.id] = call
+        self._track(+1)
+        await self._recover_session()
+        try:
+            handle = await asyncio.to_thread(
+                self.session.submit, ev.name, ev.arguments,
+                on_progress=lambda update: self._soon(self._progress, call, update))
+        except Exception as exc:  # a bug or a dead session must fail this call, not the server
+            log.exception("submitting %s failed", ev.name)
+            handle = None
+            failure = ToolResult.failure("", ev.name, ErrorCode.SESSION_CLOSED,
+                                         f"the call could not be submitted: {exc}")
+            self._done(call, failure)
+            return stream
+        async with self._registered:
+            call.handle, call.key = handle, handle.call_id
+            self.calls[call.key] = call
+            self._registered.notify_all()
+        handle.add_done_callback(lambda result: self._soon(self._done, call, result))
+        return stream
+
+    def _follow(self, ev: p.StartCall, key: str) -> Stream:
+        """A retry of a keyed call that is still running: answer it with that call's result."""
+        stream = Stream()
+
+        def deliver(result: ToolResult) -> None:
+            self.metrics.replays.inc()
+            stream.finish(self._answer(ev.id, ev.version, result, replay=True))
+
+        self.idempotency.follow(key, deliver)
+        stream.on_close = lambda: self.idempotency.unfollow(key, deliver)
+        return stream
+
+    def _resume(self, ev: p.StartCall) -> Answer | Stream:
+        """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
+        self._expire_retries()
+        ref = self.signer.verify(ev.request_state)
+        call = self.awaiting_retry.get(ref) if ref is not None else None
+        if call is None or ref is None:
+            reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
+            return Answer(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
+        if (ev.name, ev.arguments) != (call.name, call.arguments):
+            return Answer(p.error_response(ev.id, p.INVALID_PARAMS, "Invalid params: a retry must repeat the name "
+                                                                    "and arguments of the original call"))
+        del self.awaiting_retry[ref]
+        stream = Stream()
+        call.request_id, call.progress_token, call.version, call.stream = ev.id, ev.progress_token, ev.version, stream
+        if call.final is not None:
+            stream.finish(self._answer(ev.id, call.version, call.final))
+            return stream
+        approval = call.approval
+        if approval is not None:
+            response = (ev.input_responses or {}).get(APPROVAL_KEY)
+            if response is None:
+                approval.resolve({"decision": "deny", "reason": "the retry carried no answer to the approval request"})
+            else:
+                approval.resolve(p.decision_from_elicitation(response, None, approval.request.get("scopes") or ()))
+        return stream
+
+    def _expire_retries(self) -> None:
+        now = time.monotonic()
+        for ref, call in list(self.awaiting_retry.items()):
+            if call.final is not None and now - call.finished_at > RETRY_KEEP_SECONDS:
+                del self.awaiting_retry[ref]
+
+    async def _recover_session(self) -> None:
+        """If the supervisor died, start a fresh one for the same session before the next call. The
+        calls pending on the dead one were answered ``supervisor_died``; none is ever re-run."""
+        if self.closing or self.session.alive:
+            return
+        await asyncio.to_thread(self._restart)
+
+    def _restart(self) -> None:
+        with self._restart_lock:
+            if self.closing or self.session.alive:
+                return
+            log.warning("the session's supervisor died; starting a fresh one for the same session")
+            try:
+                self.session.restart()
+            except PeonError as exc:
+                log.error("could not restart the session: %s: %s", exc.code.value, exc.message)
+                return
+            self.metrics.restarts.inc()
+            log.info("session restarted (supervisor pid %s)", self.session.supervisor_pid)
+
+    # -- events from the session (moved onto the loop) ----------------------------------------------
+
+    def _soon(self, fn: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def _progress(self, call: Call, update: dict[str, Any]) -> None:
+        if call.cancelled or call.stream is None or call.progress_token is None:
+            return
+        shaped = p.progress_notification(call.progress_token, update, call.last_progress)
+        if shaped is None:
+            return
+        message, call.last_progress = shaped
+        call.stream.notify(message, droppable=True)
+
+    def _done(self, call: Call, result: ToolResult) -> None:
+        self.calls.pop(call.key, None)
+        self._track(-1)
+        self.metrics.record_result(result, time.monotonic() - call.submitted_at)
+        if call.idempotency_key is not None:
+            if result.error is not None and result.error.code == "busy":
+                self.idempotency.forget(call.idempotency_key)  # it never started: a retry may run it
+            self.idempotency.finish(call.idempotency_key, result)
+        if call.approval is not None:
+            call.approval.resolve({"decision": "deny", "reason": "the call already finished"})
+        if call.mcp_session is not None:
+            call.mcp_session.calls.pop(call.request_id, None)
+        if call.request_id is None:  # its input_required answer is still waiting for the retry
+            call.final, call.finished_at = result, time.monotonic()
+            return
+        if call.stream is not None:
+            call.stream.finish(None if call.cancelled else self._answer(call.request_id, call.version, result))
+
+    def _track(self, delta: int) -> None:
+        self.in_flight += delta
+        self.metrics.queue_depth.set(self.in_flight)
+        if self.in_flight:
+            self.idle.clear()
+        else:
+            self.idle.set()
+
+    def _answer(self, request_id: Any, version: str, result: ToolResult, *, replay: bool = False) -> dict[str, Any]:
+        shaped = p.call_result(result, version)
+        if replay:
+            shaped["_meta"] = {**(shaped.get("_meta") or {}), REPLAY_META_KEY: True}
+        return p.respond(request_id, version, shaped, self.identity)
+
+    # -- cancellation -------------------------------------------------------------------------------
+
+    def stream_closed(self, stream: Stream) -> None:
+        """The client closed a response stream before its final message: cancel what it was waiting for."""
+        stream.closed = True
+        if stream.on_close is not None:
+            stream.on_close()
+            return
+        for call in list(self.calls.values()):
+            if call.stream is stream:
+                self.cancel(call, "the client closed the request's stream")
+
+    def cancel_request(self, mcp_session: McpSession, request_id: Any) -> None:
+        call = mcp_session.calls.get(request_id)
+        if call is not None:
+            self.cancel(call, "the client cancelled the request")
+
+    def cancel(self, call: Call, reason: str) -> None:
+        if call.cancelled:
+            return
+        call.cancelled = True
+        if call.handle is not None:
+            call.handle.cancel()
+        approval = call.approval
+        if approval is not None:
+            approval.resolve({"decision": "deny", "reason": f"{reason} while the approval request was open"})
+            if approval.elicitation_id is not None and call.stream is not None:
+                call.stream.notify({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                    "params": {"requestId": approval.elicitation_id,
+                                               "reason": "the tool call was cancelled"}}, droppable=False)
+
+    def end_mcp_session(self, mcp_session: McpSession, reason: str) -> None:
+        for call in list(mcp_session.calls.values()):
+            self.cancel(call, reason)
+        for approval in list(mcp_session.elicitations.values()):
+            approval.resolve({"decision": "deny", "reason": reason})
+
+    # -- approval -----------------------------------------------------------------------------------
+
+    def approver(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The session's approver (runs on a session thread): ask the client through the call's request."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._ask(request), self.loop)
+        except RuntimeError:
+            return {"decision": "deny", "reason": "the server is shutting down"}
+        try:
+            return future.result(self.approval_wait + REGISTRATION_WAIT_SECONDS + 5.0)
+        except Exception as exc:  # the loop went away, or a bug: a question nobody can answer is a denial
+            future.cancel()
+            return {"decision": "deny", "reason": f"the question could not be asked ({type(exc).__name__})"}
+
+    async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        call_id = str(request.get("call_id"))
+        async with self._registered:
+            with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
+                await asyncio.wait_for(self._registered.wait_for(lambda: call_id in self.calls or self.closing),
+                                       REGISTRATION_WAIT_SECONDS)
+        call = self.calls.get(call_id)
+        if call is None or call.cancelled or self.closing or call.stream is None:
+            return {"decision": "deny", "reason": "the call is no longer pending"}
+        if not call.can_elicit:
+            return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so "
+                    "nobody can be asked; allow the risk in the configuration (or with peon serve --allow)"}
+        approval = PendingApproval(request, self.loop.create_future())
+        call.approval = approval
+        elicitation = p.approval_elicitation(request, call.version)
+        elicitation["_meta"] = {APPROVAL_META_KEY: {k: v for k, v in request.items() if k not in ("op", "request_id")}}
+        if p.is_modern(call.version):
+            self._park_for_retry(call, elicitation)
+        else:
+            assert call.mcp_session is not None
+            approval.elicitation_id = f"peon-approval-{next(self._ids)}"
+            call.mcp_session.elicitations[approval.elicitation_id] = approval
+            call.stream.notify({"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
+                                "params": elicitation}, droppable=False)
+        asked_at = time.monotonic()
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(approval.answered), self.approval_wait)
+        except TimeoutError:
+            answer = {"decision": "deny", "reason": f"no answer within {self.approval_wait:g} s"}
+        finally:
+            if approval.elicitation_id is not None and call.mcp_session is not None:
+                call.mcp_session.elicitations.pop(approval.elicitation_id, None)
+            call.approval = None
+        self.metrics.approval_wait.observe(time.monotonic() - asked_at)
+        self.metrics.approvals.labels(str(answer.get("decision"))).inc()
+        return answer
+
+    def _park_for_retry(self, call: Call, elicitation: dict[str, Any]) -> None:
+        """2026-07-28: answer the request with input_required; the call waits for the client's retry."""
+        while len(self.awaiting_retry) >= MAX_AWAITING_RETRY:
+            oldest = next(iter(self.awaiting_retry))
+            self.awaiting_retry.pop(oldest)
+        state = self.signer.sign(call.key)
+        self.awaiting_retry[call.key] = call
+        if call.mcp_session is not None:
+            call.mcp_session.calls.pop(call.request_id, None)
+        request_id, call.request_id = call.request_id, None
+        stream, call.stream = call.stream, None
+        assert stream is not None
+        stream.finish(p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state),
+                                self.identity))
+
+    def client_reply(self, mcp_session: McpSession, ev: p.ClientReply) -> bool:
+        """A response the client POSTed to one of our questions; ``False`` when nothing waited for it."""
+        approval = mcp_session.elicitations.get(str(ev.id))
+        if approval is None:
+            return False
+        approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
+        return True
+
+    # -- shutdown -----------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Deny every open question; the session's close answers every call (their streams then end)."""
+        self.closing = True
+        async with self._registered:
+            self._registered.notify_all()
+        for call in list(self.calls.values()):
+            if call.approval is not None:
+                call.approval.resolve({"decision": "deny", "reason": "the server is shutting down"})
