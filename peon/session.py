@@ -6,7 +6,14 @@ Promises:
   :class:`~peon.errors.SessionError` / :class:`~peon.errors.ConfigError` saying why it is not;
 * every :meth:`Session.submit` yields exactly one :class:`~peon.result.ToolResult`, also when the
   supervisor dies (``supervisor_died``) or the session closes first (``session_closed``) — a caller
-  never waits forever;
+  never waits forever. A running call is answered by its deadline + ``limits.worker_grace_seconds``
+  + :data:`ANSWER_MARGIN_SECONDS` even if the supervisor stops answering (stopped with ``SIGSTOP``,
+  say): the client then kills the supervisor and everything below it and answers every pending call
+  ``supervisor_died``, saying so. A message from the supervisor that cannot be read (over the
+  channel bound, not JSON) is never skipped: the call it names is answered ``too_large``, and a
+  message that names no call means the supervisor is broken (killed, ``supervisor_died``);
+* a session whose supervisor does not become ready within :data:`START_TIMEOUT_SECONDS` raises, and
+  nothing of it is left: the supervisor and everything below it are killed;
 * :meth:`Session.close` (and leaving the ``with`` block) returns when the supervisor has exited and
   no process the session started is alive.
 
@@ -17,23 +24,31 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from workers import proctree
+from workers.cgroup import Cgroup, session_cgroup_path
+from workers.reaper import signal_name
+
 from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
-from .framing import LineDecoder, Oversize, encode
+from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from .result import ToolResult
 from .validation import check_depth
-from workers.reaper import signal_name
 
 START_TIMEOUT_SECONDS = 60.0
 CLOSE_TIMEOUT_SECONDS = 20.0
+# After a running call's deadline + worker grace, how long the supervisor still has to answer it
+# before the client takes it for unresponsive and kills it.
+ANSWER_MARGIN_SECONDS = 5.0
 
 Approver = Callable[[dict], Any]
 ProgressCallback = Callable[[dict], None]
@@ -130,6 +145,9 @@ class Session:
         self._dead: ToolResult | None = None  # set once the supervisor is gone
         self._ready = threading.Event()
         self._start_reply: dict | None = None
+        self._answer_by: dict[str, float] = {}  # running calls: when the supervisor must have answered
+        self._gave_up: str | None = None  # why the client killed an unresponsive supervisor
+        self._contain_lock = threading.Lock()
         self.info: dict[str, Any] = {}
         self._start()
 
@@ -158,8 +176,11 @@ class Session:
             "approver": self.approver is not None,
         })
         if not self._ready.wait(START_TIMEOUT_SECONDS):
+            self._gave_up = f"did not start within {START_TIMEOUT_SECONDS:g} s and was killed with everything below it"
             self._kill_supervisor()
-            raise SessionError(ErrorCode.SUPERVISOR_DIED, f"the supervisor did not start within {START_TIMEOUT_SECONDS:g} s")
+            self._reader.join(CLOSE_TIMEOUT_SECONDS)
+            self._sock.close()
+            raise SessionError(ErrorCode.SUPERVISOR_DIED, f"the supervisor {self._gave_up}")
         reply = self._start_reply or {}
         if reply.get("op") != "ready":
             self._proc.wait()
@@ -201,6 +222,7 @@ class Session:
                 self._dead = None
             self._ready = threading.Event()
             self._start_reply = None
+            self._gave_up = None
             self._start()
         finally:
             self._restarting = False
@@ -253,7 +275,7 @@ class Session:
             handle._resolve(ToolResult.failure(call_id, name, ErrorCode.INVALID_INPUT,
                                                f"input for {name} is not representable as JSON: {exc}"))
             return handle
-        limit = self.config.config.limits.max_input_bytes
+        limit = min(self.config.config.limits.max_input_bytes, MAX_MESSAGE_BYTES - ENVELOPE_BYTES)
         if len(data) > limit:
             handle._resolve(ToolResult.failure(
                 call_id, name, ErrorCode.TOO_LARGE,
@@ -293,21 +315,81 @@ class Session:
     def _read_loop(self) -> None:
         decoder = LineDecoder()
         chunk = bytearray(64 * 1024)  # reused: a fresh large buffer per recv makes RSS creep
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
         try:
             while True:
+                if not poller.poll(self._watchdog_ms()):
+                    self._check_overdue()
+                    continue
                 try:
                     n = self._sock.recv_into(chunk)
                 except OSError:
                     n = 0
                 if not n:
                     break
-                data = bytes(memoryview(chunk)[:n])
-                for line in decoder.feed(data):
-                    if isinstance(line, Oversize):
-                        continue
-                    self._dispatch(json.loads(line))
+                for line in decoder.feed(bytes(memoryview(chunk)[:n])):
+                    self._dispatch_line(line)
         finally:
             self._on_supervisor_gone()
+
+    def _watchdog_ms(self) -> int | None:
+        """How long the reader may wait for the supervisor before checking it answers (None: no call
+        is running, nothing to check — an idle session does not wake up)."""
+        with self._lock:
+            if not self._answer_by:
+                return None
+            earliest = min(self._answer_by.values())
+        return max(0, int((earliest + ANSWER_MARGIN_SECONDS - time.monotonic()) * 1000) + 1)
+
+    def _check_overdue(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            overdue = [(call_id, at) for call_id, at in self._answer_by.items() if at + ANSWER_MARGIN_SECONDS <= now]
+            handles = {call_id: self._handles.get(call_id) for call_id, _ in overdue}
+        if not overdue:
+            return
+        call_id, at = overdue[0]
+        handle = handles[call_id]
+        what = f"call {call_id}" + (f" ({handle.tool})" if handle is not None else "")
+        state = proctree.status(self._proc.pid)
+        how = " (its process was stopped)" if state == "stopped" else ""
+        self._abandon(f"did not answer {what} by its deadline + worker grace + {ANSWER_MARGIN_SECONDS:g} s{how}")
+
+    def _abandon(self, why: str) -> None:
+        """The supervisor cannot be trusted to answer: kill it and everything below it. The reader then
+        sees the end of the channel and answers every pending call ``supervisor_died``, saying ``why``."""
+        self._gave_up = f"{why}; the client killed it and everything below it"
+        self._kill_supervisor()
+
+    def _dispatch_line(self, line: bytes | Oversize) -> None:
+        if isinstance(line, Oversize):
+            fields = head_fields(line.head)
+            self._unreadable(fields, f"a message of {line.length} bytes, over the channel bound of {MAX_MESSAGE_BYTES} bytes")
+            return
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            self._unreadable(head_fields(line[:256]), f"a message that is not JSON ({exc})")
+            return
+        if not isinstance(message, dict):
+            self._unreadable({}, f"a message that is a JSON {type(message).__name__}")
+            return
+        self._dispatch(message)
+
+    def _unreadable(self, fields: dict[str, str], what: str) -> None:
+        """Answer the call an unreadable message was for, or give up on a supervisor that sends messages
+        that name no call: a caller always gets an answer."""
+        with self._lock:
+            handle = self._handles.pop(fields.get("id", ""), None) if fields.get("op") in ("result", "progress") else None
+            if handle is not None:
+                self._answer_by.pop(handle.call_id, None)
+        if handle is not None:
+            handle._resolve(ToolResult.failure(handle.call_id, handle.tool, ErrorCode.TOO_LARGE,
+                                               f"the supervisor sent {what} for this call",
+                                               {"limit": MAX_MESSAGE_BYTES}))
+            return
+        self._abandon(f"sent {what}, which names no call")
 
     def _dispatch(self, message: dict) -> None:
         op = message.get("op")
@@ -317,8 +399,13 @@ class Session:
         elif op == "result":
             with self._lock:
                 handle = self._handles.pop(str(message.get("id")), None)
+                self._answer_by.pop(str(message.get("id")), None)
             if handle is not None:
                 handle._resolve(ToolResult.from_message(handle.call_id, handle.tool, message))
+        elif op == "started":
+            with self._lock:
+                if str(message.get("id")) in self._handles and isinstance(message.get("answer_by"), (int, float)):
+                    self._answer_by[str(message.get("id"))] = float(message["answer_by"])
         elif op == "progress":
             handle = self._handles.get(str(message.get("id")))
             if handle is not None and handle.on_progress is not None:
@@ -360,7 +447,7 @@ class Session:
         self._contain_leftovers()
         if self._closing or self._restarting:
             return
-        message = f"the session's supervisor (pid {self._proc.pid}) {self._exit_description()}"
+        message = f"the session's supervisor (pid {self._proc.pid}) {self._gave_up or self._exit_description()}"
         with self._lock:
             self._dead = ToolResult.failure("", "", ErrorCode.SUPERVISOR_DIED, message)
         self._fail_pending(ErrorCode.SUPERVISOR_DIED, message)
@@ -368,6 +455,7 @@ class Session:
     def _fail_pending(self, code: ErrorCode, message: str) -> None:
         with self._lock:
             handles, self._handles = list(self._handles.values()), {}
+            self._answer_by.clear()
         for handle in handles:
             handle._resolve(ToolResult.failure(handle.call_id, handle.tool, code, message))
 
@@ -380,15 +468,19 @@ class Session:
         return f"exited with status {code}"
 
     def _kill_supervisor(self) -> None:
+        """Kill the supervisor and everything below it: stopped first, so that nothing it started can
+        escape to init while the tree below it is killed (workers, commands, daemons), then killed."""
         if self._proc.poll() is None:
-            self._proc.kill()
+            proctree.kill_tree(self._proc.pid, include_root=True, timeout=5.0)
             self._proc.wait()
         self._contain_leftovers()
 
     def _contain_leftovers(self) -> None:
-        """If the supervisor died, kill its session cgroup (workers kill their own trees otherwise)."""
-        path = (self.info.get("containment") or {}).get("cgroup")
-        if path and os.path.isdir(path):
-            from workers.cgroup import Cgroup
-
-            Cgroup(Path(path)).kill_and_remove()
+        """If the supervisor died, kill its session cgroup (workers kill their own trees otherwise).
+        Several threads may get here at once (the reader seeing the end of the channel, ``close()``
+        giving up on a slow supervisor): one cleans, and the cgroup code tolerates a tree that vanishes."""
+        with self._contain_lock:
+            path = (self.info.get("containment") or {}).get("cgroup")
+            candidate = Path(path) if path else session_cgroup_path(self.session_id, self._proc.pid)
+            if candidate is not None and candidate.is_dir():
+                Cgroup(candidate).kill_and_remove()

@@ -49,7 +49,10 @@ class SessionView:
     """What a tool may know about the session it serves (read-only, same in supervisor and worker).
 
     ``config`` is the resolved :class:`~peon.config.PeonConfig`; ``env`` is the environment the
-    session's processes run with; ``skills`` maps skill names to their discovery records.
+    session's processes run with; ``skills`` maps skill names to their discovery records;
+    ``root_fd`` is an ``O_PATH`` descriptor of the workspace, opened once when the session started
+    (close-on-exec, valid in the supervisor and in every worker; -1 where there is none): resolve
+    workspace files beneath it, never by reopening ``workspace`` by path.
     """
 
     workspace: Path
@@ -57,6 +60,7 @@ class SessionView:
     env: Mapping[str, str]
     session_id: str = ""
     skills: Mapping[str, Any] = field(default_factory=dict)
+    root_fd: int = -1
 
 
 @dataclass(frozen=True)

@@ -1,44 +1,74 @@
 """How the supervisor contains and kills a worker's process tree.
 
-Promise: after :meth:`Containment.kill_tree` no process of that worker's tree is running, even one
-that was forking while the kill ran, and :meth:`Containment.release` leaves nothing of the worker
-behind (no process, no cgroup). Two implementations, chosen once per session:
+Promise: after :meth:`Containment.kill_tree` no process of that worker's tree is running — not one
+that was forking while the kill ran, not one that moved itself out of the worker's cgroup (a root
+command can write its pid into any cgroup) — because both mechanisms are used: the cgroup, and the
+process tree, which holds every descendant since workers are child subreapers. :meth:`Containment.release`
+leaves nothing of the worker behind (no process, no cgroup); it never waits, so it never stalls the
+supervisor's event loop. Two implementations, chosen once per session:
 
-* :class:`CgroupContainment` — each worker in its own cgroup v2 below a per-session cgroup, killed
-  with ``cgroup.kill``;
-* :class:`ProcessTreeContainment` — the fallback: subreapers keep every descendant in the tree, and a
-  freeze-then-kill sweep (``SIGSTOP`` everything, then ``SIGKILL``) means a fork loop cannot outrun it.
+* :class:`CgroupContainment` — each worker in its own cgroup v2 below a per-session cgroup (limits,
+  ``cgroup.kill``, OOM accounting), plus the process-tree sweep;
+* :class:`ProcessTreeContainment` — the fallback: the process-tree sweep alone (process groups killed
+  whole, listed again until nothing below the worker is alive).
+
+A worker's cgroup is made before the worker exists (the pid is not known yet) and the worker joins it
+itself, while it is still a standby: moving a process between cgroups waits for an RCU grace period
+(about 8 ms on an idle machine), which must not sit on a call's path nor stall the supervisor.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from peon.errors import ConfigError
 from workers import cgroup, proctree
 from workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
+from workers.reaper import REAPER
+
+
+@dataclass
+class WorkerSlot:
+    """Where one worker is contained: its cgroup (None in process-tree mode)."""
+
+    name: str
+    group: cgroup.Cgroup | None = None
+
+    @property
+    def cgroup_path(self) -> str | None:
+        return str(self.group.path) if self.group is not None else None
 
 
 class Containment:
     kind = "abstract"
     description = ""
 
-    def adopt(self, pid: int) -> None:
-        """Take a freshly forked worker in, before it is given a call."""
+    def __init__(self) -> None:
+        self._serial = itertools.count(1)
 
-    def worker_cgroup(self, pid: int) -> str | None:
-        """The cgroup a worker's call runs in, when it has one (see :mod:`workers.treekill`)."""
-        return None
+    def prepare(self) -> WorkerSlot:
+        """A place for a worker about to start (called off the event loop: it may touch cgroupfs)."""
+        return WorkerSlot(f"worker-{next(self._serial)}")
 
-    def kill_tree(self, pid: int) -> None:
-        raise NotImplementedError
+    def kill_tree(self, pid: int, slot: WorkerSlot | None) -> list[int]:
+        """Kill the worker ``pid`` and everything below it; return what survived (stuck in the kernel).
 
-    def release(self, pid: int) -> bool:
-        """Called after the worker exited: True when nothing of it remains."""
-        raise NotImplementedError
+        The tree first, with the worker stopped so that every descendant stays below it (one that left
+        the cgroup included), then the cgroup, which holds nothing else unless something joined it."""
+        survivors = proctree.kill_tree(pid, include_root=True, timeout=5.0)
+        if slot is not None and slot.group is not None:
+            slot.group.kill()
+        return survivors
 
-    def oom_killed(self, pid: int) -> bool:
+    def release(self, slot: WorkerSlot) -> bool:
+        """After the worker exited: True when nothing of it remains. Never waits; call again later
+        while it returns False."""
+        return True
+
+    def oom_killed(self, slot: WorkerSlot | None) -> bool:
         return False
 
     def close(self) -> None:
@@ -60,56 +90,48 @@ class ProcessTreeContainment(Containment):
     kind = "process-tree"
 
     def __init__(self, reason: str):
-        self.description = f"child subreaper + process groups + freeze-then-kill sweeps ({reason})"
-
-    def kill_tree(self, pid: int) -> None:
-        proctree.freeze_and_kill(pid, include_root=True)
-
-    def release(self, pid: int) -> bool:
-        return True  # the worker swept its own tree; orphans are handled by the supervisor's sweep
+        super().__init__()
+        self.description = f"child subreaper + process groups + kill sweeps ({reason})"
 
 
 class CgroupContainment(Containment):
     kind = "cgroup"
 
     def __init__(self, parent: Path, name: str, limits: ResourceLimits):
+        super().__init__()
         self.session = cgroup.Cgroup.create(parent / name)
-        self.limits = limits
-        self.controllers = self.session.enable_controllers(("memory", "pids"))
-        self.description = f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}"
-        self._workers: dict[int, cgroup.Cgroup] = {}
+        try:
+            self.limits = limits
+            self.controllers = self.session.enable_controllers(("memory", "pids"))
+        except BaseException:
+            self.session.kill_and_remove()
+            raise
+        self.description = (f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}, "
+                            "and process-tree sweeps")
 
-    def adopt(self, pid: int) -> None:
-        group = self.session.child(f"worker-{pid}")
-        self._workers[pid] = group
-        if "memory" in self.controllers:
-            group.write("memory.max", str(self.limits.memory_bytes))
-            group.write("memory.swap.max", "0", missing_ok=True)
-        if "pids" in self.controllers:
-            group.write("pids.max", str(self.limits.processes + 1))  # + the worker itself
-        group.child("tree").add(pid)
+    def prepare(self) -> WorkerSlot:
+        slot = super().prepare()
+        group = self.session.child(slot.name)
+        try:
+            if "memory" in self.controllers:
+                group.write("memory.max", str(self.limits.memory_bytes))
+                group.write("memory.swap.max", "0", missing_ok=True)
+            if "pids" in self.controllers:
+                group.write("pids.max", str(self.limits.processes + 1))  # + the worker itself
+        except BaseException:
+            group.remove_now()
+            raise
+        slot.group = group
+        return slot
 
-    def worker_cgroup(self, pid: int) -> str | None:
-        group = self._workers.get(pid)
-        return str(group.path / "tree") if group is not None else None
+    def release(self, slot: WorkerSlot) -> bool:
+        return slot.group is None or slot.group.remove_now()
 
-    def kill_tree(self, pid: int) -> None:
-        group = self._workers.get(pid)
-        if group is not None:
-            group.kill()
-        else:
-            proctree.freeze_and_kill(pid, include_root=True)
-
-    def release(self, pid: int) -> bool:
-        group = self._workers.pop(pid, None)
-        return group is None or group.kill_and_remove()
-
-    def oom_killed(self, pid: int) -> bool:
-        group = self._workers.get(pid)
-        if group is None:
+    def oom_killed(self, slot: WorkerSlot | None) -> bool:
+        if slot is None or slot.group is None:
             return False
         try:
-            with open(group.path / "memory.events") as f:
+            with open(slot.group.path / "memory.events") as f:
                 return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0 for line in f)
         except (OSError, ValueError, IndexError):
             return False
@@ -138,10 +160,13 @@ def choose(mode: str, session_name: str, limits: ResourceLimits) -> Containment:
     return ProcessTreeContainment(f"cgroup v2 unavailable: {support.reason}")
 
 
-def sweep_orphans(known: set[int]) -> int:
-    """Kill the tree of every child of this process that is not a known worker (reparented orphans)."""
-    killed = 0
+def sweep_orphans(known: set[int]) -> list[int]:
+    """Kill the tree of every child of this process that is not ``known`` (orphans reparented to this
+    subreaper, or a process a command made someone else fork); return the pids that were swept."""
+    swept = []
     for pid in proctree.children(os.getpid()):
-        if pid not in known:
-            killed += proctree.freeze_and_kill(pid, include_root=True)
-    return killed
+        if pid not in known and proctree.state(pid) not in (None, "Z", "X"):
+            proctree.kill_tree(pid, include_root=True, reap=REAPER.reap, timeout=5.0)
+            swept.append(pid)
+    REAPER.reap()
+    return swept

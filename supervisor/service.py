@@ -71,6 +71,12 @@ class Supervisor:
         except PeonError as exc:
             await self.client.send({"op": "fatal", "error": exc.to_dict()})
             return 1
+        except Exception as exc:  # a bug, or a tool that fails in schema_for: say so, leave nothing behind
+            traceback.print_exc(file=sys.stderr)
+            await self.client.send({"op": "fatal", "error": ToolError(
+                ErrorCode.SUPERVISOR_DIED, f"the supervisor could not open the session: {type(exc).__name__}: {exc}",
+            ).to_dict()})
+            return 1
         setproctitle(f"peon-supervisor {self.state.view.workspace}")
         state = self.state
         self.pool = WorkerPool(
@@ -191,6 +197,10 @@ class Supervisor:
             if call.progress:
                 await self.client.send({**message, "op": "progress", "id": call.id})
 
+        # The client answers the call itself if no result comes by this time (a stopped supervisor).
+        await self.client.send({"op": "started", "id": call.id,
+                                "answer_by": deadline.at + state.config.limits.worker_grace_seconds})
+
         reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress,
                                      "approved": call.request.details},
                                     deadline, call.cancelled, forward_progress)
@@ -218,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m supervisor")
     parser.add_argument("--fd", type=int, required=True, help="the connected socket to the client")
     options = parser.parse_args(argv)
+    linux.set_dumpable(False)  # no ptrace, no pidfd_getfd from processes of the same user
     linux.set_child_subreaper()
     setproctitle("peon-supervisor (starting)")
     sock = socket.socket(fileno=options.fd)

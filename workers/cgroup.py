@@ -79,6 +79,20 @@ def probe() -> CgroupSupport:
             pass
 
 
+def session_cgroup_name(session_id: str, supervisor_pid: int) -> str:
+    """The name of a session's cgroup (below the supervisor's own cgroup), which its client can
+    compute too: to clean up after a supervisor that died before it said where its cgroup is."""
+    return f"peon-{session_id[:16]}-{supervisor_pid}"
+
+
+def session_cgroup_path(session_id: str, supervisor_pid: int) -> Path | None:
+    """Where a supervisor started by this process made its session cgroup, if cgroup v2 is mounted."""
+    mount, own = cgroup2_mount(), own_cgroup_path()
+    if mount is None or own is None:
+        return None
+    return mount / own.lstrip("/") / session_cgroup_name(session_id, supervisor_pid)
+
+
 class Cgroup:
     def __init__(self, path: Path):
         self.path = path
@@ -134,25 +148,38 @@ class Cgroup:
                     key, _, value = line.partition(" ")
                     if key == "populated":
                         return value.strip() == "1"
-        except FileNotFoundError:
-            return False
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENODEV):
+                return False
+            raise
         return False
 
     def kill(self) -> None:
+        """``cgroup.kill``: the kernel kills every member, also ones forked while it runs. A cgroup
+        that is gone (or going: ``ENODEV``) has nothing left to kill."""
         try:
             with open(self.path / "cgroup.kill", "w") as f:
                 f.write("1")
-        except FileNotFoundError:
-            pass
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENODEV):
+                raise
+
+    def remove_now(self) -> bool:
+        """One attempt, never waiting: kill what is inside, remove the tree if it is empty. True when
+        the cgroup is gone."""
+        if self.populated():
+            self.kill()
+            return False
+        return self._remove_tree()
 
     def kill_and_remove(self, timeout: float = 5.0) -> bool:
-        """Kill every member (and every descendant cgroup's), wait until empty, remove the tree."""
+        """Kill every member (and every descendant cgroup's), wait until empty, remove the tree.
+        Safe to run from several threads or processes at once on the same tree: whoever removes a
+        cgroup first wins, the others see it gone."""
         until = time.monotonic() + timeout
         delay = 0.0002
         while True:
-            if self.populated():
-                self.kill()
-            elif self._remove_tree():
+            if self.remove_now():
                 return True
             if time.monotonic() >= until:
                 return False
@@ -160,23 +187,16 @@ class Cgroup:
             delay = min(delay * 2, 0.01)
 
     def _remove_tree(self) -> bool:
-        if not self.path.exists():
-            return True
-        for sub in sorted((p for p in self.path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        """Remove the empty cgroups of this tree, deepest first; False while one is still busy."""
+        for directory, _, _ in sorted(os.walk(self.path, topdown=False), key=lambda entry: -len(entry[0])):
             try:
-                os.rmdir(sub)
+                os.rmdir(directory)
             except FileNotFoundError:
-                pass
+                continue
             except OSError as exc:
                 if exc.errno == errno.EBUSY:
                     return False
+                if exc.errno == errno.ENODEV:
+                    continue
                 raise
-        try:
-            os.rmdir(self.path)
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno == errno.EBUSY:
-                return False
-            raise
         return True

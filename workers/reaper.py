@@ -63,6 +63,15 @@ def describe_status(status: int) -> str:
     return f"exited with status {os.WEXITSTATUS(status)}"
 
 
+def describe_exitcode(code: int | None) -> str:
+    """How a ``multiprocessing`` process ended, from its ``exitcode`` (-N: killed by signal N)."""
+    if code is None:
+        return "exited (its status is unknown: the forkserver did not report it)"
+    if code < 0:
+        return f"killed by {signal_name(-code)}"
+    return f"exited with status {code}"
+
+
 def signal_name(sig: int) -> str:
     try:
         return signal.Signals(sig).name

@@ -5,11 +5,14 @@ a member of its process group, not a daemon that escaped with ``setsid``, a doub
 ``disown`` (the worker is a child subreaper, so every orphan is reparented to it and stays findable).
 In order:
 
-* the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe;
+* the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe,
+  and it inherits no other descriptor: every descriptor of the worker is close-on-exec, which
+  :func:`audit_descriptors` checks (and enforces) right before each spawn;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
   :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
 * at the **deadline** the group gets ``SIGKILL`` at once;
-* when the leader has exited, every remaining descendant of the worker is frozen and killed;
+* when the leader has exited, every remaining descendant of the worker is killed (a process-tree
+  sweep, which also finds a descendant that moved itself out of the worker's cgroup);
 * the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
   still holds it;
 * output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.truncation`) however much
@@ -27,16 +30,17 @@ import asyncio
 import fcntl
 import os
 import signal
+import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
 from peon.truncation import BoundedText, HeadTail
 
-from . import treekill
-from .limits import ResourceLimits, watch as watch_limits
+from . import proctree
+from .limits import ResourceLimits, probe_for, watch as watch_limits
 from .reaper import REAPER, signal_name, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
@@ -122,7 +126,30 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
+def audit_descriptors() -> list[int]:
+    """Make every descriptor of this process above 2 close-on-exec; return those that were not (each
+    would have reached the command). Peon opens everything close-on-exec, so this finds none unless
+    a tool (or a library it uses) left one inheritable."""
+    leaked = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+            if not flags & fcntl.FD_CLOEXEC:
+                fcntl.fcntl(fd, fcntl.F_SETFD, flags | fcntl.FD_CLOEXEC)
+                leaked.append(fd)
+        except OSError:
+            continue  # the directory listing's own descriptor, closed by now
+    if leaked:
+        print(f"peon-worker: descriptors {leaked} were inheritable; made close-on-exec before spawning",
+              file=sys.stderr)
+    return leaked
+
+
 def _spawn(spec: ProcessSpec, write_fd: int) -> int:
+    audit_descriptors()
     if os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
     return os.posix_spawn(
@@ -138,10 +165,6 @@ def _spawn(spec: ProcessSpec, write_fd: int) -> int:
         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),  # Python ignores these; the child must not inherit that
         setsigmask=(),
     )
-
-
-async def _sleep_until(moment: float) -> None:
-    await asyncio.sleep(max(0.0, moment - time.monotonic()))
 
 
 async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
@@ -184,11 +207,11 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         capture.feed(view[:n])
 
     loop.add_reader(read_fd, on_readable)
-    progress = asyncio.ensure_future(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
-    cancel_wait = asyncio.ensure_future(ctx.cancel.wait())
+    progress = asyncio.create_task(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
+    cancel_wait = asyncio.create_task(ctx.cancel.wait())
     limits = ctx.session.config.limits
-    probe = treekill.current.limit_probe(ResourceLimits(limits.memory_max_bytes, limits.max_processes))
-    limit_hit = asyncio.ensure_future(watch_limits(probe))
+    probe = probe_for(ResourceLimits(limits.memory_max_bytes, limits.max_processes), os.getpid())
+    limit_hit = asyncio.create_task(watch_limits(probe))
     timed_out = cancelled = False
     exceeded: str | None = None
     try:
@@ -213,8 +236,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if exceeded is None and limit_hit.done():
             exceeded = limit_hit.result()
         elif exceeded is None and not (timed_out or cancelled):
-            exceeded = probe.check()  # e.g. a fork refused at pids.max made the command give up
-        treekill.current.kill_descendants()
+            exceeded = probe.kernel_verdict()  # e.g. a fork refused at pids.max made the command give up
+        _kill_descendants()
         status = await asyncio.wait_for(exited, timeout=10.0)
         await _wait_descendants_gone()
         try:
@@ -229,7 +252,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if progress is not None:
             progress.cancel()
         if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
-            treekill.current.kill_descendants()
+            _kill_descendants()
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):
         exit_code, sig = None, signal_name(os.WTERMSIG(status))
@@ -238,10 +261,15 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms, exceeded)
 
 
+def _kill_descendants() -> None:
+    """Kill everything below this worker and wait (bounded) until none of it is alive."""
+    proctree.kill_tree(os.getpid(), reap=REAPER.reap)
+
+
 async def _wait_descendants_gone(timeout: float = 10.0) -> None:
     if not await wait_children_gone(REAPER, timeout=timeout):
         # Something survived SIGKILL (e.g. stuck in the kernel); kill again and report upward.
-        treekill.current.kill_descendants()
+        _kill_descendants()
         raise ToolError(ErrorCode.TOOL_FAILED, f"some processes of this call could not be killed within {timeout:g} s")
 
 

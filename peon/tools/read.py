@@ -247,11 +247,12 @@ class ReadTool(Tool):
         offset = int(args.get("offset", 0))
         limit = None if args.get("limit") is None else int(args["limit"])
         resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
-        return read_file(ctx.workspace, path, offset, limit, ctx.limits.read_max_bytes, resolver)
+        return read_file(ctx.workspace, path, offset, limit, ctx.limits.read_max_bytes, resolver,
+                         ctx.session.root_fd)
 
 
 def read_file(workspace: Path, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,
-              resolver: fs.Resolver) -> dict[str, Any]:
+              resolver: fs.Resolver, root_fd: int = -1) -> dict[str, Any]:
     chosen: list[Range] = []
 
     def select(total: int) -> tuple[int, int]:
@@ -259,7 +260,7 @@ def read_file(workspace: Path, path: WorkspacePath, offset: int, limit: int | No
         chosen.append(rng)
         return max(0, rng.start - CONTEXT_BYTES), min(total, rng.end + CONTEXT_BYTES)
 
-    root = fs.open_root(workspace)
+    root = os.dup(root_fd) if root_fd >= 0 else fs.open_root(workspace)  # the pinned root, when there is one
     try:
         window = fs.read_window(root, path, resolver, select)
     finally:

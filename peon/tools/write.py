@@ -102,12 +102,12 @@ class WriteTool(Tool):
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         path, data, expected = _checked(args)
         resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
-        return write_file(ctx.workspace, path, data, args["mode"], expected, resolver)
+        return write_file(ctx.workspace, path, data, args["mode"], expected, resolver, ctx.session.root_fd)
 
 
 def write_file(workspace: Path, path: WorkspacePath, data: bytes, mode: str, expected: str | None,
-               resolver: fs.Resolver) -> dict[str, Any]:
-    root = fs.open_root(workspace)
+               resolver: fs.Resolver, root_fd: int = -1) -> dict[str, Any]:
+    root = os.dup(root_fd) if root_fd >= 0 else fs.open_root(workspace)  # the pinned root, when there is one
     try:
         outcome = fs.write_file(root, path, data, create=mode == "create", expected_sha256=expected,
                                 resolver=resolver)
