@@ -113,6 +113,8 @@ class CallHandle:
 
 
 class Session:
+    max_message_bytes = MAX_MESSAGE_BYTES  # the bound of what the supervisor may send in one message
+
     def __init__(
         self,
         workspace: str | os.PathLike,
@@ -313,7 +315,7 @@ class Session:
             pass
 
     def _read_loop(self) -> None:
-        decoder = LineDecoder()
+        decoder = LineDecoder(self.max_message_bytes)
         chunk = bytearray(64 * 1024)  # reused: a fresh large buffer per recv makes RSS creep
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
@@ -365,7 +367,8 @@ class Session:
     def _dispatch_line(self, line: bytes | Oversize) -> None:
         if isinstance(line, Oversize):
             fields = head_fields(line.head)
-            self._unreadable(fields, f"a message of {line.length} bytes, over the channel bound of {MAX_MESSAGE_BYTES} bytes")
+            self._unreadable(fields, f"a message of {line.length} bytes, over the channel bound of "
+                                     f"{self.max_message_bytes} bytes")
             return
         try:
             message = json.loads(line)
@@ -387,7 +390,7 @@ class Session:
         if handle is not None:
             handle._resolve(ToolResult.failure(handle.call_id, handle.tool, ErrorCode.TOO_LARGE,
                                                f"the supervisor sent {what} for this call",
-                                               {"limit": MAX_MESSAGE_BYTES}))
+                                               {"limit": self.max_message_bytes}))
             return
         self._abandon(f"sent {what}, which names no call")
 

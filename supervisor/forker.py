@@ -52,7 +52,8 @@ from workers.worker import InheritedFd, WorkerStart, serve
 
 from .containment import Containment, WorkerSlot
 
-START_TIMEOUT_SECONDS = 10.0  # starting one worker (the first one also starts the forkserver)
+START_TIMEOUT_SECONDS = 10.0  # starting one worker, unless limits.worker_start_seconds says otherwise
+LAUNCH_TIMEOUT_SECONDS = 60.0  # starting the forkserver itself: a fresh interpreter importing the tools
 T = TypeVar("T")
 
 
@@ -109,6 +110,7 @@ class Forker:
     def __init__(self, session: dict[str, Any], tool_paths: list[str]):
         session = dict(session)
         self.root_fd: int = int(session.pop("root_fd", -1))
+        self.start_seconds = float(session.pop("start_seconds", START_TIMEOUT_SECONDS))
         self.workspace = str(session["workspace"])
         self.session_json = encode_json(session)
         self.tool_paths = tuple(tool_paths)
@@ -117,6 +119,7 @@ class Forker:
         self._pidfd = -1
         self._gone: asyncio.Future[None] | None = None  # resolves when the current forkserver exits
         self.starting = 0  # worker starts in flight: their pids are not known to the pool yet
+        self._proven: int | None = None  # the forkserver that forked a worker: it has finished loading
         self._spawning = threading.Lock()  # held while a forkserver is being started and recorded
 
     @classmethod
@@ -215,10 +218,16 @@ class Forker:
     async def wait_ready(self) -> None:
         """Start the forkserver now (``multiprocessing`` would on the first ``Process.start``)."""
         loop = asyncio.get_running_loop()
-        self._watch(await self._in_thread(self._ensure_running, loop.time() + START_TIMEOUT_SECONDS))
+        self._watch(await self._in_thread(self._ensure_running, loop.time() + LAUNCH_TIMEOUT_SECONDS))
 
-    async def start_worker(self, containment: Containment, until: float) -> StartedWorker:
-        """A new worker, started by ``until`` (loop time), or :class:`ForkerGone`."""
+    async def start_worker(self, containment: Containment, until: float | None = None) -> StartedWorker:
+        """A new worker, started by ``until`` (loop time; by default ``limits.worker_start_seconds``
+        from now), or :class:`ForkerGone`."""
+        if not self.alive:
+            await self.wait_ready()
+        if until is None:  # a new forkserver first loads the worker and tool modules: that takes longer
+            seconds = self.start_seconds if self._proven == self.pid else max(self.start_seconds, LAUNCH_TIMEOUT_SECONDS)
+            until = asyncio.get_running_loop().time() + seconds
 
         def start() -> tuple[int, StartedWorker]:
             slot = containment.prepare()
@@ -234,6 +243,7 @@ class Forker:
         finally:
             self.starting -= 1
         self._watch(forkserver_pid)
+        self._proven = forkserver_pid
         return worker
 
     def _watch(self, pid: int) -> None:

@@ -41,7 +41,7 @@ from workers.reaper import describe_exitcode
 from workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
-from .forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
+from .forker import Forker, ForkerGone, StartedWorker
 
 STANDBY_WORKERS = 2  # started ahead: back-to-back calls never wait for a start-up
 EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
@@ -150,8 +150,7 @@ class WorkerPool:
 
     async def _start_one(self) -> WorkerHandle:
         assert self.forker is not None
-        loop = asyncio.get_running_loop()
-        started = await self.forker.start_worker(self.containment, loop.time() + START_TIMEOUT_SECONDS)
+        started = await self.forker.start_worker(self.containment)
         handle = WorkerHandle(started)
         self.live[handle.pid] = handle
         self._close_pending()
@@ -205,7 +204,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         try:
-            worker = await self.take(min(deadline.at, loop.time() + START_TIMEOUT_SECONDS))
+            worker = await self.take(deadline.at)
         except ForkerGone as exc:
             loop.call_soon(self._replenish)
             return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {tool}: {exc}")

@@ -111,6 +111,7 @@ class SessionState:
             "workspace": str(self.view.workspace), "config": self.config_wire, "env": dict(self.view.env),
             "session_id": self.view.session_id, "skills": [r.to_dict() for r in self.skills.available.values()],
             "root_fd": self.view.root_fd,  # handed to each worker with SCM_RIGHTS, not as a number
+            "start_seconds": float(self.config.limits.worker_start_seconds),
         }
 
     def describe(self, pid: int) -> dict:
