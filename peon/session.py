@@ -47,8 +47,10 @@ from .validation import check_depth
 START_TIMEOUT_SECONDS = 60.0
 CLOSE_TIMEOUT_SECONDS = 20.0
 # After a running call's deadline + worker grace, how long the supervisor still has to answer it
-# before the client takes it for unresponsive and kills it.
+# before the client takes it for unresponsive and kills it; also how long a supervisor may stay
+# stopped (SIGSTOP) while calls wait on it.
 ANSWER_MARGIN_SECONDS = 5.0
+LIVENESS_CHECK_SECONDS = 1.0  # while calls are pending: how often the client looks at its supervisor
 
 Approver = Callable[[dict], Any]
 ProgressCallback = Callable[[dict], None]
@@ -57,6 +59,13 @@ ProgressCallback = Callable[[dict], None]
 def default_state_root() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "peon" / "sessions"
+
+
+def _read_some(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 64))
+    except BlockingIOError:
+        return False
 
 
 def _import_path(tool: Any) -> str:
@@ -149,6 +158,11 @@ class Session:
         self._start_reply: dict | None = None
         self._answer_by: dict[str, float] = {}  # running calls: when the supervisor must have answered
         self._gave_up: str | None = None  # why the client killed an unresponsive supervisor
+        self._stopped_since: float | None = None  # when the supervisor was first seen stopped
+        # The reader sleeps without a timeout only when no call is pending (an idle session never
+        # wakes up); a call submitted then wakes it through this pipe so it watches the supervisor.
+        self._reader_idle = False
+        self._linger_until: float | None = None
         self._contain_lock = threading.Lock()
         self.info: dict[str, Any] = {}
         self._start()
@@ -156,6 +170,8 @@ class Session:
     # -- life cycle ---------------------------------------------------------------------------------
 
     def _start(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._reader_idle, self._linger_until = False, None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         root = str(Path(__file__).resolve().parent.parent)
         child_env = dict(self._env)  # the supervisor runs with the session's environment
@@ -290,6 +306,9 @@ class Session:
                 handle._resolve(ToolResult(call_id, name, False, error=failure.error))
                 return handle
             self._handles[call_id] = handle
+            if self._reader_idle:
+                self._reader_idle = False
+                self._wake_reader()
         try:
             self._send_bytes(data)
         except OSError:
@@ -314,15 +333,28 @@ class Session:
         except OSError:
             pass
 
+    def _wake_reader(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:
+            pass
+
     def _read_loop(self) -> None:
         decoder = LineDecoder(self.max_message_bytes)
         chunk = bytearray(64 * 1024)  # reused: a fresh large buffer per recv makes RSS creep
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         try:
             while True:
-                if not poller.poll(self._watchdog_ms()):
+                wait_ms = self._watchdog_ms()
+                ready = {fd for fd, _ in poller.poll(wait_ms)}
+                if self._wake_r in ready:
+                    while _read_some(self._wake_r):
+                        pass
+                if wait_ms is not None:
                     self._check_overdue()
+                if self._sock.fileno() not in ready:
                     continue
                 try:
                     n = self._sock.recv_into(chunk)
@@ -333,30 +365,53 @@ class Session:
                 for line in decoder.feed(bytes(memoryview(chunk)[:n])):
                     self._dispatch_line(line)
         finally:
+            with self._lock:  # no submit writes to the pipe once it is closed (its number may be reused)
+                self._reader_idle = False
+                for fd in (self._wake_r, self._wake_w):
+                    os.close(fd)
             self._on_supervisor_gone()
 
     def _watchdog_ms(self) -> int | None:
-        """How long the reader may wait for the supervisor before checking it answers (None: no call
-        is running, nothing to check — an idle session does not wake up)."""
+        """How long the reader may wait for the supervisor before checking it answers. None (no
+        timeout) once no call has been pending for a while: an idle session does not wake up."""
+        now = time.monotonic()
         with self._lock:
-            if not self._answer_by:
-                return None
-            earliest = min(self._answer_by.values())
-        return max(0, int((earliest + ANSWER_MARGIN_SECONDS - time.monotonic()) * 1000) + 1)
+            if not self._handles:
+                if self._linger_until is None:
+                    self._linger_until = now + LIVENESS_CHECK_SECONDS
+                if now >= self._linger_until:
+                    self._reader_idle = True
+                    return None
+                return int((self._linger_until - now) * 1000) + 1
+            self._linger_until = None
+            earliest = min(self._answer_by.values(), default=float("inf"))
+        wait = min(earliest + ANSWER_MARGIN_SECONDS - now, LIVENESS_CHECK_SECONDS)
+        return max(0, int(wait * 1000) + 1)
 
     def _check_overdue(self) -> None:
         now = time.monotonic()
         with self._lock:
             overdue = [(call_id, at) for call_id, at in self._answer_by.items() if at + ANSWER_MARGIN_SECONDS <= now]
             handles = {call_id: self._handles.get(call_id) for call_id, _ in overdue}
+            pending = len(self._handles)
         if not overdue:
+            # A call that has not said when it must be answered (quick so far, queued, awaiting
+            # approval) is not answered by a stopped supervisor either.
+            if pending and proctree.status(self._proc.pid) == "stopped":
+                self._stopped_since = self._stopped_since or now
+                if now - self._stopped_since >= ANSWER_MARGIN_SECONDS:
+                    self._abandon(f"stopped answering: its process was stopped for {ANSWER_MARGIN_SECONDS:g} s "
+                                  f"while {pending} call(s) waited on it")
+            else:
+                self._stopped_since = None
             return
         call_id, at = overdue[0]
         handle = handles[call_id]
         what = f"call {call_id}" + (f" ({handle.tool})" if handle is not None else "")
         state = proctree.status(self._proc.pid)
         how = " (its process was stopped)" if state == "stopped" else ""
-        self._abandon(f"did not answer {what} by its deadline + worker grace + {ANSWER_MARGIN_SECONDS:g} s{how}")
+        self._abandon(f"stopped answering: it did not answer {what} by its deadline + worker grace + "
+                      f"{ANSWER_MARGIN_SECONDS:g} s{how}")
 
     def _abandon(self, why: str) -> None:
         """The supervisor cannot be trusted to answer: kill it and everything below it. The reader then
@@ -474,16 +529,24 @@ class Session:
         """Kill the supervisor and everything below it: stopped first, so that nothing it started can
         escape to init while the tree below it is killed (workers, commands, daemons), then killed."""
         if self._proc.poll() is None:
-            proctree.kill_tree(self._proc.pid, include_root=True, timeout=5.0)
+            survivors = proctree.kill_tree(self._proc.pid, include_root=True, timeout=5.0)
+            if survivors:
+                print(f"peon: processes {survivors} of the session's supervisor survived SIGKILL", file=sys.stderr)
             self._proc.wait()
         self._contain_leftovers()
 
     def _contain_leftovers(self) -> None:
-        """If the supervisor died, kill its session cgroup (workers kill their own trees otherwise).
-        Several threads may get here at once (the reader seeing the end of the channel, ``close()``
-        giving up on a slow supervisor): one cleans, and the cgroup code tolerates a tree that vanishes."""
+        """If the supervisor died, kill what is left of its session: every process in its cgroup with
+        everything below it (a descendant may have moved itself to another cgroup), then the cgroup.
+        Workers kill their own trees too, when their forkserver dies. Several threads may get here at
+        once (the reader seeing the end of the channel, ``close()`` giving up on a slow supervisor):
+        one cleans, and the cgroup code tolerates a tree that vanishes."""
         with self._contain_lock:
             path = (self.info.get("containment") or {}).get("cgroup")
             candidate = Path(path) if path else session_cgroup_path(self.session_id, self._proc.pid)
-            if candidate is not None and candidate.is_dir():
-                Cgroup(candidate).kill_and_remove()
+            if candidate is None or not candidate.is_dir():
+                return
+            group = Cgroup(candidate)
+            for pid in group.all_pids():
+                proctree.kill_tree(pid, include_root=True, timeout=2.0)
+            group.kill_and_remove()

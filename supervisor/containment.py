@@ -7,14 +7,19 @@ process tree, which holds every descendant since workers are child subreapers. :
 leaves nothing of the worker behind (no process, no cgroup); it never waits, so it never stalls the
 supervisor's event loop. Two implementations, chosen once per session:
 
-* :class:`CgroupContainment` — each worker in its own cgroup v2 below a per-session cgroup (limits,
-  ``cgroup.kill``, OOM accounting), plus the process-tree sweep;
+* :class:`CgroupContainment` — the process-tree sweep, plus a per-session cgroup v2: the workers are
+  born in its ``workers`` cgroup (the kernel's limits and OOM accounting for the running call; one
+  ``cgroup.kill`` for the whole session when it ends, or when its supervisor died);
 * :class:`ProcessTreeContainment` — the fallback: the process-tree sweep alone (process groups killed
   whole, listed again until nothing below the worker is alive).
 
-A worker's cgroup is made before the worker exists (the pid is not known yet) and the worker joins it
-itself, while it is still a standby: moving a process between cgroups waits for an RCU grace period
-(about 8 ms on an idle machine), which must not sit on a call's path nor stall the supervisor.
+Workers share one cgroup rather than one each because every placement of a process in a cgroup is
+a migration, and a migration waits for an RCU grace period: 8 ms on the idle 2-core development
+machine, 11 ms (and 10–67 ms measured inside a starting worker) under load, on the path of every
+call's worker. The forkserver joins ``workers`` once, and every worker is forked into it (fork keeps
+the cgroup): no migration per call. Calls run one at a time, so the cgroup's limits (the configured
+ones plus a small reserve for the forkserver and the standbys) and its OOM counter are the running
+call's.
 """
 
 from __future__ import annotations
@@ -32,14 +37,10 @@ from workers.reaper import REAPER
 
 @dataclass
 class WorkerSlot:
-    """Where one worker is contained: its cgroup (None in process-tree mode)."""
+    """Where one worker is contained."""
 
     name: str
-    group: cgroup.Cgroup | None = None
-
-    @property
-    def cgroup_path(self) -> str | None:
-        return str(self.group.path) if self.group is not None else None
+    oom_base: int = 0  # the OOM-kill counter of the workers' cgroup when its call began
 
 
 class Containment:
@@ -50,23 +51,26 @@ class Containment:
         self._serial = itertools.count(1)
 
     def prepare(self) -> WorkerSlot:
-        """A place for a worker about to start (called off the event loop: it may touch cgroupfs)."""
+        """A place for a worker about to start (called off the event loop)."""
         return WorkerSlot(f"worker-{next(self._serial)}")
 
-    def kill_tree(self, pid: int, slot: WorkerSlot | None) -> list[int]:
+    def kill_tree(self, pid: int, slot: WorkerSlot | None = None) -> list[int]:
         """Kill the worker ``pid`` and everything below it; return what survived (stuck in the kernel).
-
-        The tree first, with the worker stopped so that every descendant stays below it (one that left
-        the cgroup included), then the cgroup, which holds nothing else unless something joined it."""
-        survivors = proctree.kill_tree(pid, include_root=True, timeout=5.0)
-        if slot is not None and slot.group is not None:
-            slot.group.kill()
-        return survivors
+        The worker is stopped first, so every descendant stays below it — one that left a cgroup too."""
+        return proctree.kill_tree(pid, include_root=True, timeout=5.0)
 
     def release(self, slot: WorkerSlot) -> bool:
         """After the worker exited: True when nothing of it remains. Never waits; call again later
         while it returns False."""
         return True
+
+    @property
+    def workers_cgroup(self) -> str | None:
+        """The cgroup the forkserver joins and forks every worker into, when there is one."""
+        return None
+
+    def begin_call(self, slot: WorkerSlot) -> None:
+        """A call is about to run in the worker of ``slot``."""
 
     def oom_killed(self, slot: WorkerSlot | None) -> bool:
         return False
@@ -96,45 +100,49 @@ class ProcessTreeContainment(Containment):
 
 class CgroupContainment(Containment):
     kind = "cgroup"
+    # Beyond the configured limits, for what else lives in the workers' cgroup: the forkserver, the
+    # standbys and a worker still exiting after its result.
+    RESERVE_PROCESSES = 8
+    RESERVE_MEMORY_BYTES = 256 << 20
 
     def __init__(self, parent: Path, name: str, limits: ResourceLimits):
         super().__init__()
         self.session = cgroup.Cgroup.create(parent / name)
         try:
-            self.limits = limits
             self.controllers = self.session.enable_controllers(("memory", "pids"))
+            self.workers = self.session.child("workers")
+            if "memory" in self.controllers:
+                self.workers.write("memory.max", str(limits.memory_bytes + self.RESERVE_MEMORY_BYTES))
+                self.workers.write("memory.swap.max", "0", missing_ok=True)
+            if "pids" in self.controllers:
+                self.workers.write("pids.max", str(limits.processes + self.RESERVE_PROCESSES))
         except BaseException:
             self.session.kill_and_remove()
             raise
-        self.description = (f"cgroup v2 with cgroup.kill, one cgroup per worker below {self.session.path}, "
+        self.description = (f"cgroup v2 with cgroup.kill, the workers in {self.workers.path}, "
                             "and process-tree sweeps")
 
-    def prepare(self) -> WorkerSlot:
-        slot = super().prepare()
-        group = self.session.child(slot.name)
-        try:
-            if "memory" in self.controllers:
-                group.write("memory.max", str(self.limits.memory_bytes))
-                group.write("memory.swap.max", "0", missing_ok=True)
-            if "pids" in self.controllers:
-                group.write("pids.max", str(self.limits.processes + 1))  # + the worker itself
-        except BaseException:
-            group.remove_now()
-            raise
-        slot.group = group
-        return slot
+    @property
+    def workers_cgroup(self) -> str | None:
+        return str(self.workers.path)
 
-    def release(self, slot: WorkerSlot) -> bool:
-        return slot.group is None or slot.group.remove_now()
+    def _oom_kills(self) -> int:
+        try:
+            with open(self.workers.path / "memory.events") as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def begin_call(self, slot: WorkerSlot) -> None:
+        if "memory" in self.controllers:
+            slot.oom_base = self._oom_kills()
 
     def oom_killed(self, slot: WorkerSlot | None) -> bool:
-        if slot is None or slot.group is None:
-            return False
-        try:
-            with open(slot.group.path / "memory.events") as f:
-                return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0 for line in f)
-        except (OSError, ValueError, IndexError):
-            return False
+        return slot is not None and "memory" in self.controllers and self._oom_kills() > slot.oom_base
 
     def close(self) -> None:
         self.session.kill_and_remove()

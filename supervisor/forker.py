@@ -53,6 +53,10 @@ from workers.worker import InheritedFd, WorkerStart, serve
 from .containment import Containment, WorkerSlot
 
 START_TIMEOUT_SECONDS = 10.0  # starting one worker, unless limits.worker_start_seconds says otherwise
+# The forkserver gets the session in its environment (read once, shared by every worker it forks)
+# when it fits well below the kernel's bound on one environment string (MAX_ARG_STRLEN, 128 KiB);
+# a larger session travels with each worker instead.
+SESSION_IN_ENV_MAX_BYTES = 96 * 1024
 LAUNCH_TIMEOUT_SECONDS = 60.0  # starting the forkserver itself: a fresh interpreter importing the tools
 T = TypeVar("T")
 
@@ -111,8 +115,10 @@ class Forker:
         session = dict(session)
         self.root_fd: int = int(session.pop("root_fd", -1))
         self.start_seconds = float(session.pop("start_seconds", START_TIMEOUT_SECONDS))
+        self.workers_cgroup: str | None = session.pop("workers_cgroup", None)
         self.workspace = str(session["workspace"])
         self.session_json = encode_json(session)
+        self.session_in_env = len(self.session_json) <= SESSION_IN_ENV_MAX_BYTES
         self.tool_paths = tuple(tool_paths)
         self.context = multiprocessing.get_context("forkserver")
         self.pid: int | None = None  # of the current forkserver
@@ -121,6 +127,7 @@ class Forker:
         self.starting = 0  # worker starts in flight: their pids are not known to the pool yet
         self._proven: int | None = None  # the forkserver that forked a worker: it has finished loading
         self._spawning = threading.Lock()  # held while a forkserver is being started and recorded
+        self._dead: set[int] = set()  # forkservers seen to exit (their pidfds turned readable)
 
     @classmethod
     def spawn(cls, session: dict[str, Any], tool_paths: list[str]) -> "Forker":
@@ -162,15 +169,19 @@ class Forker:
 
     def _ensure_running_locked(self) -> int:
         modules = sorted({path.partition(":")[0] for path in self.tool_paths})
-        os.environ[worker_forkserver.ENV] = json.dumps(
-            {"supervisor": os.getpid(), "title": f"peon-forkserver {self.workspace}", "modules": modules})
+        spec: dict[str, Any] = {"supervisor": os.getpid(), "title": f"peon-forkserver {self.workspace}",
+                                "modules": modules, "cgroup": self.workers_cgroup}
+        if self.session_in_env:
+            spec.update(session=self.session_json.decode(), tools=list(self.tool_paths))
+        # Kept in the supervisor's environment: multiprocessing may start a forkserver on its own.
+        os.environ[worker_forkserver.ENV] = json.dumps(spec)
         self.context.set_forkserver_preload(["workers.forkserver"])
         tracker = resource_tracker._resource_tracker
         if tracker._fd is None:  # no tracker process: nothing here uses named semaphores or shared memory
             tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         util.get_temp_dir()  # where the forkserver's socket lives; removed when the supervisor exits
         server = mp_forkserver._forkserver
-        if server._forkserver_pid is not None and not _forkserver_alive(server._forkserver_pid):
+        if server._forkserver_pid is not None and server._forkserver_pid in self._dead:
             _forget_forkserver()
         try:
             mp_forkserver.ensure_running()
@@ -182,14 +193,15 @@ class Forker:
         return int(pid)
 
     def _start(self, slot: WorkerSlot) -> tuple[int, StartedWorker]:
-        """(Forker thread.) Fork one worker (it joins ``slot``'s cgroup itself); and the forkserver's pid.
+        """(Forker thread.) Fork one worker (into the forkserver's cgroup); and the forkserver's pid.
         A forkserver found dead on the way (it refuses the connection) is replaced once."""
         for attempt in range(2):
             forkserver_pid = self._ensure_running()
             ours, theirs = self.context.Pipe(duplex=True)
             channel = socket_of(ours)
             try:
-                start = WorkerStart(theirs, self.session_json, self.tool_paths, forkserver_pid, slot.cgroup_path,
+                start = WorkerStart(theirs, None if self.session_in_env else self.session_json, self.tool_paths,
+                                    forkserver_pid, self.workers_cgroup,
                                     InheritedFd(self.root_fd) if self.root_fd >= 0 else None)
                 process = self.context.Process(target=serve, args=(start,), name="peon-worker")
                 process.start()
@@ -261,6 +273,8 @@ class Forker:
         loop.add_reader(self._pidfd, self._unwatch)
 
     def _unwatch(self) -> None:
+        if self._pidfd >= 0 and self.pid is not None:
+            self._dead.add(self.pid)
         if self._pidfd >= 0:
             asyncio.get_running_loop().remove_reader(self._pidfd)
             os.close(self._pidfd)

@@ -209,6 +209,7 @@ class WorkerPool:
             loop.call_soon(self._replenish)
             return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {tool}: {exc}")
         worker.call_id = str(call["id"])
+        self.containment.begin_call(worker.slot)
         try:
             reply = await self._converse(worker, call, deadline, cancelled, on_progress)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too

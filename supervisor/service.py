@@ -37,6 +37,9 @@ from .pool import WorkerPool
 from .session_state import SessionState
 
 
+STARTED_NOTICE_SECONDS = 0.05
+
+
 @dataclass
 class PendingCall:
     id: str
@@ -61,6 +64,7 @@ class Supervisor:
         self.state: SessionState | None = None
         self.pool: WorkerPool | None = None
         self.stopping = asyncio.Event()
+        self._notices: set[asyncio.Task] = set()
 
     async def run(self) -> int:
         start = await self.client.recv()
@@ -197,14 +201,28 @@ class Supervisor:
             if call.progress:
                 await self.client.send({**message, "op": "progress", "id": call.id})
 
-        # The client answers the call itself if no result comes by this time (a stopped supervisor).
-        await self.client.send({"op": "started", "id": call.id,
-                                "answer_by": deadline.at + state.config.limits.worker_grace_seconds})
-
-        reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress,
-                                     "approved": call.request.details},
-                                    deadline, call.cancelled, forward_progress)
+        # A call still running after a moment tells the client when it must be answered; past that the
+        # client takes the supervisor for stopped (a quick call costs no message for it).
+        started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
+        notice = asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
+        try:
+            reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress,
+                                         "approved": call.request.details},
+                                        deadline, call.cancelled, forward_progress)
+        finally:
+            notice.cancel()
         return {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
+
+    def _notify(self, message: dict) -> None:
+        async def send() -> None:
+            try:
+                await self.client.send(message)
+            except OSError:
+                pass
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
     async def _shutdown(self, reader: asyncio.Future, executor: asyncio.Future) -> None:
         reader.cancel()

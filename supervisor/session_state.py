@@ -112,6 +112,7 @@ class SessionState:
             "session_id": self.view.session_id, "skills": [r.to_dict() for r in self.skills.available.values()],
             "root_fd": self.view.root_fd,  # handed to each worker with SCM_RIGHTS, not as a number
             "start_seconds": float(self.config.limits.worker_start_seconds),
+            "workers_cgroup": self.containment.workers_cgroup,  # the forkserver joins it, workers are born in it
         }
 
     def describe(self, pid: int) -> dict:

@@ -84,7 +84,7 @@ def test_a_stopped_supervisor_is_killed_by_its_client(open_session, monkeypatch,
     command = PPID + "kill -STOP $(ppid $(ppid $PPID)); sleep 1000"
     r = timed_call(session, {"command": command, "timeout_seconds": 1.0}, 1.0 + 0.5 + 1.0 + SLACK)
     assert not r.ok and r.error.code == "supervisor_died", r
-    assert "did not answer" in r.error.message and "stopped" in r.error.message, r.error.message
+    assert "stopped answering" in r.error.message and "was stopped" in r.error.message, r.error.message
     assert wait_for(lambda: not leftovers.alive(), 10), leftovers.alive()
     assert living([supervisor]) == []
     assert session.call("bash", {"command": "true"}).error.code == "supervisor_died"

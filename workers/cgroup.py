@@ -134,12 +134,21 @@ class Cgroup:
         with open(self.path / "cgroup.procs", "w") as f:
             f.write(str(pid))
 
+    def all_pids(self) -> list[int]:
+        """The members of this cgroup and of every cgroup below it."""
+        found: list[int] = []
+        for directory, _, _ in os.walk(self.path):
+            found.extend(Cgroup(Path(directory)).pids())
+        return found
+
     def pids(self) -> list[int]:
         try:
             with open(self.path / "cgroup.procs") as f:
                 return [int(line) for line in f if line.strip()]
-        except FileNotFoundError:
-            return []
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENODEV):
+                return []
+            raise
 
     def populated(self) -> bool:
         try:

@@ -9,6 +9,7 @@ this module, and importing it *in that process* makes the forkserver Peon's:
 * it dies with its supervisor (parent-death ``SIGKILL``, armed before anything else, then a check
   that the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
   processes of the same user; its workers inherit that);
+* in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
 * it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
   approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's but the
   skill record), so workers forked from it are small and quick to start; then ``gc.freeze()`` so
@@ -16,8 +17,8 @@ this module, and importing it *in that process* makes the forkserver Peon's:
 * its title is ``peon-forkserver <workspace>``; it is not a subreaper, so the orphans of a dying
   worker are reparented past it to the supervisor.
 
-The supervisor passes what this needs in the environment variable :data:`ENV` (its pid, the title
-and the tool modules), which it removes from the forkserver's environment at once. Imported anywhere
+The supervisor passes what this needs in the environment variable :data:`ENV` (its pid, the title,
+the cgroup and the tool modules), which it removes from the forkserver's environment at once. Imported anywhere
 else (tests, tools) the module does nothing. :data:`ARMED` says whether this process is an armed
 forkserver (or a worker forked by one): a worker refuses to serve otherwise.
 """
@@ -34,12 +35,16 @@ import sys
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
 from setproctitle import setproctitle
 
-import workers.worker  # noqa: F401  (the Process target, preloaded)
+from peon.tool import SessionView, Tool
 
 from . import linux
+from .worker import load_tools, session_from_wire
 
 ENV = "PEON_FORKSERVER"
 ARMED = False
+# The session and its tools, when the supervisor passed them: built once here, shared by every worker.
+SESSION: SessionView | None = None
+TOOLS: dict[str, Tool] = {}
 
 
 def _become_forkserver() -> None:
@@ -52,12 +57,27 @@ def _become_forkserver() -> None:
     if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
         os._exit(1)
     linux.set_dumpable(False)
+    if info.get("cgroup"):  # every worker is forked into it: one migration for the session, none per call
+        try:
+            with open(os.path.join(info["cgroup"], "cgroup.procs"), "w") as f:
+                f.write("0")
+        except OSError as exc:
+            print(f"peon-forkserver: cannot join the workers' cgroup {info['cgroup']}: {exc.strerror}", file=sys.stderr)
+            os._exit(1)
     setproctitle(str(info["title"]))
     for name in info.get("modules", ()):
         try:  # a tool module that fails here fails again, clearly, when a worker loads it for its call
             importlib.import_module(name)
         except Exception as exc:
             print(f"peon-forkserver: could not preload {name}: {exc}", file=sys.stderr)
+    if info.get("session") is not None:
+        global SESSION, TOOLS
+        try:
+            SESSION = session_from_wire(json.loads(info["session"]))
+            TOOLS = load_tools(info.get("tools", ()))
+        except Exception as exc:  # each worker then builds its own, and reports what fails
+            print(f"peon-forkserver: could not load the session: {exc}", file=sys.stderr)
+            SESSION, TOOLS = None, {}
     ARMED = True
     gc.freeze()
 

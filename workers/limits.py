@@ -19,8 +19,6 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from . import proctree
 
 SAMPLE_INTERVAL_SECONDS = 0.05
@@ -53,6 +51,8 @@ class TreeProbe:
         self.root = root
 
     def check(self) -> str | None:
+        import psutil  # here: loaded by the few calls that run long enough to be sampled
+
         members = []
         for pid in proctree.descendants(self.root):
             try:

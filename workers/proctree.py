@@ -25,8 +25,6 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 
-import psutil
-
 _CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
@@ -51,6 +49,8 @@ def stat_fields(pid: int) -> tuple[str, int, int] | None:
 
 def cmdline(pid: int) -> str:
     """The command line (or process title) of ``pid``, arguments joined by spaces; "" if it is gone."""
+    import psutil  # here: the forkserver and its workers do not load it
+
     try:
         return " ".join(psutil.Process(pid).cmdline()).strip()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -64,6 +64,8 @@ def state(pid: int) -> str | None:
 
 def status(pid: int) -> str | None:
     """psutil's status of ``pid`` (``psutil.STATUS_STOPPED``, ``STATUS_ZOMBIE``, ...), None if gone."""
+    import psutil
+
     try:
         return psutil.Process(pid).status()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -192,15 +194,13 @@ def kill_tree(root: int, *, include_root: bool = False, reap: Callable[[], objec
             alive.append(pid)
             if pid not in killer.killed:
                 killer.kill(pid, fields[2])
-        if not alive:
+        if not alive or time.monotonic() >= until:
             break
-        if time.monotonic() >= until:
-            return alive
         time.sleep(delay)  # what was killed is exiting; list again once it had a moment
         delay = min(delay * 2, 0.004)
     if include_root:
         _signal(root, signal.SIGKILL)
-    return []
+    return alive
 
 
 def reap_all() -> list[tuple[int, int]]:

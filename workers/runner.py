@@ -186,6 +186,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     finally:
         os.close(write_fd)
     exited = REAPER.watch(pid)
+    pidfd = _watch_exit(pid)
 
     capture = HeadTail(ctx.limits.max_output_bytes)
     eof = loop.create_future()
@@ -245,6 +246,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         except asyncio.TimeoutError:
             pass
     finally:
+        if pidfd >= 0:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
         loop.remove_reader(read_fd)
         os.close(read_fd)
         cancel_wait.cancel()
@@ -259,6 +263,24 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
     return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms, exceeded)
+
+
+def _watch_exit(pid: int) -> int:
+    """A pidfd for ``pid``, readable once it has exited: then the reaper collects its status (no
+    ``SIGCHLD`` handler needed, so a worker that runs no process installs none)."""
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone: collect it now
+        loop.call_soon(REAPER.reap)
+        return -1
+
+    def on_exit() -> None:
+        loop.remove_reader(pidfd)
+        REAPER.reap()
+
+    loop.add_reader(pidfd, on_exit)
+    return pidfd
 
 
 def _kill_descendants() -> None:

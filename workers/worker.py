@@ -18,7 +18,7 @@ Promise:
   and the supervisor kills the worker if even that does not end it.
 
 Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby prepares everything
-(descriptors, cgroup, session, event loop) and then waits for its ``call`` with
+(descriptors, session, event loop) and then waits for its ``call`` with
 ``Connection.recv_bytes``; from then on the channel is a :class:`~workers.channel.FrameChannel` on
 the same socket, carrying ``progress`` messages and the ``result`` (:mod:`workers.messages`). After
 its result it waits (bounded) for the supervisor to close the channel, so its exit costs nothing on
@@ -30,7 +30,9 @@ Titles: ``peon-worker standby`` while waiting, ``peon-worker <tool> <call-id>`` 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
+import importlib
 import json
 import os
 import signal
@@ -47,7 +49,6 @@ from peon.cancel import CancelToken, Deadline
 from peon.configview import ResolvedConfig
 from peon.errors import ErrorCode, PeonError, ToolError
 from peon.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
-from peon.registry import resolve_import_path
 from peon.tool import OutputLimits, SessionView, Tool, ToolContext
 from supervisor.skills import SkillRecord
 
@@ -58,7 +59,7 @@ from .runner import CANCEL_GRACE_SECONDS
 
 EXIT_PARENT_GONE = 75
 EXIT_INTERNAL_ERROR = 70
-EXIT_NOT_STARTED = 71  # the standby could not be prepared (no cgroup, an unarmed forkserver...)
+EXIT_NOT_STARTED = 71  # the standby could not be prepared (an unarmed forkserver...)
 ABANDON_GRACE_SECONDS = 1.0  # after cancel grace or deadline, how long a tool may still take
 LINGER_SECONDS = 10.0  # after its result, how long a worker waits for the supervisor to close the channel
 MAX_RESULT_BYTES = MAX_MESSAGE_BYTES - ENVELOPE_BYTES
@@ -86,10 +87,10 @@ class WorkerStart:
     """What the supervisor gives a worker it starts (pickled by ``multiprocessing``)."""
 
     connection: Any  # the worker's end of a multiprocessing.Pipe(duplex=True)
-    session: bytes  # the session as JSON (see supervisor.session_state.SessionState.worker_session)
+    session: bytes | None  # the session as JSON (SessionState.worker_session), None: the forkserver has it
     tools: tuple[str, ...]  # import paths of the session's tools
     forkserver_pid: int  # its parent; when that dies, so does the worker
-    cgroup: str | None  # the cgroup v2 directory the worker joins before it serves
+    cgroup: str | None  # the cgroup v2 directory the worker was forked into (its limits)
     root: InheritedFd | None  # the workspace, pinned by the supervisor (O_PATH)
 
 
@@ -128,21 +129,21 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     linux.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != start.forkserver_pid:  # the forkserver died before the death signal was armed
         os._exit(EXIT_PARENT_GONE)
-    forkserver = sys.modules.get("workers.forkserver")
+    forkserver: Any = sys.modules.get("workers.forkserver")
     if not getattr(forkserver, "ARMED", False):
         raise RuntimeError("this worker's forkserver did not arm its parent-death signal; refusing to serve")
     linux.set_child_subreaper()
     root_fd = start.root.fd if start.root is not None else -1
     _keep_only_own_descriptors({start.connection.fileno(), root_fd})
-    if start.cgroup:
-        with open(os.path.join(start.cgroup, "cgroup.procs"), "w") as f:
-            f.write("0")  # everything this worker starts is born in its cgroup
-    session = session_from_wire(json.loads(start.session), root_fd)
-    tools = load_tools(start.tools)
+    if start.session is None and forkserver.SESSION is not None:  # built once, by the forkserver
+        session, tools = dataclasses.replace(forkserver.SESSION, root_fd=root_fd), dict(forkserver.TOOLS)
+    elif start.session is not None:
+        session, tools = session_from_wire(json.loads(start.session), root_fd), load_tools(start.tools)
+    else:
+        raise RuntimeError("the session is neither in the forkserver nor in this worker's start")
     setproctitle("peon-worker standby")
-    loop = asyncio.new_event_loop()
+    loop = asyncio.new_event_loop()  # no SIGCHLD handler: the runner watches what it starts through pidfds
     asyncio.set_event_loop(loop)
-    REAPER.install(loop)
     if start.cgroup:
         limits.CGROUP = Path(start.cgroup)
     gc.freeze()  # what the forkserver and the preparation made is never collected here
@@ -178,10 +179,14 @@ def session_from_wire(wire: Mapping[str, Any], root_fd: int = -1) -> SessionView
 
 
 def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
-    """The supervisor checked these tools when it registered them; here they are only loaded."""
+    """The supervisor checked these tools when it registered them (peon.registry); here they are only
+    loaded, without the registry's checks and entry-point machinery."""
     tools = {}
     for path in paths:
-        obj = resolve_import_path(path)
+        module_name, _, attr = path.partition(":")
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
         tool = obj() if isinstance(obj, type) else obj
         tools[tool.name] = tool
     return tools
