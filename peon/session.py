@@ -163,6 +163,7 @@ class Session:
         # wakes up); a call submitted then wakes it through this pipe so it watches the supervisor.
         self._reader_idle = False
         self._linger_until: float | None = None
+        self._next_look = 0.0  # when the reader next looks at the supervisor's state
         self._contain_lock = threading.Lock()
         self.info: dict[str, Any] = {}
         self._start()
@@ -396,8 +397,11 @@ class Session:
             pending = len(self._handles)
         if not overdue:
             # A call that has not said when it must be answered (quick so far, queued, awaiting
-            # approval) is not answered by a stopped supervisor either.
-            if pending and proctree.status(self._proc.pid) == "stopped":
+            # approval) is not answered by a stopped supervisor either: look at it now and then.
+            if not pending or now < self._next_look:
+                return
+            self._next_look = now + LIVENESS_CHECK_SECONDS
+            if proctree.status(self._proc.pid) == "stopped":
                 self._stopped_since = self._stopped_since or now
                 if now - self._stopped_since >= ANSWER_MARGIN_SECONDS:
                     self._abandon(f"stopped answering: its process was stopped for {ANSWER_MARGIN_SECONDS:g} s "
