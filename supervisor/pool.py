@@ -86,10 +86,6 @@ class WorkerHandle:
         if not self.exited.done():
             self.exited.set_result(code)
 
-    @property
-    def dead(self) -> bool:
-        return self.exited.done() or self.pidfd >= 0 and proctree.state(self.pid) in (None, "Z", "X")
-
     async def send(self, message: dict[str, Any]) -> None:
         await self.channel.send(encode_json(message))
 
@@ -186,7 +182,8 @@ class WorkerPool:
                 if loop.time() >= until or fresh_starts >= 2:
                     raise
                 continue
-            if worker.dead or proctree.state(worker.pid) in ("T", "t"):
+            state = proctree.state(worker.pid)
+            if worker.exited.done() or state in (None, "Z", "X", "T", "t"):  # died, or was stopped, while waiting
                 self.containment.kill_tree(worker.pid, worker.slot)
                 self._spawn_background(self._finish(worker))
                 continue
