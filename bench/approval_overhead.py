@@ -1,8 +1,11 @@
 """How much the approval path adds to a call, in the supervisor, without processes.
 
-Prints per-operation times for the policy evaluation (with rules), a grant lookup in a store of 1000
-grants, and one audit-log line, each against a baseline measured in the same run: encoding the
-approval request as the JSON line the supervisor would send anyway.
+Prints per-operation times for the shell analysis (parse + normalise, uncached, for a typical and a long
+command line), the policy evaluation with command rules (allow rules over every part), the facts an
+allow rule needs (a git repository's configuration, a redirection target), a grant lookup in a store
+of 1000 grants, and the audit log's decision line with and without ``fdatasync``, each against a
+baseline measured in the same run: encoding the approval request as the JSON line the supervisor would
+send anyway.
 
     python bench/approval_overhead.py
 """
@@ -10,54 +13,103 @@ approval request as the JSON line the supervisor would send anyway.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peon.config import load_config  # noqa: E402
-from peon.tool import ToolRisk  # noqa: E402
-from supervisor.approval import ApprovalPolicy, ApprovalRequest, Decision  # noqa: E402
-from supervisor.audit import AuditLog, audit_entry  # noqa: E402
-from supervisor.grants import GrantStore  # noqa: E402
+from peon.config import load_config
+from peon.policy import ApprovalPolicy, ApprovalRequest, Decision
+from peon.rules import GitFacts, ShellFacts
+from peon.shell import _analyze_cached, analyze
+from peon.tool import ToolRisk
+from supervisor.audit import AuditLog, decision_entry
+from supervisor.facts import gather
+from supervisor.grants import GrantStore
+
+TYPICAL = "cd src && make -j4 2>&1 | tail -20"
+LONG = " && ".join(f"git diff --stat HEAD~{i} -- src/file{i}.py 2>&1 | tail -{i + 1}" for i in range(50))
 
 
-def per_call(fn, n: int) -> float:
+def per_call(fn: Callable[[], object], n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
         fn()
     return (time.perf_counter() - start) / n * 1e6
 
 
+def uncached(command: str) -> Callable[[], object]:
+    def run() -> object:
+        _analyze_cached.cache_clear()
+        return analyze(command)
+
+    return run
+
+
+def bash_request(command: str) -> ApprovalRequest:
+    return ApprovalRequest("c1", "bash", ToolRisk.PROCESS, "declared risk of bash", f"run {command}",
+                           {"argv": ["/bin/bash", "-lc", command]}, json.dumps({"command": command}))
+
+
 def main() -> None:
-    rules = [{"tool": "bash", "command_prefix": f"tool{i} sub", "decision": "allow"} for i in range(20)]
+    prefixes = ["cd", "make", "tail", "git diff", "git status", "ls", "pytest"] + [f"tool{i} sub" for i in range(13)]
+    rules = [{"tool": "bash", "command_prefix": p, "decision": "allow"} for p in prefixes]
+    rules.append({"tool": "bash", "command_prefix": "git push", "decision": "deny"})
     loaded = load_config({"approval": {"rules": rules}}, env={})
     policy = ApprovalPolicy.from_loaded(loaded)
-    request = ApprovalRequest("c1", "bash", ToolRisk.PROCESS, "declared risk of bash", "run make test",
-                              {"argv": ["/bin/bash", "-lc", "make test -j4"]}, '{"command":"make test -j4"}')
-    n = 20000
+    request = bash_request(TYPICAL)
+    long_request = bash_request(LONG)
+    n = 5000
     baseline = per_call(lambda: json.dumps({"op": "approval_request", **request.to_dict()}), n)
-    evaluate = per_call(lambda: policy.evaluate(request), n)
+    import_start = time.perf_counter()
+    analyze("true")  # loads the grammar once (import + parser)
+    grammar_ms = (time.perf_counter() - import_start) * 1e3
+    parse_typical = per_call(uncached(TYPICAL), 2000)
+    parse_long = per_call(uncached(LONG), 100)
+    facts = ShellFacts(git={".": GitFacts(), "src": GitFacts()}, paths_inside={})
+
+    def evaluate(req: ApprovalRequest) -> Callable[[], object]:
+        def run() -> object:
+            _analyze_cached.cache_clear()
+            return policy.evaluate(req, facts)
+
+        return run
+
+    assert policy.evaluate(request, facts).action == "allow"
+    evaluate_typical = per_call(evaluate(request), 2000)
+    evaluate_long = per_call(evaluate(long_request), 100)
     with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir()
+        subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+        (workspace / "src").mkdir()
+        questions = policy.questions(bash_request("cd src && git status > out.txt"))
+        gather_us = per_call(lambda: gather(questions, workspace, {"PATH": "/usr/bin:/bin"}), 2000)
         store = GrantStore(Path(tmp))
         for i in range(1000):
             store.add(ApprovalRequest(f"g{i}", "bash", ToolRisk.PROCESS, "r", "s", canonical_input=f'{{"command":"x{i}"}}'),
                       "call")
         lookup = per_call(lambda: store.find(request), 2000)
-        add = per_call(lambda: store.add(request, "call"), 50)
-        log = AuditLog(Path(tmp), 1 << 20, 3)
-        entry = audit_entry(session_id="s", call_id="c1", tool="bash", args={"command": "make test -j4"},
-                            request=request, decision=Decision(True, "policy", "r"),
-                            reply={"ok": True, "value": {"exit_code": 0, "truncated": False}},
-                            received_at=time.time(), duration_ms=5)
-        record = per_call(lambda: log.record(entry), 5000)
-    print(f"baseline: encode the approval request     {baseline:8.1f} µs")
-    print(f"policy.evaluate (20 prefix rules)         {evaluate:8.1f} µs  ({evaluate / baseline:.1f}x baseline)")
-    print(f"grant lookup among 1000 grants            {lookup:8.1f} µs  ({lookup / baseline:.1f}x baseline)")
-    print(f"grant add (rewrite + fsync, 1000 grants)  {add:8.1f} µs  ({add / baseline:.1f}x baseline)")
-    print(f"audit line (append, with rotation check)  {record:8.1f} µs  ({record / baseline:.1f}x baseline)")
+        entry = decision_entry(session_id="s", call_id="c1", tool="bash", args={"command": TYPICAL}, request=request,
+                               decision=Decision(True, "policy", "r"), received_at=time.time())
+        plain = AuditLog(Path(tmp), 1 << 24, 3)
+        write_only = per_call(lambda: plain.commit(entry), 5000)
+        synced = AuditLog(Path(tmp), 1 << 24, 3, fsync=True)
+        with_fsync = per_call(lambda: synced.commit(entry), 300)
+    print(f"baseline: encode the approval request          {baseline:9.1f} µs")
+    print(f"load the bash grammar (once per supervisor)     {grammar_ms * 1000:9.1f} µs")
+    print(f"analyse a typical command ({len(TYPICAL)} chars)        {parse_typical:9.1f} µs  ({parse_typical / baseline:.1f}x baseline)")
+    print(f"analyse a long command ({len(LONG)} chars, 150 parts) {parse_long:9.1f} µs  ({parse_long / baseline:.1f}x baseline)")
+    print(f"policy.evaluate, typical, 21 rules (uncached)   {evaluate_typical:9.1f} µs  ({evaluate_typical / baseline:.1f}x baseline)")
+    print(f"policy.evaluate, long, 21 rules (uncached)      {evaluate_long:9.1f} µs  ({evaluate_long / baseline:.1f}x baseline)")
+    print(f"gather facts: git config + a redirection target {gather_us:9.1f} µs  ({gather_us / baseline:.1f}x baseline)")
+    print(f"grant lookup among 1000 grants                  {lookup:9.1f} µs  ({lookup / baseline:.1f}x baseline)")
+    print(f"audit decision line: write(2)                   {write_only:9.1f} µs  ({write_only / baseline:.1f}x baseline)")
+    print(f"audit decision line: write(2) + fdatasync       {with_fsync:9.1f} µs  ({with_fsync / baseline:.1f}x baseline)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 An approver is a callable ``approver(request: dict) -> answer`` run in its own thread for each call the
 policy asks about. ``request`` is the supervisor's ``approval_request`` (``tool``, ``risk``,
-``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``scopes``, ``timeout_seconds``); the answer is
+``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``sandboxed``, ``scopes``,
+``timeout_seconds``); the answer is
 ``"allow_once"``, ``"deny"`` or a dict ``{"decision": "allow_once" | "allow_session" | "deny",
 "scope": "call" | "tool" | "risk", "reason": str}``.
 
@@ -23,9 +24,12 @@ import select
 import threading
 import time
 import unicodedata
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
+from collections.abc import Callable, Iterable
 
-RISKS = ("read_only", "filesystem", "process", "delegate")
+from .tool import ToolRisk
+
+RISKS = tuple(risk.value for risk in ToolRisk)
 
 
 class Unattended:
@@ -56,6 +60,7 @@ class Unattended:
 # -- the terminal prompt ---------------------------------------------------------------------------
 
 MAX_SHOWN_CHARS = 4000
+MAX_SEGMENTS_SHOWN = 50
 MAX_ATTEMPTS = 5
 ALIASES = {"y": "o", "n": "d"}  # "yes" allows once, "no" denies
 
@@ -82,8 +87,9 @@ def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return text[:limit] + f" … [{len(text) - limit} more characters not shown]"
 
 
-def render_request(request: dict) -> tuple[str, dict[str, dict]]:
-    """The text shown for ``request`` and the answers offered (key → answer)."""
+def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict[str, dict]]:
+    """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
+    only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
     tool, risk = str(request.get("tool")), str(request.get("risk"))
     lines = [
         "",
@@ -92,14 +98,19 @@ def render_request(request: dict) -> tuple[str, dict[str, dict]]:
         f"  risk:    {visible(risk)} ({bounded(str(request.get('risk_reason', '')), 500)})",
         f"  action:  {bounded(str(request.get('summary', '')))}",
     ]
+    if request.get("sandboxed"):
+        lines.append("  sandbox: the call runs inside the OS sandbox")
     details = request.get("details") or {}
     if isinstance(details, dict) and details:
         lines.append("  details:")
         for key, value in details.items():
+            if key == "segments" and isinstance(value, list):
+                lines.extend(render_segments(value))
+                continue
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
     lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
-    scopes = request.get("scopes") or ["call"]
+    scopes = (request.get("scopes") or ["call"]) if offer_session else []
     answers = {"o": {"decision": "allow_once"}}
     lines.append("  [o] allow once")
     if "call" in scopes:
@@ -113,7 +124,33 @@ def render_request(request: dict) -> tuple[str, dict[str, dict]]:
         lines.append(f"  [r] allow every call with {visible(risk)} risk for the rest of the session")
     answers["d"] = {"decision": "deny"}
     lines.append("  [d] deny (default)")
+    if not offer_session:
+        lines.append("  (no answer for the rest of the session: this session ends with this call)")
     return "\n".join(lines) + "\n", answers
+
+
+def render_segments(segments: list) -> list[str]:
+    """One line per simple command a shell command runs (``details["segments"]`` of ``bash``), with the
+    wrappers, assignments and redirections Peon removed before matching, and why it cannot be allowed
+    by rules."""
+    lines = [f"    runs {len(segments)} command{'s' if len(segments) != 1 else ''}:"]
+    for number, segment in enumerate(segments[:MAX_SEGMENTS_SHOWN], 1):
+        if not isinstance(segment, dict):
+            continue
+        words = " ".join(str(w) for w in segment.get("words") or [])
+        extra = []
+        for key, label in (("wrappers", "via"), ("assignments", "sets"), ("redirects", "redirects")):
+            if segment.get(key):
+                extra.append(f"{label} {' '.join(str(v) for v in segment[key])}")
+        if segment.get("origin"):
+            extra.append(f"from {segment['origin']}")
+        suffix = f"   [{'; '.join(extra)}]" if extra else ""
+        lines.append(f"      {number}. {bounded(words, 300)}{bounded(suffix, 300)}")
+        for note in segment.get("notes") or ():
+            lines.append(f"         ! {bounded(str(note), 300)}")
+    if len(segments) > MAX_SEGMENTS_SHOWN:
+        lines.append(f"      ... {len(segments) - MAX_SEGMENTS_SHOWN} more")
+    return lines
 
 
 class TerminalApprover:
@@ -121,12 +158,15 @@ class TerminalApprover:
 
     On the terminal, the prompt gives up when the request's ``timeout_seconds`` (the supervisor's
     ``limits.approval_timeout_seconds``) has passed — the supervisor has denied the call by then — so
-    an unanswered prompt never holds the terminal from the next request.
+    an unanswered prompt never holds the terminal from the next request. ``offer_session=False`` offers
+    only "allow once" and "deny", for a session that ends with its one call (``peon call``), where an
+    answer "for the rest of the session" would have no effect.
     """
 
-    def __init__(self, input: TextIO | None = None, output: TextIO | None = None):
+    def __init__(self, input: TextIO | None = None, output: TextIO | None = None, *, offer_session: bool = True):
         self.input = input
         self.output = output
+        self.offer_session = offer_session
         self._lock = threading.Lock()  # one prompt at a time, also across sessions sharing this approver
 
     def __call__(self, request: dict) -> dict:
@@ -145,7 +185,7 @@ class TerminalApprover:
                 os.close(fd)
 
     def _ask(self, request: dict, read_line: Callable[[float | None], str | None], output: TextIO) -> dict:
-        text, answers = render_request(request)
+        text, answers = render_request(request, self.offer_session)
         output.write(text)
         keys = "/".join(k if k != "d" else "D" for k in answers)
         timeout = request.get("timeout_seconds")

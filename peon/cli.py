@@ -1,9 +1,20 @@
-"""The ``peon`` command line: ``mcp``, ``call``, ``tools``, ``skills`` and ``doctor``.
+"""The ``peon`` command line: ``mcp``, ``call``, ``tools``, ``skills``, ``doctor`` and ``--version``.
 
-Promises: bad usage (unknown flags, input that is not JSON, a missing workspace, an invalid
-configuration) ends with one clear sentence on stderr and exit status 2, never a traceback; ``peon
-call`` prints the result as JSON on stdout and exits 0 when the call succeeded and 1 when it failed;
-every session a command opens is closed, with everything it started, before the command exits.
+Promises:
+
+* bad usage (unknown flags, input that is not JSON, a missing workspace, an invalid configuration)
+  ends with one clear sentence on stderr and exit status 2, never a traceback;
+* ``peon call`` exits 0 when the call succeeded and 1 when it failed; it prints the result as JSON when
+  stdout is not a terminal or with ``--json``, and for a person on a terminal the output followed by
+  one status line (exit status, duration, truncation, job) — :func:`render_result`, pure;
+* when a person is at the terminal (stdin or stderr is one, and there is a controlling terminal) the
+  approval prompt is asked on ``/dev/tty``, also when stdout is piped (``peon call ... | jq``); it
+  offers only "allow once" and "deny", since the session ends with the call;
+* Ctrl-C while the session starts stops ``peon call`` cleanly (exit 130, no traceback, nothing left
+  running) once the session is up; a second Ctrl-C does not wait;
+* ``peon doctor`` resolves each agent exactly as its adapter does, and exits 0 when a session can
+  start, 2 when the configuration is invalid or refused, 1 when the session fails for another reason;
+* every session a command opens is closed, with everything it started, before the command exits.
 """
 
 from __future__ import annotations
@@ -12,9 +23,10 @@ import argparse
 import json
 import os
 import platform
-import shutil
+import signal
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -73,15 +85,23 @@ def cmd_mcp(options: argparse.Namespace) -> int:
 # -- peon call -------------------------------------------------------------------------------------
 
 
-def terminal_approver() -> Callable[[dict], Any] | None:
-    """The interactive approver when a person is at the terminal; otherwise none (the policy decides)."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return None
+def has_controlling_terminal() -> bool:
     try:
-        from peon.approvers import TerminalApprover
-    except ImportError:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
+
+
+def terminal_approver() -> Callable[[dict], Any] | None:
+    """The interactive approver when a person is at the terminal — stdin or stderr is one, whatever
+    stdout is (it may be piped to jq) — and there is a controlling terminal to ask on; otherwise none
+    (the policy decides, and "ask" means deny)."""
+    if not (sys.stdin.isatty() or sys.stderr.isatty()) or not has_controlling_terminal():
         return None
-    return TerminalApprover()
+    from peon.approvers import TerminalApprover
+
+    return TerminalApprover(offer_session=False)  # `peon call` ends its session with its one call
 
 
 class ProgressLine:
@@ -132,10 +152,39 @@ def parse_arguments(text: str) -> Any:
         raise UsageError(f"the tool input is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {text[:80]!r}") from None
 
 
+class DeferredInterrupt:
+    """Hold a first Ctrl-C while a session starts, so the start completes and the session is closed
+    cleanly instead of abandoning a supervisor half-way (which would then write to a closed channel)."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._previous: Any = None
+
+    def __enter__(self) -> DeferredInterrupt:
+        self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt  # the second Ctrl-C does not wait
+        self.interrupted = True
+        sys.stderr.write("peon: interrupted; stopping as soon as the session has started (Ctrl-C again to "
+                         "stop now)\n")
+        sys.stderr.flush()
+
+
 def cmd_call(options: argparse.Namespace) -> int:
     arguments = parse_arguments(options.input)
+    as_json = options.json or not sys.stdout.isatty()
     progress = ProgressLine(options.tool, sys.stderr.isatty())
-    with open_session(options, approver=terminal_approver()) as session:
+    with DeferredInterrupt() as starting:
+        session = open_session(options, approver=terminal_approver())
+    with session:
+        if starting.interrupted:
+            return 130
         handle = session.submit(options.tool, arguments, on_progress=progress.update)
         interrupted = False
         try:
@@ -147,10 +196,68 @@ def cmd_call(options: argparse.Namespace) -> int:
             handle.cancel()
             result = handle.result()
         progress.clear()
-    print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        out, err = render_result(result.to_dict())
+        sys.stdout.write(out)
+        sys.stdout.flush()
+        sys.stderr.write(err)
     if interrupted:
         return 130
     return 0 if result.ok else 1
+
+
+def render_result(result: Mapping[str, Any]) -> tuple[str, str]:
+    """(stdout, stderr) text of a call's result for a person: a process's output, a file's content or
+    the value as JSON, then one status line; a failure is one line on stderr."""
+    tool = result.get("tool", "")
+    if not result.get("ok"):
+        error = result.get("error") or {}
+        return "", f"{tool} failed [{error.get('code')}]: {error.get('message')}\n"
+    value = result.get("value")
+    if not isinstance(value, Mapping):
+        return json.dumps(value, indent=2, ensure_ascii=False) + "\n", ""
+    if isinstance(value.get("output"), str) and "exit_code" in value:
+        body, status = value["output"], process_status(value)
+    elif isinstance(value.get("content"), str):
+        body = value["content"]
+        status = [human_bytes(int(value[k])) + " in total" for k in ("total_bytes",) if isinstance(value.get(k), int)]
+        if value.get("truncated"):
+            status.append("truncated")
+    else:
+        return json.dumps(value, indent=2, ensure_ascii=False) + "\n", ""
+    if body and not body.endswith("\n"):
+        body += "\n"
+    if isinstance(value.get("job_id"), str):
+        status.append(f"job {value['job_id']}")
+    return body + f"── {tool}: " + " · ".join(status) + "\n", ""
+
+
+def process_status(value: Mapping[str, Any]) -> list[str]:
+    status = []
+    if value.get("timed_out"):
+        status.append(f"timed out after {value.get('timeout_seconds', 0):g} s")
+    elif value.get("cancelled"):
+        status.append("cancelled")
+    if value.get("limit_exceeded"):
+        status.append(f"{value['limit_exceeded']} limit exceeded")
+    if value.get("signal"):
+        status.append(f"killed by {value['signal']}")
+    elif value.get("exit_code") is not None:
+        status.append(f"exit {value['exit_code']}")
+    if isinstance(value.get("duration_ms"), int):
+        status.append(f"{value['duration_ms'] / 1000:.1f} s")
+    total = value.get("output_bytes")
+    if value.get("truncated") and isinstance(total, int):
+        kept = value.get("output_kept_bytes")
+        kept_text = human_bytes(kept) if isinstance(kept, int) else "part"
+        status.append(f"output truncated: {kept_text} of {human_bytes(total)} shown, the middle left out")
+    elif isinstance(total, int):
+        status.append(f"{human_bytes(total)} of output")
+    if value.get("output_invalid_utf8"):
+        status.append("some output was not UTF-8")
+    return status
 
 
 # -- peon tools / skills ---------------------------------------------------------------------------
@@ -257,8 +364,35 @@ def config_layers(options: argparse.Namespace, session_layers: Any) -> dict[str,
     return {"layers": describe_layers(loaded)}
 
 
-def cmd_doctor(options: argparse.Namespace) -> int:
+def agent_facts(workspace: Path, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Each agent adapter's resolution in this session, by the adapter itself (what it would start)."""
+    from peon.configview import ConfigView
     from peon.errors import PeonError
+    from peon.tool import SessionView
+    from peon.tools.agent import AgentTool
+    from peon.tools import BUILTIN_TOOLS
+
+    view = SessionView(workspace=workspace, config=ConfigView(config), env=env)
+    agents: dict[str, Any] = {}
+    for tool_class in BUILTIN_TOOLS:
+        if not issubclass(tool_class, AgentTool):
+            continue
+        tool = tool_class()
+        command = config["agents"][tool.agent]
+        entry: dict[str, Any] = {"tool": tool.name, "executable": command["executable"], "args": list(command["args"])}
+        try:
+            invocation = tool.resolve(view, with_hash=False)
+        except PeonError as exc:
+            entry.update(resolved=None, error=f"{exc.code.value}: {exc.message}")
+        else:
+            entry.update(resolved=invocation.executable, interpreter=invocation.program.interpreter,
+                         argv=[*invocation.argv[:-1], "<prompt>"], **invocation.facts)
+        agents[tool.agent] = entry
+    return agents
+
+
+def cmd_doctor(options: argparse.Namespace) -> int:
+    from peon.errors import ConfigError, PeonError
     from workers import cgroup
 
     facts: dict[str, Any] = {
@@ -271,26 +405,28 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     facts["cgroup_v2"] = {"available": support.available, "detail": support.reason}
     agents: dict[str, Any] = {}
     session_layers = None
+    code = 0
     try:
         with open_session(options) as session:
             info = session.info
         facts["containment"] = info.get("containment")
         session_layers = info.get("config_layers")
-        config = info.get("config") or {}
-        env_path = os.environ.get("PATH") or os.defpath
-        for name, entry in (config.get("agents") or {}).items():
-            if isinstance(entry, Mapping) and "executable" in entry:
-                agents[name] = {"executable": entry["executable"], "args": list(entry.get("args") or []),
-                                "resolved": shutil.which(entry["executable"], path=env_path)}
+        agents = agent_facts(Path(info.get("workspace") or options.workspace), info.get("config") or {}, os.environ)
+    except ConfigError as exc:
+        facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
+        code = USAGE_ERROR
     except PeonError as exc:
         facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
+        code = 1
     facts["agents"] = agents
     facts["config"] = config_layers(options, session_layers)
     if options.json:
         print(json.dumps(facts, indent=2))
-        return 0
-    print_doctor(facts)
-    return 0
+    else:
+        print_doctor(facts)
+    if code:
+        print("peon: a session cannot start here; see above", file=sys.stderr)
+    return code
 
 
 def print_doctor(facts: Mapping[str, Any]) -> None:
@@ -312,8 +448,15 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
     print(f"openat2      {shown}: {o2['detail']}")
     print("agents")
     for name, agent in facts["agents"].items():
-        where = agent["resolved"] or "not found on PATH"
-        print(f"  {name:<10} {agent['executable']} -> {where}")
+        if agent["resolved"] is None:
+            print(f"  {name:<10} {agent['executable']}: {agent['error']}")
+            continue
+        runs = f" (run by {agent['interpreter']})" if agent.get("interpreter") else ""
+        print(f"  {name:<10} {agent['executable']} -> {agent['resolved']}{runs}")
+        print(f"  {'':<10} argv: {' '.join(agent['argv'])}")
+        if "pi_version" in agent:
+            dash = "ends options with --" if agent["pi_double_dash"] else "no --; prompts beginning with - are refused"
+            print(f"  {'':<10} pi {agent['pi_version'] or 'of unknown version'}: {dash}")
     print("config layers")
     config = facts["config"]
     if config.get("error"):
@@ -329,7 +472,10 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from peon import __version__
+
     parser = argparse.ArgumentParser(prog="peon", description="A tool runtime for AI coding agents.")
+    parser.add_argument("--version", action="version", version=f"peon {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def common(sub: argparse.ArgumentParser, allow: bool = False) -> None:
@@ -343,9 +489,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(mcp, allow=True)
     mcp.set_defaults(run=cmd_mcp)
 
-    call = commands.add_parser("call", help="run one tool call and print its result as JSON")
+    call = commands.add_parser("call", help="run one tool call and print its result (JSON when piped)")
     call.add_argument("tool", help="the tool name (see `peon tools`)")
     call.add_argument("input", help="the tool input as a JSON object, or - to read it from stdin")
+    call.add_argument("--json", action="store_true", help="print the result as JSON, also on a terminal")
     common(call, allow=True)
     call.set_defaults(run=cmd_call)
 
@@ -385,6 +532,8 @@ def main(argv: list[str] | None = None) -> None:
         print("peon: interrupted", file=sys.stderr)
         code = 130
     except BrokenPipeError:
+        # The reader of stdout went away: say nothing more there (not even at exit, when Python flushes).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
     sys.exit(code)
 

@@ -17,7 +17,11 @@ Promises:
   key not listed as tightenable — makes loading fail with one error naming every refused key;
 * a project's approval settings are floors: they become ``tighten_only`` rules that no later layer
   can loosen;
-* :attr:`LoadedConfig.layers` records, per layer, the dotted keys it set.
+* :attr:`LoadedConfig.layers` records, per layer, the dotted keys it set;
+* only regular files are read (a FIFO, device or directory in place of a configuration file is a
+  ``config_invalid`` error, never a hang; see :mod:`peon.statefile`), and a layer whose tables and
+  arrays nest deeper than :data:`MAX_CONFIG_DEPTH` levels is a ``config_invalid`` error naming its
+  source, never a ``RecursionError``.
 
 The environment (for the user file's location) is passed in, never read implicitly by the supervisor.
 """
@@ -28,22 +32,29 @@ import difflib
 import json
 import math
 import os
-import stat
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
+)
 
-from supervisor.approval import STRICTNESS, check_command_prefix, check_path_prefix
+from .policy import RISK_NAMES, STRICTNESS, check_command_prefix, check_path_prefix
+from .tool import ToolRisk
 
+from .environment import ENV_NAME
 from .errors import ConfigError
+from .statefile import RefusedFile, read_regular_file
 from .userdir import user_peon_dir
 
 MAX_CONFIG_FILE_BYTES = 1 << 20
+# The model nests at most four levels (approval.rules[i].tool); anything far deeper is a mistake or an
+# attack on the recursive steps that follow (merging, validation, error messages).
+MAX_CONFIG_DEPTH = 16
 PROJECT_CONFIG = Path(".peon") / "config.toml"
 
 
@@ -54,6 +65,7 @@ class _Section(BaseModel):
 
 class Limits(_Section):
     max_timeout_seconds: float = Field(gt=0)
+    default_timeout_seconds: float = Field(gt=0)
     max_output_bytes: int = Field(ge=1024)
     read_max_bytes: int = Field(ge=1)
     max_input_bytes: int = Field(ge=1024)
@@ -62,8 +74,11 @@ class Limits(_Section):
     approval_timeout_seconds: float = Field(gt=0)
     memory_max_bytes: int = Field(ge=1 << 20)
     max_processes: int = Field(ge=1)
+    max_queued_calls: int = Field(ge=1)
+    max_queued_bytes: int = Field(ge=1024)
 
-    @field_validator("max_timeout_seconds", "worker_grace_seconds", "worker_start_seconds", "approval_timeout_seconds")
+    @field_validator("max_timeout_seconds", "default_timeout_seconds", "worker_grace_seconds",
+                     "worker_start_seconds", "approval_timeout_seconds")
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
@@ -72,7 +87,8 @@ class Limits(_Section):
 
 
 Policy = Literal["allow", "ask", "deny"]
-RiskName = Literal["read_only", "filesystem", "process", "delegate"]
+# A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
+RiskName = Annotated[ToolRisk, Field(strict=False)]
 
 
 class ApprovalRule(_Section):
@@ -111,6 +127,8 @@ class Approval(_Section):
     filesystem: Policy
     process: Policy
     delegate: Policy
+    # Process calls that run inside the OS sandbox; unset: the `process` value applies.
+    process_sandboxed: Policy | None = None
     rules: tuple[ApprovalRule, ...] = ()
 
 
@@ -131,6 +149,36 @@ class Agents(_Section):
     pi: AgentCommand
 
 
+# One execve string (MAX_ARG_STRLEN, with its NUL) bounds a variable's NAME=value.
+MAX_ENVIRONMENT_BYTES = 32 * 4096 - 1
+
+
+def _environment_value(value: Any) -> str | bool:
+    if value is False:
+        return False
+    if not isinstance(value, str):
+        raise ValueError("must be a string (the value to set) or false (keep what the session inherited)")
+    if "\0" in value:
+        raise ValueError("must not contain a NUL character")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_ENVIRONMENT_BYTES:
+        raise ValueError(f"must be at most {MAX_ENVIRONMENT_BYTES} bytes of UTF-8")
+    return value
+
+
+EnvironmentValue = Annotated[Any, BeforeValidator(_environment_value)]
+
+
+def _environment_names(table: dict[str, Any]) -> dict[str, Any]:
+    for name in table:
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name (letters, digits and '_', "
+                             "not beginning with a digit)")
+    return table
+
+
+Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment_names)]
+
+
 class Runtime(_Section):
     containment: Literal["auto", "cgroup", "process-tree"]
 
@@ -143,6 +191,7 @@ class ToolsConfig(_Section):
 class Audit(_Section):
     max_bytes: int = Field(ge=1024)
     backups: int = Field(ge=0, le=100)
+    fsync: bool = False
 
 
 class PeonConfig(_Section):
@@ -153,6 +202,7 @@ class PeonConfig(_Section):
     runtime: Runtime
     tools: ToolsConfig
     audit: Audit
+    environment: Environment
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -199,34 +249,55 @@ def shipped_defaults() -> dict[str, Any]:
 
 def read_toml(path: Path, *, missing_ok: bool = False) -> dict[str, Any] | None:
     """Parse one configuration file. Only a regular file of at most 1 MiB is read (a FIFO or a device
-    would hang or flood the loader)."""
+    would hang or flood the loader; it is never even opened for reading), and its tables and arrays may
+    nest at most :data:`MAX_CONFIG_DEPTH` levels."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = read_regular_file(path, max_bytes=MAX_CONFIG_FILE_BYTES, follow_symlinks=True)
     except (FileNotFoundError, NotADirectoryError):
         if missing_ok:
             return None
         raise ConfigError(f"configuration file {path} does not exist", {"file": str(path)}) from None
+    except RefusedFile as exc:
+        raise ConfigError(f"configuration file {exc}", {"file": str(path)}) from None
     except OSError as exc:
         raise ConfigError(f"configuration file {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"configuration file {path} is not a regular file", {"file": str(path)})
-        if info.st_size > MAX_CONFIG_FILE_BYTES:
-            raise ConfigError(f"configuration file {path} is {info.st_size} bytes; the limit is {MAX_CONFIG_FILE_BYTES}",
-                              {"file": str(path)})
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_CONFIG_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"configuration file {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
-    finally:
-        os.close(fd)
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"configuration file {path} is not UTF-8 (byte {exc.start})", {"file": str(path)}) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"configuration file {path} is not valid TOML: {exc}", {"file": str(path)}) from None
+    except RecursionError:
+        raise _too_deep(str(path), None) from None
+    check_nesting(data, str(path))
+    return data
+
+
+def _too_deep(source: str, key: str | None) -> ConfigError:
+    where = f" (at {key!r})" if key else ""
+    return ConfigError(
+        f"invalid configuration in {source}: tables and arrays nest deeper than {MAX_CONFIG_DEPTH} levels{where}; "
+        f"Peon's configuration never nests more than a few",
+        {"source": source, "rule": "max_depth", "limit": MAX_CONFIG_DEPTH},
+    )
+
+
+def check_nesting(data: Any, source: str, limit: int | None = None) -> None:
+    """Refuse tables and arrays nested deeper than ``limit`` levels (walked without recursion, so any
+    depth is refused cleanly and every later, recursive step is safe)."""
+    limit = MAX_CONFIG_DEPTH if limit is None else limit
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    while stack:
+        value, depth, key = stack.pop()
+        if isinstance(value, Mapping):
+            children = [(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            children = [(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        else:
+            continue
+        if depth >= limit and children:
+            raise _too_deep(source, key or None)
+        stack.extend((child, depth + 1, name) for child, name in children)
 
 
 def user_config_path(env: Mapping[str, str]) -> tuple[Path | None, bool]:
@@ -367,7 +438,6 @@ def validate(data: Mapping[str, Any], source: str) -> PeonConfig:
 # -- what a project may do -------------------------------------------------------------------------
 
 CONTAINMENT_STRENGTH = {"process-tree": 0, "auto": 1, "cgroup": 2}
-RISK_NAMES = typing.get_args(RiskName)
 
 
 def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[str, str]]:
@@ -412,6 +482,8 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
             refused.append((key, "a project cannot add tools"))
         elif section == "audit":
             refused.append((key, "only the user configures the audit log"))
+        elif section == "environment":
+            refused.append((key, "only the user configures the environment commands and agents run with"))
         else:
             refused.append((key, "not a setting a project may change"))
     return refused
@@ -479,6 +551,7 @@ def load_config(
     if isinstance(overrides, (str, os.PathLike)):
         layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)), "overrides"))
     elif overrides is not None:
+        check_nesting(overrides, "overrides")
         layers.append(Layer("overrides", overrides, "overrides"))
 
     merged: dict[str, Any] = {}

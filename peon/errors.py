@@ -21,6 +21,8 @@ class ErrorCode(str, Enum):
     TOO_LARGE = "too_large"  # an input, file or message exceeds a configured bound
     LIMIT_EXCEEDED = "limit_exceeded"  # a per-call resource limit (memory, processes) was hit
     TOOL_FAILED = "tool_failed"  # the tool raised an unexpected exception (a bug in the tool)
+    BUSY = "busy"  # the session's call queue is full (limits.max_queued_calls / max_queued_bytes)
+    AUDIT_FAILED = "audit_failed"  # the decision could not be written to the audit log, so the call did not run
 
     # The runtime
     WORKER_CRASHED = "worker_crashed"  # the worker process died before reporting a result

@@ -14,6 +14,9 @@ Promises:
   message that names no call means the supervisor is broken (killed, ``supervisor_died``);
 * a session whose supervisor does not become ready within :data:`START_TIMEOUT_SECONDS` raises, and
   nothing of it is left: the supervisor and everything below it are killed;
+* at most ``limits.max_queued_calls`` unanswered calls holding at most ``limits.max_queued_bytes`` of
+  encoded input are sent to the supervisor; a call beyond either is answered ``busy`` at once and never
+  sent;
 * :meth:`Session.close` (and leaving the ``with`` block) returns when the supervisor has exited and
   no process the session started is alive.
 
@@ -85,6 +88,7 @@ class CallHandle:
         self.tool = tool
         self.on_progress = on_progress
         self._done = threading.Event()
+        self.size = 0  # encoded bytes, counted against limits.max_queued_bytes while unanswered
         self._result: ToolResult | None = None
         self._callbacks: list[Callable[[ToolResult], None]] = []
         self._lock = threading.Lock()
@@ -306,6 +310,11 @@ class Session:
                 failure = self._dead or ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED, "the session is closed")
                 handle._resolve(ToolResult(call_id, name, False, error=failure.error))
                 return handle
+            busy = self._queue_full(len(data))
+            if busy is not None:  # nothing is sent: the supervisor never holds more than the bound
+                handle._resolve(ToolResult.failure(call_id, name, ErrorCode.BUSY, busy[0], busy[1]))
+                return handle
+            handle.size = len(data)
             self._handles[call_id] = handle
             if self._reader_idle:
                 self._reader_idle = False
@@ -315,6 +324,21 @@ class Session:
         except OSError:
             pass  # the reader sees the EOF and fails the handle with supervisor_died
         return handle
+
+    def _queue_full(self, size: int) -> tuple[str, dict[str, Any]] | None:
+        """Why a call of ``size`` encoded bytes cannot be held now (limits.max_queued_calls and
+        max_queued_bytes count the calls submitted and not yet answered); a lone call is always held."""
+        limits = self.config.config.limits
+        held = len(self._handles)
+        if held >= limits.max_queued_calls:
+            return (f"the session already holds {held} unanswered calls; limits.max_queued_calls is "
+                    f"{limits.max_queued_calls}", {"limit": "max_queued_calls", "value": limits.max_queued_calls})
+        held_bytes = sum(h.size for h in self._handles.values())
+        if held and held_bytes + size > limits.max_queued_bytes:
+            return (f"the session's unanswered calls hold {held_bytes} bytes of input and this call {size} more; "
+                    f"limits.max_queued_bytes is {limits.max_queued_bytes}",
+                    {"limit": "max_queued_bytes", "value": limits.max_queued_bytes})
+        return None
 
     def call(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> ToolResult:
         return self.submit(name, args, on_progress=on_progress).result()

@@ -42,6 +42,7 @@ class RiskAssessment:
 
     risk: ToolRisk
     reason: str
+    sandboxed: bool = False  # the call will run inside the OS sandbox
 
 
 @dataclass(frozen=True)

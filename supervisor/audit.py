@@ -1,17 +1,24 @@
-"""The audit log: one JSON line per call in the session's state directory.
+"""The audit log: JSON lines in the session's state directory, the decision written before the call runs.
 
 Promises:
 
-* every call that got a reply gets exactly one line in ``audit.jsonl`` — allowed, denied, failed
-  validation, unknown tool, cancelled while queued or closed with the session alike — saying when, which
-  call and tool, the effective risk and why, the decision and who made it, how long it took and how
-  it ended;
+* a call that is handed to a worker first has a ``"event": "decision"`` line in ``audit.jsonl``,
+  written with one ``write(2)`` (and ``fdatasync`` when ``audit.fsync`` is on) before the worker gets
+  the call; if that line cannot be written — disk full, read-only, any error — the call does not run
+  and is answered ``audit_failed``;
+* every call that got a reply then gets exactly one ``"event": "result"`` line — allowed, denied,
+  failed validation, unknown tool, cancelled while queued or closed with the session alike — saying
+  when, which call and tool, the effective risk and why, whether it ran in the OS sandbox, the decision
+  and who made it, how long it took and how it ended;
 * a line never holds file contents, tool output or free-form input: of the input only the fields in
   :data:`RECORDED_INPUT_FIELDS` are kept (strings shortened), the others are named in
   ``input_omitted``, and ``input_sha256`` identifies the exact input;
 * the log is bounded: when a line would take ``audit.jsonl`` past ``audit.max_bytes`` the file is
   rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped);
-* a failure to write the log is reported on stderr and does not fail the call it describes.
+* a failure to write a result line is reported on stderr and does not fail the call it describes
+  (the call has already run); a decision line that cannot be written refuses the call. Anything but a
+  regular file at ``audit.jsonl`` (a FIFO, a device, a symbolic link) is such a failure, found without
+  opening it (:mod:`peon.statefile`), never a hang or a write through a link.
 
 :func:`audit_entry` is pure; :class:`AuditLog` does the file work.
 """
@@ -21,13 +28,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
+from peon.policy import ApprovalRequest, Decision
+from peon.statefile import RefusedFile, open_for_append, regular_size
 from peon.validation import canonical_json
 
-from .approval import ApprovalRequest, Decision
 from .grants import input_digest
 
 FILE_NAME = "audit.jsonl"
@@ -46,20 +55,48 @@ def _shorten(value: Any) -> Any:
     return value
 
 
+def _encode(entry: Mapping[str, Any]) -> bytes:
+    return (json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+
+
 def _timestamp(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def decision_entry(*, session_id: str, call_id: str, tool: str, args: Any, request: ApprovalRequest,
+                   decision: Decision, received_at: float) -> dict[str, Any]:
+    """The line written before an allowed call is handed to a worker."""
+    return _common("decision", session_id, call_id, tool, args, request, decision, received_at)
 
 
 def audit_entry(*, session_id: str, call_id: str, tool: str, args: Any, request: ApprovalRequest | None,
                 decision: Decision | None, reply: Mapping[str, Any], received_at: float,
                 duration_ms: int) -> dict[str, Any]:
+    """The line written when a call is answered."""
+    entry = _common("result", session_id, call_id, tool, args, request, decision, received_at)
+    entry["duration_ms"] = duration_ms
+    outcome: dict[str, Any] = {"ok": bool(reply.get("ok"))}
+    if reply.get("ok"):
+        value = reply.get("value")
+        if isinstance(value, Mapping):
+            outcome.update({k: value[k] for k in OUTCOME_FIELDS if k in value})
+    else:
+        outcome["error"] = (reply.get("error") or {}).get("code")
+    entry["outcome"] = outcome
+    return entry
+
+
+def _common(event: str, session_id: str, call_id: str, tool: str, args: Any, request: ApprovalRequest | None,
+            decision: Decision | None, received_at: float) -> dict[str, Any]:
     entry: dict[str, Any] = {
+        "event": event,
         "time": _timestamp(received_at),
         "session_id": session_id,
         "call_id": call_id,
         "tool": tool,
         "risk": request.risk.value if request else None,
         "risk_reason": request.risk_reason if request else None,
+        "sandboxed": request.sandboxed if request else None,
     }
     if isinstance(args, Mapping):
         entry["input"] = {k: _shorten(v) for k, v in sorted(args.items()) if k in RECORDED_INPUT_FIELDS
@@ -73,40 +110,49 @@ def audit_entry(*, session_id: str, call_id: str, tool: str, args: Any, request:
         "allowed": decision.allowed, "by": decision.by, "rule": _shorten(decision.rule),
         "answer": decision.answer, "scope": decision.scope,
     }
-    entry["duration_ms"] = duration_ms
-    outcome: dict[str, Any] = {"ok": bool(reply.get("ok"))}
-    if reply.get("ok"):
-        value = reply.get("value")
-        if isinstance(value, Mapping):
-            outcome.update({k: value[k] for k in OUTCOME_FIELDS if k in value})
-    else:
-        outcome["error"] = (reply.get("error") or {}).get("code")
-    entry["outcome"] = outcome
     return entry
 
 
 class AuditLog:
-    def __init__(self, state_dir: Path, max_bytes: int, backups: int):
+    def __init__(self, state_dir: Path, max_bytes: int, backups: int, fsync: bool = False):
         self.path = Path(state_dir) / FILE_NAME
         self.max_bytes = max_bytes
         self.backups = backups
+        self.fsync = fsync
 
-    def record(self, entry: Mapping[str, Any]) -> None:
-        line = (json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+    def commit(self, entry: Mapping[str, Any]) -> None:
+        """Write ``entry`` before acting on it: one ``write(2)`` of the whole line (``fdatasync`` too
+        when ``audit.fsync`` is on). Raises ``OSError`` (or ``ValueError``) if the line is not written
+        whole; the caller must then not act."""
+        line = _encode(entry)
         try:
-            try:
-                size = os.stat(self.path).st_size
-            except FileNotFoundError:
-                size = 0
-            if size and size + len(line) > self.max_bytes:
-                self._rotate()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
-        except OSError as exc:
+            # Never opened unless a regular file (a FIFO planted here must not block the supervisor).
+            size = regular_size(self.path) or 0
+        except RefusedFile as exc:
+            raise OSError(str(exc)) from None
+        if size and size + len(line) > self.max_bytes:
+            self._rotate()
+        try:
+            fd = open_for_append(self.path)
+        except RefusedFile as exc:
+            raise OSError(str(exc)) from None
+        try:
+            written = os.write(fd, line)
+            if written != len(line):  # a short write: the line is not in the log whole
+                raise OSError(f"short write to {self.path} ({written} of {len(line)} bytes)")
+            if self.fsync:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def record(self, entry: Mapping[str, Any]) -> bool:
+        """Best effort: write ``entry``; a failure is reported on stderr. Returns whether it was written."""
+        try:
+            self.commit(entry)
+        except (OSError, ValueError) as exc:
             print(f"peon-supervisor: cannot write the audit log {self.path}: {exc}", file=sys.stderr)
+            return False
+        return True
 
     def _rotate(self) -> None:
         if self.backups == 0:

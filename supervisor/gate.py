@@ -2,8 +2,8 @@
 
 Promises:
 
-* per call, in order: the policy's ``deny`` or ``allow`` stands; an ``ask`` is answered by a matching
-  session grant, else by the session's approver;
+* per call, in order: the policy's ``deny`` or ``allow`` (its :class:`~peon.policy.Verdict`) stands;
+  an ``ask`` is answered by a matching session grant, else by the session's approver;
 * the gate fails closed: no approver connected, the request cannot be sent, no answer within
   ``limits.approval_timeout_seconds``, or a malformed answer — each is a denial saying so
   (``by`` = ``no-approver``, ``timeout``, ``approver-error``), never a hang;
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
-from .approval import SCOPES, ApprovalPolicy, ApprovalRequest, Decision, parse_answer
+from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, Decision, Verdict, parse_answer
+from peon.rules import NO_FACTS, ShellFacts
 from .grants import GrantStore
 
 Send = Callable[[dict], Awaitable[Any]]
@@ -34,8 +36,13 @@ class ApprovalGate:
         self.timeout_seconds = timeout_seconds
         self._pending: dict[str, asyncio.Future] = {}
 
-    async def decide(self, request: ApprovalRequest, cancelled: asyncio.Event) -> Decision:
-        verdict = self.policy.evaluate(request)
+    async def decide(self, request: ApprovalRequest, cancelled: asyncio.Event,
+                     facts: ShellFacts = NO_FACTS) -> Decision:
+        return await self.settle(request, self.policy.evaluate(request, facts), cancelled)
+
+    async def settle(self, request: ApprovalRequest, verdict: Verdict, cancelled: asyncio.Event) -> Decision:
+        """The decision for a call the policy already judged: its allow or deny stands; an ask is
+        answered by a grant or the approver."""
         if verdict.action != "ask":
             return Decision(verdict.action == "allow", "policy", verdict.rule)
         grant = self.grants.find(request)

@@ -11,7 +11,10 @@ Promises:
   fsynced), so a supervisor killed at any moment leaves either the old or the new set, and a
   supervisor restarted with the same state directory continues with the same grants;
 * an unreadable or corrupt file is reported on stderr and treated as no grants (fail closed: the user
-  is asked again), never as a crash.
+  is asked again), never as a crash or a hang: anything but a regular file at ``grants.json`` (a FIFO,
+  a device, a directory, a symbolic link) is refused without being opened for reading
+  (:mod:`peon.statefile`), a file over :data:`MAX_FILE_BYTES` is not read, and JSON nested too deeply
+  to decode counts as corrupt.
 
 Grants only answer calls the policy would *ask* about: a ``deny`` is never overridden by a grant.
 """
@@ -27,10 +30,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .approval import SCOPES, ApprovalRequest
+from peon.policy import SCOPES, ApprovalRequest
+from peon.statefile import RefusedFile, read_regular_file
 
 FILE_NAME = "grants.json"
 FORMAT_VERSION = 1
+# A grant takes a few hundred bytes; a file this large is not one Peon wrote.
+MAX_FILE_BYTES = 8 << 20
 MAX_SUMMARY_CHARS = 200
 
 
@@ -95,8 +101,9 @@ class GrantStore:
 
     def _load(self) -> list[Grant]:
         try:
-            with open(self.path, "rb") as f:
-                data = json.loads(f.read())
+            data = json.loads(read_regular_file(self.path, max_bytes=MAX_FILE_BYTES, follow_symlinks=False))
+            if not isinstance(data, dict):
+                raise ValueError(f"expected a JSON object, got {type(data).__name__}")
             if data.get("version") != FORMAT_VERSION:
                 raise ValueError(f"unsupported version {data.get('version')!r}")
             grants = [Grant(**entry) for entry in data["grants"]]
@@ -105,7 +112,11 @@ class GrantStore:
             return grants
         except FileNotFoundError:
             return []
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        except RecursionError:
+            print(f"peon-supervisor: ignoring unreadable session grants in {self.path} (JSON nested too deeply); "
+                  "calls will be asked about again", file=sys.stderr)
+            return []
+        except (OSError, RefusedFile, ValueError, TypeError, KeyError, AttributeError) as exc:
             print(f"peon-supervisor: ignoring unreadable session grants in {self.path} ({exc}); "
                   "calls will be asked about again", file=sys.stderr)
             return []

@@ -1,11 +1,18 @@
 """The supervisor process: the session's single owner of calls, approval state and workers.
 
 Promise: calls run one at a time in the order they arrived. Each gets exactly one ``result`` message:
-validated, risk-assessed, approved (or denied), executed in a dedicated worker, or failed with a
-stable error code. A call cancelled while queued never starts. When the client closes the session,
-its channel reaches EOF, or the supervisor gets ``SIGTERM``, queued calls fail with
-``session_closed``, the running call is cancelled, every worker tree is killed and the supervisor
-exits — nothing it started outlives it.
+admitted by the pure pipeline (:func:`peon.admission.admit`: validated, risk-assessed, judged by the
+policy), approved (or denied), its decision written to the audit log, executed in a dedicated worker,
+or failed with a stable error code. A call is never handed to a worker before its decision line is in
+the audit log; if that line cannot be written the call is answered ``audit_failed`` and never runs.
+At most ``limits.max_queued_calls`` calls holding at most ``limits.max_queued_bytes`` of input are
+held at once; a call beyond that is answered ``busy`` at once and dropped. A call cancelled while
+queued never starts. When the client closes the session, its channel reaches EOF, or the supervisor
+gets ``SIGTERM``, queued calls fail with ``session_closed``, the running call is cancelled, every
+worker tree is killed and the supervisor exits — nothing it started outlives it.
+
+This module is the I/O around the pipeline: the queue, the gate (asking the approver), the audit
+log, the pool of workers and the replies.
 """
 
 from __future__ import annotations
@@ -23,15 +30,16 @@ from typing import Any
 
 from setproctitle import setproctitle
 
+from peon.admission import admit
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, PeonError, ToolError
-from peon.validation import canonical_json, validate_input
+from peon.policy import ApprovalRequest, Decision
 from workers import linux
 from workers.channel import Channel, ChannelError
 from workers.reaper import REAPER
 
-from .approval import ApprovalRequest, Decision
-from .audit import audit_entry
+from .audit import audit_entry, decision_entry
+from .facts import gather
 from .forker import Forker, ForkerGone
 from .pool import WorkerPool
 from .session_state import SessionState
@@ -54,13 +62,15 @@ class PendingCall:
     started_at: float = field(default_factory=time.monotonic)
     request: ApprovalRequest | None = None
     decision: Decision | None = None
+    size: int = 0  # estimated bytes of its input, counted against limits.max_queued_bytes
 
 
 class Supervisor:
     def __init__(self, client: Channel):
         self.client = client
         self.queue: asyncio.Queue[PendingCall] = asyncio.Queue()
-        self.calls: dict[str, PendingCall] = {}
+        self.calls: dict[str, PendingCall] = {}  # queued and running: the bounded set
+        self.held_bytes = 0
         self.state: SessionState | None = None
         self.pool: WorkerPool | None = None
         self.stopping = asyncio.Event()
@@ -90,16 +100,16 @@ class Supervisor:
         try:
             try:
                 await self.pool.start()
-            except (ForkerGone, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ForkerGone) as exc:
                 await self.client.send({"op": "fatal", "error": ToolError(
                     ErrorCode.WORKER_CRASHED, f"the session's forkserver could not start: {exc}").to_dict()})
                 return 1
             await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
-            reader = asyncio.ensure_future(self._read_client())
-            executor = asyncio.ensure_future(self._execute_calls())
-            stop = asyncio.ensure_future(self.stopping.wait())
-            await asyncio.wait({reader, executor, stop}, return_when=asyncio.FIRST_COMPLETED)
-            await self._shutdown(reader, executor)
+            async with asyncio.TaskGroup() as group:
+                reader = group.create_task(self._read_client())
+                executor = group.create_task(self._execute_calls())
+                await self.stopping.wait()  # the client closed, went away, or a signal came
+                await self._shutdown(reader, executor)
         finally:
             await self.pool.close()
             self.state.close()
@@ -108,6 +118,12 @@ class Supervisor:
     # -- messages from the client -------------------------------------------------------------------
 
     async def _read_client(self) -> None:
+        try:
+            await self._read_messages()
+        finally:
+            self.stopping.set()
+
+    async def _read_messages(self) -> None:
         while True:
             try:
                 message = await self.client.recv()
@@ -120,7 +136,19 @@ class Supervisor:
             if op == "call":
                 call = PendingCall(str(message.get("id")), str(message.get("tool")), message.get("args"),
                                    bool(message.get("progress")))
+                call.size = input_size(call.args)
+                if call.id in self.calls:  # a client's bug: the id already names a held call
+                    call.args = None
+                    await self._reply(call, _error(ErrorCode.INVALID_INPUT,
+                                                   f"call id {call.id!r} is already in use by a queued or running call"))
+                    continue
+                busy = self._over_bounds(call)
+                if busy is not None:  # answered and dropped: holding it is what the bound prevents
+                    call.args = None
+                    await self._reply(call, busy)
+                    continue
                 self.calls[call.id] = call
+                self.held_bytes += call.size
                 self.queue.put_nowait(call)
             elif op == "cancel":
                 await self._cancel(str(message.get("id")))
@@ -135,8 +163,25 @@ class Supervisor:
         if not call.started:  # still queued: it will never start
             await self._reply(call, _error(ErrorCode.CANCELLED, f"{call.tool} was cancelled before it started"))
 
+    def _over_bounds(self, call: PendingCall) -> dict | None:
+        """A ``busy`` reply if holding ``call`` would pass the queue's bounds (a lone call of any size
+        that passed limits.max_input_bytes is held)."""
+        limits = self.state.config.limits
+        max_calls = int(getattr(limits, "max_queued_calls", 64))
+        max_bytes = int(getattr(limits, "max_queued_bytes", 32 << 20))
+        if len(self.calls) >= max_calls:
+            return _error(ErrorCode.BUSY, f"the session already holds {len(self.calls)} calls; "
+                          f"limits.max_queued_calls is {max_calls}", {"limit": "max_queued_calls", "value": max_calls})
+        if self.calls and self.held_bytes + call.size > max_bytes:
+            return _error(ErrorCode.BUSY, f"the session's queued calls hold {self.held_bytes} bytes of input and this "
+                          f"call {call.size} more; limits.max_queued_bytes is {max_bytes}",
+                          {"limit": "max_queued_bytes", "value": max_bytes})
+        return None
+
     async def _reply(self, call: PendingCall, reply: dict) -> None:
-        self.calls.pop(call.id, None)
+        if self.calls.get(call.id) is call:
+            del self.calls[call.id]
+            self.held_bytes -= call.size
         call.finished.set()
         try:  # recorded before the client sees the result; a failure here must not lose the reply
             self.state.audit.record(audit_entry(
@@ -167,35 +212,34 @@ class Supervisor:
 
     async def _run(self, call: PendingCall) -> dict:
         state = self.state
-        tool = state.registry.get(call.tool)
-        if tool is None:
-            return _error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}; available: {', '.join(state.registry.names())}")
-        try:
-            args = validate_input(tool.name, state.schemas[tool.name], call.args)
-            try:
-                canonical = canonical_json(args)
-            except ValueError as exc:
-                raise ToolError(ErrorCode.INVALID_INPUT, f"input for {tool.name} is not valid JSON: {exc}") from None
-            assessment = tool.assess_risk(args, state.view)
-            request = ApprovalRequest(
-                call_id=call.id, tool=tool.name, risk=assessment.risk, risk_reason=assessment.reason,
-                summary=tool.approval_summary(args), details=tool.approval_details(args, state.view),
-                canonical_input=canonical,
+        view = state.view
+        admission = admit(call_id=call.id, tool_name=call.tool, raw_args=call.args, tools=state.tools,
+                          schemas=state.schemas, view=view, policy=state.policy,
+                          facts=lambda questions: gather(questions, view.workspace, view.env))
+        if admission.error is not None:
+            return {"ok": False, "error": admission.error.to_dict()}
+        tool, request, verdict = admission.tool, admission.request, admission.verdict
+        assert tool is not None and request is not None and verdict is not None
+        call.request = request
+        decision = call.decision = await state.approval.settle(request, verdict, call.cancelled)
+        if call.cancelled.is_set():
+            return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+        if not decision.allowed:
+            return _error(
+                ErrorCode.DENIED,
+                f"{tool.name} ({request.risk.value} risk: {request.risk_reason}) was denied by {decision.by}: {decision.rule}",
+                {"risk": request.risk.value, "by": decision.by, "rule": decision.rule},
             )
-            call.request = request
-            decision = call.decision = await state.approval.decide(request, call.cancelled)
-            if call.cancelled.is_set():
-                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
-            if not decision.allowed:
-                return _error(
-                    ErrorCode.DENIED,
-                    f"{tool.name} ({assessment.risk.value} risk: {assessment.reason}) was denied by {decision.by}: {decision.rule}",
-                    {"risk": assessment.risk.value, "by": decision.by, "rule": decision.rule},
-                )
-            limit = state.config.limits.max_timeout_seconds
-            deadline = Deadline.after(min(float(tool.timeout_seconds(args, state.view)), limit))
-        except PeonError as exc:
-            return {"ok": False, "error": exc.to_dict()}
+        try:  # audit before acting: no line, no call
+            state.audit.commit(decision_entry(session_id=view.session_id, call_id=call.id, tool=call.tool,
+                                              args=call.args, request=request, decision=decision,
+                                              received_at=call.received_at))
+        except (OSError, ValueError) as exc:
+            return _error(ErrorCode.AUDIT_FAILED,
+                          f"{tool.name} was not run: its decision could not be written to the audit log "
+                          f"{state.audit.path} ({exc}); Peon runs no call it cannot audit",
+                          {"audit_log": str(state.audit.path)})
+        deadline = Deadline.after(admission.timeout_seconds)
 
         async def forward_progress(message: dict) -> None:
             if call.progress:
@@ -206,8 +250,8 @@ class Supervisor:
         started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
         notice = asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
         try:
-            reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": args, "progress": call.progress,
-                                         "approved": call.request.details},
+            reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
+                                         "progress": call.progress, "approved": request.details},
                                         deadline, call.cancelled, forward_progress)
         finally:
             notice.cancel()
@@ -233,9 +277,31 @@ class Supervisor:
             else:
                 call.cancelled.set()  # the running call gets TERM, grace, KILL like any cancel
         running = [call for call in self.calls.values() if call.started]
-        if running:  # its cancel runs TERM → grace → KILL, bounded by the pool's backstop
-            await asyncio.wait([asyncio.ensure_future(call.finished.wait()) for call in running])
+        async with asyncio.TaskGroup() as group:  # its cancel runs TERM → grace → KILL, bounded by the pool
+            for call in running:
+                group.create_task(call.finished.wait())
         executor.cancel()
+
+
+def input_size(value: Any, limit: int = 1 << 40) -> int:
+    """About how many bytes ``value`` takes as JSON (strings by their length), without encoding it."""
+    total = 0
+    stack = [value]
+    while stack and total < limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 2 + len(item)
+            for key, inner in item.items():
+                total += len(str(key)) + 3
+                stack.append(inner)
+        elif isinstance(item, list):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 8
+    return total
 
 
 def _error(code: ErrorCode, message: str, details: dict | None = None) -> dict:

@@ -17,14 +17,15 @@ from typing import Any
 
 from peon.configview import ConfigView, ResolvedConfig
 from peon.errors import ConfigError, PeonError
+from peon.policy import ApprovalPolicy
 from peon.registry import Registry, build_registry
-from peon.tool import SessionView
+from peon.tool import SessionView, Tool
 from peon.tools import BUILTIN_TOOLS
 from workers.cgroup import session_cgroup_name
 from workers.limits import ResourceLimits
 
 from . import containment as containment_mod
-from .approval import ApprovalHook, ApprovalPolicy
+from .approval import ApprovalHook
 from .audit import AuditLog
 from .gate import ApprovalGate
 from .grants import GrantStore
@@ -43,6 +44,8 @@ class SessionState:
     skills: Discovery = field(default_factory=Discovery)
     config_wire: dict = field(default_factory=dict)
     schemas: dict = field(default_factory=dict)  # each tool's input schema in this session, fixed at start
+    policy: ApprovalPolicy | None = None
+    tools: dict[str, Tool] = field(default_factory=dict)  # by name, in registration order
 
     @property
     def config(self) -> ConfigView:
@@ -96,14 +99,17 @@ class SessionState:
                      skills: Discovery) -> "SessionState":
         limits = loaded.config.limits
         send = supervisor.client.send if supervisor is not None else None
+        policy = ApprovalPolicy.from_loaded(loaded)
         gate = ApprovalGate(  # the client says whether it has an approver; without one, "ask" denies at once
-            ApprovalPolicy.from_loaded(loaded), GrantStore(state_dir), send,
+            policy, GrantStore(state_dir), send,
             approver_connected=bool(start.get("approver", True)),
             timeout_seconds=limits.approval_timeout_seconds,
         )
-        audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups)
+        audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
+                         bool(getattr(loaded.config.audit, "fsync", False)))
         schemas = {tool.name: tool.schema_for(view) for tool in registry}
-        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas)
+        return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas,
+                   policy, {tool.name: tool for tool in registry})
 
     def worker_session(self) -> dict:
         """What the forkserver needs to rebuild this session's view and tools for its workers."""

@@ -1,11 +1,13 @@
 """Native agent adapters against a fake ``claude``/``codex``/``pi`` (tests/fixtures/fake_agent.py) on a
 temporary PATH: argument boundaries with hostile prompts, workspace and stdin, executable resolution,
-size limits near MAX_ARG_STRLEN and ARG_MAX, the approval request, configuration layers, and cleanup
-after exit, timeout and cancel."""
+interpreters of scripts, what was approved is what runs, pi releases with and without ``--``, ``@``
+mentions, size limits near MAX_ARG_STRLEN and ARG_MAX, the approval request, configuration layers, and
+cleanup after exit, timeout and cancel."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -19,22 +21,52 @@ import pytest
 from conftest import living, wait_for
 from peon.errors import ConfigError, ToolError
 from peon.tools.agent import (
-    MAX_PROMPT_BYTES, bound_prompt, check_prompt_bytes, exec_bytes, resolve_executable, split_search_path,
+    MAX_PROMPT_BYTES, at_mentions, bound_prompt, check_prompt_bytes, exec_bytes, resolve_executable, split_search_path,
 )
+from peon.tools.agent_pi import supports_double_dash
+from peon.tools.launch import LaunchRefused, Shebang, env_command, parse_shebang, pinned, resolve_program
 
 FAKE = Path(__file__).parent / "fixtures" / "fake_agent.py"
 AGENTS = {"claude": ["-p", "--"], "codex": ["exec", "--"], "pi": ["-p", "--"]}
 ASK_DELEGATE = {"approval": {"delegate": "ask"}}
 
 
-def install_fake_agents(directory: Path, names=tuple(AGENTS)) -> Path:
-    """Copies of the fake agent under each name, started by this interpreter (no PATH lookup needed)."""
-    directory.mkdir(parents=True, exist_ok=True)
+PI_PACKAGE = "@mariozechner/pi-coding-agent"
+
+
+def fake_script(target: Path, shebang: str | None = None) -> Path:
+    """The fake agent at ``target``, started by ``shebang`` (by default this interpreter, by path)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     body = FAKE.read_text().split("\n", 1)[1]
+    target.write_text(f"{shebang or '#!' + sys.executable}\n{body}")
+    target.chmod(0o755)
+    return target
+
+
+def install_pi_package(prefix: Path, version: str | None, name: str = PI_PACKAGE) -> Path:
+    """pi as npm lays it out: <prefix>/lib/node_modules/<package>/{package.json,dist/cli.js}, and
+    <prefix>/bin/pi a link to dist/cli.js. Returns the package directory."""
+    package = prefix / "lib" / "node_modules" / name
+    fake_script(package / "dist" / "cli.js")
+    manifest = {"name": name, "bin": {"pi": "dist/cli.js"}, "type": "module"}
+    if version is not None:
+        manifest["version"] = version
+    (package / "package.json").write_text(json.dumps(manifest))
+    (prefix / "bin").mkdir(parents=True, exist_ok=True)
+    (prefix / "bin" / "pi").symlink_to(os.path.relpath(package / "dist" / "cli.js", prefix / "bin"))
+    return package
+
+
+def install_fake_agents(directory: Path, names=tuple(AGENTS), pi_version: str | None = "0.84.3") -> Path:
+    """The fake agent under each name in ``directory``, started by this interpreter; pi as its npm
+    package of ``pi_version`` (``None``: a bare script with no package.json)."""
+    directory.mkdir(parents=True, exist_ok=True)
     for name in names:
-        target = directory / name
-        target.write_text(f"#!{sys.executable}\n{body}")
-        target.chmod(0o755)
+        if name == "pi" and pi_version is not None:
+            install_pi_package(directory.parent / f"{directory.name}-pi-prefix", pi_version)
+            (directory / "pi").symlink_to(directory.parent / f"{directory.name}-pi-prefix" / "bin" / "pi")
+        else:
+            fake_script(directory / name)
     return directory
 
 
@@ -176,38 +208,61 @@ def test_empty_and_nul_prompts_are_invalid_input(agent_session, agents):
     assert raised.value.code.value == "invalid_input" and "U+D800 at index 5" in raised.value.message
 
 
-def test_claude_one_word_prompts_are_refused(agent_session, agents, workspace):
-    # The hazard: the real CLI runs a subcommand named by the first operand, even after '--'.
+def test_claude_one_word_prompts_are_prompts(agent_session, agents, workspace):
+    # Claude Code 2.x runs a subcommand only when it is the first argument; after "-p --" a word is a prompt.
+    direct = agents.run_directly("claude", "update", cwd=workspace)
+    assert "ran the 'update' subcommand" in direct.stdout  # the fake does dispatch subcommands
     direct = agents.run_directly("claude", "-p", "--", "update", cwd=workspace)
-    assert "ran the 'update' subcommand" in direct.stdout
-    for prompt in ["update", "mcp", "install", "help", "Doctor", "setup-token"]:
+    assert "received a prompt of 6 bytes" in direct.stdout
+    for prompt in ["update", "continue", "hi", "mcp", "install", "help", "Doctor", "setup-token"]:
         r = agent_session.call("agent_claude", {"prompt": prompt})
-        assert r.error.code == "invalid_input", prompt
-        assert r.error.details == {"rule": "prompt", "agent": "claude"}
-        assert "subcommand" in r.error.message and f'"{prompt}"' in r.error.message
-    assert agents.records() == []
-    r = agent_session.call("agent_claude", {"prompt": "update the changelog"})
-    assert r.ok and agents.records()[-1]["prompt"] == "update the changelog"
+        assert r.ok and r.value["exit_code"] == 0, (prompt, r.error or r.value["output"])
+        record = agents.records()[-1]
+        assert record["prompt"] == prompt and "subcommand" not in record
+        assert record["argv"] == ["-p", "--", prompt]
     for agent in ("codex", "pi"):  # their parsers do not take a subcommand after '--' / after '-p'
         r = agent_session.call(f"agent_{agent}", {"prompt": "resume" if agent == "codex" else "install"})
         assert r.ok and r.value["exit_code"] == 0 and "subcommand" not in r.value["output"]
 
 
-def test_pi_prompts_beginning_with_at_are_refused(agent_session, agents, workspace):
+def test_at_mentions_are_passed_as_written_and_shown_to_the_approver(open_session, agents, workspace, tmp_path):
+    """One rule for '@' in every adapter: never refused, never rewritten; the approval request lists the
+    files the agent's command line attaches by itself, flagging those outside the workspace."""
+    (workspace / "notes.txt").write_text("NOTES")
     (workspace / "secret.txt").write_text("TOP SECRET")
-    # The hazard: pi attaches an '@' argument's file, even after '--'.
-    direct = agents.run_directly("pi", "-p", "--", "@secret.txt", cwd=workspace)
-    assert "attached secret.txt: TOP SECRET" in direct.stdout
-    for prompt in ["@secret.txt", "@secret.txt summarise this", "@/etc/passwd", "@"]:
-        r = agent_session.call("agent_pi", {"prompt": prompt})
-        assert r.error.code == "invalid_input", prompt
-        assert "'@'" in r.error.message and r.error.details["agent"] == "pi"
-    assert agents.records() == []
-    for agent in ("claude", "codex"):  # only pi expands '@'
-        assert agent_session.call(f"agent_{agent}", {"prompt": "@secret.txt"}).ok
-        assert agents.records()[-1]["prompt"] == "@secret.txt"
-    r = agent_session.call("agent_pi", {"prompt": "summarise @secret.txt"})
-    assert r.ok and "TOP SECRET" not in r.value["output"] and agents.records()[-1]["attached"] == {}
+    home = tmp_path / "home"
+    requests = []
+    session = open_session(ASK_DELEGATE, env={**agents.env, "HOME": str(home)},
+                           approver=lambda request: requests.append(request) or "allow_once")
+
+    r = session.call("agent_claude", {"prompt": 'Compare @notes.txt with @~/.ssh/id_ed25519, @"a b.md" and @/etc/passwd'})
+    assert r.ok and agents.records()[-1]["prompt"].startswith("Compare @notes.txt")
+    mentions = requests[-1]["details"]["file_mentions"]
+    assert mentions == [
+        {"mention": "@notes.txt", "path": str(workspace / "notes.txt"), "outside_workspace": False},
+        {"mention": "@~/.ssh/id_ed25519,", "path": str(home / ".ssh" / "id_ed25519,"), "outside_workspace": True},
+        {"mention": "@a b.md", "path": str(workspace / "a b.md"), "outside_workspace": False},
+        {"mention": "@/etc/passwd", "path": "/etc/passwd", "outside_workspace": True},
+    ]
+    assert "attaches for the model itself" in requests[-1]["details"]["warning"]
+    assert "/etc/passwd" in requests[-1]["details"]["warning"]
+
+    # pi attaches an argument that begins with '@' (even after '--'): passed, and shown.
+    r = session.call("agent_pi", {"prompt": "@secret.txt"})
+    assert r.ok and "attached secret.txt: TOP SECRET" in r.value["output"]
+    assert requests[-1]["details"]["file_mentions"] == [
+        {"mention": "@secret.txt", "path": str(workspace / "secret.txt"), "outside_workspace": False}]
+    r = session.call("agent_pi", {"prompt": "summarise @secret.txt"})  # not at the start: plain text to pi
+    assert r.ok and agents.records()[-1]["attached"] == {} and "file_mentions" not in requests[-1]["details"]
+
+    r = session.call("agent_codex", {"prompt": "@secret.txt and @/etc/passwd"})  # codex exec attaches nothing
+    assert r.ok and agents.records()[-1]["prompt"] == "@secret.txt and @/etc/passwd"
+    assert "file_mentions" not in requests[-1]["details"]
+
+
+def test_at_mentions_are_found_as_claude_reads_them():
+    assert at_mentions("@a b@c.d @@e\t@f#L1-2 (@g) x@y @\"q r\" @\"unclosed") == ["a", "@e", "f#L1-2", "q r", '"unclosed']
+    assert at_mentions("") == [] and at_mentions("no mentions @") == []
 
 
 def test_codex_dash_prompt_reads_dev_null(agent_session, agents):
@@ -315,7 +370,13 @@ def test_the_approval_request_shows_what_will_run(open_session, agents, workspac
     details = request["details"]
     exe = str(agents.bin / "claude")
     assert details["executable"] == exe and os.path.isabs(details["executable"])
-    assert details["argv"] == [exe, "-p", "--"]
+    # The script's interpreter runs it: that is what starts, and what is shown first.
+    assert details["interpreter"] == sys.executable and details["shebang"] == f"#!{sys.executable}"
+    assert details["argv"] == [sys.executable, exe, "-p", "--"]
+    pins = details["pinned"]
+    assert pins["binary"]["path"] == os.path.realpath(sys.executable)
+    assert pins["scripts"][0]["path"] == exe
+    assert pins["scripts"][0]["sha256"] == hashlib.sha256((agents.bin / "claude").read_bytes()).hexdigest()
     assert details["prompt_truncated"] is True and details["prompt_chars"] == len(prompt)
     assert details["prompt"].startswith(prompt[:30]) and details["prompt"].endswith(prompt[-30:])
     assert len(details["prompt"]) < 60 + 50
@@ -436,3 +497,290 @@ def test_the_executable_started_is_the_one_that_was_approved(open_session, tmp_p
     assert r.error.code == "adapter_unavailable", r
     assert "not to the approved" in r.error.message
     assert not log.exists()  # neither fake agent ran
+
+
+# -- pi releases before and after "--" ---------------------------------------------------------------------
+
+
+def test_which_pi_releases_end_options_at_double_dash():
+    assert [supports_double_dash(v) for v in ("0.84.3", "0.84.4", "0.85.0", "1.0.0", "0.84.3+build.5")] == [True] * 5
+    assert [supports_double_dash(v) for v in ("0.84.2", "0.80.3", "0.73.1", "0.84.3-beta.1", "", None, "latest",
+                                              "0.84")] == [False] * 8
+
+
+def pi_session(open_session, tmp_path, version, *, name=PI_PACKAGE, approver=None):
+    prefix = tmp_path / f"pi-{version}"
+    install_pi_package(prefix, version, name)
+    log = tmp_path / f"pi-{version}.jsonl"
+    env = {"PATH": f"{prefix / 'bin'}:/usr/bin:/bin", "FAKE_AGENT_LOG": str(log)}
+    config = ASK_DELEGATE if approver else None
+    session = open_session(config, env=env, approver=approver)
+    return session, prefix, lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_an_older_pi_gets_no_double_dash_and_refuses_dash_prompts(open_session, tmp_path, workspace):
+    requests = []
+    session, prefix, records = pi_session(open_session, tmp_path, "0.80.3",
+                                          approver=lambda request: requests.append(request) or "allow_once")
+    # The release itself rejects "--", as pi before 0.84.3 does: with it, every prompt would fail.
+    direct = subprocess.run([str(prefix / "bin" / "pi"), "-p", "--", "hi"], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=30)
+    assert direct.returncode == 1 and "Error: Unknown option: --" in direct.stderr
+    for prompt in ["hi", "two words", "--- a yaml document", "$(touch x) 'quoted'", "x" * 1000]:
+        if prompt.startswith("-"):
+            continue
+        r = session.call("agent_pi", {"prompt": prompt})
+        assert r.ok and r.value["exit_code"] == 0, (prompt, r.error or r.value["output"])
+        assert records()[-1]["argv"] == ["-p", prompt] and records()[-1]["prompt"] == prompt
+    details = requests[-1]["details"]
+    package = prefix / "lib" / "node_modules" / PI_PACKAGE / "package.json"
+    assert details["argv"][-1:] == ["-p"] and "--" not in details["argv"]
+    assert (details["pi_version"], details["pi_package"], details["pi_double_dash"]) == ("0.80.3", str(package), False)
+    count = len(records())
+    for prompt in ["- [ ] a markdown item", "--help", "-p", "---"]:
+        r = session.call("agent_pi", {"prompt": prompt})
+        assert r.error.code == "invalid_input" and r.error.details == {"rule": "prompt", "agent": "pi"}, prompt
+        assert "this pi (0.80.3, per" in r.error.message and "from 0.84.3 on" in r.error.message
+    assert len(records()) == count and not (workspace / "x").exists()
+
+
+def test_pi_from_0_84_3_gets_double_dash_and_takes_dash_prompts(open_session, tmp_path):
+    session, _, records = pi_session(open_session, tmp_path, "0.84.3", name="@earendil-works/pi-coding-agent")
+    for prompt in ["hi", "- [ ] a markdown item", "--help me", "-p"]:
+        r = session.call("agent_pi", {"prompt": prompt})
+        assert r.ok and r.value["exit_code"] == 0, (prompt, r.error or r.value["output"])
+        assert records()[-1]["argv"] == ["-p", "--", prompt] and records()[-1]["prompt"] == prompt
+
+
+def test_a_pi_of_unknown_or_prerelease_version_is_treated_as_older(open_session, tmp_path):
+    bin_dir, log = tmp_path / "bin", tmp_path / "pi.jsonl"
+    bin_dir.mkdir()
+    session = open_session(env={"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_AGENT_LOG": str(log)})
+    for version, name, why in [("0.84.3-beta.1", PI_PACKAGE, "this pi (0.84.3-beta.1"),
+                               (None, PI_PACKAGE, "has no version"),
+                               ("9.9.9", "@someone/pi-fork", "is not pi's package")]:
+        prefix = tmp_path / f"prefix-{name.replace('/', '_')}-{version}"
+        install_pi_package(prefix, version, name)
+        (bin_dir / "pi").unlink(missing_ok=True)
+        (bin_dir / "pi").symlink_to(prefix / "bin" / "pi")
+        r = session.call("agent_pi", {"prompt": "hello there"})
+        assert r.ok and r.value["exit_code"] == 0, (version, r.error or r.value["output"])
+        assert json.loads(log.read_text().splitlines()[-1])["argv"] == ["-p", "hello there"]
+        r = session.call("agent_pi", {"prompt": "-v"})
+        assert r.error.code == "invalid_input" and why in r.error.message, (version, r.error)
+
+
+def test_a_bare_pi_script_without_a_package_is_treated_as_older(open_session, agents, tmp_path):
+    bare = install_fake_agents(tmp_path / "bare", ["pi"], pi_version=None)
+    session = open_session(env={**agents.env, "PATH": f"{bare}:/usr/bin:/bin"})
+    assert session.call("agent_pi", {"prompt": "hello there"}).ok
+    assert agents.records()[-1]["argv"] == ["-p", "hello there"]
+    r = session.call("agent_pi", {"prompt": "--version"})
+    assert r.error.code == "invalid_input" and "no package.json of pi within 3 directories" in r.error.message
+
+
+# -- interpreters of script executables ---------------------------------------------------------------------
+
+
+def test_shebang_lines_parse_as_the_kernel_reads_them():
+    assert parse_shebang(b"\x7fELF\x02\x01") is None and parse_shebang(b"") is None
+    assert parse_shebang(b"#!/usr/bin/env node\nconsole.log(1)") == Shebang("/usr/bin/env", "node", "#!/usr/bin/env node")
+    assert parse_shebang(b"#! /bin/sh  -e  -x \n") == Shebang("/bin/sh", "-e  -x", "#! /bin/sh  -e  -x ")
+    assert parse_shebang(b"#!/usr/bin/python3\t-u\n").argument == "-u"
+    assert parse_shebang(b"#!/bin/sh") == Shebang("/bin/sh", None, "#!/bin/sh")
+    for bad, why in [(b"#!\n", "names no interpreter"), (b"#!/x/" + b"y" * 300, "longer than the 256 bytes")]:
+        with pytest.raises(LaunchRefused, match=why):
+            parse_shebang(bad[:256])
+    assert env_command("node") == ("node", ())
+    assert env_command("-S node --no-warnings -e") == ("node", ("--no-warnings", "-e"))
+    for bad, why in [(None, "names no program"), ("-S", "names no program"), ("node --flag", "whole name"),
+                     ("-S node '$x'", "quoting or variables"), ("-i node", "whole name"), ("A=1", "options or variables"),
+                     ("-S -i node", "options or variables"), ("-S A=1 node", "options or variables")]:
+        with pytest.raises(LaunchRefused, match=why):
+            env_command(bad)
+
+
+@pytest.fixture
+def interpreted(tmp_path, workspace):
+    """codex as a '#!/usr/bin/env fakenode' script, 'fakenode' (this interpreter under another name) in
+    an absolute PATH entry, and a planted 'fakenode' in the workspace that leaves a marker if it runs."""
+
+    class Layout:
+        bin = tmp_path / "agents-bin"
+        node_dir = tmp_path / "node-bin"
+        log = tmp_path / "agents.jsonl"
+        marker = tmp_path / "planted-ran"
+
+        def codex(self, shebang: str) -> Path:
+            return fake_script(self.bin / "codex", shebang)
+
+        def env(self, path: str) -> dict:
+            return {"PATH": path, "FAKE_AGENT_LOG": str(self.log), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+        def records(self) -> list[dict]:
+            return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.exists() else []
+
+    layout = Layout()
+    layout.node_dir.mkdir()
+    (layout.node_dir / "fakenode").symlink_to(sys.executable)
+    planted = workspace / "fakenode"
+    planted.write_text(f"#!/bin/sh\necho planted > {layout.marker}\n")
+    planted.chmod(0o755)
+    return layout
+
+
+def test_the_interpreter_of_a_script_is_found_in_absolute_path_entries_only(open_session, interpreted, workspace):
+    interpreted.codex("#!/usr/bin/env fakenode")
+    requests = []
+    # An empty entry first (the workspace, for every command), then "." and a relative one.
+    path = f":.:relative:{interpreted.bin}:{interpreted.node_dir}:/usr/bin:/bin"
+    session = open_session(ASK_DELEGATE, env=interpreted.env(path),
+                           approver=lambda request: requests.append(request) or "allow_once")
+    r = session.call("agent_codex", {"prompt": "hello there"})
+    assert r.ok and r.value["exit_code"] == 0, r.error or r.value["output"]
+    assert not interpreted.marker.exists(), "the workspace's fakenode ran"
+    node = str(interpreted.node_dir / "fakenode")
+    script = str(interpreted.bin / "codex")
+    details = requests[0]["details"]
+    assert details["interpreter"] == node and details["shebang"] == "#!/usr/bin/env fakenode"
+    assert details["argv"] == [node, script, "exec", "--"]
+    assert details["executable"] == script and details["executable_realpath"] == script
+    assert r.value["interpreter"] == node and r.value["executable"] == script
+    record = interpreted.records()[-1]
+    assert record["argv0"] == script and record["argv"] == ["exec", "--", "hello there"]
+    # The agent's own environment has no relative PATH entry left for env or anything else to use.
+    assert record["env"]["PATH"] == f"{interpreted.bin}:{interpreted.node_dir}:/usr/bin:/bin"
+
+
+def test_an_interpreter_only_in_the_workspace_is_adapter_unavailable(open_session, interpreted, workspace):
+    interpreted.codex("#!/usr/bin/env fakenode")
+    approver_calls = []
+    session = open_session(ASK_DELEGATE, env=interpreted.env(f":{interpreted.bin}:/usr/bin:/bin"),
+                           approver=approver_calls.append)
+    r = session.call("agent_codex", {"prompt": "hello there"})
+    assert r.error.code == "adapter_unavailable", r
+    assert "runs 'fakenode' ('#!/usr/bin/env fakenode')" in r.error.message
+    assert "no executable 'fakenode' in the absolute entries of PATH" in r.error.message
+    assert approver_calls == [] and not interpreted.marker.exists() and interpreted.records() == []
+
+
+def test_interpreters_that_would_be_looked_up_in_the_workspace_are_refused(open_session, interpreted):
+    session = open_session(env=interpreted.env(f"{interpreted.bin}:{interpreted.node_dir}:/usr/bin:/bin"))
+    for shebang, why in [("#!fakenode", "relative interpreter 'fakenode'"),
+                         ("#!./fakenode", "relative interpreter './fakenode'"),
+                         ("#!/usr/bin/env ./fakenode", "relative program './fakenode'"),
+                         ("#!/usr/bin/env fakenode -u", "whole name"),
+                         ("#!/nonexistent/node", "/nonexistent/node cannot be opened")]:
+        interpreted.codex(shebang)
+        r = session.call("agent_codex", {"prompt": "hello there"})
+        assert r.error.code == "adapter_unavailable" and why in r.error.message, (shebang, r.error)
+    assert not interpreted.marker.exists() and interpreted.records() == []
+
+
+def test_env_split_string_and_nested_interpreters(open_session, interpreted, tmp_path):
+    # "-S" passes words to the interpreter; a shell-script interpreter is followed too (as the kernel does).
+    interpreted.codex("#!/usr/bin/env -S fakenode -u")
+    session = open_session(env=interpreted.env(f"{interpreted.bin}:{interpreted.node_dir}:/usr/bin:/bin"))
+    r = session.call("agent_codex", {"prompt": "hello there"})
+    assert r.ok and r.value["exit_code"] == 0, r.error or r.value["output"]
+    assert interpreted.records()[-1]["argv"] == ["exec", "--", "hello there"]
+
+    chain = tmp_path / "chain"
+    chain.mkdir()
+    previous = str(interpreted.node_dir / "fakenode")
+    for level in range(5):  # a script whose interpreter is a script... five deep: one more than the kernel allows
+        link = chain / f"level{level}"
+        link.write_text(f"#!{previous}\n")
+        link.chmod(0o755)
+        previous = str(link)
+    interpreted.codex(f"#!{previous}")
+    r = session.call("agent_codex", {"prompt": "hello there"})
+    assert r.error.code == "adapter_unavailable" and "more than 4 nested scripts" in r.error.message
+
+
+# -- what was approved is what runs -----------------------------------------------------------------------------
+
+
+def two_versions(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """bin/claude -> v1/claude; v2/claude is another program that leaves a marker."""
+    v1 = fake_script(tmp_path / "v1" / "claude")
+    v2 = tmp_path / "v2" / "claude"
+    v2.parent.mkdir()
+    v2.write_text(f"#!/bin/sh\necho swapped > {tmp_path / 'swapped-ran'}\n")
+    v2.chmod(0o755)
+    link = tmp_path / "bin" / "claude"
+    link.parent.mkdir()
+    link.symlink_to(v1)
+    return link, v1, v2
+
+
+def test_repointing_a_link_after_approval_starts_nothing(open_session, tmp_path):
+    link, _, v2 = two_versions(tmp_path)
+    log = tmp_path / "agents.jsonl"
+
+    def approver(request):
+        link.unlink()
+        link.symlink_to(v2)  # while the approver looks, the approved path is re-pointed
+        return "allow_once"
+
+    session = open_session(ASK_DELEGATE, approver=approver,
+                           env={"PATH": f"{link.parent}:/usr/bin:/bin", "FAKE_AGENT_LOG": str(log)})
+    r = session.call("agent_claude", {"prompt": "hello there"})
+    assert r.error.code == "adapter_unavailable", r
+    assert "nothing was started" in r.error.message and r.error.details["rule"] == "pinned"
+    assert not (tmp_path / "swapped-ran").exists() and not log.exists()
+
+
+def test_changing_the_approved_file_in_place_starts_nothing(open_session, tmp_path):
+    """Same inode, size and modification time (restored): only the content hash tells, and it does."""
+    link, v1, _ = two_versions(tmp_path)
+    log = tmp_path / "agents.jsonl"
+
+    def approver(request):
+        info = v1.stat()
+        data = v1.read_bytes()
+        tampered = data.replace(b"import json", b"import  sys", 1)  # same length, different program
+        assert len(tampered) == len(data) and tampered != data
+        with open(v1, "r+b") as f:
+            f.write(tampered)
+        os.utime(v1, ns=(info.st_atime_ns, info.st_mtime_ns))
+        return "allow_once"
+
+    session = open_session(ASK_DELEGATE, approver=approver,
+                           env={"PATH": f"{link.parent}:/usr/bin:/bin", "FAKE_AGENT_LOG": str(log)})
+    r = session.call("agent_claude", {"prompt": "hello there"})
+    assert r.error.code == "adapter_unavailable", r
+    assert "its content is not the approved content (SHA-256)" in r.error.message
+    assert not log.exists()
+
+
+def test_the_pinned_binary_runs_even_if_its_path_is_replaced_and_its_descriptor_is_not_inherited(tmp_path):
+    """The mechanism: the binary is executed through the descriptor that was checked."""
+    program_path = tmp_path / "prog"
+    shutil.copy("/bin/sh", program_path)
+    program = resolve_program(str(program_path), "/usr/bin:/bin")
+    with pinned(program, program.pins()) as exec_path:
+        fd = int(exec_path.rsplit("/", 1)[1])
+        program_path.unlink()
+        shutil.copy("/bin/false", program_path)  # replaced after the check
+        read_end, write_end = os.pipe()
+        script = f"test -e /proc/$$/fd/{fd} && echo LEAKED || echo CLEAN; exit 7"
+        pid = os.posix_spawn(exec_path, [str(program_path), "-c", script], {"PATH": "/usr/bin:/bin"},
+                             file_actions=[(os.POSIX_SPAWN_DUP2, write_end, 1)])
+        os.close(write_end)
+        _, status = os.waitpid(pid, 0)
+        output = os.read(read_end, 100).decode()
+        os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 7  # /bin/sh ran, not the /bin/false now at the path
+    assert output == "CLEAN\n"
+    with pytest.raises(ToolError, match="changed since it was approved: it is no longer the same file"), \
+            pinned(program, program.pins()):
+        pass
+
+
+def test_the_agents_environment_never_waits_on_a_person(open_session, agents):
+    session = open_session(env={**agents.env, "EDITOR": "vim", "PAGER": "less", "GIT_ASKPASS": "/usr/bin/ksshaskpass"})
+    assert session.call("agent_codex", {"prompt": "hello there"}).ok
+    env = agents.records()[-1]["env"]
+    assert (env["EDITOR"], env["GIT_EDITOR"], env["PAGER"], env["GIT_PAGER"]) == ("false", "false", "cat", "cat")
+    assert (env["GIT_TERMINAL_PROMPT"], env["GIT_ASKPASS"], env["SSH_ASKPASS_REQUIRE"]) == ("0", "false", "never")

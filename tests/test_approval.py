@@ -49,7 +49,8 @@ def test_the_approver_sees_the_whole_request(approving, workspace):
     assert (request["tool"], request["risk"], request["risk_reason"]) == ("bash", "process", "declared risk of bash")
     assert request["summary"] == "run in /bin/bash -lc: echo hi"
     assert request["details"] == {"argv": ["/bin/bash", "-lc", "echo hi"], "cwd": str(workspace.resolve()),
-                                  "timeout_seconds": 5}
+                                  "timeout_seconds": 5, "segments": [{"words": ["echo", "hi"]}]}
+    assert request["sandboxed"] is False
     assert request["canonical_input"] == '{"command":"echo hi","timeout_seconds":5}'
     assert request["scopes"] == ["call", "tool", "risk"]
     assert request["timeout_seconds"] == 120.0  # limits.approval_timeout_seconds, so a prompt can give up too

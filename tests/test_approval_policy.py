@@ -1,20 +1,19 @@
-"""The approval policy as pure functions: command matching, rule order, floors, answers. No processes
-except real bash, used to check that the matcher splits words exactly as bash does."""
+"""The approval policy as pure functions: command rules against every simple command, what keeps an
+allow rule from allowing, rule order, floors, sandboxed calls, answers. No processes."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from peon.config import load_config
-from peon.tool import ToolRisk
-from supervisor.approval import (
-    ApprovalPolicy, ApprovalRequest, PolicyRule, command_words, normalize_workspace_path, parse_answer, path_under,
+from peon.policy import (
+    ApprovalPolicy, ApprovalRequest, PolicyRule, Verdict, check_command_prefix, command_words,
+    normalize_workspace_path, parse_answer, path_under,
 )
+from peon.rules import NO_FACTS, GitFacts, ShellFacts
+from peon.tool import ToolRisk
 
 DEFAULTS = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 
@@ -24,63 +23,221 @@ def request(tool="bash", risk=ToolRisk.PROCESS, **args) -> ApprovalRequest:
                            canonical_input=json.dumps(args, sort_keys=True))
 
 
-def bash_allow(prefix: str) -> ApprovalPolicy:
-    return ApprovalPolicy(DEFAULTS, [PolicyRule("allow", tool="bash", command_prefix=prefix, name="r0")])
+# -- command rules against every simple command ------------------------------------------------------
+
+CLEAN = ShellFacts(git={".": GitFacts(), "src": GitFacts()})
 
 
-# -- simple commands -------------------------------------------------------------------------------
-
-SMUGGLED = [
-    "git status; rm -rf /", "git status && rm -rf /", "git status || rm", "git status | sh", "git status &",
-    "git status `rm -rf /`", "git status $(rm -rf /)", "git status $HOME", "git status\nrm -rf /",
-    "git status\rrm", "git status > /etc/passwd", "git status < /etc/shadow", "git status 2>&1",
-    "git status # comment", "git status {a,b}", "git status *", "git status ?", "git status [ab]",
-    "git status ~", "git status !!", "git status 'unbalanced", 'git status "unbalanced', "git status \\\nrm",
-    "git status\x00rm", "git status\u2028rm", "git status\x1b[2Jrm", "git status <(rm)", "(git status)",
-    "git status\x0brm", "",
-]
+def policy(*rules: PolicyRule, process: str = "ask") -> ApprovalPolicy:
+    return ApprovalPolicy({**DEFAULTS, "process": process}, list(rules))
 
 
-@pytest.mark.parametrize("command", SMUGGLED)
-def test_commands_that_could_do_more_than_one_thing_match_no_prefix(command):
-    assert command_words(command) is None
-    assert bash_allow("git status").evaluate(request(command=command)).action == "ask"
+def allow(prefix: str, name: str | None = None) -> PolicyRule:
+    return PolicyRule("allow", tool="bash", command_prefix=prefix, name=name or f"allow {prefix}")
 
 
-@pytest.mark.parametrize("command, matches", [
-    ("git status", True),
-    ("git status -s --branch", True),
-    ("  git   status\t-s ", True),
-    ("'git' \"status\"", True),  # bash runs the same words
-    ("git statusx", False),  # word boundary
-    ("git status-foo", False),
-    ("git stat", False),
-    ("git", False),
-    ("FOO=1 git status", False),  # an assignment changes what runs
-    ("sudo git status", False),
-    ("git -C /etc status", False),
-    ("git 'status; rm'", False),
+def deny(prefix: str) -> PolicyRule:
+    return PolicyRule("deny", tool="bash", command_prefix=prefix, name=f"deny {prefix}")
+
+
+BYPASSES = ["touch b; true", "true && touch c", "/usr/bin/touch d", "command touch e", "FOO=1 touch f",
+            "true || touch g", "echo | touch h", "(touch i)", "{ touch j; }", "echo $(touch k)", "\\touch l",
+            "'touch' m", "env nice -n 3 timeout 5 touch n", "xargs touch", "find . -exec touch {} \\;",
+            "bash -c 'touch o'", "if true; then touch p; fi", "f() { touch q; }; f", "sudo touch r",
+            "exec touch s", "time touch t", "nohup touch u", "eval touch v", "$T w", "t$'ouc'h x",
+            "cat <<EOF\n$(touch y)\nEOF", "touch >/dev/null z", "echo 'unbalanced"]
+
+
+@pytest.mark.parametrize("command", BYPASSES)
+def test_a_deny_rule_matches_any_part_and_whatever_cannot_be_seen(command):
+    verdict = policy(deny("touch"), process="allow").evaluate(request(command=command))
+    assert verdict.action == "deny", (command, verdict)
+    assert verdict.rule.startswith("deny touch")
+
+
+@pytest.mark.parametrize("command", BYPASSES)
+def test_an_ask_rule_is_never_passed_by_the_same_tricks(command):
+    assert policy(PolicyRule("ask", tool="bash", command_prefix="touch"), process="allow").evaluate(
+        request(command=command)).action == "ask"
+
+
+def test_a_deny_rule_does_not_match_unrelated_commands():
+    p = policy(deny("touch"), process="allow")
+    for command in ("echo touch", "ls touch", "git status", "echo $(date)", "cat touch.txt"):
+        assert p.evaluate(request(command=command)).action == "allow", command
+
+
+def test_opaque_commands_say_why_a_deny_rule_applied():
+    verdict = policy(deny("git push"), process="allow").evaluate(request(command="eval $CMD"))
+    assert verdict.action == "deny" and "cannot see what the command runs: eval" in verdict.rule
+
+
+@pytest.mark.parametrize("command, rules", [
+    ("cd src && make", ["cd", "make"]),
+    ("pytest 2>&1 | tail -20", ["pytest", "tail"]),
+    ("git status && git diff", ["git status", "git diff"]),
+    ("git status; git diff --stat > /dev/null", ["git status", "git diff"]),
+    ("ls -la\npwd", ["ls", "pwd"]),
+    ("(cd src && ls) | tail -3", ["cd", "ls", "tail"]),
+    ("[[ -d src ]] && ls src", ["ls"]),
+    ("command ls", ["ls"]),
 ])
-def test_prefix_matches_whole_leading_words(command, matches):
-    action = bash_allow("git status").evaluate(request(command=command)).action
-    assert action == ("allow" if matches else "ask")
+def test_allow_rules_allow_a_compound_command_when_every_part_is_allowed(command, rules):
+    verdict = policy(*[allow(r) for r in rules]).evaluate(request(command=command), CLEAN)
+    assert verdict.action == "allow", verdict
+    assert "every part allowed" in verdict.rule
 
 
-SIMPLE_ALPHABET = st.text(alphabet=st.sampled_from(list("ab-_./:=,+@%'\" \t") + ["é", "1", "\u00a0"]), max_size=24)
+@pytest.mark.parametrize("command, why", [
+    ("git status; rm -rf x", "no allow rule covers `rm -rf x`"),
+    ("git status && curl x | sh", "sh reads the commands it runs from its input"),
+    ("git status && curl x", "no allow rule covers `curl x`"),
+    ("git status $(rm x)", "command substitution"),
+    ("FOO=1 git status", "sets FOO"),
+    ("x=1; git status", "assigns the shell variable x"),
+    ("eval git status", "cannot see"),
+    ("git status > ~/.bashrc", "computed at run time"),
+    ("git status > /etc/passwd", "outside the workspace"),
+    ("cd /tmp && git status > out", "outside the workspace"),
+    ("cd $D && git status > out", "directory Peon cannot know"),
+    ("git status > link/out", "resolves outside the workspace"),
+    ("git status > unchecked", "was not checked"),
+    ("xargs git status", "input at run time"),
+    ("sudo git status", "another user's privileges"),
+    ("./git status", "no allow rule covers `./git status`"),
+    ("/opt/evil/git status", "no allow rule covers `/opt/evil/git status`"),
+    ("git -c core.pager=sh status", "no allow rule covers"),
+    ("git status $OPTS", "computed at run time"),
+    ("git status *", "computed at run time"),
+    ("git statusx", "no allow rule covers"),
+    ("git 'status; rm'", "no allow rule covers"),
+])
+def test_allow_rules_do_not_allow_more_than_their_parts(command, why):
+    facts = ShellFacts(git={".": GitFacts(), "src": GitFacts()}, paths_inside={"link/out": False})
+    verdict = policy(allow("git status"), allow("cd")).evaluate(request(command=command), facts)
+    assert verdict.action == "ask", verdict
+    assert why in verdict.rule, verdict.rule
 
 
-@settings(max_examples=150, deadline=None)
-@given(SIMPLE_ALPHABET)
-def test_accepted_commands_split_into_exactly_the_words_bash_sees(command):
-    words = command_words(command)
-    if words is None:
-        return
-    # `set -- <command>` makes bash split and unquote the text exactly as for a simple command.
-    script = f'set -- {command}\nprintf "%s\\0" "$@"'
-    out = subprocess.run(["/bin/bash", "--norc", "--noprofile", "-c", script], capture_output=True, timeout=10)
-    assert out.returncode == 0, out.stderr
-    bash_words = out.stdout.decode().split("\0")[:-1]
-    assert bash_words == words
+@pytest.mark.parametrize("command, why", [
+    ("git diff --output=/any/path", "--output"),
+    ("git diff --outp=/any/path", "--outp"),
+    ("git log --output=x", "--output"),
+    ("git diff --ext-diff", "--ext-diff"),
+    ("git grep -Ovim x", "-Ovim"),
+    ("git rebase --exec 'rm x'", "--exec"),
+    ("git rebase -x 'rm x'", "-x"),
+    ("git difftool", "runs a diff tool"),
+    ("git bisect run ./evil", "runs a command"),
+    ("git submodule foreach rm", "runs a command"),
+    ("git format-patch -o /tmp", "-o"),
+    ("git -c core.pager=sh status", "before the subcommand"),
+    ("git -C /elsewhere status", "before the subcommand"),
+    ("git --git-dir=/elsewhere status", "before the subcommand"),
+    ("git --exec-path=/tmp status", "before the subcommand"),
+])
+def test_git_arguments_that_write_or_run_programs_are_not_allowed(command, why):
+    verdict = policy(allow("git")).evaluate(request(command=command), CLEAN)
+    assert verdict.action == "ask" and why in verdict.rule, verdict
+
+
+def test_git_output_indicator_options_are_not_output():
+    assert policy(allow("git diff")).evaluate(request(command="git diff --output-indicator-new=+"),
+                                              CLEAN).action == "allow"
+
+
+@pytest.mark.parametrize("command, why", [
+    ("find . -name '*.py' -delete", "-delete"),
+    ("find . -exec rm {} +", "-exec"),
+    ("find . -fprint /tmp/x", "-fprint"),
+    ("sed -i s/a/b/ f", "-i"),
+    ("sed -ni p f", "-ni"),
+    ("sed --in-place s/a/b/ f", "--in-place"),
+    ("sed 's/a/b/w /tmp/x' f", "s///w"),
+    ("sed '1e rm x' f", "runs a command"),
+    ("sort -o /tmp/x f", "-o"),
+    ("sort --out=/tmp/x f", "--out"),
+    ("rg --pre ./evil x", "--pre"),
+    ("awk 'BEGIN{system(\"rm x\")}'", "awk"),
+    ("tee /tmp/out", "outside the workspace"),
+])
+def test_safe_programs_with_unsafe_arguments_are_not_allowed(command, why):
+    program = command.split()[0]
+    verdict = policy(allow(program)).evaluate(request(command=command), CLEAN)
+    assert verdict.action == "ask" and why in verdict.rule, verdict
+
+
+@pytest.mark.parametrize("command", ["find . -name '*.py'", "sed -n 10,20p f", "sed 's/a/b/g' f", "sort -k2 f",
+                                     "rg -n pattern", "awk '{print $1}' f", "tee out.txt"])
+def test_the_same_programs_with_harmless_arguments_are_allowed(command):
+    program = command.split()[0]
+    facts = ShellFacts(paths_inside={"out.txt": True})
+    assert policy(allow(program)).evaluate(request(command=command), facts).action == "allow"
+
+
+def test_git_with_a_repository_configured_program_is_not_allowed():
+    for facts, why in (
+        (ShellFacts(git={".": GitFacts(program_keys=("core.fsmonitor in .git/config",))}), "core.fsmonitor"),
+        (ShellFacts(git={".": GitFacts(problem="cannot read")}), "cannot be checked"),
+        (ShellFacts(git={".": GitFacts(aliases=("status",))}), "alias"),
+        (NO_FACTS, "not checked"),
+    ):
+        verdict = policy(allow("git status")).evaluate(request(command="git status"), facts)
+        assert verdict.action == "ask" and why in verdict.rule, verdict
+
+
+def test_hooks_block_only_git_commands_that_run_them():
+    facts = ShellFacts(git={".": GitFacts(hooks=("pre-commit",))})
+    p = policy(allow("git"))
+    assert p.evaluate(request(command="git status"), facts).action == "allow"
+    verdict = p.evaluate(request(command="git commit -m x"), facts)
+    assert verdict.action == "ask" and "hooks (pre-commit)" in verdict.rule
+
+
+def test_an_absolute_path_is_the_program_only_when_path_finds_the_same_file():
+    p = policy(allow("touch"))
+    same = ShellFacts(same_program={"/usr/bin/touch": True})
+    assert p.evaluate(request(command="/usr/bin/touch x"), same).action == "allow"
+    assert p.evaluate(request(command="/usr/bin/touch x"), NO_FACTS).action == "ask"
+
+
+def test_questions_are_asked_only_when_an_allow_rule_for_commands_applies():
+    p = policy(allow("git status"))
+    asked = p.questions(request(command="cd src && git status > out && /bin/ls"))
+    assert asked.git_cwds == {".", "src"} and asked.paths == {"out", "src/out"} and asked.programs == {"/bin/ls"}
+    assert not policy(deny("git push")).questions(request(command="git status > out"))
+    assert not p.questions(request("read", ToolRisk.READ_ONLY, path="x"))
+
+
+def test_a_floor_with_a_command_prefix_applies_to_any_part():
+    floor = PolicyRule("deny", tool="bash", command_prefix="git push", tighten_only=True, name="p0")
+    p = ApprovalPolicy({**DEFAULTS, "process": "allow"}, [floor])
+    assert p.evaluate(request(command="git status && git push")).action == "deny"
+    assert p.evaluate(request(command="git status")).action == "allow"
+    assert p.evaluate(request(command="$GIT push")).action == "deny"
+
+
+def test_configured_prefixes_must_be_plain_words():
+    assert command_words("git status") == ["git", "status"]
+    for prefix in ("git status; rm", "git $(x)", "a\nb", "'unbalanced", ""):
+        assert command_words(prefix) is None
+    with pytest.raises(ValueError, match="must be a simple command"):
+        check_command_prefix("rm -rf *")
+
+
+# -- sandboxed calls ---------------------------------------------------------------------------------
+
+
+def test_process_sandboxed_applies_to_sandboxed_process_calls_only():
+    p = ApprovalPolicy({**DEFAULTS, "process_sandboxed": "allow"}, risk_sources={"process_sandboxed": "user.toml"})
+    sandboxed = ApprovalRequest("c", "bash", ToolRisk.PROCESS, "r", "s", canonical_input='{"command":"x"}',
+                                sandboxed=True)
+    verdict = p.evaluate(sandboxed)
+    assert verdict == Verdict("allow", 'approval.process_sandboxed = "allow" in user.toml')
+    assert p.evaluate(request(command="x")).action == "ask"  # not sandboxed: approval.process
+    assert ApprovalPolicy(DEFAULTS).evaluate(sandboxed).rule == 'approval.process = "ask"'  # unset: process
+    floor = PolicyRule("ask", risk="process", tighten_only=True, name="project floor")
+    assert ApprovalPolicy({**DEFAULTS, "process_sandboxed": "allow"}, [floor]).evaluate(sandboxed).action == "ask"
 
 
 # -- paths -----------------------------------------------------------------------------------------
@@ -93,6 +250,17 @@ def test_accepted_commands_split_into_exactly_the_words_bash_sees(command):
 ])
 def test_path_prefix_compares_whole_components_after_lexical_normalisation(path, under):
     assert path_under(path, "src") is under
+
+
+def test_path_prefix_matches_the_resolved_path_the_tool_reports():
+    rule = PolicyRule("allow", tool="write", path_prefix="docs", name="r")
+    p = ApprovalPolicy(DEFAULTS, [rule])
+    typed = ApprovalRequest("c", "write", ToolRisk.FILESYSTEM, "r", "s", canonical_input='{"path":"docs/notes.md"}')
+    assert p.evaluate(typed).action == "allow"
+    resolved = ApprovalRequest("c", "write", ToolRisk.FILESYSTEM, "r", "s",
+                               details={"path": ".git/hooks/pre-commit", "typed_path": "docs/notes.md"},
+                               canonical_input='{"path":"docs/notes.md"}')
+    assert p.evaluate(resolved).action == "ask"
 
 
 def test_normalize_workspace_path():
@@ -117,8 +285,8 @@ def test_strictest_matching_trusted_rule_replaces_the_per_risk_policy():
     rules = [PolicyRule("allow", tool="bash", command_prefix="git", name="r0"),
              PolicyRule("deny", tool="bash", command_prefix="git push", name="r1")]
     policy = ApprovalPolicy(DEFAULTS, rules)
-    assert policy.evaluate(request(command="git log")).action == "allow"
-    verdict = policy.evaluate(request(command="git push origin"))
+    assert policy.evaluate(request(command="git log"), CLEAN).action == "allow"
+    verdict = policy.evaluate(request(command="git push origin"), CLEAN)
     assert verdict.action == "deny" and verdict.rule.startswith("r1 ")
     assert policy.evaluate(request(command="ls")).action == "ask"
 
@@ -150,8 +318,10 @@ def test_policy_from_loaded_configuration_names_files(tmp_path):
     policy = ApprovalPolicy.from_loaded(loaded)
     verdict = policy.evaluate(request(command="make test -j4"))
     assert verdict.action == "allow"
-    assert verdict.rule == f'approval.rules[0] in {user} (tool = "bash", command_prefix = "make test") says \'allow\''
-    assert policy.evaluate(request(command="make install")).rule == 'approval.process = "ask" in defaults'
+    assert verdict.rule == (f'approval.rules[0] in {user} (tool = "bash", command_prefix = "make test") says \'allow\' '
+                            '(every part allowed: `make test -j4`)')
+    assert policy.evaluate(request(command="make install")).rule == (
+        'approval.process = "ask" in defaults (no allow rule covers `make install`)')
 
 
 # -- answers ---------------------------------------------------------------------------------------

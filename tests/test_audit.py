@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import subprocess
 import threading
 import time
 
 import pytest
 
 from peon.tool import ToolRisk
-from supervisor.approval import ApprovalRequest, Decision
+from peon.policy import ApprovalRequest, Decision
 from supervisor.audit import AuditLog, audit_entry
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 
 
-def read_log(state_dir) -> list[dict]:
-    """Every entry, oldest first, across rotated files."""
+def read_log(state_dir, event: str | None = "result") -> list[dict]:
+    """Every entry (of one event kind, by default the result lines), oldest first, across rotated files."""
     names = sorted((n for n in os.listdir(state_dir) if n.startswith("audit.jsonl")),
                    key=lambda n: -int(n.rpartition(".")[2]) if n[-1].isdigit() else 0)
     entries = []
     for name in names:
         with open(state_dir / name) as f:
             entries.extend(json.loads(line) for line in f)
-    return entries
+    return [e for e in entries if event is None or e["event"] == event]
 
 
 @pytest.fixture
@@ -95,7 +97,8 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
     allowed = check("policy-allow", "policy", True, {"ok": True, "exit_code": 0, "truncated": False,
                                                      "timed_out": False, "cancelled": False})
     assert allowed["decision"]["rule"] == (
-        'approval.rules[0] in overrides (tool = "bash", command_prefix = "echo policy-allow") says \'allow\'')
+        'approval.rules[0] in overrides (tool = "bash", command_prefix = "echo policy-allow") says \'allow\' '
+        '(every part allowed: `echo policy-allow`)')
     assert (allowed["risk"], allowed["risk_reason"]) == ("process", "declared risk of bash")
     assert allowed["input"] == {"command": "echo policy-allow"}
     check("policy-deny", "policy", False, {"ok": False, "error": "denied"})
@@ -165,6 +168,8 @@ def test_the_log_is_rotated_and_bounded(open_session, env, tmp_path):
         assert 0 < os.path.getsize(state / name) <= 2048
     kept = [e["call_id"] for e in read_log(state)]
     assert kept == ids[-len(kept):]  # the newest calls, in order, with nothing missing in between
+    decided = [e["call_id"] for e in read_log(state, "decision")]
+    assert set(kept[1:]) <= set(decided)  # a kept result's decision line is kept (the oldest may be rotated away)
     assert len(kept) < len(ids)  # the oldest were dropped
 
 
@@ -221,3 +226,99 @@ def test_a_write_failure_is_reported_not_raised(tmp_path, capsys):
     log = AuditLog(tmp_path / "missing-dir", max_bytes=1024, backups=1)
     log.record({"x": 1})
     assert "cannot write the audit log" in capsys.readouterr().err
+
+
+# -- audit before acting ---------------------------------------------------------------------------------
+
+
+def test_the_decision_line_is_written_before_the_call_runs(open_session, env, tmp_path):
+    state = tmp_path / "before"
+    session = open_session({}, env=env, state_dir=state)  # the fixture allows every risk
+    r = session.call("bash", {"command": f"grep -c 'token-before-run' {state / 'audit.jsonl'}"})
+    assert r.ok and r.value["output"] == "1\n", r  # the running command found its own decision line
+    (decision,) = read_log(state, "decision")
+    assert decision["call_id"] == r.call_id and decision["decision"]["allowed"] is True
+    assert "outcome" not in decision and decision["input"]["command"].startswith("grep -c 'token-before-run'")
+
+
+def test_a_call_that_kills_its_supervisor_still_has_its_decision_line(open_session, env, tmp_path):
+    state = tmp_path / "killed"
+    session = open_session({}, env=env, state_dir=state)
+    r = session.call("bash", {"command": f"kill -9 {session.supervisor_pid}; sleep 30"})
+    assert r.error.code == "supervisor_died", r
+    (decision,) = read_log(state, "decision")
+    assert decision["call_id"] == r.call_id and decision["input"]["command"].startswith("kill -9")
+    assert read_log(state) == []  # no result line: the supervisor died before it could write one
+
+
+def _mount_tmpfs(path, size: str) -> None:
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {done.stderr.strip()}")
+
+
+def _fill(directory) -> None:
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for _ in range(100_000):  # bounded: the tmpfs is 256 KiB
+            os.write(fd, b"\0" * 512)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    else:
+        pytest.fail("the tmpfs never filled up")
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("how", ["full", "read-only", "immutable"])
+def test_calls_are_refused_when_their_decision_cannot_be_audited(open_session, env, tmp_path, workspace, how):
+    mount = tmp_path / "audit-fs"
+    state = mount / "state"
+    if how == "immutable":
+        state.mkdir(parents=True)
+        (state / "audit.jsonl").write_text("")
+        if subprocess.run(["chattr", "+i", str(state / "audit.jsonl")], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not supported on this file system")
+    else:
+        _mount_tmpfs(mount, "256k")
+    try:
+        session = open_session({"approval": {"process": "ask", "rules": [
+            {"tool": "bash", "command_prefix": "touch", "decision": "allow"}]}}, env=env, state_dir=state)
+        if how == "full":
+            _fill(mount)
+        elif how == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        r = session.call("bash", {"command": "touch made"})
+        assert not r.ok and r.error.code == "audit_failed", r
+        assert "could not be written to the audit log" in r.error.message and "audit.jsonl" in r.error.message
+        assert not (workspace / "made").exists()
+        (workspace / "notes.txt").write_text("x")
+        assert session.call("read", {"path": "notes.txt"}).error.code == "audit_failed"  # every tool
+        assert session.call("bash", {"command": "rm notes.txt"}).error.code == "denied"  # nothing to act on
+        assert (workspace / "notes.txt").exists()
+        # The condition lifted, calls run again.
+        if how == "full":
+            os.unlink(mount / "filler")
+        elif how == "read-only":
+            subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        else:
+            subprocess.run(["chattr", "-i", str(state / "audit.jsonl")], check=True)
+        assert session.call("bash", {"command": "touch made"}).ok and (workspace / "made").exists()
+        session.close()
+    finally:
+        if how == "immutable":
+            subprocess.run(["chattr", "-i", str(state / "audit.jsonl")], capture_output=True)
+        else:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_commit_raises_and_syncs(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
+    AuditLog(tmp_path, max_bytes=1 << 20, backups=1, fsync=True).commit({"x": 1})
+    AuditLog(tmp_path, max_bytes=1 << 20, backups=1, fsync=False).commit({"x": 2})
+    assert len(synced) == 1
+    with pytest.raises(OSError):
+        AuditLog(tmp_path / "missing", max_bytes=1 << 20, backups=1).commit({"x": 3})

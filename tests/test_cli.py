@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import stat
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pexpect
 import pytest
 
 from conftest import living, wait_for
+from peon.cli import render_result
 
 PEON = [sys.executable, "-m", "peon.cli"]
 
@@ -153,7 +155,7 @@ def test_ctrl_c_cancels_the_call(leftovers, workspace):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 130
-    assert '"cancelled": true' in child.before
+    assert "── bash: cancelled · killed by SIGTERM" in child.before  # the result, for a person
     assert not living(pids)
 
 
@@ -217,6 +219,7 @@ def test_doctor_reports_the_facts(leftovers, workspace, tmp_path):
     assert facts["subreaper"]["supported"] is True
     assert facts["openat2"]["available"] in (True, False, "unknown")
     assert facts["agents"]["claude"]["resolved"] == str(fake)
+    assert facts["agents"]["claude"]["argv"] == ["/bin/sh", str(fake), "-p", "--", "<prompt>"]
     assert facts["agents"]["codex"]["executable"] == "codex"
     sources = [layer["source"] for layer in facts["config"]["layers"]]
     assert sources[0] == "defaults"
@@ -230,9 +233,139 @@ def test_doctor_reports_the_facts(leftovers, workspace, tmp_path):
     assert str(fake) in text.stdout
 
 
-def test_doctor_survives_a_session_that_cannot_start(leftovers, workspace, tmp_path):
+def test_doctor_reports_a_session_that_cannot_start_and_fails(leftovers, workspace, tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text("[nonsense]\nx = 1\n")
     proc = peon(leftovers, workspace, "doctor", "--config", str(config))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # an invalid configuration, as for every other command
     assert "session failed to start" in proc.stdout and "nonsense" in proc.stdout
+    assert "a session cannot start here" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_doctor_fails_when_the_project_configuration_is_refused(leftovers, workspace):
+    (workspace / ".peon").mkdir()
+    (workspace / ".peon" / "config.toml").write_text('[approval]\nprocess = "allow"\n')
+    proc = peon(leftovers, workspace, "doctor", "--json")
+    assert proc.returncode == 2, proc.stdout
+    facts = json.loads(proc.stdout)
+    assert "may only tighten" in facts["containment"]["error"] and "approval.process" in facts["containment"]["error"]
+
+
+def test_doctor_resolves_agents_as_the_adapters_do(leftovers, workspace, tmp_path):
+    """Relative PATH entries are not searched, a script's interpreter is shown, pi's release decides '--'."""
+    from test_agents import fake_script, install_pi_package
+
+    install_pi_package(tmp_path / "pi-prefix", "0.80.3")
+    planted = workspace / "claude"  # found by a relative PATH entry only: the adapters ignore it
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    node_dir = tmp_path / "node-bin"
+    node_dir.mkdir()
+    (node_dir / "fakenode").symlink_to(sys.executable)
+    fake_script(tmp_path / "bin" / "codex", "#!/usr/bin/env fakenode")
+    path = f".:{tmp_path / 'bin'}:{tmp_path / 'pi-prefix' / 'bin'}:{node_dir}:/usr/bin:/bin"
+    proc = peon(leftovers, workspace, "doctor", "--json", env={"PATH": path})
+    assert proc.returncode == 0, proc.stderr
+    agents = json.loads(proc.stdout)["agents"]
+    assert agents["claude"]["resolved"] is None and "no executable named 'claude'" in agents["claude"]["error"]
+    assert "relative PATH entries are not searched: ['.']" in agents["claude"]["error"]
+    codex = agents["codex"]
+    assert codex["resolved"] == str(tmp_path / "bin" / "codex") and codex["interpreter"] == str(node_dir / "fakenode")
+    assert codex["argv"] == [str(node_dir / "fakenode"), str(tmp_path / "bin" / "codex"), "exec", "--", "<prompt>"]
+    pi = agents["pi"]
+    assert (pi["pi_version"], pi["pi_double_dash"]) == ("0.80.3", False) and pi["argv"][-2:] == ["-p", "<prompt>"]
+    text = peon(leftovers, workspace, "doctor", env={"PATH": path})
+    assert f"(run by {node_dir / 'fakenode'})" in text.stdout
+    assert "pi 0.80.3: no --; prompts beginning with - are refused" in text.stdout
+
+
+# -- for people ------------------------------------------------------------------------------------
+
+
+def test_version(leftovers, workspace):
+    import peon as peon_package
+
+    proc = peon(leftovers, workspace, "--version")
+    assert proc.returncode == 0 and proc.stdout == f"peon {peon_package.__version__}\n"
+
+
+def test_render_result_for_people():
+    value = {"exit_code": 3, "signal": None, "timed_out": False, "cancelled": False, "output": "hi",
+             "output_bytes": 3, "output_kept_bytes": 3, "truncated": False, "duration_ms": 1234}
+    assert render_result({"tool": "bash", "ok": True, "value": value}) == (
+        "hi\n── bash: exit 3 · 1.2 s · 3 bytes of output\n", "")
+    value.update(output="head…tail\n", output_bytes=8 << 20, output_kept_bytes=65536, truncated=True,
+                 timed_out=True, timeout_seconds=0.5, exit_code=None, signal="SIGKILL", job_id="j1")
+    out, _ = render_result({"tool": "bash", "ok": True, "value": value})
+    assert out == ("head…tail\n── bash: timed out after 0.5 s · killed by SIGKILL · 1.2 s · output truncated: "
+                   "64.0 KiB of 8.0 MiB shown, the middle left out · job j1\n")
+    read = {"content": "text", "total_bytes": 4, "truncated": True}
+    assert render_result({"tool": "read", "ok": True, "value": read}) == ("text\n── read: 4 bytes in total · truncated\n", "")
+    write = {"path": "a.txt", "bytes_written": 1, "sha256": "ab", "created": True}
+    assert json.loads(render_result({"tool": "write", "ok": True, "value": write})[0]) == write
+    failed = {"tool": "bash", "ok": False, "error": {"code": "denied", "message": "bash was denied by policy"}}
+    assert render_result(failed) == ("", "bash failed [denied]: bash was denied by policy\n")
+
+
+def spawn_shell(leftovers, workspace: Path, command: str, extra_env: dict | None = None) -> pexpect.spawn:
+    """``command`` run by sh under a pseudo-terminal (stdin, stderr and the controlling terminal)."""
+    return pexpect.spawn("/bin/sh", ["-c", command], cwd=str(workspace), encoding="utf-8", timeout=60,
+                         env=isolated_env(leftovers, workspace, extra_env), dimensions=(40, 200))
+
+
+def test_a_call_on_a_terminal_prints_output_then_a_status_line(leftovers, workspace):
+    child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo hi; exit 3"}', "--allow", "process")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0  # the call succeeded; the command's status is in the line
+    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output\n", child.before.replace("\r\n", "\n"))
+    child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo hi"}', "--allow", "process", "--json")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert json.loads(child.before)["value"]["output"] == "hi\n"
+    child = spawn(leftovers, workspace, "call", "nope", "{}")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1 and "nope failed [unknown_tool]: no tool named 'nope'" in child.before
+
+
+@pytest.mark.parametrize("command", [
+    "{peon} call bash '{{\"command\": \"echo piped > marker; echo done\"}}' | cat > result.json",
+    "echo '{{\"command\": \"echo piped > marker; echo done\"}}' | {peon} call bash - | cat > result.json",
+])
+def test_a_piped_call_still_asks_the_person_at_the_terminal(leftovers, workspace, command):
+    child = spawn_shell(leftovers, workspace, command.format(peon=" ".join(PEON)))
+    child.expect("Peon asks for approval")
+    child.expect(r"Answer \[o/D\]: ")
+    shown = child.before
+    assert "[o] allow once" in shown and "[d] deny (default)" in shown
+    assert "[s]" not in shown and "[t]" not in shown and "[r]" not in shown  # no effect beyond this one call
+    assert "this session ends with this call" in shown
+    child.sendline("o")
+    child.expect(pexpect.EOF)
+    child.close()
+    result = json.loads((workspace / "result.json").read_text())  # JSON: stdout is not a terminal
+    assert result["ok"] is True and result["value"]["output"] == "done\n"
+    assert (workspace / "marker").read_text() == "piped\n"
+
+
+def test_ctrl_c_while_the_session_starts_exits_cleanly(leftovers, workspace, tmp_path):
+    marker = tmp_path / "starting"
+    config = tmp_path / "slow.toml"
+    config.write_text('[tools]\nextra = ["slow_start_tool:NoopTool"]\n')
+    child = pexpect.spawn(PEON[0], [*PEON[1:], "call", "bash", '{"command": "touch ran"}', "--allow", "process",
+                                    "--config", str(config)],
+                          cwd=str(workspace), encoding="utf-8", timeout=60,
+                          env=isolated_env(leftovers, workspace, {"SLOW_START_MARKER": str(marker),
+                                                                  "PYTHONPATH": str(Path(__file__).parent / "fixtures")}))
+    assert wait_for(lambda: marker.exists() and marker.read_text().strip(), 30), "the supervisor did not start"
+    supervisor = int(marker.read_text().split()[0])
+    child.sendintr()  # while the supervisor is still starting
+    child.expect("stopping as soon as the session has started")
+    Path(str(marker) + ".release").touch()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130, child.before
+    assert "Traceback" not in child.before and "Error" not in child.before
+    assert not (workspace / "ran").exists()  # the call was never submitted
+    assert wait_for(lambda: not living([supervisor]), 10), "the supervisor outlived the command"

@@ -4,7 +4,10 @@ project file that can only tighten."""
 from __future__ import annotations
 
 import os
+import socket
+import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -178,15 +181,123 @@ def test_unreadable_files_are_named(layout, content, needle):
     assert str(layout.user_file) in info.value.message
 
 
-def test_a_fifo_is_refused_not_read(layout):
-    layout.project_file.parent.mkdir(parents=True)
-    os.mkfifo(layout.project_file)
+def _load_in_thread(load):
+    """Run ``load`` with a hang guard; returns the ConfigError it raised."""
     outcome = {}
-    worker = threading.Thread(target=lambda: outcome.update(error=pytest.raises(ConfigError, layout.load)))
+
+    def run():
+        try:
+            load()
+        except ConfigError as exc:
+            outcome["error"] = exc
+        except BaseException as exc:  # anything else is a defect the test reports
+            outcome["other"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(10)
-    assert not worker.is_alive(), "loading a FIFO hung"
-    assert "is not a regular file" in outcome["error"].value.message
+    assert not worker.is_alive(), "loading hung"
+    assert "other" not in outcome, outcome.get("other")
+    assert "error" in outcome, "loading did not fail"
+    return outcome["error"]
+
+
+def _plant(path: Path, kind: str, tmp_path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # what /dev/zero is
+    elif kind == "link-to-fifo":
+        os.mkfifo(tmp_path / "elsewhere.fifo")
+        path.symlink_to(tmp_path / "elsewhere.fifo")
+    elif kind == "link-to-device":
+        path.symlink_to("/dev/zero")
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+
+
+NOT_REGULAR = [("fifo", "is a FIFO"), ("directory", "is a directory"), ("device", "is a character device"),
+               ("link-to-fifo", "is a FIFO"), ("link-to-device", "is a character device"), ("socket", "is a socket")]
+
+
+@pytest.mark.parametrize("kind, why", NOT_REGULAR)
+@pytest.mark.parametrize("layer", ["user", "project"])
+def test_a_non_regular_file_is_refused_not_read(layout, tmp_path, kind, why, layer):
+    if kind == "device" and os.geteuid() != 0:
+        pytest.skip("creating a device node needs root")
+    path = layout.user_file if layer == "user" else layout.project_file
+    _plant(path, kind, tmp_path)
+    error = _load_in_thread(layout.load)
+    assert error.message == f"configuration file {path} {why}, not a regular file"
+    assert error.code.value == "config_invalid" and error.details == {"file": str(path)}
+
+
+def test_a_symlink_to_a_regular_file_is_followed(layout, tmp_path):
+    """Dotfile managers link the user's file into place: that is read as the file it points to."""
+    real = tmp_path / "dotfiles" / "peon.toml"
+    real.parent.mkdir()
+    real.write_text("[limits]\nmax_output_bytes = 2048\n")
+    layout.user_file.parent.mkdir(parents=True)
+    layout.user_file.symlink_to(real)
+    assert layout.load().config.limits.max_output_bytes == 2048
+
+
+def test_an_overrides_file_that_is_a_fifo_is_refused(layout, tmp_path):
+    fifo = tmp_path / "cli.toml"
+    os.mkfifo(fifo)
+    error = _load_in_thread(lambda: layout.load(str(fifo)))
+    assert error.message == f"configuration file {fifo} is a FIFO, not a regular file"
+
+
+DEEP = 5000
+NESTINGS = [
+    ("array", "[tools]\nextra = " + "[" * DEEP + "]" * DEEP + "\n", None),
+    ("inline-table", "[tools]\nextra = " + "{a=" * DEEP + "1" + "}" * DEEP + "\n", None),
+    ("dotted-key", "tools" + ".a" * DEEP + " = 1\n", "tools.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a"),
+    ("table-header", "[tools" + ".a" * DEEP + "]\nx = 1\n", "tools.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a"),
+    ("just-too-deep", "[tools]\nextra = " + "[" * 16 + "]" * 16 + "\n", "tools.extra[0][0][0][0][0][0][0][0][0][0][0][0][0][0]"),
+]
+
+
+@pytest.mark.parametrize("kind, text, key", NESTINGS, ids=[n[0] for n in NESTINGS])
+@pytest.mark.parametrize("layer", ["user", "project"])
+def test_deep_nesting_is_config_invalid_not_a_recursion_error(layout, layer, kind, text, key):
+    getattr(layout, layer)(text)
+    path = layout.user_file if layer == "user" else layout.project_file
+    error = _load_in_thread(layout.load)
+    assert error.code.value == "config_invalid"
+    assert error.message.startswith(f"invalid configuration in {path}: tables and arrays nest deeper than 16 levels")
+    assert error.details == {"source": str(path), "rule": "max_depth", "limit": 16}
+    if key is not None:
+        assert f"(at {key!r})" in error.message
+
+
+def test_nesting_within_the_limit_reaches_validation(layout):
+    layout.user("[tools]\nextra = " + "[" * 15 + "]" * 15 + "\n")  # 16 levels with tools.extra: silly, not refused
+    with pytest.raises(ConfigError, match="key 'tools.extra\\[0\\]' must be a string"):
+        layout.load()
+
+
+def test_deeply_nested_overrides_are_config_invalid(layout):
+    deep: dict = {}
+    inner = deep
+    for _ in range(DEEP):
+        inner["a"] = {}
+        inner = inner["a"]
+    error = _load_in_thread(lambda: layout.load({"tools": deep}))
+    assert error.message.startswith("invalid configuration in overrides: tables and arrays nest deeper than 16")
+
+
+def test_a_session_reports_deep_nesting_as_config_invalid(open_session, workspace, tmp_path):
+    (workspace / ".peon").mkdir()
+    (workspace / ".peon" / "config.toml").write_text("[limits]\nx = " + "[" * DEEP + "]" * DEEP + "\n")
+    with pytest.raises(ConfigError, match=r"invalid configuration in .*\.peon/config\.toml: tables and arrays nest"):
+        open_session(env={"XDG_CONFIG_HOME": str(tmp_path / "none")})
 
 
 # -- a project can only tighten --------------------------------------------------------------------
@@ -331,3 +442,40 @@ def test_a_session_names_a_bad_user_file(open_session, tmp_path):
     named.write_text("[limits]\nmax_output_bytes = 'big'\n")
     with pytest.raises(ConfigError, match=rf"invalid configuration in {named}: key 'limits.max_output_bytes' must be an integer"):
         open_session(env={"PEON_CONFIG": str(named)})
+
+
+# -- the default timeout ---------------------------------------------------------------------------
+
+
+def test_the_default_timeout_applies_when_a_call_gives_none(open_session):
+    requests = []
+    session = open_session({"approval": {"process": "ask"}, "limits": {"default_timeout_seconds": 0.5}},
+                           approver=lambda request: requests.append(request) or "allow_once")
+    started = time.monotonic()
+    r = session.call("bash", {"command": "sleep 30"})
+    assert r.ok and r.value["timed_out"] is True and r.value["timeout_seconds"] == 0.5
+    assert time.monotonic() - started < 10
+    assert requests[-1]["details"]["timeout_seconds"] == 0.5  # the approver is told the timeout that applies
+    r = session.call("bash", {"command": "sleep 1; echo slept", "timeout_seconds": 20})  # longer than the default
+    assert r.ok and r.value["timed_out"] is False and r.value["output"] == "slept\n"
+    assert r.value["timeout_seconds"] == 20 and requests[-1]["details"]["timeout_seconds"] == 20
+    schema = {t["name"]: t for t in session.tools()}["bash"]["input_schema"]["properties"]["timeout_seconds"]
+    assert "0.5 when omitted, at most 600" in schema["description"]
+
+
+def test_a_project_may_lower_the_maximum_below_the_default(layout):
+    layout.project("[limits]\nmax_timeout_seconds = 30.0\n")  # no need to lower the default too
+    config = layout.load().config
+    assert (config.limits.max_timeout_seconds, config.limits.default_timeout_seconds) == (30.0, 120.0)
+
+
+def test_a_default_above_the_maximum_is_clamped(open_session):
+    session = open_session({"limits": {"max_timeout_seconds": 0.4}})
+    r = session.call("bash", {"command": "sleep 30"})
+    assert r.ok and r.value["timed_out"] is True and r.value["timeout_seconds"] == 0.4
+    assert session.call("agent_claude", {"prompt": "x", "timeout_seconds": 5}).error.code == "adapter_unavailable"
+
+
+def test_the_shipped_default_timeout_is_two_minutes():
+    limits = load_config(env={}).config.limits
+    assert (limits.default_timeout_seconds, limits.max_timeout_seconds) == (120.0, 600.0)

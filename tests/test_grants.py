@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
+import threading
 
 import pytest
 
 import peon
 from conftest import wait_for
 from peon.tool import ToolRisk
-from supervisor.approval import ApprovalRequest
+from peon.policy import ApprovalRequest
 from supervisor.grants import GrantStore
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
@@ -78,6 +80,57 @@ def test_a_corrupt_file_means_no_grants(tmp_path, capsys, content):
     assert store.grants == [] and store.find(req()) is None
     assert "ignoring unreadable session grants" in capsys.readouterr().err
     store.add(req(), "call")  # and the next grant rewrites it whole
+    assert GrantStore(tmp_path).find(req()) is not None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "socket", "symlink", "symlink-to-fifo"])
+def test_a_grants_file_that_is_not_a_regular_file_is_not_opened(tmp_path, capsys, kind):
+    """Planted by a command in the state directory, none of these may block or redirect the supervisor."""
+    path = tmp_path / "grants.json"
+    real = tmp_path / "real.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("creating a device node needs root")
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    elif kind == "symlink":  # a valid grants file elsewhere: still not read through the link
+        GrantStore(tmp_path).add(req(), "risk")
+        os.replace(path, real)
+        path.symlink_to(real)
+    elif kind == "symlink-to-fifo":
+        os.mkfifo(real)
+        path.symlink_to(real)
+    outcome = {}
+    loader = threading.Thread(target=lambda: outcome.update(store=GrantStore(tmp_path)), daemon=True)
+    loader.start()
+    loader.join(10)
+    assert not loader.is_alive(), "loading the grants hung"
+    assert outcome["store"].grants == [] and outcome["store"].find(req()) is None
+    err = capsys.readouterr().err
+    assert "ignoring unreadable session grants" in err and "not a regular file" in err
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"version": 1, "grants": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+    (b'{"version": 1, "grants": [' + b'{"a": ' * 3000 + b"1" + b"}" * 3000 + b"]}", "nested too deeply"),
+    (b'"just a string"', "expected a JSON object"),
+    (b" " * ((8 << 20) + 1), "the limit is 8388608"),
+])
+def test_a_corrupt_or_hostile_file_means_no_grants(tmp_path, capsys, content, why):
+    (tmp_path / "grants.json").write_bytes(content)
+    store = GrantStore(tmp_path)
+    assert store.grants == []
+    err = capsys.readouterr().err
+    assert "ignoring unreadable session grants" in err and why in err, err
+    store.add(req(), "call")  # the next grant replaces the file whole
     assert GrantStore(tmp_path).find(req()) is not None
 
 

@@ -200,3 +200,14 @@ def test_long_fields_are_bounded_and_say_so():
 
 def test_visible_escapes_what_could_repaint_or_reorder_the_prompt():
     assert visible("a\x1b[1Ab\rc\u202ed\u2028e\x7f") == r"a\x1b[1Ab\x0dc\u202ed\u2028e\x7f"
+
+
+def test_without_session_answers_only_once_or_deny_is_offered():
+    request = {"tool": "bash", "risk": "process", "scopes": ["call", "tool", "risk"], "canonical_input": "{}"}
+    text, answers = render_request(request, offer_session=False)
+    assert set(answers) == {"o", "d"} and "[s]" not in text and "[r]" not in text
+    assert "this session ends with this call" in text
+    out = io.StringIO()
+    answer = TerminalApprover(io.StringIO("s\nr\no\n"), out, offer_session=False)(request)
+    assert answer == {"decision": "allow_once", "reason": "allowed at the terminal"}
+    assert out.getvalue().count("Please answer one of o, d.") == 2

@@ -55,6 +55,9 @@ class ProcessSpec:
     argv: Sequence[str]  # argv[0] is an absolute path; nothing is looked up or passed to a shell
     cwd: str
     env: Mapping[str, str]
+    # What to execute when it is not argv[0]: e.g. "/proc/self/fd/N" of a binary the caller opened and
+    # checked, so the file executed is the inode that was checked (an agent's pinned executable).
+    executable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ def _spawn(spec: ProcessSpec, write_fd: int) -> int:
     if os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
     return os.posix_spawn(
-        spec.argv[0],
+        spec.executable or spec.argv[0],
         list(spec.argv),
         dict(spec.env),
         file_actions=[

@@ -4,7 +4,9 @@ Promise: what every adapter guarantees (:mod:`peon.tools.agent`). ``--`` in the 
 makes ``codex exec`` take the prompt as its positional ``PROMPT`` even when it begins with ``-`` or is
 the name of an ``exec`` subcommand (``resume``, ``review``): its parser stops looking for options and
 subcommands after ``--``. A prompt of exactly ``-`` asks codex to read the prompt from stdin, which is
-``/dev/null``, so codex reports an empty prompt and exits.
+``/dev/null``, so codex reports an empty prompt and exits. ``codex exec`` attaches no files named with
+``@``: the prompt is plain text. ``codex`` is a ``#!/usr/bin/env node`` script: the approval request
+shows the ``node`` that runs it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,22 @@
 """``bash``: run a command with ``/bin/bash -lc`` in the workspace. Risk: process (not sandboxed).
 
-Promise: the command runs under the shared process runner (:mod:`workers.runner`): new process group,
-stdin ``/dev/null``, bounded combined output, TERM → 2 s → KILL on cancel, KILL at the deadline, and
-nothing it started is alive when the result is returned. A non-zero exit, a timeout and a cancel are
-results (with ``exit_code``, ``signal``, ``timed_out``, ``cancelled``), not errors.
+Promise: the command runs under the shared process runner (:mod:`workers.runner`): new session and
+process group (no controlling terminal), stdin ``/dev/null``, bounded combined output, TERM → 2 s →
+KILL on cancel, KILL at the deadline, and nothing it started is alive when the result is returned. Its
+environment is :func:`peon.environment.command_environment`'s (pagers, editors and prompts that would
+wait on a person are off). A non-zero exit, a timeout and a cancel are results (with ``exit_code``,
+``signal``, ``timed_out``, ``cancelled``), not errors.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from peon.environment import command_environment
 from peon.tool import SessionView, Tool, ToolContext, ToolRisk
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import NO_NUL_PATTERN, TIMEOUT_PROPERTY, effective_timeout
+from .process import NO_NUL_PATTERN, TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
 
 BASH = "/bin/bash"
 
@@ -38,17 +41,24 @@ class BashTool(Tool):
     }
     output_schema = PROCESS_OUTPUT_SCHEMA
 
+    def schema_for(self, session: SessionView) -> Mapping[str, Any]:
+        return with_session_timeout(self.input_schema, session)
+
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         return f"run in /bin/bash -lc: {args['command']}"
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        """The argv, directory and timeout, and the simple commands the line runs as Peon parsed them
+        (``segments``; ``unanalyzable`` and ``dynamic`` say what the parse could not settle)."""
+        from peon.shell import analyze  # here: only the supervisor parses; workers never load the grammar
+
         return {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
-                "timeout_seconds": effective_timeout(args, session)}
+                "timeout_seconds": effective_timeout(args, session), **analyze(args["command"]).to_dict()}
 
     def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
         return effective_timeout(args, session)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), ctx.session.env)
+        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), command_environment(ctx.session))
         outcome = await run_process(spec, ctx)
         return {**outcome.to_value(), "timeout_seconds": effective_timeout(args, ctx.session)}

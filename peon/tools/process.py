@@ -1,13 +1,15 @@
-"""What every process-running tool shares: the ``timeout_seconds`` field and how it is clamped.
+"""What every process-running tool shares: the ``timeout_seconds`` field and how it is resolved.
 
-Promise: a call's own ``timeout_seconds`` can only shorten the configured maximum
-(``limits.max_timeout_seconds``); a larger value is clamped to the maximum, never rejected, and the
-result reports the timeout that applied.
+Promise: a call that gives no ``timeout_seconds`` runs for ``limits.default_timeout_seconds``; a call
+that gives one runs for that long; either way never longer than ``limits.max_timeout_seconds`` — a
+larger value (the call's or the configured default) is clamped to the maximum, never rejected, and the
+result and the approval request report the timeout that applied.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from peon.tool import SessionView
 
@@ -15,13 +17,33 @@ TIMEOUT_PROPERTY = {
     "type": "number",
     "exclusiveMinimum": 0,
     "maximum": 1e9,  # bounds the number (a 1000-digit integer cannot become a float); clamping does the rest
-    "description": "Seconds before the process tree is killed; at most the configured maximum (larger values are clamped).",
+    "description": "Seconds before the process tree is killed; when omitted, the configured default; at most the "
+                   "configured maximum (larger values are clamped).",
 }
 
 NO_NUL_PATTERN = "^[^\\u0000]*$"  # argv strings cannot carry NUL bytes
 
 
 def effective_timeout(args: Mapping[str, Any], session: SessionView) -> float:
-    maximum = float(session.config.limits.max_timeout_seconds)
+    limits = session.config.limits
+    maximum = float(limits.max_timeout_seconds)
     requested = args.get("timeout_seconds")
-    return maximum if requested is None else min(float(requested), maximum)
+    wanted = float(limits.default_timeout_seconds) if requested is None else float(requested)
+    return min(wanted, maximum)
+
+
+def timeout_property(session: SessionView) -> dict[str, Any]:
+    """``TIMEOUT_PROPERTY`` with this session's default and maximum in its description (for the model)."""
+    limits = session.config.limits
+    maximum = float(limits.max_timeout_seconds)
+    default = min(float(limits.default_timeout_seconds), maximum)
+    return {**TIMEOUT_PROPERTY,
+            "description": f"Seconds before the process tree is killed: {default:g} when omitted, at most {maximum:g} "
+                           "(larger values are clamped)."}
+
+
+def with_session_timeout(schema: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+    """An input schema whose ``timeout_seconds`` property describes this session's limits."""
+    properties = dict(schema["properties"])
+    properties["timeout_seconds"] = timeout_property(session)
+    return {**schema, "properties": properties}

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from peon.userdir import user_peon_dir
 from peon.errors import ConfigError, ErrorCode, ToolError
 from peon.paths import SecretMatch, SecretPattern, WorkspacePath, classify_secret, parse_file_path, parse_secret_patterns
+from peon.statefile import RefusedFile, read_regular_file
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import utf8_prefix_end
 from workers import fs
@@ -38,6 +39,7 @@ from workers import fs
 MAX_BYTE_VALUE = 2**63 - 1  # off_t
 CONTEXT_BYTES = 3  # bytes read on each side of the range to explain a cut character
 SECRET_PATTERNS_FILE = "secret_paths.txt"
+MAX_SECRET_PATTERNS_BYTES = 1 << 20
 
 # -- the secret-like path list: the shipped file, then the user's ---------------------------------------
 
@@ -70,8 +72,10 @@ def secret_patterns(env: Mapping[str, str]) -> tuple[SecretPattern, ...]:
     key = (st.st_mtime_ns, st.st_size, st.st_ino)
     cached = _user_cache.get(str(path))
     if cached is None or cached[0] != key:
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # never opened unless a regular file: a FIFO here must not block the supervisor
+            text = read_regular_file(path, max_bytes=MAX_SECRET_PATTERNS_BYTES, follow_symlinks=True).decode("utf-8")
+        except RefusedFile as exc:
+            raise ConfigError(f"secret path list {exc}", {"file": str(path)}) from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"secret path list {path} is not UTF-8 (byte offset {exc.start})",
                               {"file": str(path)}) from None

@@ -1,0 +1,61 @@
+"""The environment every command and agent runs with (pure: no I/O).
+
+Promises:
+
+* :func:`command_environment` is the one place that builds it; ``bash`` and every agent adapter use
+  it, for the process they start and for everything they check against it (the agent's executable
+  is resolved through the ``PATH`` it returns, the ``ARG_MAX`` check counts it);
+* it is the session's environment with the ``[environment]`` table applied on top: a string value
+  replaces whatever the session inherited — so an inherited ``EDITOR=vim`` or ``PAGER=less`` cannot make
+  a command wait on a person — and ``false`` leaves the inherited value (or its absence) untouched.
+  The shipped defaults turn pagers into ``cat``, make editors fail at once (``false``) and switch off
+  credential and confirmation prompts; the user's configuration (never a project's) may change any of
+  them, and its explicit settings win;
+* ``PATH`` keeps only its absolute entries, in order: an empty or relative entry means "look in the
+  current directory", which for every command is the workspace, so a repository could otherwise
+  supply the ``git``, ``node`` or ``claude`` that runs. When no absolute entry is left (or the session
+  has no ``PATH``), it is the POSIX default ``/bin:/usr/bin`` — an unset ``PATH`` would not do: bash's
+  built-in default ends with ``.``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+from collections.abc import Mapping
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def split_search_path(path: str) -> tuple[list[str], list[str]]:
+    """(absolute directories in order, ignored relative entries) of a ``PATH`` value."""
+    absolute: list[str] = []
+    relative: list[str] = []
+    for entry in path.split(os.pathsep):
+        (absolute if os.path.isabs(entry) else relative).append(entry)
+    return absolute, relative
+
+
+def build_environment(inherited: Mapping[str, str], settings: Mapping[str, str | bool]) -> dict[str, str]:
+    """``inherited`` with ``settings`` applied (a string sets, ``False`` keeps) and ``PATH`` made absolute."""
+    env = dict(inherited)
+    for name, value in settings.items():
+        if isinstance(value, str):
+            env[name] = value
+    # No PATH, or none that is absolute, would leave the search to the program: bash's built-in
+    # default ends with ".", the workspace. The POSIX default is used instead.
+    env["PATH"] = os.pathsep.join(split_search_path(env.get("PATH", ""))[0]) or os.defpath
+    return env
+
+
+def command_environment(session: Any) -> dict[str, str]:
+    """The environment of a command or agent started in ``session`` (a :class:`peon.tool.SessionView`)."""
+    table: Any = getattr(session.config, "environment", None)
+    settings = table.to_dict() if table is not None and hasattr(table, "to_dict") else dict(table or {})
+    return build_environment(session.env, settings)
+
+
+def search_path(env: Mapping[str, str]) -> str:
+    """The ``PATH`` a program looked up by name is searched in, with the POSIX default when unset."""
+    return env.get("PATH") or os.defpath

@@ -1,0 +1,439 @@
+"""What makes a command line too much for an allow rule: programs' dangerous arguments, git's
+repository-configured programs, and where redirections write. Pure: facts that need the file system
+arrive as a :class:`ShellFacts`, gathered by the supervisor from the :class:`Questions` asked here.
+
+Promises:
+
+* :func:`command_blockers` and :func:`segment_blockers` return every reason an analysed command (or one
+  simple command in it) may not be allowed by rules, as sentences a user can act on; an empty list is
+  the only way to be allowed, and a question whose answer is missing counts as a reason (fail closed);
+* the tables below are the whole list of programs whose arguments are checked (docs/approval.md
+  repeats them with the reasoning); any argument of such a program that is computed at run time is a
+  reason, since it could be the dangerous one.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from collections.abc import Mapping
+
+from .shell import Segment, ShellAnalysis
+
+# -- arguments that turn a harmless program into one that writes, runs or reconfigures --------------
+
+
+@dataclass(frozen=True)
+class ArgumentRule:
+    """Dangerous options of one program. Long options match abbreviations too (GNU getopt and git
+    accept any unambiguous prefix: ``--outp=x`` is ``--output=x``)."""
+
+    long: frozenset[str] = frozenset()  # "--output" matches "--output", "--output=x", "--outp"
+    short: frozenset[str] = frozenset()  # letters: "-o", "-o5", "-no"
+    words: frozenset[str] = frozenset()  # whole words: find's "-exec"
+    why: str = ""
+
+
+UNSAFE_ARGUMENTS: dict[str, ArgumentRule] = {
+    "find": ArgumentRule(words=frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0",
+                                          "-fprintf", "-fls"}),
+                         why="runs commands, deletes or writes files"),
+    "fd": ArgumentRule(long=frozenset({"--exec", "--exec-batch"}), short=frozenset("xX"), why="runs commands"),
+    "fdfind": ArgumentRule(long=frozenset({"--exec", "--exec-batch"}), short=frozenset("xX"), why="runs commands"),
+    "sort": ArgumentRule(long=frozenset({"--output", "--compress-program"}), short=frozenset("o"),
+                         why="writes a file or runs a compressor"),
+    "rg": ArgumentRule(long=frozenset({"--pre", "--hostname-bin"}), why="runs a program on every file"),
+    "sed": ArgumentRule(long=frozenset({"--in-place", "--file"}), short=frozenset("if"),
+                        why="edits files in place or reads its script from a file"),
+    "awk": ArgumentRule(long=frozenset({"--file", "--include", "--load", "--exec"}), short=frozenset("filE"),
+                        why="reads its program from a file or loads an extension"),
+}
+for _name in ("gawk", "mawk", "nawk"):
+    UNSAFE_ARGUMENTS[_name] = UNSAFE_ARGUMENTS["awk"]
+# Programs whose operands are files they write (checked like redirections).
+WRITES_OPERANDS = frozenset({"tee"})
+
+# git: options before the subcommand that are safe; any other is not (-c, -C, --git-dir, --exec-path...).
+GIT_SAFE_GLOBAL = frozenset({"--no-pager", "-P", "-p", "--paginate", "--no-replace-objects", "--literal-pathspecs",
+                             "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "--no-optional-locks",
+                             "--version", "--help", "-h", "--no-advice"})
+GIT_UNSAFE_LONG = frozenset({"--output", "--exec", "--upload-pack", "--receive-pack", "--ext-diff",
+                             "--open-files-in-pager", "--extcmd", "--output-directory", "--exec-path", "--tool",
+                             "--template", "--config-env"})
+GIT_UNSAFE_SHORT = {"grep": "O", "rebase": "x", "format-patch": "o", "archive": "o", "difftool": "xt",
+                    "mergetool": "t", "commit": "", "config": ""}
+GIT_UNSAFE_SUBCOMMANDS = {"difftool": "runs a diff tool", "mergetool": "runs a merge tool",
+                          "filter-branch": "runs shell filters", "instaweb": "starts a web server and browser",
+                          "web--browse": "starts a browser", "daemon": "serves the repository"}
+GIT_UNSAFE_SUBCOMMAND_WORDS = {("bisect", "run"): "runs a command", ("submodule", "foreach"): "runs a command"}
+# Subcommands that never run hooks; every other may (commit, merge, checkout, push, am, gc --auto...).
+GIT_NO_HOOKS = frozenset({"status", "diff", "log", "show", "shortlog", "blame", "annotate", "grep", "ls-files",
+                          "ls-tree", "cat-file", "rev-parse", "rev-list", "describe", "diff-tree", "diff-files",
+                          "diff-index", "show-ref", "for-each-ref", "whatchanged", "version", "help", "var",
+                          "count-objects", "name-rev", "merge-base", "check-ignore", "check-attr", "cherry",
+                          "range-diff", "verify-commit", "verify-tag"})
+# Configuration keys that make git run a program: "section.*.key" matches any subsection.
+GIT_PROGRAM_KEYS = (
+    "core.fsmonitor", "core.pager", "core.editor", "core.sshcommand", "core.askpass", "core.gitproxy",
+    "core.hookspath", "core.alternaterefscommand", "core.worktree", "diff.external", "diff.*.command",
+    "diff.*.textconv", "filter.*.clean", "filter.*.smudge", "filter.*.process", "merge.*.driver", "pager.*",
+    "credential.helper", "credential.*.helper", "gpg.program", "gpg.*.program", "sequence.editor",
+    "uploadpack.packobjectshook", "remote.*.uploadpack", "remote.*.receivepack", "remote.*.vcs",
+    "protocol.*.allow", "protocol.allow", "difftool.*.cmd", "mergetool.*.cmd", "man.*.cmd", "web.browser",
+    "browser.*.cmd", "submodule.*.update", "trailer.*.command", "trailer.*.cmd", "init.templatedir",
+    "sendemail.*", "include.path", "includeif.*.path",
+)
+HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/fd/1", "/dev/fd/2"})
+
+
+def git_key_runs_program(key: str, value: str | None) -> bool:
+    """Whether config ``key`` (``section.sub.name``, section and name lower-case) makes git run
+    something. ``core.fsmonitor = false`` does not; includes count (they are followed separately, but
+    an include that cannot be followed is unknown)."""
+    section, _, rest = key.partition(".")
+    subsection, _, name = rest.rpartition(".")
+    for pattern in GIT_PROGRAM_KEYS:
+        p_section, _, p_rest = pattern.partition(".")
+        p_sub, _, p_name = p_rest.rpartition(".")
+        if p_section != section:
+            continue
+        if p_rest == "*":
+            return True
+        if p_name != name:
+            continue
+        if (p_sub == "*" and subsection) or (p_sub == "" and subsection == ""):
+            off = value is not None and value.strip().lower() in ("false", "no", "off", "0", "")
+            if key == "core.fsmonitor" and off:
+                return False
+            return key not in ("include.path",) and not key.startswith("includeif.")
+    return False
+
+
+# -- facts from the file system ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GitFacts:
+    """What a repository's own configuration makes git run, as found from one working directory."""
+
+    program_keys: tuple[str, ...] = ()  # e.g. ("core.fsmonitor in .git/config",)
+    hooks: tuple[str, ...] = ()  # executable hooks present
+    aliases: tuple[str, ...] = ()  # alias names (lower-case)
+    problem: str | None = None  # the configuration could not be read completely: unknown
+
+
+@dataclass(frozen=True)
+class Questions:
+    paths: frozenset[str] = frozenset()  # workspace-relative paths to resolve (do they stay inside?)
+    git_cwds: frozenset[str] = frozenset()  # workspace-relative directories git runs in
+    programs: frozenset[str] = frozenset()  # absolute program paths: the same file as the PATH lookup?
+
+    def __bool__(self) -> bool:
+        return bool(self.paths or self.git_cwds or self.programs)
+
+
+@dataclass(frozen=True)
+class ShellFacts:
+    paths_inside: Mapping[str, bool] = field(default_factory=dict)
+    git: Mapping[str, GitFacts] = field(default_factory=dict)
+    same_program: Mapping[str, bool] = field(default_factory=dict)
+
+
+NO_FACTS = ShellFacts()
+
+
+def questions(analysis: ShellAnalysis) -> Questions:
+    paths: set[str] = set()
+    git_cwds: set[str] = set()
+    programs: set[str] = set()
+    for target, cwd in _write_candidates(analysis):
+        resolved = _workspace_relative(target, cwd)
+        if resolved is not None:
+            paths.add(resolved)
+    for segment in analysis.segments:
+        first = segment.words[0] if segment.words else None
+        if first is not None and first.startswith("/"):
+            programs.add(first)
+        if segment.program == "git":
+            git_cwds.update(c for c in segment.cwds if c is not None and _workspace_relative(".", c) is not None)
+    return Questions(frozenset(paths), frozenset(git_cwds), frozenset(programs))
+
+
+def _write_candidates(analysis: ShellAnalysis) -> list[tuple[str | None, str | None]]:
+    found: list[tuple[str | None, str | None]] = []
+    for write in analysis.writes:
+        found.extend((write.target, cwd) for cwd in write.cwds)
+    for segment in analysis.segments:
+        if segment.program in WRITES_OPERANDS:
+            operands = [w for w in segment.words[1:] if w is None or not w.startswith("-")]
+            found.extend((operand, cwd) for operand in operands for cwd in segment.cwds)
+    return found
+
+
+def _workspace_relative(target: str | None, cwd: str | None) -> str | None:
+    """``target`` (relative to ``cwd``) as a normal workspace-relative path, or None if it is not one."""
+    if target is None or cwd is None or target.startswith("/") or cwd.startswith("/"):
+        return None
+    joined = posixpath.normpath(posixpath.join(cwd, target))
+    if joined == ".." or joined.startswith("../"):
+        return None
+    return joined
+
+
+# -- blockers ---------------------------------------------------------------------------------------
+
+
+def command_blockers(analysis: ShellAnalysis, facts: ShellFacts) -> list[str]:
+    """Reasons the command line as a whole may not be allowed by rules."""
+    reasons = [f"Peon cannot see what it runs: {reason}" for reason in analysis.opaque]
+    reasons.extend(analysis.dynamic)
+    if not analysis.segments and not reasons:
+        reasons.append("it runs no command")
+    for target, cwd in _write_candidates(analysis):
+        reason = _write_problem(target, cwd, facts)
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    return reasons
+
+
+def _write_problem(target: str | None, cwd: str | None, facts: ShellFacts) -> str | None:
+    if target is None:
+        return "it writes to a file whose name is computed at run time"
+    if target in HARMLESS_DEVICES:
+        return None
+    if cwd is None and not target.startswith("/"):
+        return f"it writes to {target} in a directory Peon cannot know (after cd)"
+    relative = _workspace_relative(target, cwd or ".")
+    if relative is None:
+        return f"it writes to {target}, outside the workspace"
+    inside = facts.paths_inside.get(relative)
+    if inside is None:
+        return f"it writes to {relative}, which was not checked"
+    if not inside:
+        return f"it writes to {relative}, which resolves outside the workspace (a symbolic link)"
+    return None
+
+
+def segment_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
+    """Reasons this simple command may not be allowed by rules even when a rule names it."""
+    reasons = list(segment.notes)
+    program = segment.program
+    first = segment.words[0] if segment.words else None
+    if first is not None and "/" in first:
+        if not first.startswith("/"):
+            reasons.append(f"{first} is a program in the workspace, not the one on PATH")
+        elif not facts.same_program.get(first, False):
+            reasons.append(f"{first} is not the {program} found on the session's PATH")
+    if program == "git":
+        reasons.extend(_git_blockers(segment, facts))
+    rule = UNSAFE_ARGUMENTS.get(program or "")
+    if rule is not None:
+        if any(w is None for w in segment.words[1:]):
+            reasons.append(f"an argument of {program} is computed at run time (it could be a dangerous option)")
+        for word in segment.words[1:]:
+            if word is not None and _option_matches(word, rule):
+                reasons.append(f"{program} {word} {rule.why}")
+        if program == "sed":
+            reasons.extend(_sed_script_blockers(segment))
+        if program in ("awk", "gawk", "mawk", "nawk"):
+            reasons.extend(_awk_blockers(segment))
+    return reasons
+
+
+def _option_matches(word: str, rule: ArgumentRule) -> bool:
+    if word in rule.words:
+        return True
+    if word.startswith("--") and len(word) > 2:
+        name = word.partition("=")[0]
+        return any(option.startswith(name) and len(name) >= 3 for option in rule.long)
+    if word.startswith("-") and len(word) > 1 and not word[1:].lstrip("0123456789").startswith("-"):
+        return any(letter in rule.short for letter in word[1:])
+    return False
+
+
+def _git_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
+    reasons: list[str] = []
+    words = segment.words
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word is None:
+            return ["an argument of git is computed at run time (it could be -c or another dangerous option)"]
+        if not word.startswith("-"):
+            break
+        if word not in GIT_SAFE_GLOBAL:
+            reasons.append(f"git {word} before the subcommand can change the configuration or repository git uses")
+        i += 1
+    subcommand = words[i] if i < len(words) else None
+    rest = [w for w in words[i + 1:]]
+    if any(w is None for w in rest):
+        reasons.append("an argument of git is computed at run time (it could be a dangerous option)")
+    if subcommand in GIT_UNSAFE_SUBCOMMANDS:
+        reasons.append(f"git {subcommand} {GIT_UNSAFE_SUBCOMMANDS[subcommand]}")
+    if rest and rest[0] is not None and (subcommand, rest[0]) in GIT_UNSAFE_SUBCOMMAND_WORDS:
+        reasons.append(f"git {subcommand} {rest[0]} {GIT_UNSAFE_SUBCOMMAND_WORDS[(subcommand, rest[0])]}")
+    short = GIT_UNSAFE_SHORT.get(subcommand or "", "")
+    for word in rest:
+        if word is None or word == "--":
+            if word == "--":
+                break
+            continue
+        if word.startswith("--"):
+            name = word.partition("=")[0]
+            if any(option.startswith(name) and len(name) >= 4 for option in GIT_UNSAFE_LONG) and \
+                    not name.startswith("--output-indicator"):
+                reasons.append(f"git {subcommand} {word} writes files or runs programs")
+        elif word.startswith("-") and short and any(letter in short for letter in word[1:]):
+            reasons.append(f"git {subcommand} {word} writes files or runs programs")
+    cwds = segment.cwds
+    if None in cwds:
+        reasons.append("git runs in a directory Peon cannot know (after cd), so its configuration is unknown")
+    for cwd in cwds:
+        if cwd is None:
+            continue
+        if _workspace_relative(".", cwd) is None:
+            reasons.append(f"git runs in {cwd}, outside the workspace")
+            continue
+        found = facts.git.get(_workspace_relative(".", cwd) or ".")
+        if found is None:
+            reasons.append("the repository's configuration was not checked")
+        elif found.problem:
+            reasons.append(f"the repository's configuration cannot be checked ({found.problem})")
+        else:
+            for key in found.program_keys:
+                reasons.append(f"the repository configures a program git may run ({key}), and the agent can "
+                               "change that configuration")
+            if subcommand is not None and subcommand.lower() in found.aliases:
+                reasons.append(f"git {subcommand} is an alias defined by the repository")
+            if found.hooks and (subcommand is None or subcommand not in GIT_NO_HOOKS):
+                reasons.append(f"git {subcommand} may run the repository's hooks ({', '.join(found.hooks)}), which "
+                               "the agent can change")
+    return list(dict.fromkeys(reasons))
+
+
+# -- sed and awk scripts ----------------------------------------------------------------------------
+
+_SED_SIMPLE = set("pdnNqQlL=gGhHxzFPD}{")
+
+
+def _script_operands(segment: Segment, expression_options: tuple[str, ...]) -> list[str | None]:
+    words = segment.words[1:]
+    scripts: list[str | None] = []
+    positional: list[str | None] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word is None:
+            positional.append(None)
+        elif word in expression_options:
+            scripts.append(words[i + 1] if i + 1 < len(words) else None)
+            i += 1
+        elif any(word.startswith(option + "=") for option in expression_options if option.startswith("--")):
+            scripts.append(word.partition("=")[2])
+        elif word.startswith("-e") and len(word) > 2 and "-e" in expression_options:
+            scripts.append(word[2:])
+        elif word == "--":
+            positional.extend(words[i + 1:])
+            break
+        elif not word.startswith("-") or word == "-":
+            positional.append(word)
+        i += 1
+    return scripts or positional[:1]
+
+
+def _sed_script_blockers(segment: Segment) -> list[str]:
+    reasons = []
+    for script in _script_operands(segment, ("-e", "--expression")):
+        problem = "its script is computed at run time" if script is None else sed_script_problem(script)
+        if problem:
+            reasons.append(f"sed: {problem}")
+    return reasons
+
+
+def sed_script_problem(script: str) -> str | None:
+    """Why a sed script may write files or run commands (the w, W, e commands and s///w, s///e), or
+    None. Anything this reader does not understand is a problem."""
+    i, n = 0, len(script)
+    while i < n:
+        while i < n and script[i] in " \t\n;":
+            i += 1
+        if i >= n:
+            break
+        # address: numbers, $, /re/, \cREc, ranges, steps, negation
+        while i < n:
+            ch = script[i]
+            if ch.isdigit() or ch in "$,~+! \t":
+                i += 1
+            elif ch == "/" or ch == "\\":
+                delimiter = "/" if ch == "/" else (script[i + 1] if i + 1 < n else "")
+                i = _skip_delimited(script, i + (1 if ch == "/" else 2), delimiter)
+                if i < 0:
+                    return "its script could not be read"
+                while i < n and script[i] in "IM":
+                    i += 1
+            else:
+                break
+        if i >= n:
+            break
+        command = script[i]
+        i += 1
+        if command in ("w", "W"):
+            return "its script writes a file (w)"
+        if command == "e":
+            return "its script runs a command (e)"
+        if command in "#aicrR":  # to the end of the line: a comment, text, a file to read
+            while i < n and script[i] != "\n":
+                i += 1
+        elif command in ":btT":  # a label
+            while i < n and script[i] not in "\n;":
+                i += 1
+        elif command in ("s", "y"):
+            if i >= n:
+                return "its script could not be read"
+            delimiter = script[i]
+            i = _skip_delimited(script, i + 1, delimiter)
+            if i < 0:
+                return "its script could not be read"
+            i = _skip_delimited(script, i, delimiter)
+            if i < 0:
+                return "its script could not be read"
+            flags = ""
+            while i < n and script[i] not in "\n;}":
+                flags += script[i]
+                i += 1
+            if command == "s" and ("w" in flags or "e" in flags):
+                return "its script writes a file or runs a command (s///w, s///e)"
+        elif command not in _SED_SIMPLE:
+            return f"its script uses the command {command!r}, which Peon does not check"
+    return None
+
+
+def _skip_delimited(text: str, i: int, delimiter: str) -> int:
+    """Index after the unescaped ``delimiter`` that ends a part starting at ``i``; -1 if none."""
+    if not delimiter or delimiter in "\n\\":
+        return -1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == delimiter:
+            return i + 1
+        if text[i] == "\n":
+            return -1
+        i += 1
+    return -1
+
+
+_AWK_DANGER = re.compile(r"system|getline|\||>|fflush|close|ENVIRON|PROCINFO")
+
+
+def _awk_blockers(segment: Segment) -> list[str]:
+    scripts = _script_operands(segment, ("--source",))
+    reasons = []
+    for script in scripts:
+        if script is None:
+            reasons.append("awk: its program is computed at run time")
+        elif _AWK_DANGER.search(script):
+            reasons.append("awk: its program can run commands or write files (system, |, >, getline)")
+    return reasons
