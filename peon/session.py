@@ -197,6 +197,7 @@ class Session:
             "state_dir": str(self.state_dir), "config": self.config.to_wire(), "tools": self._tools, "env": self._env,
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
+            "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
         })
         if not self._ready.wait(START_TIMEOUT_SECONDS):
             self._gave_up = f"did not start within {START_TIMEOUT_SECONDS:g} s and was killed with everything below it"

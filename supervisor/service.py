@@ -75,11 +75,13 @@ class Supervisor:
         self.pool: WorkerPool | None = None
         self.stopping = asyncio.Event()
         self._notices: set[asyncio.Task] = set()
+        self.started_notices = False
 
     async def run(self) -> int:
         start = await self.client.recv()
         if start is None or start.get("op") != "start":
             return 2
+        self.started_notices = bool(start.get("started_notices"))  # the client watches running calls
         try:
             self.state = SessionState.open(start, self)
         except PeonError as exc:
@@ -248,13 +250,15 @@ class Supervisor:
         # A call still running after a moment tells the client when it must be answered; past that the
         # client takes the supervisor for stopped (a quick call costs no message for it).
         started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
-        notice = asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
+        notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
+                  if self.started_notices else None)
         try:
             reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                          "progress": call.progress, "approved": request.details},
                                         deadline, call.cancelled, forward_progress)
         finally:
-            notice.cancel()
+            if notice is not None:
+                notice.cancel()
         return {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
 
     def _notify(self, message: dict) -> None:

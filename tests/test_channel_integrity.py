@@ -127,26 +127,31 @@ def _session_cgroups(session) -> int:
 
 def test_protocol_breaks_leak_no_descriptor_process_or_cgroup(tool_session):
     supervisor = psutil.Process(tool_session.supervisor_pid)
+
+    def at_rest():
+        """Its figures once the session is idle: two standbys ready, nothing else below it."""
+        def rest():
+            below = proctree.descendants(tool_session.supervisor_pid)
+            standbys = [p for p in below if proctree.cmdline(p) == "peon-worker standby"]
+            return len(standbys) == 2 and len(below) == 3
+        assert wait_for(rest, 15), [proctree.cmdline(p) for p in proctree.descendants(tool_session.supervisor_pid)]
+        return supervisor.num_fds(), _session_cgroups(tool_session)
+
     assert tool_session.call("bash", {"command": "true"}).ok
-
-    def settled():
-        return (supervisor.num_fds(), len(proctree.descendants(tool_session.supervisor_pid)), _session_cgroups(tool_session))
-
-    assert wait_for(lambda: settled()[1] <= 4, 10)  # forkserver + standbys
-    baseline = settled()
+    baseline = at_rest()
     modes = ["forged_id", "not_json", "lone_surrogate", "oversize", "bad_shape", "truncated"]
     for i in range(24):
         r = tool_session.call("break_channel", {"mode": modes[i % len(modes)]})
         assert r.error.code == "worker_crashed", r
     assert tool_session.call("bash", {"command": "true"}).ok
-    assert wait_for(lambda: settled() <= baseline, 15), (settled(), baseline)
+    assert wait_for(lambda: at_rest() == baseline, 15), (at_rest(), baseline)
 
 
 def test_peon_processes_are_not_dumpable(tool_session, workspace):
     facts = tool_session.call("worker_facts", {})
     assert facts.value["dumpable"] is False
     handle = tool_session.submit("bash", {"command": "sleep 1000 & echo $! > sleep.pid; wait"})
-    assert wait_for(lambda: (workspace / "sleep.pid").exists(), 10)
+    assert wait_for(lambda: (workspace / "sleep.pid").exists() and (workspace / "sleep.pid").read_text().strip(), 10)
     supervisor = tool_session.supervisor_pid
     [forkserver] = [p for p in proctree.children(supervisor) if proctree.cmdline(p).startswith("peon-forkserver")]
     [worker] = [p for p in proctree.children(forkserver) if proctree.cmdline(p).startswith("peon-worker bash")]

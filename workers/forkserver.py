@@ -34,7 +34,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
@@ -107,9 +106,14 @@ class _WarmUpTool(Tool):
 async def _warm_up_round(ours: Any, theirs: Any, call: bytes, session: SessionView) -> None:
     supervisor_side = FrameChannel(socket_of(ours))
     serving = asyncio.ensure_future(worker._serve_one(theirs, call, session, {_WarmUpTool.name: _WarmUpTool()}))
-    await supervisor_side.recv()  # its result
-    supervisor_side.close()  # and the worker's linger ends
-    await serving
+    try:
+        async with asyncio.timeout(5.0):
+            await supervisor_side.recv()  # its result
+            supervisor_side.close()  # and the worker's linger ends
+            await serving
+    finally:
+        supervisor_side.close()
+        serving.cancel()
 
 
 def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
@@ -119,7 +123,9 @@ def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
     forks, so each worker copies fewer of them (and its caches start warmer). Measured on the loaded
     2-core development machine: a forked child ran the same channel round trips in 1.8-2.1 ms after a
     warm-up in its parent against 2.9-8.1 ms cold."""
-    session = SESSION or SessionView(workspace=Path("/"), config=None, env={})
+    if SESSION is None:  # a session too large for the environment: each worker builds its own
+        return
+    session = SESSION
     title = None
     try:
         from setproctitle import getproctitle
