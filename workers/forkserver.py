@@ -29,21 +29,17 @@ import asyncio
 import gc
 import importlib
 import json
-import multiprocessing
 import os
 import signal
 import sys
-import time
-from typing import Any
 
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
 from setproctitle import setproctitle
 
-from peon.framing import encode_json
-from peon.tool import SessionView, Tool, ToolRisk
+from peon.tool import SessionView, Tool
 
 from . import linux, worker
-from .channel import FrameChannel, socket_of
+from .runner import audit_descriptors
 from .worker import load_tools, session_from_wire
 
 ENV = "PEON_FORKSERVER"
@@ -90,63 +86,18 @@ def _become_forkserver() -> None:
     gc.freeze()
 
 
-class _WarmUpTool(Tool):
-    name = "peon_warm_up"
-    description = "Returns at once: runs a worker's path in the forkserver before any fork."
-    risk = ToolRisk.READ_ONLY
-    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
-
-    def approval_summary(self, args: Any) -> str:
-        return "nothing"
-
-    async def execute(self, args: Any, ctx: Any) -> dict[str, Any]:
-        return {"done": True}
-
-
-async def _warm_up_round(ours: Any, theirs: Any, call: bytes, session: SessionView) -> None:
-    supervisor_side = FrameChannel(socket_of(ours))
-    serving = asyncio.ensure_future(worker._serve_one(theirs, call, session, {_WarmUpTool.name: _WarmUpTool()}))
-    try:
-        async with asyncio.timeout(5.0):
-            await supervisor_side.recv()  # its result
-            supervisor_side.close()  # and the worker's linger ends
-            await serving
-    finally:
-        supervisor_side.close()
-        serving.cancel()
-
-
 def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
-    """Serve a few calls of a tool that does nothing, here, before forking anything. Python 3.11
-    specializes bytecode in place as it runs and every object it touches has its reference count
-    written: run once here, the pages of the worker's path are already written when the forkserver
-    forks, so each worker copies fewer of them (and its caches start warmer). Measured on the loaded
-    2-core development machine: a forked child ran the same channel round trips in 1.8-2.1 ms after a
-    warm-up in its parent against 2.9-8.1 ms cold."""
+    """Serve a few calls of a tool that runs ``/bin/true``, here, before forking any worker
+    (see :func:`workers.worker.warm_up`)."""
     if SESSION is None:  # a session too large for the environment: each worker builds its own
         return
-    session = SESSION
-    title = None
+    audit_descriptors(report=False)  # multiprocessing's own descriptors here: this process never execs
+    loop = asyncio.new_event_loop()
     try:
-        from setproctitle import getproctitle
-
-        title = getproctitle()
-        for _ in range(rounds):
-            ours, theirs = multiprocessing.Pipe(duplex=True)
-            call = {"op": "call", "id": "warm-up", "tool": _WarmUpTool.name, "args": {}, "deadline": time.monotonic() + 60,
-                    "approved": {}, "progress": False}
-            loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(_warm_up_round(ours, theirs, encode_json(call), session))
-            finally:
-                loop.close()
-                asyncio.set_event_loop(None)
-    except Exception as exc:  # a warm-up that fails costs speed, nothing else
-        print(f"peon-forkserver: warm-up skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+        worker.warm_up(loop, SESSION, rounds, spawn=True)
     finally:
-        worker.CURRENT_CHANNEL = None
-        if title is not None:
-            setproctitle(title)
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 _become_forkserver()

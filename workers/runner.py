@@ -47,6 +47,7 @@ CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1
 PROGRESS_INTERVAL_SECONDS = 0.5
 READ_CHUNK = 1 << 20
+FIRST_READ_CHUNK = 64 << 10
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
@@ -129,7 +130,7 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def audit_descriptors() -> list[int]:
+def audit_descriptors(report: bool = True) -> list[int]:
     """Make every descriptor of this process above 2 close-on-exec; return those that were not (each
     would have reached the command). Peon opens everything close-on-exec, so this finds none unless
     a tool (or a library it uses) left one inheritable."""
@@ -145,7 +146,7 @@ def audit_descriptors() -> list[int]:
                 leaked.append(fd)
         except OSError:
             continue  # the directory listing's own descriptor, closed by now
-    if leaked:
+    if leaked and report:
         print(f"peon-worker: descriptors {leaked} were inheritable; made close-on-exec before spawning",
               file=sys.stderr)
     return leaked
@@ -193,10 +194,12 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
 
     capture = HeadTail(ctx.limits.max_output_bytes)
     eof = loop.create_future()
-    buffer = bytearray(READ_CHUNK)
-    view = memoryview(buffer)
+    # A small buffer first (most commands print little, and a fresh worker pays a page fault per page
+    # it touches); the full READ_CHUNK once a read fills it, for a flood.
+    buffer = bytearray(FIRST_READ_CHUNK)
 
     def on_readable() -> None:
+        nonlocal buffer
         try:
             n = os.readv(read_fd, [buffer])
         except BlockingIOError:
@@ -208,7 +211,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             if not eof.done():
                 eof.set_result(None)
             return
-        capture.feed(view[:n])
+        capture.feed(memoryview(buffer)[:n])
+        if n == len(buffer) < READ_CHUNK:
+            buffer = bytearray(READ_CHUNK)
 
     loop.add_reader(read_fd, on_readable)
     progress = asyncio.create_task(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
@@ -241,13 +246,15 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             exceeded = limit_hit.result()
         elif exceeded is None and not (timed_out or cancelled):
             exceeded = probe.kernel_verdict()  # e.g. a fork refused at pids.max made the command give up
-        _kill_descendants()
-        status = await asyncio.wait_for(exited, timeout=10.0)
-        await _wait_descendants_gone()
-        try:
-            await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
-        except asyncio.TimeoutError:
-            pass
+        _kill_descendants()  # returns when nothing below the worker is alive, having reaped what it could
+        status = exited.result() if exited.done() else await asyncio.wait_for(exited, timeout=10.0)
+        if proctree.children(os.getpid()):
+            await _wait_descendants_gone()
+        if not eof.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
+            except asyncio.TimeoutError:
+                pass
     finally:
         if pidfd >= 0:
             loop.remove_reader(pidfd)
