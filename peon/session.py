@@ -35,7 +35,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 from workers import proctree
 from workers.cgroup import Cgroup, session_cgroup_path
@@ -82,7 +83,7 @@ def _import_path(tool: Any) -> str:
 class CallHandle:
     """A submitted call: wait for its result, or cancel it, from any thread."""
 
-    def __init__(self, session: "Session", call_id: str, tool: str, on_progress: ProgressCallback | None):
+    def __init__(self, session: Session, call_id: str, tool: str, on_progress: ProgressCallback | None):
         self.session = session
         self.call_id = call_id
         self.tool = tool
@@ -260,7 +261,7 @@ class Session:
         self._reader.join(CLOSE_TIMEOUT_SECONDS)
         self._sock.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -434,7 +435,7 @@ class Session:
             else:
                 self._stopped_since = None
             return
-        call_id, at = overdue[0]
+        call_id = overdue[0][0]
         handle = handles[call_id]
         what = f"call {call_id}" + (f" ({handle.tool})" if handle is not None else "")
         state = proctree.status(self._proc.pid)

@@ -15,7 +15,7 @@ supervisor's event loop. Two implementations, chosen once per session:
 
 Workers share one cgroup rather than one each because every placement of a process in a cgroup is
 a migration, and a migration waits for an RCU grace period: 8 ms on the idle 2-core development
-machine, 11 ms (and 10–67 ms measured inside a starting worker) under load, on the path of every
+machine, 11 ms (and 10-67 ms measured inside a starting worker) under load, on the path of every
 call's worker. The forkserver joins ``workers`` once, and every worker is forked into it (fork keeps
 the cgroup): no migration per call. Calls run one at a time, so the cgroup's limits (the configured
 ones plus a small reserve for the forkserver and the standbys) and its OOM counter are the running

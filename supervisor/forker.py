@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import process as mp_process
 from multiprocessing import resource_tracker, util
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from peon.framing import encode_json
 from workers import forkserver as worker_forkserver
@@ -130,7 +131,7 @@ class Forker:
         self._dead: set[int] = set()  # forkservers seen to exit (their pidfds turned readable)
 
     @classmethod
-    def spawn(cls, session: dict[str, Any], tool_paths: list[str]) -> "Forker":
+    def spawn(cls, session: dict[str, Any], tool_paths: list[str]) -> Forker:
         """A forker for this session; its forkserver starts with :meth:`wait_ready` or the first worker."""
         return cls(session, tool_paths)
 

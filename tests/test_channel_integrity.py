@@ -226,7 +226,7 @@ def test_workers_are_multiprocessing_processes_of_a_lean_forkserver(tool_session
     assert proctree.cmdline(forkserver).startswith("peon-forkserver")
     heavy = [m for m in facts["modules"]
              if m.split(".")[0] in ("pydantic", "pydantic_core", "jsonschema") or m in ("peon.config", "peon.validation")
-             or m.startswith("supervisor.") and m != "supervisor.skills"]
+             or (m.startswith("supervisor.") and m != "supervisor.skills")]
     assert heavy == [], heavy
     assert facts["root_fd"] > 2 and facts["root_fd"] in facts["fds"]
     assert living([forkserver]) == [forkserver]

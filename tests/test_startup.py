@@ -68,7 +68,7 @@ def test_cleaning_one_cgroup_tree_from_many_threads_at_once_never_raises(tmp_pat
         barrier = threading.Barrier(6)
         outcomes: list[object] = []
 
-        def clean() -> None:
+        def clean(barrier=barrier, outcomes=outcomes, root=root) -> None:
             barrier.wait()
             try:
                 outcomes.append(root.kill_and_remove())

@@ -98,11 +98,11 @@ class Cgroup:
         self.path = path
 
     @classmethod
-    def create(cls, path: Path) -> "Cgroup":
+    def create(cls, path: Path) -> Cgroup:
         os.mkdir(path)
         return cls(path)
 
-    def child(self, name: str) -> "Cgroup":
+    def child(self, name: str) -> Cgroup:
         return Cgroup.create(self.path / name)
 
     def write(self, name: str, value: str, *, missing_ok: bool = False) -> None:

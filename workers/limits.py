@@ -97,10 +97,10 @@ class CgroupProbe:
 
     def check(self) -> str | None:
         verdict = self.kernel_verdict()
-        if verdict is not None or self.has_memory and self.has_pids:
+        if verdict is not None or (self.has_memory and self.has_pids):
             return verdict
         verdict = self.fallback.check()
-        if verdict == "memory" and self.has_memory or verdict == "processes" and self.has_pids:
+        if (verdict == "memory" and self.has_memory) or (verdict == "processes" and self.has_pids):
             return None  # the kernel owns that limit
         return verdict
 

@@ -15,7 +15,7 @@ Wire format: each message is one frame of :mod:`multiprocessing.connection` (see
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypedDict, Union
+from typing import Any, Literal, TypedDict
 
 from peon.errors import ErrorCode
 
@@ -61,7 +61,7 @@ class ProgressMessage(TypedDict, total=False):
     output_bytes: int
 
 
-WorkerMessage = Union[ResultMessage, ProgressMessage]
+WorkerMessage = ResultMessage | ProgressMessage
 
 
 class ProtocolError(Exception):

@@ -38,7 +38,7 @@ class Reaper:
                 future.set_result(status)
 
 
-async def wait_children_gone(reaper: "Reaper", exclude: set[int] = frozenset(), timeout: float = 10.0) -> bool:
+async def wait_children_gone(reaper: Reaper, exclude: set[int] = frozenset(), timeout: float = 10.0) -> bool:
     """Reap until this process has no children but ``exclude``; False if some remain after ``timeout``.
 
     For a subreaper this means no descendants either: a living descendant whose parent died was

@@ -253,7 +253,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if not eof.done():
             try:
                 await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     finally:
         if pidfd >= 0:

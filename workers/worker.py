@@ -43,7 +43,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from setproctitle import getproctitle, setproctitle
 
@@ -249,7 +249,8 @@ def encode_result(reply: dict[str, Any], tool_name: str, call_id: str) -> bytes:
     try:
         data = encode_json(reply)
     except ValueError as exc:
-        data = encode_json(_error(call_id, ErrorCode.TOOL_FAILED, f"{tool_name} returned a value that is not valid JSON: {exc}"))
+        data = encode_json(_error(call_id, ErrorCode.TOOL_FAILED,
+                                  f"{tool_name} returned a value that is not valid JSON: {exc}"))
     if len(data) > MAX_RESULT_BYTES:
         data = encode_json(_error(
             call_id, ErrorCode.TOO_LARGE,
@@ -338,7 +339,8 @@ async def _execute(tool: Tool, args: Any, ctx: ToolContext) -> dict[str, Any]:
         traceback.print_exc(file=sys.stderr)
         return _error(call_id, ErrorCode.TOOL_FAILED, f"{tool.name} failed unexpectedly: {type(exc).__name__}: {exc}")
     if not isinstance(value, dict):
-        return _error(call_id, ErrorCode.TOOL_FAILED, f"{tool.name} returned {type(value).__name__}, expected a JSON object")
+        return _error(call_id, ErrorCode.TOOL_FAILED,
+                      f"{tool.name} returned {type(value).__name__}, expected a JSON object")
     return {"op": "result", "id": call_id, "ok": True, "value": value}
 
 
@@ -357,7 +359,7 @@ class _WarmUpTool(Tool):
     name = "peon_warm_up"
     description = "Returns at once (runs /bin/true first when asked): exercises a worker's path."
     risk = ToolRisk.READ_ONLY
-    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    input_schema: ClassVar[Mapping[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
 
     def __init__(self, spawn: bool = False):
         self.spawn = spawn
@@ -376,7 +378,8 @@ async def _warm_up_round(session: SessionView, spawn: bool) -> None:
     supervisor_side = FrameChannel(socket_of(ours))
     call = {"op": "call", "id": "warm-up", "tool": _WarmUpTool.name, "args": {}, "deadline": time.monotonic() + 60,
             "approved": {}, "progress": False}
-    serving = asyncio.ensure_future(_serve_one(theirs, encode_json(call), session, {_WarmUpTool.name: _WarmUpTool(spawn)}))
+    tools: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(spawn)}
+    serving = asyncio.ensure_future(_serve_one(theirs, encode_json(call), session, tools))
     try:
         async with asyncio.timeout(5.0):
             await supervisor_side.recv()  # its result
