@@ -81,7 +81,8 @@ def workload(session: peon.Session, i: int) -> str:
         return "flood"
     if kind == 12:
         r = session.call("bash", {"command": "sleep 10", "timeout_seconds": 0.05})
-        assert r.ok and r.value["timed_out"], r
+        # On a machine busy enough to hold the worker back past deadline + 1 s, the tool is abandoned.
+        assert r.ok and r.value["timed_out"] or r.error and r.error.code == "timeout", r
         return "timeout"
     if kind == 13:
         handle = session.submit("bash", {"command": "sleep 10"})

@@ -90,7 +90,7 @@ def _thread() -> ThreadPoolExecutor:
 def _forget_forkserver() -> None:
     """Make ``multiprocessing`` start a new forkserver: the old one is dead and already reaped by the
     supervisor's reaper (``ensure_running`` would otherwise ``waitpid`` a pid that is no child any more)."""
-    server = mp_forkserver._forkserver
+    server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
     if server._forkserver_alive_fd is not None:
         try:
             os.close(server._forkserver_alive_fd)
@@ -142,8 +142,9 @@ class Forker:
     def known_pids(self) -> set[int]:
         """The forkserver's pid (and that of one being started right now): children of the supervisor
         that are no orphans."""
+        server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
         with self._spawning:
-            pids = {self.pid, mp_forkserver._forkserver._forkserver_pid}
+            pids = {self.pid, server._forkserver_pid}
         return {int(pid) for pid in pids if pid is not None}
 
     # -- the forker thread ---------------------------------------------------------------------------
@@ -177,11 +178,11 @@ class Forker:
         # Kept in the supervisor's environment: multiprocessing may start a forkserver on its own.
         os.environ[worker_forkserver.ENV] = json.dumps(spec)
         self.context.set_forkserver_preload(["workers.forkserver"])
-        tracker = resource_tracker._resource_tracker
+        tracker: Any = resource_tracker._resource_tracker  # type: ignore[attr-defined]
         if tracker._fd is None:  # no tracker process: nothing here uses named semaphores or shared memory
             tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         util.get_temp_dir()  # where the forkserver's socket lives; removed when the supervisor exits
-        server = mp_forkserver._forkserver
+        server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
         if server._forkserver_pid is not None and server._forkserver_pid in self._dead:
             _forget_forkserver()
         try:
@@ -217,7 +218,7 @@ class Forker:
                 raise
             finally:
                 theirs.close()
-        mp_process._children.discard(process)  # its sentinel is read by the pool alone, from the loop
+        mp_process._children.discard(process)  # type: ignore[attr-defined]  # the pool alone reads its sentinel
         pid = process.pid
         assert pid is not None
         try:

@@ -36,7 +36,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.framing import encode_json
 from workers import proctree
 from workers.channel import ChannelError, FrameChannel
-from workers.messages import ProtocolError, WorkerMessage, parse_worker_message
+from workers.messages import CallMessage, CancelMessage, ProtocolError, WorkerMessage, parse_worker_message
 from workers.reaper import describe_exitcode
 from workers.runner import CANCEL_GRACE_SECONDS
 
@@ -86,7 +86,7 @@ class WorkerHandle:
         if not self.exited.done():
             self.exited.set_result(code)
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: CallMessage | CancelMessage) -> None:
         await self.channel.send(encode_json(message))
 
     async def recv(self) -> WorkerMessage | None:
@@ -146,7 +146,13 @@ class WorkerPool:
 
     async def _start_one(self) -> WorkerHandle:
         assert self.forker is not None
-        started = await self.forker.start_worker(self.containment)
+        try:
+            started = await self.forker.start_worker(self.containment)
+        except ForkerGone:
+            raise
+        except Exception as exc:  # a bug or a broken environment: the call says so, the session goes on
+            traceback.print_exc(file=sys.stderr)
+            raise ForkerGone(f"starting a worker failed: {type(exc).__name__}: {exc}") from None
         handle = WorkerHandle(started)
         self.live[handle.pid] = handle
         self._close_pending()
@@ -228,8 +234,9 @@ class WorkerPool:
     async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
                         cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
         tool = call["tool"]
-        message = {"op": "call", "id": call["id"], "tool": tool, "args": call["args"], "deadline": deadline.at,
-                   "approved": call.get("approved") or {}, "progress": bool(call.get("progress"))}
+        message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
+                                "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
+                                "progress": bool(call.get("progress"))}
         try:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))
@@ -331,8 +338,9 @@ class WorkerPool:
         forkserver's socket and have it fork)."""
         known = self.forker.known_pids() if self.forker is not None else set()
         sweep_orphans(known)
-        forkserver = self.forker.pid if self.forker is not None and self.forker.alive else None
-        if forkserver and not self.forker.starting:  # a worker being started is the forkserver's child too
+        forker = self.forker
+        forkserver = forker.pid if forker is not None and forker.alive else None
+        if forker is not None and forkserver and not forker.starting:  # a worker being started is the forkserver's child too
             for pid in proctree.children(forkserver):
                 if pid not in self.live and proctree.state(pid) not in (None, "Z", "X"):
                     print(f"peon-supervisor: killing process {pid}, forked by the forkserver for no worker",

@@ -112,7 +112,7 @@ class Channel(_Socket):
     async def send(self, message: dict[str, Any]) -> None:
         """Send one message (``op`` and ``id`` first, so a reader that must drop it can still name it);
         ``ValueError`` if it cannot be encoded or exceeds the bound."""
-        ordered = {key: message[key] for key in ("op", "id") if key in message}
+        ordered: dict[str, Any] = {key: message[key] for key in ("op", "id") if key in message}
         ordered.update(message)
         data = encode(ordered)
         if len(data) > self.max_message_bytes:

@@ -43,7 +43,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, cast
 
 from setproctitle import getproctitle, setproctitle
 
@@ -56,6 +56,7 @@ from supervisor.skills import SkillRecord
 
 from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
+from .messages import CallMessage, ErrorInfo, ResultMessage
 from .reaper import REAPER
 from .runner import CANCEL_GRACE_SECONDS, ProcessSpec, run_process
 
@@ -202,7 +203,7 @@ def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
 async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
     global CURRENT_CHANNEL
     channel = CURRENT_CHANNEL = FrameChannel(socket_of(connection))
-    message = json.loads(data)
+    message: CallMessage = json.loads(data)
     if not isinstance(message, dict) or message.get("op") != "call":
         return 0  # retired while on standby
     call_id, tool_name = str(message["id"]), str(message["tool"])
@@ -244,7 +245,7 @@ async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: 
     return 0
 
 
-def encode_result(reply: dict[str, Any], tool_name: str, call_id: str) -> bytes:
+def encode_result(reply: ResultMessage, tool_name: str, call_id: str) -> bytes:
     """The result message, within :data:`MAX_RESULT_BYTES` whatever the tool returned."""
     try:
         data = encode_json(reply)
@@ -311,11 +312,15 @@ async def _listen(channel: FrameChannel, token: CancelToken) -> None:
             token.cancel(str(message.get("reason") or "cancelled by the client"))
 
 
-def _error(call_id: str, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"op": "result", "id": call_id, "ok": False, "error": ToolError(code, message, details).to_dict()}
+def _error(call_id: str, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> ResultMessage:
+    return _failed(call_id, ToolError(code, message, details))
 
 
-async def _execute(tool: Tool, args: Any, ctx: ToolContext) -> dict[str, Any]:
+def _failed(call_id: str, error: PeonError) -> ResultMessage:
+    return {"op": "result", "id": call_id, "ok": False, "error": cast(ErrorInfo, error.to_dict())}
+
+
+async def _execute(tool: Tool, args: Any, ctx: ToolContext) -> ResultMessage:
     """Run the tool; abandon it (cancel its task) 1 s after its deadline, or after the cancel grace."""
     call_id = ctx.call_id
     try:
@@ -329,10 +334,8 @@ async def _execute(tool: Tool, args: Any, ctx: ToolContext) -> dict[str, Any]:
         if ctx.cancel.cancelled and not ctx.deadline.expired:
             return _error(call_id, ErrorCode.CANCELLED, f"{tool.name} was cancelled ({ctx.cancel.reason})")
         return _error(call_id, ErrorCode.TIMEOUT, f"{tool.name} did not finish before its deadline")
-    except ToolError as exc:
-        return {"op": "result", "id": call_id, "ok": False, "error": exc.to_dict()}
     except PeonError as exc:
-        return {"op": "result", "id": call_id, "ok": False, "error": exc.to_dict()}
+        return _failed(call_id, exc)
     except asyncio.CancelledError:
         return _error(call_id, ErrorCode.CANCELLED, f"{tool.name} was cancelled")
     except Exception as exc:
