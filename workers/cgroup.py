@@ -1,10 +1,11 @@
-"""cgroup v2 containment: each worker in its own cgroup, killed as a whole with ``cgroup.kill``.
+"""cgroup v2: a session's cgroup (its workers below it), killed as a whole with ``cgroup.kill``.
 
 Promise: :func:`probe` says whether this process may create cgroups below its own cgroup v2 and why
 not when it may not (no cgroup2 mount, no permission, a kernel without ``cgroup.kill``). A
 :class:`Cgroup` kill is atomic with respect to forking: the kernel kills every member, including
 ones created while the kill runs. :meth:`Cgroup.kill_and_remove` returns only when the cgroup is
-empty and removed, or says it could not within its timeout.
+empty and removed, or says it could not within its timeout; it may run from several threads or
+processes at once on the same tree (a cgroup that vanishes meanwhile counts as removed).
 """
 
 from __future__ import annotations
