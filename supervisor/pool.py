@@ -188,8 +188,9 @@ class WorkerPool:
                 if loop.time() >= until or fresh_starts >= 2:
                     raise
                 continue
-            state = proctree.state(worker.pid)
-            if worker.exited.done() or state in (None, "Z", "X", "T", "t"):  # died, or was stopped, while waiting
+            status = proctree.status(worker.pid)  # psutil
+            if worker.exited.done() or status in (None, "zombie", "dead", "stopped", "tracing-stop"):
+                # It died, or was stopped, while it waited.
                 self.containment.kill_tree(worker.pid, worker.slot)
                 self._spawn_background(self._finish(worker))
                 continue

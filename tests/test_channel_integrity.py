@@ -229,4 +229,5 @@ def test_workers_are_multiprocessing_processes_of_a_lean_forkserver(tool_session
              or (m.startswith("supervisor.") and m != "supervisor.skills")]
     assert heavy == [], heavy
     assert facts["root_fd"] > 2 and facts["root_fd"] in facts["fds"]
+    assert facts["inheritable"] == []  # what arrived with SCM_RIGHTS is close-on-exec too
     assert living([forkserver]) == [forkserver]

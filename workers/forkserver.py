@@ -9,6 +9,8 @@ this module, and importing it *in that process* makes the forkserver Peon's:
 * it dies with its supervisor (parent-death ``SIGKILL``, armed before anything else, then a check
   that the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
   processes of the same user; its workers inherit that);
+* the descriptors it receives for each worker (``SCM_RIGHTS``) arrive close-on-exec
+  (``MSG_CMSG_CLOEXEC``);
 * in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
 * it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
   approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's but the
@@ -34,6 +36,9 @@ import signal
 import sys
 
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
+import socket
+from multiprocessing import reduction
+from typing import Any
 from setproctitle import setproctitle
 
 from peon.tool import SessionView, Tool
@@ -60,6 +65,7 @@ def _become_forkserver() -> None:
     if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
         os._exit(1)
     linux.set_dumpable(False)
+    _receive_close_on_exec()
     if info.get("cgroup"):  # every worker is forked into it: one migration for the session, none per call
         try:
             with open(os.path.join(info["cgroup"], "cgroup.procs"), "w") as f:
@@ -84,6 +90,31 @@ def _become_forkserver() -> None:
     ARMED = True
     _warm_up()
     gc.freeze()
+
+
+class _CloseOnExecSocket:
+    """A socket whose ``recvmsg`` asks for close-on-exec descriptors (``MSG_CMSG_CLOEXEC``)."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> Any:
+        return self._sock.recvmsg(bufsize, ancbufsize, flags | socket.MSG_CMSG_CLOEXEC)
+
+    def send(self, data: bytes) -> int:
+        return self._sock.send(data)
+
+
+def _receive_close_on_exec() -> None:
+    """The descriptors a ``Process.start()`` sends (the worker's channel, the pinned root,
+    ``multiprocessing``'s pipes) arrive close-on-exec here, as they would nowhere else in Peon, so none
+    can reach a process that anything in the forkserver or a worker starts (workers check it again)."""
+    received = reduction.recvfds
+
+    def recvfds(sock: socket.socket, size: int) -> list[int]:
+        return received(_CloseOnExecSocket(sock), size)
+
+    reduction.recvfds = recvfds
 
 
 def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
