@@ -28,9 +28,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -176,6 +178,9 @@ class Session:
     # -- life cycle ---------------------------------------------------------------------------------
 
     def _start(self) -> None:
+        # Where the supervisor's forkserver puts its socket: the client removes it once the supervisor is
+        # gone, however it went.
+        self._runtime_dir = tempfile.mkdtemp(prefix="peon-run-")
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._reader_idle, self._linger_until = False, None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -199,6 +204,7 @@ class Session:
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
             "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
+            "runtime_dir": self._runtime_dir,
         })
         if not self._ready.wait(START_TIMEOUT_SECONDS):
             self._gave_up = f"did not start within {START_TIMEOUT_SECONDS:g} s and was killed with everything below it"
@@ -566,12 +572,14 @@ class Session:
         self._contain_leftovers()
 
     def _contain_leftovers(self) -> None:
-        """If the supervisor died, kill what is left of its session: every process in its cgroup with
-        everything below it (a descendant may have moved itself to another cgroup), then the cgroup.
+        """Once the supervisor is gone, remove its runtime directory (the forkserver's socket) and, if it
+        died, kill what is left of its session: every process in its cgroup with everything below it (a
+        descendant may have moved itself to another cgroup), then the cgroup.
         Workers kill their own trees too, when their forkserver dies. Several threads may get here at
         once (the reader seeing the end of the channel, ``close()`` giving up on a slow supervisor):
         one cleans, and the cgroup code tolerates a tree that vanishes."""
         with self._contain_lock:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
             path = (self.info.get("containment") or {}).get("cgroup")
             candidate = Path(path) if path else session_cgroup_path(self.session_id, self._proc.pid)
             if candidate is None or not candidate.is_dir():

@@ -32,6 +32,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -117,6 +118,7 @@ class Forker:
         self.root_fd: int = int(session.pop("root_fd", -1))
         self.start_seconds = float(session.pop("start_seconds", START_TIMEOUT_SECONDS))
         self.workers_cgroup: str | None = session.pop("workers_cgroup", None)
+        self.runtime_dir: str | None = session.pop("runtime_dir", None)
         self.workspace = str(session["workspace"])
         self.session_json = encode_json(session)
         self.session_in_env = len(self.session_json) <= SESSION_IN_ENV_MAX_BYTES
@@ -181,7 +183,9 @@ class Forker:
         tracker: Any = resource_tracker._resource_tracker  # type: ignore[attr-defined]
         if tracker._fd is None:  # no tracker process: nothing here uses named semaphores or shared memory
             tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        util.get_temp_dir()  # where the forkserver's socket lives; removed when the supervisor exits
+        if self.runtime_dir and os.path.isdir(self.runtime_dir):  # the client's: it removes it, even after a kill
+            mp_process.current_process()._config.setdefault("tempdir", self.runtime_dir)  # type: ignore[attr-defined]
+        util.get_temp_dir()  # where the forkserver's socket lives
         server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
         if server._forkserver_pid is not None and server._forkserver_pid in self._dead:
             _forget_forkserver()
@@ -292,8 +296,10 @@ class Forker:
             proctree.kill_tree(self.pid, include_root=True, timeout=5.0)
 
     async def close(self) -> None:
-        """Stop the forkserver and wait until it is gone."""
+        """Stop the forkserver and wait until it is gone; remove its runtime directory."""
         if not self.alive or self.pid is None:
+            if self.runtime_dir:
+                shutil.rmtree(self.runtime_dir, ignore_errors=True)
             return
         try:
             os.kill(self.pid, signal.SIGTERM)
@@ -306,6 +312,8 @@ class Forker:
         except TimeoutError:
             self.kill()
         self._unwatch()
+        if self.runtime_dir:  # its client removes it too; whoever is last
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
 def _discard(late: StartedWorker, containment: Containment) -> None:

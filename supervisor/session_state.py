@@ -46,6 +46,7 @@ class SessionState:
     schemas: dict = field(default_factory=dict)  # each tool's input schema in this session, fixed at start
     policy: ApprovalPolicy | None = None
     tools: dict[str, Tool] = field(default_factory=dict)  # by name, in registration order
+    runtime_dir: str | None = None  # the client's directory for the forkserver's socket (it removes it)
 
     @property
     def config(self) -> ConfigView:
@@ -109,7 +110,7 @@ class SessionState:
                          bool(getattr(loaded.config.audit, "fsync", False)))
         schemas = {tool.name: tool.schema_for(view) for tool in registry}
         return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas,
-                   policy, {tool.name: tool for tool in registry})
+                   policy, {tool.name: tool for tool in registry}, start.get("runtime_dir"))
 
     def worker_session(self) -> dict:
         """What the forkserver needs to rebuild this session's view and tools for its workers."""
@@ -119,6 +120,7 @@ class SessionState:
             "root_fd": self.view.root_fd,  # handed to each worker with SCM_RIGHTS, not as a number
             "start_seconds": float(self.config.limits.worker_start_seconds),
             "workers_cgroup": self.containment.workers_cgroup,  # the forkserver joins it, workers are born in it
+            "runtime_dir": self.runtime_dir,
         }
 
     def describe(self, pid: int) -> dict:
