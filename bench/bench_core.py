@@ -2,19 +2,24 @@
 
 1. Per-call latency: median of ``session.call("bash", {"command": "true"})`` against a raw
    ``subprocess.run(["/bin/bash", "-lc", "true"])`` with the same environment (a clean HOME so the login
-   profile is cheap), and their ratio. Target: ratio <= 1.2.
+   profile is cheap), and their ratio — back to back, and with 100 ms between calls (an agent's
+   rhythm). Target: ratio <= 1.2 both ways.
 2. Deadline to clean: a capped fork loop (300 processes, some escaping with setsid) runs into its
    deadline; the time from the deadline until the call has returned and no process of the loop is
-   alive. Measured from the client, so it includes dispatch overhead. Target: < 100 ms.
+   alive. Measured from the client, so it includes dispatch overhead. Target: < 100 ms, with cgroup
+   containment and with the process-tree fallback.
 3. Flood memory: peak RSS (and PSS) of supervisor + worker while a command writes 1 GiB. Target:
    RSS < 64 MiB.
+4. Idle CPU: CPU time used by the client, the supervisor, the forkserver and the standby workers of a
+   session with no calls, over a few seconds. Target: 0 (nothing polls).
 
-Run: ``python bench/bench_core.py [--calls N]``
+Run: ``python bench/bench_core.py [--calls N] [--deadline-runs N] [--idle-seconds S]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -22,6 +27,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 import peon
 from workers import proctree
@@ -32,47 +39,41 @@ ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "a
 FORK_LOOP = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "forkloop.py").read_text()
 
 
-def status_kib(pid: int, field: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+def rss_and_pss(pids: list[int]) -> tuple[int, int]:
+    """Summed resident and proportional set sizes, in bytes."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            memory = psutil.Process(pid).memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        rss += memory.rss
+        pss += getattr(memory, "pss", 0)
+    return rss, pss
 
 
-def pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-
-
-def bench_latency(session: peon.Session, env: dict, calls: int) -> None:
+def bench_latency(session: peon.Session, env: dict, calls: int, gap: float = 0.0) -> None:
     for _ in range(20):
         session.call("bash", {"command": "true"})
         subprocess.run(["/bin/bash", "-lc", "true"], env=env)
     peon_times, raw_times = [], []
     for _ in range(calls):  # interleaved so both see the same machine conditions
+        time.sleep(gap)
         t = time.perf_counter()
         result = session.call("bash", {"command": "true"})
         peon_times.append(time.perf_counter() - t)
         assert result.ok and result.value["exit_code"] == 0, result
+        time.sleep(gap)
         t = time.perf_counter()
         subprocess.run(["/bin/bash", "-lc", "true"], env=env)
         raw_times.append(time.perf_counter() - t)
     p, r = statistics.median(peon_times) * 1000, statistics.median(raw_times) * 1000
-    print(f"latency: session.call bash true  median {p:.3f} ms  (p90 {statistics.quantiles(peon_times, n=10)[-1]*1000:.3f})")
-    print(f"latency: subprocess.run bash -lc true  median {r:.3f} ms  (p90 {statistics.quantiles(raw_times, n=10)[-1]*1000:.3f})")
-    print(f"latency: ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
+    rhythm = "back to back" if not gap else f"{gap * 1000:.0f} ms apart"
+    print(f"latency ({rhythm}): session.call bash true  median {p:.3f} ms  "
+          f"(p90 {statistics.quantiles(peon_times, n=10)[-1]*1000:.3f})")
+    print(f"latency ({rhythm}): subprocess.run bash -lc true  median {r:.3f} ms  "
+          f"(p90 {statistics.quantiles(raw_times, n=10)[-1]*1000:.3f})")
+    print(f"latency ({rhythm}): ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
 
 
 def bench_deadline(session: peon.Session, workspace: Path, runs: int) -> None:
@@ -104,9 +105,8 @@ def bench_flood(session: peon.Session) -> None:
         while not done.is_set():
             workers = [p for p in proctree.descendants(sup) if proctree.cmdline(p).startswith("peon-worker bash")]
             if workers:
-                pids = [sup, *workers]
-                peak_rss = max(peak_rss, sum(status_kib(p, "VmRSS") for p in pids))
-                peak_pss = max(peak_pss, sum(pss_kib(p) for p in pids))
+                rss, pss = rss_and_pss([sup, *workers])
+                peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             done.wait(0.01)
 
     sampler = threading.Thread(target=sample)
@@ -120,14 +120,46 @@ def bench_flood(session: peon.Session) -> None:
     base = subprocess.run(["bash", "-c", "time -p head -c 1073741824 /dev/zero > /dev/null"],
                           capture_output=True, text=True).stderr.split()
     print(f"flood: 1 GiB through a session in {elapsed:.2f} s (head alone to /dev/null: {base[1]} s)")
-    print(f"flood: peak supervisor+worker RSS {peak_rss / 1024:.1f} MiB, PSS {peak_pss / 1024:.1f} MiB "
+    print(f"flood: peak supervisor+worker RSS {peak_rss / (1 << 20):.1f} MiB, PSS {peak_pss / (1 << 20):.1f} MiB "
           f"(target RSS < 64 MiB)")
+
+
+def bench_idle(session: peon.Session, seconds: float) -> None:
+    """CPU time the session's processes use while it has no call (psutil cpu_times; 10 ms resolution)."""
+    session.call("bash", {"command": "true"})
+    sup = session.supervisor_pid
+    time.sleep(1.0)  # let the last worker exit and the standbys settle
+    processes = [psutil.Process(pid) for pid in [sup, *proctree.descendants(sup)]]
+    me = psutil.Process(os.getpid())
+
+    def used() -> float:
+        total = 0.0
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+    def client_threads() -> float:  # the client's reader thread, not this benchmark's own sleeping
+        return sum(t.user_time + t.system_time for t in me.threads() if t.id != threading.get_native_id())
+
+    before, client_before = used(), client_threads()
+    time.sleep(seconds)
+    after, client_after = used(), client_threads()
+    names = ", ".join(proctree.cmdline(p.pid).split(" ")[0] for p in processes)
+    print(f"idle: {len(processes)} session processes ({names}) used {(after - before) * 1000:.0f} ms of CPU "
+          f"and the client's reader {(client_after - client_before) * 1000:.0f} ms in {seconds:g} s without calls "
+          f"(target 0)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--deadline-runs", type=int, default=5)
+    parser.add_argument("--apart-calls", type=int, default=50, help="calls 100 ms apart (default 50)")
+    parser.add_argument("--idle-seconds", type=float, default=3.0)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workspace, home = Path(tmp) / "ws", Path(tmp) / "home"
@@ -137,8 +169,10 @@ def main() -> None:
         with peon.Session(workspace, ALLOW, env=env, state_dir=Path(tmp) / "state") as session:
             print(f"containment: {session.info['containment']['kind']}")
             bench_latency(session, env, options.calls)
+            bench_latency(session, env, options.apart_calls, gap=0.1)
             bench_deadline(session, workspace, options.deadline_runs)
             bench_flood(session)
+            bench_idle(session, options.idle_seconds)
         if session.info["containment"]["kind"] != "process-tree":  # the fallback, measured too
             fallback = {**ALLOW, "runtime": {"containment": "process-tree"}}
             with peon.Session(workspace, fallback, env=env, state_dir=Path(tmp) / "state") as session:

@@ -1,6 +1,9 @@
-"""``read`` latency through a session, against plain Python file reads measured in the same run.
+"""``read`` latency through a session, against starting ``/bin/cat`` and plain Python file reads
+measured in the same run.
 
 1. A 4 KiB file: median of ``session.call("read", {"path": "small.txt"})`` against
+   ``subprocess.run(["/bin/cat", path], stdout=PIPE)`` (the cost of one tiny process start: target
+   ratio <= 1.0 — a read through Peon, in its own dedicated worker, costs no more) and against
    ``open(path, "rb").seek(0).read()`` of the same file.
 2. A 64 KiB slice at offset 1 GiB of a 2 GiB sparse file (the slice holds text, the rest is a hole):
    median of ``session.call("read", {"path": "sparse.bin", "offset": 1 GiB, "limit": 64 KiB})`` against
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -155,6 +159,7 @@ def main() -> None:
                 "session slice": lambda: session.call("read", slice_args),
                 "floor": lambda: session.call("bench_noop", {}),
                 "plain 4k": lambda: plain_read(small, 0, None),
+                "cat 4k": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
                 "plain slice": lambda: plain_read(sparse, OFFSET, SLICE),
                 "in-process 4k": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
                 "in-process slice": lambda: read_in_process(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
@@ -171,6 +176,7 @@ def main() -> None:
             "64 KiB at 1 GiB of 2 GiB sparse": (runs["session slice"], runs["plain slice"], runs["in-process slice"]),
         }
         floor = runs["floor"]
+        cat = runs["cat 4k"]
 
     print(f"read latency, {options.calls} calls per case, resolver {resolver.value}, "
           f"sparse file {SPARSE_SIZE >> 30} GiB with {allocated >> 10} KiB allocated")
@@ -183,6 +189,10 @@ def main() -> None:
         medians[name] = s_med
         print(f"{name:<34} {s_med * 1e6:>9.0f} us {s_p90 * 1e6:>6.0f} us {p_med * 1e6:>6.1f} us "
               f"{s_med / p_med:>5.0f}x {i_med * 1e6:>8.1f} us")
+    c_med, c_p90 = describe(cat)
+    print(f"{'/bin/cat of the 4 KiB file':<34} {c_med * 1e6:>9.0f} us {c_p90 * 1e6:>6.0f} us")
+    print(f"read 4 KiB through the session / starting /bin/cat on it: {medians['4 KiB file'] / c_med:.2f}x "
+          "(target <= 1.0)")
     f_med, f_p90 = describe(floor)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
     small_med, slice_med = medians.values()

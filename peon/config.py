@@ -70,6 +70,7 @@ class Limits(_Section):
     read_max_bytes: int = Field(ge=1)
     max_input_bytes: int = Field(ge=1024)
     worker_grace_seconds: float = Field(gt=0)
+    worker_start_seconds: float = Field(gt=0)
     approval_timeout_seconds: float = Field(gt=0)
     memory_max_bytes: int = Field(ge=1 << 20)
     max_processes: int = Field(ge=1)
@@ -77,7 +78,7 @@ class Limits(_Section):
     max_queued_bytes: int = Field(ge=1024)
 
     @field_validator("max_timeout_seconds", "default_timeout_seconds", "worker_grace_seconds",
-                     "approval_timeout_seconds")
+                     "worker_start_seconds", "approval_timeout_seconds")
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):

@@ -6,7 +6,14 @@ Promises:
   :class:`~peon.errors.SessionError` / :class:`~peon.errors.ConfigError` saying why it is not;
 * every :meth:`Session.submit` yields exactly one :class:`~peon.result.ToolResult`, also when the
   supervisor dies (``supervisor_died``) or the session closes first (``session_closed``) — a caller
-  never waits forever;
+  never waits forever. A running call is answered by its deadline + ``limits.worker_grace_seconds``
+  + :data:`ANSWER_MARGIN_SECONDS` even if the supervisor stops answering (stopped with ``SIGSTOP``,
+  say): the client then kills the supervisor and everything below it and answers every pending call
+  ``supervisor_died``, saying so. A message from the supervisor that cannot be read (over the
+  channel bound, not JSON) is never skipped: the call it names is answered ``too_large``, and a
+  message that names no call means the supervisor is broken (killed, ``supervisor_died``);
+* a session whose supervisor does not become ready within :data:`START_TIMEOUT_SECONDS` raises, and
+  nothing of it is left: the supervisor and everything below it are killed;
 * at most ``limits.max_queued_calls`` unanswered calls holding at most ``limits.max_queued_bytes`` of
   encoded input are sent to the supervisor; a call beyond either is answered ``busy`` at once and never
   sent;
@@ -20,23 +27,36 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+
+from workers import proctree
+from workers.cgroup import Cgroup, session_cgroup_path
+from workers.reaper import signal_name
 
 from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
-from .framing import LineDecoder, Oversize, encode
+from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from .result import ToolResult
 from .validation import check_depth
-from workers.reaper import signal_name
 
 START_TIMEOUT_SECONDS = 60.0
 CLOSE_TIMEOUT_SECONDS = 20.0
+# After a running call's deadline + worker grace, how long the supervisor still has to answer it
+# before the client takes it for unresponsive and kills it; also how long a supervisor may stay
+# stopped (SIGSTOP) while calls wait on it.
+ANSWER_MARGIN_SECONDS = 5.0
+LIVENESS_CHECK_SECONDS = 1.0  # while calls are pending: how often the client looks at its supervisor
 
 Approver = Callable[[dict], Any]
 ProgressCallback = Callable[[dict], None]
@@ -45,6 +65,13 @@ ProgressCallback = Callable[[dict], None]
 def default_state_root() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "peon" / "sessions"
+
+
+def _read_some(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 64))
+    except BlockingIOError:
+        return False
 
 
 def _import_path(tool: Any) -> str:
@@ -58,7 +85,7 @@ def _import_path(tool: Any) -> str:
 class CallHandle:
     """A submitted call: wait for its result, or cancel it, from any thread."""
 
-    def __init__(self, session: "Session", call_id: str, tool: str, on_progress: ProgressCallback | None):
+    def __init__(self, session: Session, call_id: str, tool: str, on_progress: ProgressCallback | None):
         self.session = session
         self.call_id = call_id
         self.tool = tool
@@ -102,6 +129,8 @@ class CallHandle:
 
 
 class Session:
+    max_message_bytes = MAX_MESSAGE_BYTES  # the bound of what the supervisor may send in one message
+
     def __init__(
         self,
         workspace: str | os.PathLike,
@@ -134,12 +163,26 @@ class Session:
         self._dead: ToolResult | None = None  # set once the supervisor is gone
         self._ready = threading.Event()
         self._start_reply: dict | None = None
+        self._answer_by: dict[str, float] = {}  # running calls: when the supervisor must have answered
+        self._gave_up: str | None = None  # why the client killed an unresponsive supervisor
+        self._stopped_since: float | None = None  # when the supervisor was first seen stopped
+        # The reader sleeps without a timeout only when no call is pending (an idle session never
+        # wakes up); a call submitted then wakes it through this pipe so it watches the supervisor.
+        self._reader_idle = False
+        self._linger_until: float | None = None
+        self._next_look = 0.0  # when the reader next looks at the supervisor's state
+        self._contain_lock = threading.Lock()
         self.info: dict[str, Any] = {}
         self._start()
 
     # -- life cycle ---------------------------------------------------------------------------------
 
     def _start(self) -> None:
+        # Where the supervisor's forkserver puts its socket: the client removes it once the supervisor is
+        # gone, however it went.
+        self._runtime_dir = tempfile.mkdtemp(prefix="peon-run-")
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._reader_idle, self._linger_until = False, None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         root = str(Path(__file__).resolve().parent.parent)
         child_env = dict(self._env)  # the supervisor runs with the session's environment
@@ -160,10 +203,15 @@ class Session:
             "state_dir": str(self.state_dir), "config": self.config.to_wire(), "tools": self._tools, "env": self._env,
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
+            "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
+            "runtime_dir": self._runtime_dir,
         })
         if not self._ready.wait(START_TIMEOUT_SECONDS):
+            self._gave_up = f"did not start within {START_TIMEOUT_SECONDS:g} s and was killed with everything below it"
             self._kill_supervisor()
-            raise SessionError(ErrorCode.SUPERVISOR_DIED, f"the supervisor did not start within {START_TIMEOUT_SECONDS:g} s")
+            self._reader.join(CLOSE_TIMEOUT_SECONDS)
+            self._sock.close()
+            raise SessionError(ErrorCode.SUPERVISOR_DIED, f"the supervisor {self._gave_up}")
         reply = self._start_reply or {}
         if reply.get("op") != "ready":
             self._proc.wait()
@@ -205,6 +253,7 @@ class Session:
                 self._dead = None
             self._ready = threading.Event()
             self._start_reply = None
+            self._gave_up = None
             self._start()
         finally:
             self._restarting = False
@@ -218,7 +267,7 @@ class Session:
         self._reader.join(CLOSE_TIMEOUT_SECONDS)
         self._sock.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -257,7 +306,7 @@ class Session:
             handle._resolve(ToolResult.failure(call_id, name, ErrorCode.INVALID_INPUT,
                                                f"input for {name} is not representable as JSON: {exc}"))
             return handle
-        limit = self.config.config.limits.max_input_bytes
+        limit = min(self.config.config.limits.max_input_bytes, MAX_MESSAGE_BYTES - ENVELOPE_BYTES)
         if len(data) > limit:
             handle._resolve(ToolResult.failure(
                 call_id, name, ErrorCode.TOO_LARGE,
@@ -275,6 +324,9 @@ class Session:
                 return handle
             handle.size = len(data)
             self._handles[call_id] = handle
+            if self._reader_idle:
+                self._reader_idle = False
+                self._wake_reader()
         try:
             self._send_bytes(data)
         except OSError:
@@ -314,24 +366,124 @@ class Session:
         except OSError:
             pass
 
+    def _wake_reader(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:
+            pass
+
     def _read_loop(self) -> None:
-        decoder = LineDecoder()
+        decoder = LineDecoder(self.max_message_bytes)
         chunk = bytearray(64 * 1024)  # reused: a fresh large buffer per recv makes RSS creep
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         try:
             while True:
+                wait_ms = self._watchdog_ms()
+                ready = {fd for fd, _ in poller.poll(wait_ms)}
+                if self._wake_r in ready:
+                    while _read_some(self._wake_r):
+                        pass
+                if wait_ms is not None:
+                    self._check_overdue()
+                if self._sock.fileno() not in ready:
+                    continue
                 try:
                     n = self._sock.recv_into(chunk)
                 except OSError:
                     n = 0
                 if not n:
                     break
-                data = bytes(memoryview(chunk)[:n])
-                for line in decoder.feed(data):
-                    if isinstance(line, Oversize):
-                        continue
-                    self._dispatch(json.loads(line))
+                for line in decoder.feed(bytes(memoryview(chunk)[:n])):
+                    self._dispatch_line(line)
         finally:
+            with self._lock:  # no submit writes to the pipe once it is closed (its number may be reused)
+                self._reader_idle = False
+                for fd in (self._wake_r, self._wake_w):
+                    os.close(fd)
             self._on_supervisor_gone()
+
+    def _watchdog_ms(self) -> int | None:
+        """How long the reader may wait for the supervisor before checking it answers. None (no
+        timeout) once no call has been pending for a while: an idle session does not wake up."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._handles:
+                if self._linger_until is None:
+                    self._linger_until = now + LIVENESS_CHECK_SECONDS
+                if now >= self._linger_until:
+                    self._reader_idle = True
+                    return None
+                return int((self._linger_until - now) * 1000) + 1
+            self._linger_until = None
+            earliest = min(self._answer_by.values(), default=float("inf"))
+        wait = min(earliest + ANSWER_MARGIN_SECONDS - now, LIVENESS_CHECK_SECONDS)
+        return max(0, int(wait * 1000) + 1)
+
+    def _check_overdue(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            overdue = [(call_id, at) for call_id, at in self._answer_by.items() if at + ANSWER_MARGIN_SECONDS <= now]
+            handles = {call_id: self._handles.get(call_id) for call_id, _ in overdue}
+            pending = len(self._handles)
+        if not overdue:
+            # A call that has not said when it must be answered (quick so far, queued, awaiting
+            # approval) is not answered by a stopped supervisor either: look at it now and then.
+            if not pending or now < self._next_look:
+                return
+            self._next_look = now + LIVENESS_CHECK_SECONDS
+            if proctree.status(self._proc.pid) == "stopped":
+                self._stopped_since = self._stopped_since or now
+                if now - self._stopped_since >= ANSWER_MARGIN_SECONDS:
+                    self._abandon(f"stopped answering: its process was stopped for {ANSWER_MARGIN_SECONDS:g} s "
+                                  f"while {pending} call(s) waited on it")
+            else:
+                self._stopped_since = None
+            return
+        call_id = overdue[0][0]
+        handle = handles[call_id]
+        what = f"call {call_id}" + (f" ({handle.tool})" if handle is not None else "")
+        state = proctree.status(self._proc.pid)
+        how = " (its process was stopped)" if state == "stopped" else ""
+        self._abandon(f"stopped answering: it did not answer {what} by its deadline + worker grace + "
+                      f"{ANSWER_MARGIN_SECONDS:g} s{how}")
+
+    def _abandon(self, why: str) -> None:
+        """The supervisor cannot be trusted to answer: kill it and everything below it. The reader then
+        sees the end of the channel and answers every pending call ``supervisor_died``, saying ``why``."""
+        self._gave_up = f"{why}; the client killed it and everything below it"
+        self._kill_supervisor()
+
+    def _dispatch_line(self, line: bytes | Oversize) -> None:
+        if isinstance(line, Oversize):
+            fields = head_fields(line.head)
+            self._unreadable(fields, f"a message of {line.length} bytes, over the channel bound of "
+                                     f"{self.max_message_bytes} bytes")
+            return
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            self._unreadable(head_fields(line[:256]), f"a message that is not JSON ({exc})")
+            return
+        if not isinstance(message, dict):
+            self._unreadable({}, f"a message that is a JSON {type(message).__name__}")
+            return
+        self._dispatch(message)
+
+    def _unreadable(self, fields: dict[str, str], what: str) -> None:
+        """Answer the call an unreadable message was for, or give up on a supervisor that sends messages
+        that name no call: a caller always gets an answer."""
+        with self._lock:
+            handle = self._handles.pop(fields.get("id", ""), None) if fields.get("op") in ("result", "progress") else None
+            if handle is not None:
+                self._answer_by.pop(handle.call_id, None)
+        if handle is not None:
+            handle._resolve(ToolResult.failure(handle.call_id, handle.tool, ErrorCode.TOO_LARGE,
+                                               f"the supervisor sent {what} for this call",
+                                               {"limit": self.max_message_bytes}))
+            return
+        self._abandon(f"sent {what}, which names no call")
 
     def _dispatch(self, message: dict) -> None:
         op = message.get("op")
@@ -341,8 +493,13 @@ class Session:
         elif op == "result":
             with self._lock:
                 handle = self._handles.pop(str(message.get("id")), None)
+                self._answer_by.pop(str(message.get("id")), None)
             if handle is not None:
                 handle._resolve(ToolResult.from_message(handle.call_id, handle.tool, message))
+        elif op == "started":
+            with self._lock:
+                if str(message.get("id")) in self._handles and isinstance(message.get("answer_by"), (int, float)):
+                    self._answer_by[str(message.get("id"))] = float(message["answer_by"])
         elif op == "progress":
             handle = self._handles.get(str(message.get("id")))
             if handle is not None and handle.on_progress is not None:
@@ -384,7 +541,7 @@ class Session:
         self._contain_leftovers()
         if self._closing or self._restarting:
             return
-        message = f"the session's supervisor (pid {self._proc.pid}) {self._exit_description()}"
+        message = f"the session's supervisor (pid {self._proc.pid}) {self._gave_up or self._exit_description()}"
         with self._lock:
             self._dead = ToolResult.failure("", "", ErrorCode.SUPERVISOR_DIED, message)
         self._fail_pending(ErrorCode.SUPERVISOR_DIED, message)
@@ -392,6 +549,7 @@ class Session:
     def _fail_pending(self, code: ErrorCode, message: str) -> None:
         with self._lock:
             handles, self._handles = list(self._handles.values()), {}
+            self._answer_by.clear()
         for handle in handles:
             handle._resolve(ToolResult.failure(handle.call_id, handle.tool, code, message))
 
@@ -404,15 +562,29 @@ class Session:
         return f"exited with status {code}"
 
     def _kill_supervisor(self) -> None:
+        """Kill the supervisor and everything below it: stopped first, so that nothing it started can
+        escape to init while the tree below it is killed (workers, commands, daemons), then killed."""
         if self._proc.poll() is None:
-            self._proc.kill()
+            survivors = proctree.kill_tree(self._proc.pid, include_root=True, timeout=5.0)
+            if survivors:
+                print(f"peon: processes {survivors} of the session's supervisor survived SIGKILL", file=sys.stderr)
             self._proc.wait()
         self._contain_leftovers()
 
     def _contain_leftovers(self) -> None:
-        """If the supervisor died, kill its session cgroup (workers kill their own trees otherwise)."""
-        path = (self.info.get("containment") or {}).get("cgroup")
-        if path and os.path.isdir(path):
-            from workers.cgroup import Cgroup
-
-            Cgroup(Path(path)).kill_and_remove()
+        """Once the supervisor is gone, remove its runtime directory (the forkserver's socket) and, if it
+        died, kill what is left of its session: every process in its cgroup with everything below it (a
+        descendant may have moved itself to another cgroup), then the cgroup.
+        Workers kill their own trees too, when their forkserver dies. Several threads may get here at
+        once (the reader seeing the end of the channel, ``close()`` giving up on a slow supervisor):
+        one cleans, and the cgroup code tolerates a tree that vanishes."""
+        with self._contain_lock:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            path = (self.info.get("containment") or {}).get("cgroup")
+            candidate = Path(path) if path else session_cgroup_path(self.session_id, self._proc.pid)
+            if candidate is None or not candidate.is_dir():
+                return
+            group = Cgroup(candidate)
+            for pid in group.all_pids():
+                proctree.kill_tree(pid, include_root=True, timeout=2.0)
+            group.kill_and_remove()

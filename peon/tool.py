@@ -52,6 +52,9 @@ class SessionView:
     ``config`` is the resolved :class:`~peon.config.PeonConfig`; ``env`` is the environment the
     session's processes run with; ``skills`` maps skill names to their discovery records;
     ``sandbox`` is the session's OS sandbox decision (:func:`workers.sandbox.session_status`).
+    ``root_fd`` is an ``O_PATH`` descriptor of the workspace, opened once when the session started
+    (close-on-exec, valid in the supervisor and in every worker; -1 where there is none): resolve
+    workspace files beneath it, never by reopening ``workspace`` by path.
     """
 
     workspace: Path
@@ -59,7 +62,7 @@ class SessionView:
     env: Mapping[str, str]
     session_id: str = ""
     skills: Mapping[str, Any] = field(default_factory=dict)
-    root_fd: int = -1  # O_PATH descriptor of the workspace pinned at session start; -1: none, open by path
+    root_fd: int = -1
     sandbox: Mapping[str, Any] = field(default_factory=dict)
 
 

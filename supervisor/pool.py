@@ -1,16 +1,24 @@
-"""The supervisor's workers: one standby kept ready, one dedicated worker per call, all owned here.
+"""The supervisor's workers: standbys kept ready, one dedicated worker per call, all owned here.
 
-Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (the standby, forked before the call
+Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (a standby, started before the call
 arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
-worker's result, or an error saying how the worker failed (crashed, killed by the OOM killer, hung past
-deadline + grace, could not be started). When it returns an error, the worker and its whole tree are
-already dead. When it returns a worker's result, the worker itself is still exiting;
-:meth:`WorkerPool.retire` waits for it and releases its containment in the background.
-:meth:`WorkerPool.close` kills every worker the pool ever started and stops the forkserver.
+worker's result, or an error saying how the worker failed — crashed, killed by the OOM killer, hung
+past deadline + grace, broke the channel's protocol (:mod:`workers.messages`), or could not be
+started in time. It returns by the call's deadline + ``limits.worker_grace_seconds`` (+ the cancel
+grace after a cancel) whatever the worker or the forkserver do. When it returns an error, the worker
+and its whole tree are already dead. When it returns a worker's result, the worker is still exiting
+(it waits for its channel to close); that, its containment's release and the next standby's start
+happen right after the reply, off the call's path. :meth:`WorkerPool.close` kills every worker the
+pool started and stops the forkserver.
 
-Workers are forked by the session's forkserver (:mod:`supervisor.forker`), not by the supervisor: the
-supervisor watches each through a pidfd and kills trees by pid or cgroup; the orphans of a worker
-that dies are reparented to the supervisor (a subreaper) and killed here.
+In Erlang/OTP terms the pool supervises *temporary* children: a worker is never restarted, a failed
+one is reported and replaced by a fresh standby. A worker is a :class:`WorkerHandle`, usable by more
+than the call executor: whoever holds one sends it messages and consumes what it sends.
+
+Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`supervisor.forker`);
+the supervisor watches each through a pidfd and its ``Process.sentinel``, and kills trees by process
+tree and cgroup; the orphans of a worker that dies are reparented to the supervisor (a subreaper)
+and killed here.
 """
 
 from __future__ import annotations
@@ -18,190 +26,267 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 import traceback
-from typing import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError
-from workers.channel import Channel, ChannelError
-from workers.reaper import REAPER, describe_status, wait_children_gone
+from peon.framing import encode_json
+from workers import proctree
+from workers.channel import ChannelError, FrameChannel
+from workers.messages import CallMessage, CancelMessage, ProtocolError, WorkerMessage, parse_worker_message
+from workers.reaper import describe_exitcode
 from workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
-from .forker import Forker, ForkerGone
+from .forker import Forker, ForkerGone, StartedWorker
 
-EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after reporting its result
+STANDBY_WORKERS = 2  # started ahead: back-to-back calls never wait for a start-up
+EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
 STATUS_WAIT_SECONDS = 1.0  # how long after a worker's exit its status may take to arrive
+RELEASE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)  # a cgroup still emptying
 
 
 class WorkerHandle:
-    """One worker: its pid, a pidfd (exit detection that needs no parent), and its call channel.
+    """One worker: its ``multiprocessing.Process``, a pidfd, its cgroup slot and its channel.
 
-    ``exited`` resolves with the wait status once the worker has exited, or with None when the
-    forkserver that would have reported it is gone.
-    """
+    ``exited`` resolves with its exit code (``-N``: killed by signal N) once it has exited, or with
+    None when its status cannot be known (its forkserver is gone or stopped)."""
 
-    def __init__(self, pid: int, pidfd: int, channel: Channel, status: asyncio.Future):
-        self.pid = pid
-        self.pidfd = pidfd
-        self.channel = channel
-        self.exited: asyncio.Future[int | None] = asyncio.ensure_future(self._watch(status))
-
-    async def _watch(self, status: asyncio.Future) -> int | None:
+    def __init__(self, started: StartedWorker):
+        self.process = started.process
+        self.pid = started.pid
+        self.pidfd = started.pidfd
+        self.slot = started.slot
+        self.channel = FrameChannel(started.channel)
+        self.call_id: str | None = None
         loop = asyncio.get_running_loop()
-        gone = loop.create_future()
-        loop.add_reader(self.pidfd, lambda: gone.done() or gone.set_result(None))
-        try:
-            await asyncio.wait({status, gone}, return_when=asyncio.FIRST_COMPLETED)
-            return await asyncio.wait_for(asyncio.shield(status), STATUS_WAIT_SECONDS)
-        except asyncio.TimeoutError:
-            return None
-        finally:
-            loop.remove_reader(self.pidfd)
+        self.exited: asyncio.Future[int | None] = loop.create_future()
+        self._sentinel = self.process.sentinel
+        loop.add_reader(self._sentinel, self._on_status)
+        if self.pidfd >= 0:
+            loop.add_reader(self.pidfd, self._on_death)
+        self._status_timer: asyncio.TimerHandle | None = None
 
-    def close(self) -> None:
-        if self.pidfd < 0:
-            return
-        self.exited.cancel()
+    def _on_status(self) -> None:
+        """The forkserver wrote the exit status (or closed the pipe: it is gone)."""
+        asyncio.get_running_loop().remove_reader(self._sentinel)
+        code = self.process.exitcode  # the sentinel is readable: this does not block
+        self._resolve(None if code == 255 else code)  # 255: what multiprocessing says when it cannot tell
+
+    def _on_death(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.pidfd)
+        if not self.exited.done():  # the status normally follows at once; a stopped forkserver never sends it
+            self._status_timer = loop.call_later(STATUS_WAIT_SECONDS, self._resolve, None)
+
+    def _resolve(self, code: int | None) -> None:
+        if not self.exited.done():
+            self.exited.set_result(code)
+
+    async def send(self, message: CallMessage | CancelMessage) -> None:
+        await self.channel.send(encode_json(message))
+
+    async def recv(self) -> WorkerMessage | None:
+        """The next message of its call, None once it closed its channel; :class:`ProtocolError` for
+        anything that is not a well-formed, bounded message of its current call."""
+        try:
+            payload = await self.channel.recv()
+        except ChannelError as exc:
+            raise ProtocolError(str(exc)) from None
+        if payload is None:
+            return None
+        return parse_worker_message(payload, self.call_id or "")
+
+    def close(self) -> bool:
+        """Release the supervisor's descriptors of this worker (it must have exited); False if
+        ``multiprocessing`` does not know its status yet (try again later)."""
+        loop = asyncio.get_running_loop()
         self.channel.close()
-        os.close(self.pidfd)
-        self.pidfd = -1
+        if self._status_timer is not None:
+            self._status_timer.cancel()
+        if self.pidfd >= 0:
+            loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = -1
+        if not self.exited.done():
+            self.exited.cancel()
+        loop.remove_reader(self._sentinel)
+        try:
+            self.process.close()
+        except ValueError:
+            return False  # its forkserver has not reported it yet
+        return True
 
 
 class WorkerPool:
-    def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float):
+    def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
+                 standbys: int = STANDBY_WORKERS):
         self.spawn_forker = spawn_forker
         self.containment = containment
         self.grace_seconds = grace_seconds
+        self.standbys = standbys
         self.forker: Forker | None = None
-        self.live: dict[int, WorkerHandle] = {}
-        self._standby: asyncio.Future[WorkerHandle] | None = None
-        self._retiring: set[asyncio.Task] = set()
+        self.live: dict[int, WorkerHandle] = {}  # every worker not yet released
+        self._ready: deque[asyncio.Task[WorkerHandle]] = deque()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._unclosed: list[WorkerHandle] = []  # exited, but multiprocessing has no status for them yet
+        self._closing = False
 
     # -- process start-up -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.forker = self.spawn_forker()  # known as ours (not an orphan) before it is ready
+        """Start the forkserver and the first standby; :class:`ForkerGone` if they cannot start."""
+        self.forker = self.spawn_forker()
         await self.forker.wait_ready()
-        self.prestart()
+        self._replenish()
+        await asyncio.shield(self._ready[0])
 
-    async def _fork(self) -> WorkerHandle:
-        if self.forker is None or self.forker.gone.done():
-            print("peon-supervisor: the forkserver is gone; starting a new one", file=sys.stderr)
-            self.forker = self.spawn_forker()
-        await self.forker.wait_ready()
-        pid, pidfd, sock = await self.forker.fork()
-        handle = WorkerHandle(pid, pidfd, Channel(sock), self.forker.exit_status(pid))
-        self.live[pid] = handle
+    async def _start_one(self) -> WorkerHandle:
+        assert self.forker is not None
         try:
-            self.containment.adopt(pid)
-        except OSError as exc:
-            self.containment.kill_tree(pid)
-            raise ToolError(ErrorCode.WORKER_CRASHED, f"cannot place a new worker in its cgroup: {exc.strerror}")
+            started = await self.forker.start_worker(self.containment)
+        except ForkerGone:
+            raise
+        except Exception as exc:  # a bug or a broken environment: the call says so, the session goes on
+            traceback.print_exc(file=sys.stderr)
+            raise ForkerGone(f"starting a worker failed: {type(exc).__name__}: {exc}") from None
+        handle = WorkerHandle(started)
+        self.live[handle.pid] = handle
+        self._close_pending()
         return handle
 
-    def prestart(self) -> None:
-        if self._standby is None:
-            self._standby = asyncio.ensure_future(self._fork())
+    def _replenish(self) -> None:
+        while len(self._ready) < self.standbys and not self._closing:
+            task = asyncio.get_running_loop().create_task(self._start_one())
+            task.add_done_callback(_quiet)
+            self._ready.append(task)
 
-    async def _take(self) -> WorkerHandle:
-        standby, self._standby = self._standby, None
-        worker = None
-        if standby is not None:
+    async def take(self, until: float) -> WorkerHandle:
+        """A fresh worker (a standby when one is ready), started by ``until`` (loop time) or
+        :class:`ForkerGone`. Standbys that died or were stopped while they waited are discarded."""
+        loop = asyncio.get_running_loop()
+        fresh_starts = 0
+        while True:
+            if self._ready:
+                task = self._ready.popleft()
+            elif fresh_starts < 2:
+                fresh_starts += 1
+                task = loop.create_task(self._start_one())
+                task.add_done_callback(_quiet)
+            else:
+                raise ForkerGone("no worker could be started")
             try:
-                worker = await standby
-            except (ForkerGone, ToolError):
-                worker = None
-        if worker is None or worker.exited.done():
-            if worker is not None:
-                self.retire(worker)
-            worker = await self._fork()
-        return worker
+                async with asyncio.timeout_at(until):
+                    worker = await asyncio.shield(task)
+            except TimeoutError:
+                self._ready.appendleft(task)  # still starting: the next call may have it
+                raise ForkerGone("no worker started before the call's deadline") from None
+            except ForkerGone:
+                if loop.time() >= until or fresh_starts >= 2:
+                    raise
+                continue
+            status = proctree.status(worker.pid)  # psutil
+            if worker.exited.done() or status in (None, "zombie", "dead", "stopped", "tracing-stop"):
+                # It died, or was stopped, while it waited.
+                self.containment.kill_tree(worker.pid, worker.slot)
+                self._spawn_background(self._finish(worker))
+                continue
+            return worker
 
     # -- one call ---------------------------------------------------------------------------------
 
     async def run(
         self,
-        call: dict,
+        call: dict[str, Any],
         deadline: Deadline,
         cancelled: asyncio.Event,
-        on_progress: Callable[[dict], Awaitable[None]],
-    ) -> dict:
+        on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        tool = call["tool"]
         try:
-            worker = await self._take()
-        except (ForkerGone, ToolError) as exc:
-            return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {call['tool']}: {exc}")
+            worker = await self.take(deadline.at)
+        except ForkerGone as exc:
+            loop.call_soon(self._replenish)
+            return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {tool}: {exc}")
+        worker.call_id = str(call["id"])
+        self.containment.begin_call(worker.slot)
         try:
-            await worker.channel.send({**call, "op": "call", "deadline": deadline.at,
-                                       "cgroup": self.containment.worker_cgroup(worker.pid)})
-        except OSError:
-            pass  # the worker died at once; its exit is reported below
-        self.prestart()  # fork the next standby while this call runs
-        reply = await self._await_result(worker, call["tool"], deadline, cancelled, on_progress)
+            reply = await self._converse(worker, call, deadline, cancelled, on_progress)
+        except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
+            self.containment.kill_tree(worker.pid, worker.slot)
+            self._spawn_background(self._finish(worker))
+            raise
         if reply.get("op") == "result":  # reported by the worker, which swept its own tree first
-            self.retire(worker)
+            loop.call_soon(self._after_call, worker)  # after the reply has gone out
         else:
             await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
+            loop.call_soon(self._replenish)
         return reply
 
-    async def _await_result(self, worker, tool, deadline, cancelled, on_progress) -> dict:
-        backstop = deadline.at + self.grace_seconds
-        receive = asyncio.ensure_future(worker.channel.recv())
-        cancel_wait = asyncio.ensure_future(cancelled.wait())
-        try:
-            while True:
-                waits = {receive, worker.exited} | ({cancel_wait} if not cancel_wait.done() else set())
-                done, _ = await asyncio.wait(
-                    waits, timeout=max(0.0, backstop - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
-                )
-                if receive in done:
-                    try:
-                        message = receive.result()
-                    except ChannelError as exc:
-                        self.containment.kill_tree(worker.pid)
-                        return _failure(ErrorCode.WORKER_CRASHED, f"the worker for {tool} broke protocol: {exc}")
-                    if message is None:
-                        return await self._crashed(worker, tool)
-                    if message.get("op") == "result":
-                        return message
-                    if message.get("op") == "progress":
-                        await on_progress(message)
-                    receive = asyncio.ensure_future(worker.channel.recv())
-                elif worker.exited in done:
-                    # A result may still be in the socket: read until EOF before calling it a crash.
-                    try:
-                        message = await asyncio.wait_for(asyncio.shield(receive), 1.0)
-                    except (asyncio.TimeoutError, ChannelError):
-                        message = None
-                    if message is not None and message.get("op") == "result":
-                        return message
-                    return await self._crashed(worker, tool)
-                elif cancel_wait in done:
-                    try:
-                        await worker.channel.send({"op": "cancel", "reason": "cancelled by the client"})
-                    except OSError:
-                        pass
-                    backstop = min(backstop, time.monotonic() + CANCEL_GRACE_SECONDS + self.grace_seconds)
-                else:
-                    self.containment.kill_tree(worker.pid)
-                    return _failure(
-                        ErrorCode.WORKER_HUNG,
-                        f"the worker for {tool} did not finish within its deadline plus "
-                        f"{self.grace_seconds:g} s of grace and was killed with its whole process tree",
-                    )
-        finally:
-            receive.cancel()
-            cancel_wait.cancel()
+    def _after_call(self, worker: WorkerHandle) -> None:
+        worker.channel.close()  # the worker exits when it sees its channel close
+        self._spawn_background(self._finish(worker))
+        self._replenish()
 
-    async def _crashed(self, worker: WorkerHandle, tool: str) -> dict:
+    async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
+                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
+        tool = call["tool"]
+        message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
+                                "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
+                                "progress": bool(call.get("progress"))}
         try:
-            status = await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
-        except asyncio.TimeoutError:
-            self.containment.kill_tree(worker.pid)
+            async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
+                cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))
+                try:
+                    await worker.send(message)
+                    while True:
+                        received = await worker.recv()
+                        if received is None:
+                            return await self._crashed(worker, tool)
+                        if received["op"] == "result":
+                            return dict(received)
+                        await on_progress(dict(received))
+                finally:
+                    cancel_watch.cancel()
+        except TimeoutError:
+            self.containment.kill_tree(worker.pid, worker.slot)
+            return _failure(
+                ErrorCode.WORKER_HUNG,
+                f"the worker for {tool} did not finish within its deadline plus "
+                f"{self.grace_seconds:g} s of grace and was killed with its whole process tree",
+            )
+        except ProtocolError as exc:
+            self.containment.kill_tree(worker.pid, worker.slot)
+            return _failure(ErrorCode.WORKER_CRASHED,
+                            f"the worker for {tool} broke protocol ({exc}) and was killed with its whole process tree",
+                            {"reason": "protocol"})
+        except OSError:  # it closed its channel while we were writing the call
+            return await self._crashed(worker, tool)
+
+    async def _forward_cancel(self, worker: WorkerHandle, cancelled: asyncio.Event, scope: asyncio.Timeout) -> None:
+        await cancelled.wait()
+        try:
+            await worker.send({"op": "cancel", "reason": "cancelled by the client"})
+        except OSError:
+            pass
+        limit = asyncio.get_running_loop().time() + CANCEL_GRACE_SECONDS + self.grace_seconds
+        when = scope.when()
+        if when is None or limit < when:
+            scope.reschedule(limit)
+
+    async def _crashed(self, worker: WorkerHandle, tool: str) -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(EXIT_WAIT_SECONDS):
+                code = await asyncio.shield(worker.exited)
+        except TimeoutError:
+            self.containment.kill_tree(worker.pid, worker.slot)
             return _failure(ErrorCode.WORKER_CRASHED, f"the worker for {tool} closed its channel and was killed")
-        how = describe_status(status) if status is not None else "exited (its status is unknown: the forkserver is gone)"
-        if self.containment.oom_killed(worker.pid):
+        how = describe_exitcode(code)
+        if self.containment.oom_killed(worker.slot):
             return _failure(ErrorCode.WORKER_OOM, f"the worker for {tool} was {how} by the out-of-memory killer")
         hint = " (the out-of-memory killer or another process)" if how == "killed by SIGKILL" else ""
         return _failure(
@@ -212,57 +297,87 @@ class WorkerPool:
 
     # -- clean-up ---------------------------------------------------------------------------------
 
-    def retire(self, worker: WorkerHandle) -> None:
-        task = asyncio.ensure_future(self._finish(worker))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+    def _spawn_background(self, coroutine: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _finish(self, worker: WorkerHandle) -> None:
+        """Wait (bounded) for the worker to exit, kill whatever is left of its tree, release it."""
         try:
             try:
-                await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
-            except asyncio.TimeoutError:
-                self.containment.kill_tree(worker.pid)
-                await asyncio.wait_for(asyncio.shield(worker.exited), EXIT_WAIT_SECONDS)
-            if not self.containment.release(worker.pid):
-                print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
-            ours = self._own_children()
-            sweep_orphans(ours)
-            if not await wait_children_gone(REAPER, exclude=ours - {worker.pid}):
-                print(f"peon-supervisor: processes left by worker {worker.pid} survived SIGKILL", file=sys.stderr)
+                async with asyncio.timeout(EXIT_WAIT_SECONDS):
+                    await asyncio.shield(worker.exited)
+            except TimeoutError:
+                self.containment.kill_tree(worker.pid, worker.slot)
+                try:
+                    async with asyncio.timeout(EXIT_WAIT_SECONDS):
+                        await asyncio.shield(worker.exited)
+                except TimeoutError:
+                    print(f"peon-supervisor: worker {worker.pid} did not exit after SIGKILL", file=sys.stderr)
+            self._sweep_strays()
+            await self._release(worker)
         except Exception:
             traceback.print_exc(file=sys.stderr)
         finally:
-            if worker.exited.done():
-                self.live.pop(worker.pid, None)
-                if self.forker is not None:
-                    self.forker.forget(worker.pid)
-            worker.close()
+            self.live.pop(worker.pid, None)
+            if not worker.close():
+                self._unclosed.append(worker)
 
-    def _own_children(self) -> set[int]:
-        """The supervisor's children that are not orphans: the forkserver (workers are its children)."""
-        return set(self.live) | ({self.forker.pid} if self.forker is not None else set())
+    async def _release(self, worker: WorkerHandle) -> None:
+        for delay in (0.0, *RELEASE_RETRY_SECONDS):
+            if delay:
+                await asyncio.sleep(delay)
+            if self.containment.release(worker.slot):
+                return
+            self._sweep_strays()
+        print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
+
+    def _sweep_strays(self) -> None:
+        """Kill what no worker should have left: orphans reparented to the supervisor, and children
+        of the forkserver that are not workers of this pool (a command can connect to the
+        forkserver's socket and have it fork)."""
+        known = self.forker.known_pids() if self.forker is not None else set()
+        sweep_orphans(known)
+        forker = self.forker
+        forkserver = forker.pid if forker is not None and forker.alive else None
+        if forker is not None and forkserver and not forker.starting:  # a worker being started is the forkserver's child too
+            for pid in proctree.children(forkserver):
+                if pid not in self.live and proctree.state(pid) not in (None, "Z", "X"):
+                    print(f"peon-supervisor: killing process {pid}, forked by the forkserver for no worker",
+                          file=sys.stderr)
+                    proctree.kill_tree(pid, include_root=True, timeout=5.0)
+
+    def _close_pending(self) -> None:
+        self._unclosed = [worker for worker in self._unclosed if not worker.close()]
 
     async def close(self) -> None:
         """Kill every worker and everything below them, stop the forkserver, wait until all are gone."""
-        standby, self._standby = self._standby, None
-        if standby is not None:
+        self._closing = True
+        while self._ready:
+            task = self._ready.popleft()
             try:
-                await standby
-            except (ForkerGone, ToolError):
+                await task
+            except (ForkerGone, ToolError, Exception):
                 pass
         for worker in list(self.live.values()):
-            self.containment.kill_tree(worker.pid)
+            self.containment.kill_tree(worker.pid, worker.slot)
         for worker in list(self.live.values()):
             await self._finish(worker)
-        if self._retiring:
-            await asyncio.gather(*self._retiring, return_exceptions=True)
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
         if self.forker is not None:
             await self.forker.close()
+        self._close_pending()
         sweep_orphans(set())
-        await wait_children_gone(REAPER)
 
 
-def _failure(code: ErrorCode, message: str, details: dict | None = None) -> dict:
+def _quiet(task: asyncio.Task[Any]) -> None:
+    """Standby starts that fail are reported to the call that takes them; nothing to log here."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _failure(code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """A result the pool makes up because the worker could not report one (no ``op``: not from it)."""
     return {"ok": False, "error": ToolError(code, message, details).to_dict()}

@@ -45,6 +45,9 @@ from .pool import WorkerPool
 from .session_state import SessionState
 
 
+STARTED_NOTICE_SECONDS = 0.05
+
+
 @dataclass
 class PendingCall:
     id: str
@@ -71,15 +74,24 @@ class Supervisor:
         self.state: SessionState | None = None
         self.pool: WorkerPool | None = None
         self.stopping = asyncio.Event()
+        self._notices: set[asyncio.Task] = set()
+        self.started_notices = False
 
     async def run(self) -> int:
         start = await self.client.recv()
         if start is None or start.get("op") != "start":
             return 2
+        self.started_notices = bool(start.get("started_notices"))  # the client watches running calls
         try:
             self.state = SessionState.open(start, self)
         except PeonError as exc:
             await self.client.send({"op": "fatal", "error": exc.to_dict()})
+            return 1
+        except Exception as exc:  # a bug, or a tool that fails in schema_for: say so, leave nothing behind
+            traceback.print_exc(file=sys.stderr)
+            await self.client.send({"op": "fatal", "error": ToolError(
+                ErrorCode.SUPERVISOR_DIED, f"the supervisor could not open the session: {type(exc).__name__}: {exc}",
+            ).to_dict()})
             return 1
         setproctitle(f"peon-supervisor {self.state.view.workspace}")
         state = self.state
@@ -235,10 +247,30 @@ class Supervisor:
             if call.progress:
                 await self.client.send({**message, "op": "progress", "id": call.id})
 
-        reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args, "progress": call.progress,
-                                     "approved": request.details},
-                                    deadline, call.cancelled, forward_progress)
+        # A call still running after a moment tells the client when it must be answered; past that the
+        # client takes the supervisor for stopped (a quick call costs no message for it).
+        started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
+        notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
+                  if self.started_notices else None)
+        try:
+            reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
+                                         "progress": call.progress, "approved": request.details},
+                                        deadline, call.cancelled, forward_progress)
+        finally:
+            if notice is not None:
+                notice.cancel()
         return {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
+
+    def _notify(self, message: dict) -> None:
+        async def send() -> None:
+            try:
+                await self.client.send(message)
+            except OSError:
+                pass
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
     async def _shutdown(self, reader: asyncio.Future, executor: asyncio.Future) -> None:
         reader.cancel()
@@ -284,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m supervisor")
     parser.add_argument("--fd", type=int, required=True, help="the connected socket to the client")
     options = parser.parse_args(argv)
+    linux.set_dumpable(False)  # no ptrace, no pidfd_getfd from processes of the same user
     linux.set_child_subreaper()
     setproctitle("peon-supervisor (starting)")
     sock = socket.socket(fileno=options.fd)

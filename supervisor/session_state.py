@@ -1,8 +1,11 @@
 """Everything the supervisor holds for one session, built from the client's ``start`` message.
 
-Promise: :meth:`SessionState.open` either returns a complete session (workspace checked, configuration
-resolved, registry built, containment and OS sandbox chosen, state directory created) or raises a
-:class:`~peon.errors.PeonError` that names what is wrong; it never starts with partial state.
+Promise: :meth:`SessionState.open` either returns a complete session (workspace checked and pinned,
+configuration resolved, registry built, containment and OS sandbox chosen, state directory created) or
+raises an exception (a :class:`~peon.errors.PeonError` that names what is wrong, when it is something
+wrong with the session); it never starts with partial state and leaves nothing behind when it fails — no
+descriptor, no cgroup. The workspace is pinned once (:func:`pin_workspace`): ``SessionView.root_fd``
+is valid in the supervisor and in every worker.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from peon.registry import Registry, build_registry
 from peon.tool import SessionView, Tool
 from peon.tools import BUILTIN_TOOLS
 from workers import sandbox
+from workers.cgroup import session_cgroup_name
 from workers.limits import ResourceLimits
 
 from . import containment as containment_mod
@@ -44,6 +48,7 @@ class SessionState:
     schemas: dict = field(default_factory=dict)  # each tool's input schema in this session, fixed at start
     policy: ApprovalPolicy | None = None
     tools: dict[str, Tool] = field(default_factory=dict)  # by name, in registration order
+    runtime_dir: str | None = None  # the client's directory for the forkserver's socket (it removes it)
 
     @property
     def config(self) -> ConfigView:
@@ -54,6 +59,15 @@ class SessionState:
         workspace = Path(start["workspace"])
         if not workspace.is_dir():
             raise PeonError("not_found", f"workspace {workspace} is not a directory")
+        root_fd = pin_workspace(workspace)
+        try:
+            return cls._open(start, supervisor, workspace, root_fd)
+        except BaseException:
+            os.close(root_fd)
+            raise
+
+    @classmethod
+    def _open(cls, start: dict, supervisor: Any, workspace: Path, root_fd: int) -> "SessionState":
         session_id = str(start["session_id"])
         env = dict(start.get("env") or os.environ)
         # Resolved and validated by the client from its layers (defaults, user, project, overrides).
@@ -63,7 +77,7 @@ class SessionState:
         command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
         sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env)
         view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
-                           skills=skills.available, sandbox=sandbox_status)
+                           skills=skills.available, sandbox=sandbox_status, root_fd=root_fd)
         registry = build_registry(
             BUILTIN_TOOLS,
             extra=[*loaded.config.tools.extra, *start.get("tools", [])],
@@ -76,9 +90,20 @@ class SessionState:
             raise ConfigError(f"cannot create the session state directory {state_dir}: {exc.strerror}") from None
         limits = loaded.config.limits
         chosen = containment_mod.choose(
-            loaded.config.runtime.containment, f"peon-{session_id[:16]}-{os.getpid()}",
+            loaded.config.runtime.containment, session_cgroup_name(session_id, os.getpid()),
             ResourceLimits(limits.memory_max_bytes, limits.max_processes),
         )
+        try:  # from here on, a failure must not leave the session's cgroup behind
+            return cls._finish_open(start, supervisor, loaded, view, registry, state_dir, chosen, skills)
+        except BaseException:
+            chosen.close()
+            raise
+
+    @classmethod
+    def _finish_open(cls, start: dict, supervisor: Any, loaded: ResolvedConfig, view: SessionView,
+                     registry: Registry, state_dir: Path, chosen: containment_mod.Containment,
+                     skills: Discovery) -> "SessionState":
+        limits = loaded.config.limits
         send = supervisor.client.send if supervisor is not None else None
         policy = ApprovalPolicy.from_loaded(loaded)
         gate = ApprovalGate(  # the client says whether it has an approver; without one, "ask" denies at once
@@ -90,7 +115,7 @@ class SessionState:
                          bool(getattr(loaded.config.audit, "fsync", False)))
         schemas = {tool.name: tool.schema_for(view) for tool in registry}
         return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas,
-                   policy, {tool.name: tool for tool in registry})
+                   policy, {tool.name: tool for tool in registry}, start.get("runtime_dir"))
 
     def worker_session(self) -> dict:
         """What the forkserver needs to rebuild this session's view and tools for its workers."""
@@ -98,6 +123,10 @@ class SessionState:
             "workspace": str(self.view.workspace), "config": self.config_wire, "env": dict(self.view.env),
             "session_id": self.view.session_id, "skills": [r.to_dict() for r in self.skills.available.values()],
             "sandbox": dict(self.view.sandbox),
+            "root_fd": self.view.root_fd,  # handed to each worker with SCM_RIGHTS, not as a number
+            "start_seconds": float(self.config.limits.worker_start_seconds),
+            "workers_cgroup": self.containment.workers_cgroup,  # the forkserver joins it, workers are born in it
+            "runtime_dir": self.runtime_dir,
         }
 
     def describe(self, pid: int) -> dict:
@@ -130,4 +159,17 @@ class SessionState:
             answer(message)
 
     def close(self) -> None:
-        self.containment.close()
+        try:
+            self.containment.close()
+        finally:
+            if self.view.root_fd >= 0:
+                os.close(self.view.root_fd)
+
+
+def pin_workspace(workspace: Path) -> int:
+    """An ``O_PATH`` descriptor of the resolved workspace, opened once: every worker resolves files
+    beneath it, so renaming the workspace or putting a symlink in its place redirects nothing."""
+    try:
+        return os.open(workspace.resolve(strict=True), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PeonError("not_found", f"workspace {workspace} cannot be opened: {exc.strerror}") from None

@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 import peon
@@ -26,25 +27,24 @@ CONTAINMENTS = ["process-tree", "cgroup"]
 
 
 def tagged_pids(tag: str) -> list[int]:
-    needle = f"PEON_TEST_TAG={tag}".encode()
+    """Every process (but this one) whose environment carries ``PEON_TEST_TAG=<tag>``."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
+            if process.environ().get("PEON_TEST_TAG") == tag:
+                found.append(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
 
 
 def is_zombie(pid: int) -> bool:
+    """Gone, or dead and not yet reaped."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] in "ZX"
-    except OSError:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return True
 
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import struct
 
 import pytest
 
-from peon.framing import LineDecoder, Oversize, encode
+from peon.framing import (
+    MAX_MESSAGE_BYTES, FrameDecoder, LineDecoder, Oversize, OversizeFrame, encode, frame, head_fields,
+)
 
 
 def test_messages_split_anywhere_reassemble():
@@ -39,3 +44,46 @@ def test_encode_refuses_what_json_cannot_carry(bad):
 
 def test_encode_is_one_line():
     assert encode({"s": "a\nb\u2028"}).count(b"\n") == 1
+
+
+def test_an_oversize_line_keeps_its_head_so_a_reader_can_name_it():
+    decoder = LineDecoder(max_line_bytes=64)
+    line = b'{"op":"result","id":"abc123","ok":true,"value":{"text":"' + b"x" * 500 + b'"}}\n'
+    [item] = list(decoder.feed(line))
+    assert isinstance(item, Oversize) and item.length == len(line) - 1
+    assert head_fields(item.head) == {"op": "result", "id": "abc123"}
+    assert head_fields(b'{"id": "with \\"quote\\"", "op": "progress"') == {"id": 'with "quote"', "op": "progress"}
+    assert head_fields(b"garbage") == {}
+
+
+def test_frames_are_multiprocessing_connection_frames():
+    """What FrameChannel writes, Connection.recv_bytes reads, and the other way round (a real Pipe)."""
+    ours, theirs = multiprocessing.Pipe(duplex=True)
+    try:
+        messages = [b"", b"x", b"{}" * 20000, bytes(range(256)) * 100]
+        for payload in messages:
+            ours.send_bytes(payload)
+        decoder = FrameDecoder()
+        received: list[bytes] = []
+        while len(received) < len(messages):
+            received.extend(decoder.feed(os.read(theirs.fileno(), 7)))  # split anywhere
+        assert received == messages and decoder.pending == 0
+        os.write(theirs.fileno(), b"".join(frame(payload) for payload in messages))
+        assert [ours.recv_bytes() for _ in messages] == messages
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_frame_header_over_the_bound_is_refused_before_its_payload():
+    decoder = FrameDecoder(max_frame_bytes=1000)
+    with pytest.raises(OversizeFrame) as raised:
+        list(decoder.feed(struct.pack("!i", 1001)))
+    assert raised.value.length == 1001
+    with pytest.raises(OversizeFrame):  # the long form multiprocessing uses past 2 GiB
+        list(FrameDecoder().feed(struct.pack("!i", -1) + struct.pack("!Q", 1 << 40)))
+    assert list(FrameDecoder(max_frame_bytes=1000).feed(frame(b"y" * 1000))) == [b"y" * 1000]
+
+
+def test_one_bound_for_every_channel():
+    assert LineDecoder().max_line_bytes == MAX_MESSAGE_BYTES == FrameDecoder().max_frame_bytes

@@ -1,133 +1,134 @@
-"""The forkserver: a lean process that forks the session's workers when its supervisor asks.
+"""What the session's forkserver loads: the preload module of :mod:`multiprocessing.forkserver`.
 
-Promise:
+The supervisor starts its workers with ``multiprocessing.get_context("forkserver")``. The standard
+library's forkserver is a fresh interpreter started by the supervisor (``python -B -P -c 'from
+multiprocessing.forkserver import main; ...'``) that imports the modules named by
+``set_forkserver_preload`` and then forks one child per ``Process.start()``. The supervisor names
+this module, and importing it *in that process* makes the forkserver Peon's:
 
-* it runs in a fresh interpreter that loads only what a worker needs (the runtime and the session's
-  tool modules, no validation or approval code), so a worker forked from it is small and quick to
-  start, and the supervisor never forks itself (no copy-on-write of its working set, no fork on its
-  event loop);
-* each ``fork`` request yields one worker — a child of the forkserver — and a pidfd for it, sent back
-  over the control socket; when a worker exits the forkserver reaps it and reports its wait status;
-* it dies with its supervisor (parent-death ``SIGKILL``), and its workers get their own parent-death
-  signal when it dies, so they kill their trees and exit;
-* it is not a subreaper: the orphans of a dying worker are reparented past it to the supervisor.
+* it dies with its supervisor (parent-death ``SIGKILL``, armed before anything else, then a check
+  that the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
+  processes of the same user; its workers inherit that);
+* the descriptors it receives for each worker (``SCM_RIGHTS``) arrive close-on-exec
+  (``MSG_CMSG_CLOEXEC``);
+* in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
+* it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
+  approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's but the
+  skill record), so workers forked from it are small and quick to start; then ``gc.freeze()`` so
+  those objects are never collected (and their pages never copied) in a worker;
+* its title is ``peon-forkserver <workspace>``; it is not a subreaper, so the orphans of a dying
+  worker are reparented past it to the supervisor.
 
-The session (workspace, configuration, environment, skills, tool import paths) arrives as one JSON
-object on stdin. Then the control socket (``SOCK_SEQPACKET``: one JSON object per packet, file
-descriptors attached) carries ``ready`` | ``fatal``; ``fork`` + the worker's channel socket →
-``forked`` + a pidfd; and unprompted ``exited`` messages with a pid and its wait status.
+The supervisor passes what this needs in the environment variable :data:`ENV` (its pid, the title,
+the cgroup and the tool modules), which it removes from the forkserver's environment at once. Imported anywhere
+else (tests, tools) the module does nothing. :data:`ARMED` says whether this process is an armed
+forkserver (or a worker forked by one): a worker refuses to serve otherwise.
 """
 
 from __future__ import annotations
 
-import argparse
+import asyncio
+import gc
+import importlib
 import json
 import os
-import select
 import signal
-import socket
 import sys
-import traceback
-from pathlib import Path
+
+import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
+import socket
+from multiprocessing import reduction
+from typing import Any
 from setproctitle import setproctitle
 
-from peon.configview import ResolvedConfig
-from peon.errors import PeonError
-from peon.registry import resolve_import_path
 from peon.tool import SessionView, Tool
-from supervisor.skills import SkillRecord
 
-from . import linux
-from .proctree import reap_all
-from .worker import become_worker
+from . import linux, worker
+from .runner import audit_descriptors
+from .worker import load_tools, session_from_wire
 
-MAX_PACKET = 4096  # control packets are small; the session itself comes on stdin
-
-
-def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
-    socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
-
-
-def session_from_wire(wire: dict) -> SessionView:
-    return SessionView(
-        workspace=Path(wire["workspace"]),
-        config=ResolvedConfig(wire["config"]).config,
-        env=dict(wire["env"]),
-        session_id=wire["session_id"],
-        skills={record["name"]: SkillRecord(**record) for record in wire["skills"]},
-        sandbox=wire.get("sandbox") or {},
-    )
+ENV = "PEON_FORKSERVER"
+ARMED = False
+WARM_UP_ROUNDS = 10
+# The session and its tools, when the supervisor passed them: built once here, shared by every worker.
+SESSION: SessionView | None = None
+TOOLS: dict[str, Tool] = {}
 
 
-def load_tools(paths: list[str]) -> dict[str, Tool]:
-    """The supervisor checked these tools when it registered them; here they are only loaded."""
-    tools = {}
-    for path in paths:
-        obj = resolve_import_path(path)
-        tool = obj() if isinstance(obj, type) else obj
-        tools[tool.name] = tool
-    return tools
-
-
-def serve(ctl: socket.socket) -> int:
-    start = json.loads(sys.stdin.buffer.read())
-    try:
-        session = session_from_wire(start["session"])
-        tools = load_tools(start["tools"])
-    except PeonError as exc:
-        send(ctl, {"op": "fatal", "error": exc.to_dict()})
-        return 1
-    setproctitle(f"peon-forkserver {session.workspace}")
-    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_write)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
-    send(ctl, {"op": "ready"})
-    me = os.getpid()
-    while True:
-        ready, _, _ = select.select([ctl, wake_read], [], [])
-        if wake_read in ready:
-            while os.read(wake_read, 4096) == 4096:
-                pass
-            for pid, status in reap_all():
-                send(ctl, {"op": "exited", "pid": pid, "status": status})
-        if ctl in ready:
-            try:
-                data, fds, _, _ = socket.recv_fds(ctl, MAX_PACKET, 1)
-            except ConnectionResetError:
-                data, fds = b"", []
-            if not data:
-                return 0  # the supervisor closed the control socket: nothing more to fork
-            if json.loads(data).get("op") != "fork" or len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            pid = os.fork()
-            if pid == 0:
-                ctl.detach()
-                become_worker(socket.socket(fileno=fds[0]), me, session, tools)
-            pidfd = os.pidfd_open(pid)
-            send(ctl, {"op": "forked", "pid": pid}, [pidfd])
-            os.close(pidfd)
-            os.close(fds[0])
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m workers.forkserver")
-    parser.add_argument("--fd", type=int, required=True, help="the control socket to the supervisor")
-    parser.add_argument("--supervisor", type=int, required=True, help="the supervisor's pid")
-    options = parser.parse_args(argv)
+def _become_forkserver() -> None:
+    global ARMED
+    spec = os.environ.pop(ENV, None)
+    if spec is None:
+        return
+    info = json.loads(spec)
     linux.set_parent_death_signal(signal.SIGKILL)
-    if os.getppid() != options.supervisor:  # the supervisor died before the death signal was armed
-        sys.exit(1)
-    setproctitle("peon-forkserver (starting)")
-    ctl = socket.socket(fileno=options.fd)
+    if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
+        os._exit(1)
+    linux.set_dumpable(False)
+    _receive_close_on_exec()
+    if info.get("cgroup"):  # every worker is forked into it: one migration for the session, none per call
+        try:
+            with open(os.path.join(info["cgroup"], "cgroup.procs"), "w") as f:
+                f.write("0")
+        except OSError as exc:
+            print(f"peon-forkserver: cannot join the workers' cgroup {info['cgroup']}: {exc.strerror}", file=sys.stderr)
+            os._exit(1)
+    setproctitle(str(info["title"]))
+    for name in info.get("modules", ()):
+        try:  # a tool module that fails here fails again, clearly, when a worker loads it for its call
+            importlib.import_module(name)
+        except Exception as exc:
+            print(f"peon-forkserver: could not preload {name}: {exc}", file=sys.stderr)
+    if info.get("session") is not None:
+        global SESSION, TOOLS
+        try:
+            SESSION = session_from_wire(json.loads(info["session"]))
+            TOOLS = load_tools(info.get("tools", ()))
+        except Exception as exc:  # each worker then builds its own, and reports what fails
+            print(f"peon-forkserver: could not load the session: {exc}", file=sys.stderr)
+            SESSION, TOOLS = None, {}
+    ARMED = True
+    _warm_up()
+    gc.freeze()
+
+
+class _CloseOnExecSocket:
+    """A socket whose ``recvmsg`` asks for close-on-exec descriptors (``MSG_CMSG_CLOEXEC``)."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> Any:
+        return self._sock.recvmsg(bufsize, ancbufsize, flags | socket.MSG_CMSG_CLOEXEC)
+
+    def send(self, data: bytes) -> int:
+        return self._sock.send(data)
+
+
+def _receive_close_on_exec() -> None:
+    """The descriptors a ``Process.start()`` sends (the worker's channel, the pinned root,
+    ``multiprocessing``'s pipes) arrive close-on-exec here, as they would nowhere else in Peon, so none
+    can reach a process that anything in the forkserver or a worker starts (workers check it again)."""
+    received = reduction.recvfds
+
+    def recvfds(sock: socket.socket, size: int) -> list[int]:
+        return received(_CloseOnExecSocket(sock), size)
+
+    reduction.recvfds = recvfds
+
+
+def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
+    """Serve a few calls of a tool that runs ``/bin/true``, here, before forking any worker
+    (see :func:`workers.worker.warm_up`)."""
+    if SESSION is None:  # a session too large for the environment: each worker builds its own
+        return
+    audit_descriptors(report=False)  # multiprocessing's own descriptors here: this process never execs
+    loop = asyncio.new_event_loop()
     try:
-        code = serve(ctl)
-    except Exception:
-        traceback.print_exc(file=sys.stderr)
-        code = 1
-    sys.exit(code)
+        worker.warm_up(loop, SESSION, rounds, spawn=True)
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
-if __name__ == "__main__":
-    main()
+_become_forkserver()

@@ -6,36 +6,31 @@ interval of the moment it is exceeded; the runner then kills the call's tree and
 
 Where the worker's cgroup has the memory and pids controllers, the kernel enforces the limits
 (``memory.max``, ``pids.max``, set by the supervisor) and :class:`CgroupProbe` reads their event
-counters. Otherwise :class:`TreeProbe` samples the tree: it counts the living processes below the
-worker and sums their resident memory (RSS, so pages shared between forked processes count once per
-process — the estimate errs on the high side).
+counters. Otherwise :class:`TreeProbe` samples the tree with psutil: it counts the living processes
+below the worker and sums their resident memory (RSS, so pages shared between forked processes count
+once per process — the estimate errs on the high side).
+
+The watchdog runs only while a call's process runs: an idle session samples nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import proctree
 
 SAMPLE_INTERVAL_SECONDS = 0.05
-_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# The cgroup the worker of this process serves in, set by the worker when it joins one.
+CGROUP: Path | None = None
 
 
 @dataclass(frozen=True)
 class ResourceLimits:
     memory_bytes: int
     processes: int
-
-
-def _resident_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def _counter(path: Path, key: str) -> int:
@@ -56,34 +51,62 @@ class TreeProbe:
         self.root = root
 
     def check(self) -> str | None:
-        pids = proctree.alive(proctree.descendants(self.root))
-        if len(pids) > self.limits.processes:
+        import psutil  # here: loaded by the few calls that run long enough to be sampled
+
+        members = []
+        for pid in proctree.descendants(self.root):
+            try:
+                process = psutil.Process(pid)
+                if process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                    members.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if len(members) > self.limits.processes:
             return "processes"
-        if sum(_resident_bytes(p) for p in pids) > self.limits.memory_bytes:
-            return "memory"
+        resident = 0
+        for process in members:
+            try:
+                resident += process.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return "memory" if resident > self.limits.memory_bytes else None
+
+    def kernel_verdict(self) -> str | None:
+        """What the kernel refused or killed; a sampled tree has no such record."""
         return None
 
 
 class CgroupProbe:
-    """Reads the kernel's verdicts for the controllers the cgroup has; samples the tree for the rest."""
+    """Reads the kernel's verdicts for the controllers the cgroup has; samples the tree for the rest.
+    Counters are taken relative to their values when the probe was made."""
 
     def __init__(self, limits: ResourceLimits, group: Path, root: int):
         self.group = group
         self.has_memory = (group / "memory.events").exists()
         self.has_pids = (group / "pids.events").exists()
         self.fallback = TreeProbe(limits, root)
+        self._oom_base = _counter(group / "memory.events", "oom_kill") if self.has_memory else 0
+        self._max_base = _counter(group / "pids.events", "max") if self.has_pids else 0
+
+    def kernel_verdict(self) -> str | None:
+        if self.has_memory and _counter(self.group / "memory.events", "oom_kill") > self._oom_base:
+            return "memory"
+        if self.has_pids and _counter(self.group / "pids.events", "max") > self._max_base:
+            return "processes"
+        return None
 
     def check(self) -> str | None:
-        if self.has_memory and _counter(self.group / "memory.events", "oom_kill") > 0:
-            return "memory"
-        if self.has_pids and _counter(self.group / "pids.events", "max") > 0:
-            return "processes"
-        if self.has_memory and self.has_pids:
-            return None
+        verdict = self.kernel_verdict()
+        if verdict is not None or (self.has_memory and self.has_pids):
+            return verdict
         verdict = self.fallback.check()
-        if verdict == "memory" and self.has_memory or verdict == "processes" and self.has_pids:
+        if (verdict == "memory" and self.has_memory) or (verdict == "processes" and self.has_pids):
             return None  # the kernel owns that limit
         return verdict
+
+
+def probe_for(limits: ResourceLimits, root: int) -> TreeProbe | CgroupProbe:
+    return CgroupProbe(limits, CGROUP, root) if CGROUP is not None else TreeProbe(limits, root)
 
 
 async def watch(probe: TreeProbe | CgroupProbe) -> str:

@@ -18,6 +18,8 @@ _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_u
 _libc.prctl.restype = ctypes.c_int
 
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 
@@ -46,6 +48,17 @@ def is_child_subreaper() -> bool:
 def set_parent_death_signal(sig: signal.Signals) -> None:
     """Ask the kernel to send ``sig`` to this process when the thread that forked it exits."""
     _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def set_dumpable(dumpable: bool) -> None:
+    """With ``False``, processes of the same user can no longer ptrace this one, read its memory or
+    take its descriptors (``pidfd_getfd``), and it leaves no core dump. ``execve`` resets it, so the
+    commands a worker starts are ordinary processes again."""
+    _prctl(PR_SET_DUMPABLE, 1 if dumpable else 0)
+
+
+def is_dumpable() -> bool:
+    return bool(_prctl(PR_GET_DUMPABLE))
 
 
 # -- path resolution and renames -----------------------------------------------------------------------

@@ -38,7 +38,7 @@ class Reaper:
                 future.set_result(status)
 
 
-async def wait_children_gone(reaper: "Reaper", exclude: set[int] = frozenset(), timeout: float = 10.0) -> bool:
+async def wait_children_gone(reaper: Reaper, exclude: set[int] = frozenset(), timeout: float = 10.0) -> bool:
     """Reap until this process has no children but ``exclude``; False if some remain after ``timeout``.
 
     For a subreaper this means no descendants either: a living descendant whose parent died was
@@ -61,6 +61,15 @@ def describe_status(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"killed by {signal_name(os.WTERMSIG(status))}"
     return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def describe_exitcode(code: int | None) -> str:
+    """How a ``multiprocessing`` process ended, from its ``exitcode`` (-N: killed by signal N)."""
+    if code is None:
+        return "exited (its status is unknown: the forkserver did not report it)"
+    if code < 0:
+        return f"killed by {signal_name(-code)}"
+    return f"exited with status {code}"
 
 
 def signal_name(sig: int) -> str:

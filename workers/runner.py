@@ -5,13 +5,16 @@ a member of its process group, not a daemon that escaped with ``setsid``, a doub
 ``disown`` (the worker is a child subreaper, so every orphan is reparented to it and stays findable).
 In order:
 
-* the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe;
+* the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe,
+  and it inherits no other descriptor: every descriptor of the worker is close-on-exec, which
+  :func:`audit_descriptors` checks (and enforces) right before each spawn;
 * with ``ProcessSpec.sandbox`` set, the OS sandbox (:mod:`workers.sandbox`) starts the child inside
   itself, or raises and nothing is started; everything below holds for what it started;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
   :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
 * at the **deadline** the group gets ``SIGKILL`` at once;
-* when the leader has exited, every remaining descendant of the worker is frozen and killed;
+* when the leader has exited, every remaining descendant of the worker is killed (a process-tree
+  sweep, which also finds a descendant that moved itself out of the worker's cgroup);
 * the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
   still holds it;
 * output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.truncation`) however much
@@ -29,22 +32,24 @@ import asyncio
 import fcntl
 import os
 import signal
+import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
 from peon.truncation import BoundedText, HeadTail
 
-from . import treekill
-from .limits import ResourceLimits, watch as watch_limits
+from . import proctree
+from .limits import ResourceLimits, probe_for, watch as watch_limits
 from .reaper import REAPER, signal_name, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1
 PROGRESS_INTERVAL_SECONDS = 0.5
 READ_CHUNK = 1 << 20
+FIRST_READ_CHUNK = 64 << 10
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
@@ -130,7 +135,30 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
+def audit_descriptors(report: bool = True) -> list[int]:
+    """Make every descriptor of this process above 2 close-on-exec; return those that were not (each
+    would have reached the command). Peon opens everything close-on-exec, so this finds none unless
+    a tool (or a library it uses) left one inheritable."""
+    leaked = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+            if not flags & fcntl.FD_CLOEXEC:
+                fcntl.fcntl(fd, fcntl.F_SETFD, flags | fcntl.FD_CLOEXEC)
+                leaked.append(fd)
+        except OSError:
+            continue  # the directory listing's own descriptor, closed by now
+    if leaked and report:
+        print(f"peon-worker: descriptors {leaked} were inheritable; made close-on-exec before spawning",
+              file=sys.stderr)
+    return leaked
+
+
 def _spawn(spec: ProcessSpec, write_fd: int) -> int:
+    audit_descriptors()
     if os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
     if spec.sandbox is not None:  # the OS sandbox starts the command (maybe wrapped) inside itself
@@ -150,10 +178,6 @@ def _spawn(spec: ProcessSpec, write_fd: int) -> int:
         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),  # Python ignores these; the child must not inherit that
         setsigmask=(),
     )
-
-
-async def _sleep_until(moment: float) -> None:
-    await asyncio.sleep(max(0.0, moment - time.monotonic()))
 
 
 async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
@@ -178,13 +202,16 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     finally:
         os.close(write_fd)
     exited = REAPER.watch(pid)
+    pidfd = _watch_exit(pid)
 
     capture = HeadTail(ctx.limits.max_output_bytes)
     eof = loop.create_future()
-    buffer = bytearray(READ_CHUNK)
-    view = memoryview(buffer)
+    # A small buffer first (most commands print little, and a fresh worker pays a page fault per page
+    # it touches); the full READ_CHUNK once a read fills it, for a flood.
+    buffer = bytearray(FIRST_READ_CHUNK)
 
     def on_readable() -> None:
+        nonlocal buffer
         try:
             n = os.readv(read_fd, [buffer])
         except BlockingIOError:
@@ -196,14 +223,16 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             if not eof.done():
                 eof.set_result(None)
             return
-        capture.feed(view[:n])
+        capture.feed(memoryview(buffer)[:n])
+        if n == len(buffer) < READ_CHUNK:
+            buffer = bytearray(READ_CHUNK)
 
     loop.add_reader(read_fd, on_readable)
-    progress = asyncio.ensure_future(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
-    cancel_wait = asyncio.ensure_future(ctx.cancel.wait())
+    progress = asyncio.create_task(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
+    cancel_wait = asyncio.create_task(ctx.cancel.wait())
     limits = ctx.session.config.limits
-    probe = treekill.current.limit_probe(ResourceLimits(limits.memory_max_bytes, limits.max_processes))
-    limit_hit = asyncio.ensure_future(watch_limits(probe))
+    probe = probe_for(ResourceLimits(limits.memory_max_bytes, limits.max_processes), os.getpid())
+    limit_hit = asyncio.create_task(watch_limits(probe))
     timed_out = cancelled = False
     exceeded: str | None = None
     try:
@@ -228,15 +257,20 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if exceeded is None and limit_hit.done():
             exceeded = limit_hit.result()
         elif exceeded is None and not (timed_out or cancelled):
-            exceeded = probe.check()  # e.g. a fork refused at pids.max made the command give up
-        treekill.current.kill_descendants()
-        status = await asyncio.wait_for(exited, timeout=10.0)
-        await _wait_descendants_gone()
-        try:
-            await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
-        except asyncio.TimeoutError:
-            pass
+            exceeded = probe.kernel_verdict()  # e.g. a fork refused at pids.max made the command give up
+        _kill_descendants()  # returns when nothing below the worker is alive, having reaped what it could
+        status = exited.result() if exited.done() else await asyncio.wait_for(exited, timeout=10.0)
+        if proctree.children(os.getpid()):
+            await _wait_descendants_gone()
+        if not eof.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
+            except TimeoutError:
+                pass
     finally:
+        if pidfd >= 0:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
         loop.remove_reader(read_fd)
         os.close(read_fd)
         cancel_wait.cancel()
@@ -244,7 +278,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if progress is not None:
             progress.cancel()
         if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
-            treekill.current.kill_descendants()
+            _kill_descendants()
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):
         exit_code, sig = None, signal_name(os.WTERMSIG(status))
@@ -253,10 +287,33 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms, exceeded)
 
 
+def _watch_exit(pid: int) -> int:
+    """A pidfd for ``pid``, readable once it has exited: then the reaper collects its status (no
+    ``SIGCHLD`` handler needed, so a worker that runs no process installs none)."""
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone: collect it now
+        loop.call_soon(REAPER.reap)
+        return -1
+
+    def on_exit() -> None:
+        loop.remove_reader(pidfd)
+        REAPER.reap()
+
+    loop.add_reader(pidfd, on_exit)
+    return pidfd
+
+
+def _kill_descendants() -> None:
+    """Kill everything below this worker and wait (bounded) until none of it is alive."""
+    proctree.kill_tree(os.getpid(), reap=REAPER.reap)
+
+
 async def _wait_descendants_gone(timeout: float = 10.0) -> None:
     if not await wait_children_gone(REAPER, timeout=timeout):
         # Something survived SIGKILL (e.g. stuck in the kernel); kill again and report upward.
-        treekill.current.kill_descendants()
+        _kill_descendants()
         raise ToolError(ErrorCode.TOOL_FAILED, f"some processes of this call could not be killed within {timeout:g} s")
 
 

@@ -1,0 +1,36 @@
+"""The workspace is pinned when the session starts: renaming it and putting a symlink in its place
+redirects no ``read`` or ``write`` — they act on the renamed original (or fail), never on the link's
+target. The target here is a directory of our own holding a file named like the machine's
+``/etc/hostname`` (the real one is never touched)."""
+
+from __future__ import annotations
+
+import hashlib
+
+HOSTNAME = "hostname"
+
+
+def test_a_renamed_workspace_replaced_by_a_symlink_redirects_nothing(fs_session, workspace, tmp_path):
+    (workspace / HOSTNAME).write_text("original\n")
+    assert fs_session.call("read", {"path": HOSTNAME}).value["content"] == "original\n"
+
+    target = tmp_path / "etc"
+    target.mkdir()
+    (target / HOSTNAME).write_text("target\n")
+    moved = tmp_path / "moved"
+    workspace.rename(moved)
+    workspace.symlink_to(target, target_is_directory=True)
+
+    read = fs_session.call("read", {"path": HOSTNAME})
+    assert not read.ok or read.value["content"] == "original\n", read
+    assert read.ok, read  # the pinned root still names the original directory
+
+    written = fs_session.call("write", {"path": HOSTNAME, "content": "rewritten\n", "mode": "replace"})
+    assert written.ok, written
+    assert (moved / HOSTNAME).read_text() == "rewritten\n"
+    assert (target / HOSTNAME).read_text() == "target\n"
+
+    created = fs_session.call("write", {"path": "new.txt", "content": "new\n", "mode": "create"})
+    assert created.ok, created
+    assert (moved / "new.txt").read_text() == "new\n" and not (target / "new.txt").exists()
+    assert written.value["sha256"] == hashlib.sha256(b"rewritten\n").hexdigest()

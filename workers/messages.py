@@ -1,0 +1,139 @@
+"""The messages between the supervisor and a worker, and the supervisor's check of what a worker sends.
+
+Promise (pure, no I/O): :func:`parse_worker_message` accepts exactly the messages a worker may send
+during the call it serves — a ``progress`` or ``result`` message of *that* call id, strict UTF-8 JSON
+without lone surrogates, of the documented shape — and raises :class:`ProtocolError` with a sentence
+for anything else. The supervisor treats that error as a crashed worker: a message that fails here
+is never forwarded, audited or answered as if it were the call's outcome. Size is bounded before
+this, by the channel's frame decoder (:data:`peon.framing.MAX_MESSAGE_BYTES`).
+
+Wire format: each message is one frame of :mod:`multiprocessing.connection` (see
+:mod:`peon.framing`) holding one UTF-8 JSON object. The supervisor sends ``call`` then possibly
+``cancel``; the worker sends ``progress`` messages then exactly one ``result``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypedDict
+
+from peon.errors import ErrorCode
+
+SupervisorOp = Literal["call", "cancel"]
+WorkerOp = Literal["progress", "result"]
+WORKER_OPS: frozenset[str] = frozenset(("progress", "result"))
+_ERROR_CODES = frozenset(code.value for code in ErrorCode)
+
+
+class CallMessage(TypedDict):
+    op: Literal["call"]
+    id: str
+    tool: str
+    args: dict[str, Any]
+    deadline: float  # absolute, on CLOCK_MONOTONIC
+    approved: dict[str, Any]  # the tool's approval details, as the approver saw them
+    progress: bool  # the caller wants progress messages
+
+
+class CancelMessage(TypedDict):
+    op: Literal["cancel"]
+    reason: str
+
+
+class ErrorInfo(TypedDict, total=False):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ResultMessage(TypedDict, total=False):
+    op: Literal["result"]
+    id: str
+    ok: bool
+    value: dict[str, Any]
+    error: ErrorInfo
+
+
+class ProgressMessage(TypedDict, total=False):
+    op: Literal["progress"]
+    id: str
+    elapsed_ms: int
+    output_bytes: int
+
+
+WorkerMessage = ResultMessage | ProgressMessage
+
+
+class ProtocolError(Exception):
+    """What a worker sent is not a well-formed message of its current call."""
+
+
+def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"a message is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        message = json.loads(text)
+    except RecursionError:
+        raise ProtocolError("a message is nested too deeply") from None
+    except ValueError as exc:
+        raise ProtocolError(f"a message is not JSON ({exc})") from None
+    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(message):
+        raise ProtocolError("a message holds a lone surrogate, which is not valid Unicode")
+    if not isinstance(message, dict):
+        raise ProtocolError(f"a message is a JSON {type(message).__name__}, not an object")
+    op = message.get("op")
+    if op not in WORKER_OPS:
+        raise ProtocolError(f"a message has op {_short(op)}; a worker may only send progress and result")
+    if message.get("id") != call_id:
+        raise ProtocolError(f"a {op} message names call {_short(message.get('id'))}, not the call it serves ({call_id})")
+    if op == "result":
+        _check_result(message)
+    return message  # type: ignore[return-value]
+
+
+def _check_result(message: dict[str, Any]) -> None:
+    extra = set(message) - {"op", "id", "ok", "value", "error"}
+    if extra:
+        raise ProtocolError(f"a result has unknown fields {sorted(extra)[:5]}")
+    ok = message.get("ok")
+    if ok is True:
+        if not isinstance(message.get("value"), dict) or "error" in message:
+            raise ProtocolError("a successful result must carry an object 'value' and no 'error'")
+        return
+    if ok is not False:
+        raise ProtocolError(f"a result's 'ok' is {_short(ok)}, not true or false")
+    error = message.get("error")
+    if not isinstance(error, dict) or "value" in message:
+        raise ProtocolError("a failed result must carry an object 'error' and no 'value'")
+    if error.get("code") not in _ERROR_CODES:
+        raise ProtocolError(f"a failed result has error code {_short(error.get('code'))}, which is not a Peon code")
+    if not isinstance(error.get("message"), str):
+        raise ProtocolError("a failed result's error has no message")
+    if "details" in error and not isinstance(error["details"], dict):
+        raise ProtocolError("a failed result's error details are not an object")
+    if set(error) - {"code", "message", "details"}:
+        raise ProtocolError("a failed result's error has unknown fields")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
