@@ -9,7 +9,8 @@ alive.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .result import ToolResult
 from .session import Session
@@ -21,11 +22,11 @@ class AsyncSession:
         self._options = options
         self.session: Session | None = None
 
-    async def start(self) -> "AsyncSession":
+    async def start(self) -> AsyncSession:
         self.session = await asyncio.to_thread(Session, *self._args, **self._options)
         return self
 
-    async def __aenter__(self) -> "AsyncSession":
+    async def __aenter__(self) -> AsyncSession:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -28,6 +28,7 @@ from typing import TextIO
 from collections.abc import Callable, Iterable
 
 from .tool import ToolRisk
+from .shorten import shorten_counted
 
 RISKS = tuple(risk.value for risk in ToolRisk)
 
@@ -82,9 +83,7 @@ def visible(text: str) -> str:
 
 def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     text = visible(text)
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f" … [{len(text) - limit} more characters not shown]"
+    return shorten_counted(text, limit, " …", "more characters not shown")
 
 
 def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict[str, dict]]:
@@ -208,7 +207,7 @@ class TerminalApprover:
                 answer = dict(answers[choice])
                 output.write(f"-> {answer['decision']}" + (f" ({answer['scope']})" if "scope" in answer else "") + "\n")
                 output.flush()
-                answer["reason"] = "denied at the terminal" if answer["decision"] == "deny" else "allowed at the terminal"
+                answer["reason"] = f"{'denied' if answer['decision'] == 'deny' else 'allowed'} at the terminal"
                 return answer
             output.write(f"Please answer one of {', '.join(answers)}.\n")
         return {"decision": "deny", "reason": "no valid answer at the terminal"}

@@ -28,7 +28,8 @@ import sys
 import threading
 import types
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 RISKS = ("read_only", "filesystem", "process", "delegate")
 USAGE_ERROR = 2
@@ -162,7 +163,8 @@ def parse_arguments(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"the tool input is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {text[:80]!r}") from None
+        raise UsageError(f"the tool input is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): "
+                         f"{text[:80]!r}") from None
 
 
 class DeferredInterrupt:

@@ -37,7 +37,8 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
+from collections.abc import Mapping
 
 from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
@@ -48,6 +49,7 @@ from .tool import ToolRisk
 
 from .environment import ENV_NAME
 from .errors import ConfigError
+from .shorten import shorten
 from .statefile import RefusedFile, read_regular_file
 from .userdir import user_peon_dir
 
@@ -116,7 +118,7 @@ class ApprovalRule(_Section):
         return value
 
     @model_validator(mode="after")
-    def _has_matcher(self) -> "ApprovalRule":
+    def _has_matcher(self) -> ApprovalRule:
         if self.tool is None and self.risk is None and self.command_prefix is None and self.path_prefix is None:
             raise ValueError("a rule needs at least one of tool, risk, command_prefix, path_prefix")
         return self
@@ -266,7 +268,8 @@ class LoadedConfig:
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data for :class:`peon.configview.ResolvedConfig` in the supervisor and workers."""
-        return {"config": self.config.to_dict(), "layers": self.describe_layers(), "rule_sources": list(self.rule_sources)}
+        return {"config": self.config.to_dict(), "layers": self.describe_layers(),
+                "rule_sources": list(self.rule_sources)}
 
 
 def shipped_defaults() -> dict[str, Any]:
@@ -387,7 +390,7 @@ def _show(value: Any, limit: int = 80) -> str:
         text = json.dumps(value, ensure_ascii=False, default=repr)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit)
 
 
 def _key_name(loc: tuple) -> str:

@@ -10,7 +10,8 @@ supervisor and its workers only read the result, which keeps them small and quic
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 
 class ConfigView:

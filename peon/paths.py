@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import ErrorCode, ToolError
+from .shorten import shorten
 
 PATH_MAX_BYTES = 4095  # PATH_MAX (4096) less the terminating NUL
 NAME_MAX_BYTES = 255
@@ -55,7 +56,7 @@ def is_utf8_name(name: str) -> bool:
 def display(text: str, limit: int = 200) -> str:
     """A value quoted for an error message, escaped and bounded."""
     shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
+    return shorten(shown, limit, "...'")
 
 
 @dataclass(frozen=True)

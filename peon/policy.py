@@ -33,8 +33,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from .paths import normalize_workspace_path
 from .rules import NO_FACTS, Questions, ShellFacts, command_blockers, questions, segment_blockers
 from .shell import Segment, ShellAnalysis, analyze
+from .shorten import shorten
 from .tool import ToolRisk
 
 # -- vocabulary ------------------------------------------------------------------------------------
@@ -108,17 +110,6 @@ def check_command_prefix(prefix: str) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _prefix_words(prefix: str) -> tuple[str, ...]:
     return tuple(check_command_prefix(prefix))
-
-
-def normalize_workspace_path(path: str) -> str | None:
-    """A workspace-relative path in normal form (``a/b``, or ``.`` for the root), or ``None`` if the
-    path is absolute, empty, contains NUL or leaves the workspace lexically."""
-    if not path or "\0" in path or path.startswith("/"):
-        return None
-    normal = posixpath.normpath(path)
-    if normal == ".." or normal.startswith("../"):
-        return None
-    return normal
 
 
 def check_path_prefix(prefix: str) -> str:
@@ -399,8 +390,7 @@ def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> 
     """An approver's answer as sent on the wire; anything malformed is a denial saying what was wrong."""
     reason = message.get("reason")
     reason = "" if reason is None else str(reason)
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 3] + "..."
+    reason = shorten(reason, MAX_REASON_CHARS)
     failed = bool(message.get("approver_error"))
     decision = message.get("decision")
     if decision not in ANSWERS:

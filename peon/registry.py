@@ -12,7 +12,8 @@ import importlib
 import inspect
 import re
 from importlib import metadata
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from .errors import RegistrationError
 from .tool import Tool, ToolRisk

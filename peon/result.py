@@ -28,16 +28,17 @@ class ToolResult:
     error: ErrorInfo | None = None
 
     @classmethod
-    def from_message(cls, call_id: str, tool: str, message: dict[str, Any]) -> "ToolResult":
+    def from_message(cls, call_id: str, tool: str, message: dict[str, Any]) -> ToolResult:
         if message.get("ok"):
             return cls(call_id, tool, True, value=message.get("value") or {})
         err = message.get("error") or {}
         return cls(call_id, tool, False, error=ErrorInfo(
-            str(err.get("code", ErrorCode.TOOL_FAILED.value)), str(err.get("message", "")), dict(err.get("details") or {})
+            str(err.get("code", ErrorCode.TOOL_FAILED.value)), str(err.get("message", "")),
+            dict(err.get("details") or {}),
         ))
 
     @classmethod
-    def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str, details: dict | None = None) -> "ToolResult":
+    def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str, details: dict | None = None) -> ToolResult:
         return cls(call_id, tool, False, error=ErrorInfo(code.value, message, dict(details or {})))
 
     def to_dict(self) -> dict[str, Any]:

@@ -315,7 +315,8 @@ class Session:
             return handle
         with self._lock:
             if self._dead is not None or self._closing:
-                failure = self._dead or ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED, "the session is closed")
+                failure = self._dead or ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED,
+                                                           "the session is closed")
                 handle._resolve(ToolResult(call_id, name, False, error=failure.error))
                 return handle
             busy = self._queue_full(len(data))
@@ -475,7 +476,8 @@ class Session:
         """Answer the call an unreadable message was for, or give up on a supervisor that sends messages
         that name no call: a caller always gets an answer."""
         with self._lock:
-            handle = self._handles.pop(fields.get("id", ""), None) if fields.get("op") in ("result", "progress") else None
+            names_a_call = fields.get("op") in ("result", "progress")
+            handle = self._handles.pop(fields.get("id", ""), None) if names_a_call else None
             if handle is not None:
                 self._answer_by.pop(handle.call_id, None)
         if handle is not None:

@@ -22,7 +22,8 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
 
 from .cancel import CancelToken, Deadline
 

@@ -244,7 +244,8 @@ class Forker:
         if not self.alive:
             await self.wait_ready()
         if until is None:  # a new forkserver first loads the worker and tool modules: that takes longer
-            seconds = self.start_seconds if self._proven == self.pid else max(self.start_seconds, LAUNCH_TIMEOUT_SECONDS)
+            proven = self._proven == self.pid
+            seconds = self.start_seconds if proven else max(self.start_seconds, LAUNCH_TIMEOUT_SECONDS)
             until = asyncio.get_running_loop().time() + seconds
 
         def start() -> tuple[int, StartedWorker]:
@@ -257,7 +258,8 @@ class Forker:
 
         self.starting += 1
         try:
-            forkserver_pid, worker = await self._in_thread(start, until, on_late=lambda late: _discard(late[1], containment))
+            forkserver_pid, worker = await self._in_thread(start, until,
+                                                          on_late=lambda late: _discard(late[1], containment))
         finally:
             self.starting -= 1
         self._watch(forkserver_pid)

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from peon.policy import SCOPES, ApprovalRequest
+from peon.shorten import shorten
 from peon.statefile import RefusedFile, read_regular_file
 
 FILE_NAME = "grants.json"
@@ -89,7 +90,7 @@ class GrantStore:
         """Record a grant and persist it. The grant holds in memory even if the file cannot be written."""
         if scope not in SCOPES:
             raise ValueError(f"unknown grant scope {scope!r}")
-        summary = request.summary if len(request.summary) <= MAX_SUMMARY_CHARS else request.summary[: MAX_SUMMARY_CHARS - 3] + "..."
+        summary = shorten(request.summary, MAX_SUMMARY_CHARS)
         grant = Grant(scope, request.tool, request.risk.value, input_digest(request.canonical_input), summary,
                       time.time(), request.call_id, reason)
         self.grants.append(grant)

@@ -233,7 +233,8 @@ class WorkerPool:
         self._replenish()
 
     async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
-                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
+                        cancelled: asyncio.Event,
+                        on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
         tool = call["tool"]
         message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
                                 "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
@@ -341,7 +342,8 @@ class WorkerPool:
         sweep_orphans(known)
         forker = self.forker
         forkserver = forker.pid if forker is not None and forker.alive else None
-        if forker is not None and forkserver and not forker.starting:  # a worker being started is the forkserver's child too
+        # A worker being started is the forkserver's child too.
+        if forker is not None and forkserver and not forker.starting:
             for pid in proctree.children(forkserver):
                 if pid not in self.live and proctree.state(pid) not in (None, "Z", "X"):
                     print(f"peon-supervisor: killing process {pid}, forked by the forkserver for no worker",

@@ -142,7 +142,8 @@ class Supervisor:
                 if call.id in self.calls:  # a client's bug: the id already names a held call
                     call.args = None
                     await self._reply(call, _error(ErrorCode.INVALID_INPUT,
-                                                   f"call id {call.id!r} is already in use by a queued or running call"))
+                                                   f"call id {call.id!r} is already in use "
+                                                   "by a queued or running call"))
                     continue
                 busy = self._over_bounds(call)
                 if busy is not None:  # answered and dropped: holding it is what the bound prevents
@@ -229,7 +230,8 @@ class Supervisor:
         if not decision.allowed:
             return _error(
                 ErrorCode.DENIED,
-                f"{tool.name} ({request.risk.value} risk: {request.risk_reason}) was denied by {decision.by}: {decision.rule}",
+                f"{tool.name} ({request.risk.value} risk: {request.risk_reason}) "
+                f"was denied by {decision.by}: {decision.rule}",
                 {"risk": request.risk.value, "by": decision.by, "rule": decision.rule},
             )
         try:  # audit before acting: no line, no call
@@ -277,7 +279,8 @@ class Supervisor:
         for call in list(self.calls.values()):
             if not call.started:
                 call.cancelled.set()
-                await self._reply(call, _error(ErrorCode.SESSION_CLOSED, f"the session closed before {call.tool} started"))
+                await self._reply(call, _error(ErrorCode.SESSION_CLOSED,
+                                               f"the session closed before {call.tool} started"))
             else:
                 call.cancelled.set()  # the running call gets TERM, grace, KILL like any cancel
         running = [call for call in self.calls.values() if call.started]

@@ -147,7 +147,7 @@ def test_the_log_holds_no_contents_or_output(open_session, env, tmp_path, worksp
     assert session.call("write", {"path": "out.txt", "content": "WRITTEN-SECRET-17\n", "mode": "create"}).ok
     assert session.call("read", {"path": ".env"}).value["content"] == "TOKEN=READ-SECRET-42\n"
     assert "OUTPUT-SECRET-99" in session.call("bash", {"command": "printf OUTPUT-; printf SECRET-99"}).value["output"]
-    text = "".join(open(state / name).read() for name in os.listdir(state) if name.startswith("audit"))
+    text = "".join((state / name).read_text() for name in os.listdir(state) if name.startswith("audit"))
     for secret in ("WRITTEN-SECRET-17", "READ-SECRET-42", "OUTPUT-SECRET-99"):
         assert secret not in text
     entries = read_log(state)
@@ -194,7 +194,8 @@ def test_entry_for_input_that_is_not_an_object():
     entry = audit_entry(session_id="s", call_id="c", tool="bash", args=["ls"], request=None, decision=None,
                         reply={"ok": False, "error": {"code": "invalid_input", "message": "m"}}, received_at=1.0,
                         duration_ms=0)
-    assert "input" not in entry and entry["decision"] is None and entry["outcome"] == {"ok": False, "error": "invalid_input"}
+    assert "input" not in entry and entry["decision"] is None
+    assert entry["outcome"] == {"ok": False, "error": "invalid_input"}
     assert entry["input_sha256"] is not None
 
 

@@ -24,7 +24,8 @@ WAITS_FOREVER = "sleep 300"  # an "editor" or "pager" that would hold a command 
 
 
 def test_settings_replace_inherited_values_and_false_keeps_them():
-    inherited = {"EDITOR": "vim", "PAGER": "less", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h", "PATH": "/usr/bin"}
+    inherited = {"EDITOR": "vim", "PAGER": "less", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h",
+                 "PATH": "/usr/bin"}
     env = build_environment(inherited, {"EDITOR": "false", "PAGER": "cat", "GIT_ASKPASS": False, "NEW": ""})
     assert env == {"EDITOR": "false", "PAGER": "cat", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h",
                    "PATH": "/usr/bin", "NEW": ""}
@@ -139,7 +140,8 @@ def test_git_log_of_a_long_history_returns_without_paging(open_session, repo):
     subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=stream, text=True, check=True, timeout=60)
     session = open_session(env=waiting_env())
     started = time.monotonic()
-    r = session.call("bash", {"command": "git log --oneline; git -p log --oneline | tail -1; echo \"$PAGER $GIT_PAGER\"",
+    r = session.call("bash",
+                     {"command": "git log --oneline; git -p log --oneline | tail -1; echo \"$PAGER $GIT_PAGER\"",
                               "timeout_seconds": 60})
     assert time.monotonic() - started < 10
     assert r.ok and r.value["exit_code"] == 0 and r.value["timed_out"] is False

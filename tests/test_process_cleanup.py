@@ -53,11 +53,11 @@ def test_double_fork_nohup_disown(session, workspace):
 
 
 def test_daemon_that_closes_its_fds_never_writes_later(session, workspace):
-    command = "setsid bash -c 'exec >&- 2>&- <&-; echo $$ > late.pid; sleep 3; touch late-file' & sleep 0.3; echo started"
+    command = ("setsid bash -c 'exec >&- 2>&- <&-; echo $$ > late.pid; sleep 3; touch late-file' & "
+               "until [ -s late.pid ]; do sleep 0.01; done; echo started")
     r = session.call("bash", {"command": command})
     assert r.value["output"] == "started\n"
-    assert_gone(pids_in(workspace, "late.pid"))
-    time.sleep(3.5)
+    assert_gone(pids_in(workspace, "late.pid"))  # gone: nothing is left that could write late-file
     assert not (workspace / "late-file").exists()
 
 

@@ -105,7 +105,8 @@ def test_offset_inside_a_character_is_an_error_naming_it(fs_session, workspace, 
     lead = CHARACTER_AT[offset]
     e = err(fs_session, {"path": "t.txt", "offset": offset}, "not_utf8")
     assert e.details == {"offset": offset, "reason": "starts_inside_character", "character_offset": lead}
-    assert f"offset {offset} is byte {offset - lead + 1} of the {WIDTH[lead]}-byte character at offset {lead}" in e.message
+    where = f"offset {offset} is byte {offset - lead + 1} of the {WIDTH[lead]}-byte character at offset {lead}"
+    assert where in e.message
     assert f"start at offset {lead} or {lead + WIDTH[lead]}" in e.message
 
 

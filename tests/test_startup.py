@@ -19,7 +19,8 @@ from peon.errors import SessionError
 from workers import cgroup
 
 FIXTURES = Path(__file__).parent / "fixtures"
-needs_cgroup = pytest.mark.skipif(not CGROUP_SUPPORT.available, reason=f"cgroup v2 unavailable: {CGROUP_SUPPORT.reason}")
+needs_cgroup = pytest.mark.skipif(not CGROUP_SUPPORT.available,
+                                  reason=f"cgroup v2 unavailable: {CGROUP_SUPPORT.reason}")
 
 
 def session_cgroups(session_id: str) -> list[str]:

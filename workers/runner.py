@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext

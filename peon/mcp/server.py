@@ -134,7 +134,8 @@ class StdioServer:
         started_r, started_w = os.pipe()
         previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        self._starter = threading.Thread(target=self._start_session, args=(started_w,), name="peon-mcp-start", daemon=True)
+        self._starter = threading.Thread(target=self._start_session, args=(started_w,), name="peon-mcp-start",
+                                         daemon=True)
         self._starter.start()
         decoder = LineDecoder(self._max_line)
         reason = "stdin closed"
@@ -209,7 +210,8 @@ class StdioServer:
                 return
             self._closing = True
             self._registered.notify_all()
-            pending = list(self._elicitations.values()) + [c.approval for c in self._calls_by_key.values() if c.approval]
+            pending = [*self._elicitations.values(),
+                       *(c.approval for c in self._calls_by_key.values() if c.approval)]
         with self._write_lock:
             self._out_closed = True  # the client is gone or going: answers to cancelled calls are not sent
         for approval in pending:
@@ -278,11 +280,13 @@ class StdioServer:
             data = encode(message)
         except ValueError as exc:
             request_id = message.get("id")
-            log(f"cannot encode a message ({exc}); {'answering with an internal error' if 'id' in message else 'dropped'}")
+            outcome = "answering with an internal error" if "id" in message else "dropped"
+            log(f"cannot encode a message ({exc}); {outcome}")
             if "id" not in message:
                 return
             reply_id = request_id if p.valid_id(request_id) and p.lone_surrogate(str(request_id)) is None else None
-            data = encode(p.error_response(reply_id, p.INTERNAL_ERROR, f"Internal error: the answer cannot be encoded: {exc}"))
+            data = encode(p.error_response(reply_id, p.INTERNAL_ERROR,
+                                           f"Internal error: the answer cannot be encoded: {exc}"))
         with self._write_lock:
             if self._out_closed:
                 return
@@ -348,7 +352,8 @@ class StdioServer:
             return
         if (ev.name, ev.arguments) != (call.name, call.arguments):
             self._write(p.error_response(ev.id, p.INVALID_PARAMS,
-                                         "Invalid params: a retry must repeat the name and arguments of the original call"))
+                                         "Invalid params: a retry must repeat the name and arguments "
+                                         "of the original call"))
             return
         del self._awaiting_retry[ref]
         call.request_id, call.progress_token, call.version = ev.id, ev.progress_token, ev.version
@@ -429,12 +434,14 @@ class StdioServer:
                 self._awaiting_retry[call.key] = call
                 self._calls_by_request.pop(call.request_id, None)
                 request_id, call.request_id = call.request_id, None
-                message = p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state), self.identity)
+                message = p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state),
+                                    self.identity)
             else:
                 self._next_id += 1
                 approval.elicitation_id = f"peon-approval-{self._next_id}"
                 self._elicitations[approval.elicitation_id] = approval
-                message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create", "params": elicitation}
+                message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
+                           "params": elicitation}
         self._write(message)
         if not approval.done.wait(self._approval_wait):
             approval.resolve({"decision": "deny", "reason": f"no answer within {self._approval_wait:g} s"})

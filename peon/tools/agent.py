@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 
 from peon.environment import command_environment, search_path, split_search_path
 from peon.errors import ErrorCode, ToolError
+from peon.shorten import shorten
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
@@ -142,7 +143,7 @@ def check_prompt_bytes(tool: str, prompt: str) -> None:
 
 def describe_prompt(prompt: str, limit: int = 60) -> str:
     text = json.dumps(prompt, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 4] + '..."'
+    return shorten(text, limit, '..."')
 
 
 def at_mentions(text: str) -> list[str]:
