@@ -24,7 +24,7 @@ import select
 import threading
 import time
 import unicodedata
-from typing import TextIO
+from typing import Any, TextIO
 from collections.abc import Callable, Iterable
 
 from .tool import ToolRisk
@@ -47,7 +47,7 @@ class Unattended:
             raise ValueError(f"unknown risk {unknown[0]!r}; risks are {', '.join(RISKS)}")
         self.tools = frozenset(tools)
 
-    def __call__(self, request: dict) -> dict:
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("risk") in self.allow:
             return {"decision": "allow_once", "reason": f"unattended run allows {request.get('risk')} risk"}
         if request.get("tool") in self.tools:
@@ -86,7 +86,7 @@ def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return shorten_counted(text, limit, " …", "more characters not shown")
 
 
-def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict[str, dict]]:
+def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple[str, dict[str, dict[str, Any]]]:
     """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
     only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
     tool, risk = str(request.get("tool")), str(request.get("risk"))
@@ -128,7 +128,7 @@ def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict
     return "\n".join(lines) + "\n", answers
 
 
-def render_segments(segments: list) -> list[str]:
+def render_segments(segments: list[Any]) -> list[str]:
     """One line per simple command a shell command runs (``details["segments"]`` of ``bash``), with the
     wrappers, assignments and redirections Peon removed before matching, and why it cannot be allowed
     by rules."""
@@ -168,33 +168,36 @@ class TerminalApprover:
         self.offer_session = offer_session
         self._lock = threading.Lock()  # one prompt at a time, also across sessions sharing this approver
 
-    def __call__(self, request: dict) -> dict:
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            if self.input is not None and self.output is not None:
-                return self._ask(request, lambda deadline: self.input.readline(), self.output)
+            given = self.input
+            if given is not None and self.output is not None:
+                return self._ask(request, lambda deadline: given.readline(), self.output)
             try:
                 fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
             except OSError as exc:
                 return {"decision": "deny", "reason": f"no terminal to ask on ({exc.strerror})"}
             try:
                 with open(fd, "w", encoding="utf-8", errors="replace", closefd=False) as tty_out:
-                    read_line = (lambda deadline: self.input.readline()) if self.input is not None else _line_reader(fd)
+                    read_line = (lambda deadline: given.readline()) if given is not None else _line_reader(fd)
                     return self._ask(request, read_line, self.output or tty_out)
             finally:
                 os.close(fd)
 
-    def _ask(self, request: dict, read_line: Callable[[float | None], str | None], output: TextIO) -> dict:
+    def _ask(self, request: dict[str, Any], read_line: Callable[[float | None], str | None],
+             output: TextIO) -> dict[str, Any]:
         text, answers = render_request(request, self.offer_session)
         output.write(text)
         keys = "/".join(k if k != "d" else "D" for k in answers)
         timeout = request.get("timeout_seconds")
-        deadline = time.monotonic() + float(timeout) if isinstance(timeout, (int, float)) else None
+        seconds = float(timeout) if isinstance(timeout, (int, float)) else None
+        deadline = time.monotonic() + seconds if seconds is not None else None
         for _ in range(MAX_ATTEMPTS):
             output.write(f"Answer [{keys}]: ")
             output.flush()
             line = read_line(deadline)
             if line is None:
-                output.write(f"\n(no answer within {float(timeout):g} s: denied)\n")
+                output.write(f"\n(no answer within {seconds or 0:g} s: denied)\n")
                 output.flush()
                 return {"decision": "deny", "reason": "no answer at the terminal in time"}
             if not line:

@@ -393,7 +393,7 @@ def _show(value: Any, limit: int = 80) -> str:
     return shorten(text, limit)
 
 
-def _key_name(loc: tuple) -> str:
+def _key_name(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -410,7 +410,7 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _known_keys(loc: tuple) -> list[str]:
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     model: type[BaseModel] | None = PeonConfig
     for part in loc:
         if isinstance(part, int):
@@ -422,7 +422,7 @@ def _known_keys(loc: tuple) -> list[str]:
     return list(model.model_fields) if model else []
 
 
-def _problem(err: dict) -> str:
+def _problem(err: Mapping[str, Any]) -> str:
     loc = tuple(err["loc"])
     key = _key_name(loc)
     value = err.get("input")
@@ -476,7 +476,8 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
     Anything not explicitly tightenable is refused, so a key added later is safe by default.
     """
     refused = []
-    approval = data.get("approval") if isinstance(data.get("approval"), Mapping) else {}
+    section = data.get("approval")
+    approval: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
     for index, rule in enumerate(approval.get("rules") or ()):
         key = f"approval.rules[{index}]"
         if rule.get("decision") == "allow":
@@ -547,9 +548,10 @@ def _lookup(data: Mapping[str, Any], key: str) -> Any:
     return data
 
 
-def _project_floors(data: Mapping[str, Any], source: str) -> tuple[list[dict], list[str]]:
+def _project_floors(data: Mapping[str, Any], source: str) -> tuple[list[dict[str, Any]], list[str]]:
     """A project's rules and per-risk settings as tighten_only rules, with their sources."""
-    approval = data.get("approval") if isinstance(data.get("approval"), Mapping) else {}
+    section = data.get("approval")
+    approval: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
     rules, sources = [], []
     for index, rule in enumerate(approval.get("rules") or ()):
         rules.append({**rule, "tighten_only": True})
@@ -581,9 +583,9 @@ def _with_rules(data: Mapping[str, Any], rules: list[Any]) -> dict[str, Any]:
 
 
 def load_config(
-    overrides: Mapping[str, Any] | str | os.PathLike | None = None,
+    overrides: Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
-    workspace: str | os.PathLike | None = None,
+    workspace: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> LoadedConfig:
     """Resolve the configuration: defaults, user file (located through ``env``, default
@@ -601,7 +603,7 @@ def load_config(
         if data is not None:
             layers.append(Layer(str(project_path), data, "project"))
     if isinstance(overrides, (str, os.PathLike)):
-        layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)), "overrides"))
+        layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)) or {}, "overrides"))
     elif overrides is not None:
         check_nesting(overrides, "overrides")
         layers.append(Layer("overrides", overrides, "overrides"))

@@ -64,7 +64,7 @@ class ResolvedConfig:
         """The source of the last layer that set dotted ``key``."""
         for layer in reversed(self.layers):
             if key in layer["keys"]:
-                return layer["source"]
+                return str(layer["source"])
         return None
 
     def describe_layers(self) -> list[dict[str, Any]]:

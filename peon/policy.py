@@ -43,7 +43,7 @@ from .tool import ToolRisk
 
 Action = Literal["allow", "ask", "deny"]
 POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
-STRICTNESS = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
+STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
 SCOPES = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
 ANSWERS = ("allow_once", "allow_session", "deny")
 RISK_NAMES = tuple(risk.value for risk in ToolRisk)
@@ -225,7 +225,7 @@ class ApprovalPolicy:
     the earlier rule.
     """
 
-    def __init__(self, per_risk: Mapping[str, str], rules: Sequence[PolicyRule] = (),
+    def __init__(self, per_risk: Mapping[str, Action], rules: Sequence[PolicyRule] = (),
                  risk_sources: Mapping[str, str] | None = None):
         self.per_risk = dict(per_risk)
         self.rules = tuple(rules)
@@ -277,7 +277,7 @@ class ApprovalPolicy:
         command = _command_of(args)
         analysis = analyze(command) if command is not None and any(
             r.command_prefix is not None for r in self.rules) else None
-        matched: list[tuple[str, str]] = []  # (decision, description) of matching trusted rules, in order
+        matched: list[tuple[Action, str]] = []  # (decision, description) of matching trusted rules, in order
         for candidate in self.rules:
             if candidate.tighten_only or not candidate.matches_call(request, args):
                 continue
@@ -295,7 +295,7 @@ class ApprovalPolicy:
             for candidate_match in matched[1:]:
                 if STRICTNESS[candidate_match[0]] > STRICTNESS[chosen[0]]:
                     chosen = candidate_match
-            action, rule = chosen[0], chosen[1]  # type: ignore[assignment]
+            action, rule = chosen
         for floor in self.rules:
             if not floor.tighten_only or STRICTNESS[floor.decision] <= STRICTNESS[action]:
                 continue

@@ -38,7 +38,8 @@ class ToolResult:
         ))
 
     @classmethod
-    def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str, details: dict | None = None) -> ToolResult:
+    def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str,
+                details: dict[str, Any] | None = None) -> ToolResult:
         return cls(call_id, tool, False, error=ErrorInfo(code.value, message, dict(details or {})))
 
     def to_dict(self) -> dict[str, Any]:

@@ -58,8 +58,8 @@ CLOSE_TIMEOUT_SECONDS = 20.0
 ANSWER_MARGIN_SECONDS = 5.0
 LIVENESS_CHECK_SECONDS = 1.0  # while calls are pending: how often the client looks at its supervisor
 
-Approver = Callable[[dict], Any]
-ProgressCallback = Callable[[dict], None]
+Approver = Callable[[dict[str, Any]], Any]
+ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 def default_state_root() -> Path:
@@ -133,11 +133,11 @@ class Session:
 
     def __init__(
         self,
-        workspace: str | os.PathLike,
-        config: Mapping[str, Any] | str | os.PathLike | None = None,
+        workspace: str | os.PathLike[str],
+        config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         *,
         session_id: str | None = None,
-        state_dir: str | os.PathLike | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         tools: Iterable[Any] = (),
         env: Mapping[str, str] | None = None,
         approver: Approver | None = None,
@@ -162,7 +162,7 @@ class Session:
         self._restarting = False
         self._dead: ToolResult | None = None  # set once the supervisor is gone
         self._ready = threading.Event()
-        self._start_reply: dict | None = None
+        self._start_reply: dict[str, Any] | None = None
         self._answer_by: dict[str, float] = {}  # running calls: when the supervisor must have answered
         self._gave_up: str | None = None  # why the client killed an unresponsive supervisor
         self._stopped_since: float | None = None  # when the supervisor was first seen stopped
@@ -354,14 +354,14 @@ class Session:
 
     # -- the channel --------------------------------------------------------------------------------
 
-    def _send(self, message: dict) -> None:
+    def _send(self, message: dict[str, Any]) -> None:
         self._send_bytes(encode(message))
 
     def _send_bytes(self, data: bytes) -> None:
         with self._send_lock:
             self._sock.sendall(data)
 
-    def _send_quietly(self, message: dict) -> None:
+    def _send_quietly(self, message: dict[str, Any]) -> None:
         try:
             self._send(message)
         except OSError:
@@ -487,7 +487,7 @@ class Session:
             return
         self._abandon(f"sent {what}, which names no call")
 
-    def _dispatch(self, message: dict) -> None:
+    def _dispatch(self, message: dict[str, Any]) -> None:
         op = message.get("op")
         if op in ("ready", "fatal"):
             self._start_reply = message
@@ -509,7 +509,7 @@ class Session:
         elif op == "approval_request":
             threading.Thread(target=self._answer_approval, args=(message,), daemon=True).start()
 
-    def _answer_approval(self, request: dict) -> None:
+    def _answer_approval(self, request: dict[str, Any]) -> None:
         """Ask the approver (in this thread) and send its answer; any failure is sent as a denial."""
         answer: Any = {"decision": "deny", "reason": "no approver is configured for this session"}
         if self.approver is not None:

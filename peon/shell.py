@@ -388,7 +388,8 @@ def _descendants(node: Any) -> Iterator[Any]:
 
 
 def _text(node: Any) -> str:
-    return node.text.decode("utf-8", "surrogateescape")
+    text: bytes = node.text
+    return text.decode("utf-8", "surrogateescape")
 
 
 def _visit(state: _State, node: Any, origin: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -82,6 +82,7 @@ def nesting_depth(value: Any, stop_at: int = MAX_INPUT_DEPTH + 1) -> int:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, Mapping):
             children = item.values()
         elif isinstance(item, (list, tuple)):

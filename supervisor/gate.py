@@ -50,16 +50,16 @@ class ApprovalGate:
             return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}", scope=grant.scope)
         if not self.approver_connected or self.send is None:
             return Decision(False, "no-approver", f"{verdict.rule}, and this session has no approver")
-        return await self._ask(request, verdict.rule, cancelled)
+        return await self._ask(self.send, request, verdict.rule, cancelled)
 
-    async def _ask(self, request: ApprovalRequest, rule: str, cancelled: asyncio.Event) -> Decision:
+    async def _ask(self, send: Send, request: ApprovalRequest, rule: str, cancelled: asyncio.Event) -> Decision:
         request_id = uuid.uuid4().hex
         answered = asyncio.get_running_loop().create_future()
         self._pending[request_id] = answered
         waiter = asyncio.ensure_future(cancelled.wait())
         try:
             try:
-                await self.send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
+                await send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
                                  "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds})
             except OSError as exc:
                 return Decision(False, "no-approver", f"{rule}, and the approver cannot be reached ({exc})")

@@ -77,6 +77,17 @@ class Supervisor:
         self._notices: set[asyncio.Task] = set()
         self.started_notices = False
 
+    @property
+    def opened(self) -> SessionState:
+        """The session, once :meth:`run` opened it (every call and message handler runs after that)."""
+        assert self.state is not None, "the session is not open yet"
+        return self.state
+
+    @property
+    def running_pool(self) -> WorkerPool:
+        assert self.pool is not None, "the worker pool is not started yet"
+        return self.pool
+
     async def run(self) -> int:
         start = await self.client.recv()
         if start is None or start.get("op") != "start":
@@ -156,7 +167,7 @@ class Supervisor:
             elif op == "cancel":
                 await self._cancel(str(message.get("id")))
             elif op == "approval_answer":
-                self.state.approval_answer(message)
+                self.opened.approval_answer(message)
 
     async def _cancel(self, call_id: str) -> None:
         call = self.calls.get(call_id)
@@ -169,7 +180,7 @@ class Supervisor:
     def _over_bounds(self, call: PendingCall) -> dict | None:
         """A ``busy`` reply if holding ``call`` would pass the queue's bounds (a lone call of any size
         that passed limits.max_input_bytes is held)."""
-        limits = self.state.config.limits
+        limits = self.opened.config.limits
         max_calls = int(getattr(limits, "max_queued_calls", 64))
         max_bytes = int(getattr(limits, "max_queued_bytes", 32 << 20))
         if len(self.calls) >= max_calls:
@@ -187,8 +198,8 @@ class Supervisor:
             self.held_bytes -= call.size
         call.finished.set()
         try:  # recorded before the client sees the result; a failure here must not lose the reply
-            self.state.audit.record(audit_entry(
-                session_id=self.state.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
+            self.opened.audit.record(audit_entry(
+                session_id=self.opened.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
                 request=call.request, decision=call.decision, reply=reply, received_at=call.received_at,
                 duration_ms=int((time.monotonic() - call.started_at) * 1000)))
         except Exception:
@@ -214,8 +225,9 @@ class Supervisor:
             await self._reply(call, reply)
 
     async def _run(self, call: PendingCall) -> dict:
-        state = self.state
+        state = self.opened
         view = state.view
+        assert state.policy is not None, "an open session has its policy"
         admission = admit(call_id=call.id, tool_name=call.tool, raw_args=call.args, tools=state.tools,
                           schemas=state.schemas, view=view, policy=state.policy,
                           facts=lambda questions: gather(questions, view.workspace, view.env))
@@ -255,7 +267,7 @@ class Supervisor:
         notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
                   if self.started_notices else None)
         try:
-            reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
+            reply = await self.running_pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                          "progress": call.progress, "approved": request.details},
                                         deadline, call.cancelled, forward_progress)
         finally:

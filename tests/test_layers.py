@@ -114,3 +114,30 @@ def test_worker_side_imports_stay_lean(module):
     loaded = json.loads(proc.stdout)
     heavy = [m for m in loaded if _top(m) in HEAVY_ROOTS or m in HEAVY_MODULES]
     assert heavy == [], f"importing {module} loads {heavy}"
+
+
+def test_public_names_are_typed_and_lazy():
+    """Every name in ``peon.__all__`` is imported for type checkers (its real type, not ``Any``) and
+    resolves at run time to that same object, and ``import peon`` alone loads none of them."""
+    init = ROOT / "peon" / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                for alias in imp.names:
+                    assert alias.asname == alias.name, f"{alias.name} must be re-exported as itself"
+                    typed[alias.name] = f"peon.{imp.module}" if imp.module else f"peon.{alias.name}"
+    probe = ("import json, sys, peon\n"
+             "before = sorted(m for m in sys.modules if m.startswith('peon.'))\n"
+             "where = {n: getattr(getattr(peon, n), '__module__', None) or getattr(peon, n).__name__\n"
+             "         for n in peon.__all__}\n"
+             "print(json.dumps({'all': peon.__all__, 'before': before, 'where': where}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert sorted(facts["all"]) == sorted(typed)
+    assert facts["before"] == ["peon._packages"]
+    assert facts["where"] == typed
+    assert (ROOT / "peon" / "py.typed").is_file()

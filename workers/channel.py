@@ -94,7 +94,7 @@ class Channel(_Socket):
         item = self._pending.popleft()
         if isinstance(item, ChannelError):
             raise item
-        return item  # type: ignore[no-any-return]
+        return item
 
     def _parse(self, line: bytes | Oversize) -> Any:
         if isinstance(line, Oversize):

@@ -38,7 +38,7 @@ import sys
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
 import socket
 from multiprocessing import reduction
-from typing import Any
+from typing import Any, cast
 from setproctitle import setproctitle
 
 from peon.tool import SessionView, Tool
@@ -112,7 +112,7 @@ def _receive_close_on_exec() -> None:
     received = reduction.recvfds
 
     def recvfds(sock: socket.socket, size: int) -> list[int]:
-        return received(_CloseOnExecSocket(sock), size)
+        return received(cast(socket.socket, _CloseOnExecSocket(sock)), size)  # recvfds only calls recvmsg
 
     reduction.recvfds = recvfds
 

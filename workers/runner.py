@@ -93,7 +93,7 @@ class ProcessOutcome:
         }
 
 
-PROCESS_OUTPUT_SCHEMA = {
+PROCESS_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "exit_code": {"type": ["integer", "null"], "description": "Exit status; null when killed by a signal."},
@@ -237,7 +237,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     timed_out = cancelled = False
     exceeded: str | None = None
     try:
-        await asyncio.wait({exited, cancel_wait, limit_hit}, timeout=ctx.deadline.remaining(),
+        first: set[asyncio.Future[Any]] = {exited, cancel_wait, limit_hit}
+        await asyncio.wait(first, timeout=ctx.deadline.remaining(),
                            return_when=asyncio.FIRST_COMPLETED)
         if not exited.done():
             if limit_hit.done():

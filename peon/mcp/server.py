@@ -202,7 +202,6 @@ class StdioServer:
             f"supervisor pid {info.get('pid')}, {len(self.connection.tools)} tools)")
         for message, _ in held:
             self._handle_message(message)
-        return True
 
     def shutdown(self) -> None:
         with self._lock:
@@ -346,7 +345,7 @@ class StdioServer:
         self._expire_retries()
         ref = self._signer.verify(ev.request_state)
         call = self._awaiting_retry.get(ref) if ref is not None else None
-        if call is None:
+        if ref is None or call is None:
             reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
             self._write(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
             return
