@@ -69,7 +69,10 @@ class SessionState:
     @classmethod
     def _open(cls, start: dict, supervisor: Any, workspace: Path, root_fd: int) -> SessionState:
         session_id = str(start["session_id"])
-        env = dict(start.get("env") or os.environ)
+        # The session's environment as the client gave it: an empty one stays empty (never this
+        # process's own, which carries what the client added to start the supervisor).
+        given = start.get("env")
+        env = dict(given) if isinstance(given, dict) else dict(os.environ)
         # Resolved and validated by the client from its layers (defaults, user, project, overrides).
         loaded = ResolvedConfig(start["config"])
         skills = discover(workspace, env, loaded.config.skills.max_skills)

@@ -200,3 +200,21 @@ def test_the_users_explicit_settings_win(open_session, tmp_path):
     editor, askpass, mode, visual, path = r.value["output"].split("|")[:5]
     assert (editor, askpass, mode, visual) == ("true", "/opt/my-askpass", "batch", "false")
     assert path == f"PATH={os.environ['PATH']}\n"  # the empty and "." entries are gone
+
+
+def test_an_empty_environment_stays_empty(workspace, tmp_path):
+    """``env={}`` is the session's environment: commands see only the [environment] table's settings,
+    nothing of the supervisor's own (which carries the PYTHONPATH Peon adds to start it)."""
+    import peon
+    from conftest import ALLOW_ALL
+
+    session = peon.Session(workspace, ALLOW_ALL, env={}, state_dir=tmp_path / "state")
+    try:
+        r = session.call("bash", {"command": "tr '\\0' '\\n' < /proc/$$/environ"})
+        assert r.ok, r.error
+        names = {line.split("=", 1)[0] for line in r.value["output"].splitlines() if "=" in line}
+        table = set(load_config(env={}).config.environment)
+        assert "PYTHONPATH" not in names, r.value["output"]
+        assert names - table <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD"}, r.value["output"]
+    finally:
+        session.close()
