@@ -25,12 +25,12 @@ import threading
 import time
 import unicodedata
 from typing import Any, TextIO
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from .tool import ToolRisk
+from .tool import RISK_NAMES
 from .shorten import shorten_counted
 
-RISKS = tuple(risk.value for risk in ToolRisk)
+RISKS = RISK_NAMES
 
 
 class Unattended:
@@ -86,13 +86,12 @@ def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return shorten_counted(text, limit, " …", "more characters not shown")
 
 
-def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
-    only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
+def request_facts(request: Mapping[str, Any]) -> list[str]:
+    """What every approver shows of ``request`` (the terminal and an MCP client's form alike), one line
+    each: tool, risk and why, the action, whether it runs sandboxed, every detail (a command's segments
+    one by one) and the exact input — made visible and bounded."""
     tool, risk = str(request.get("tool")), str(request.get("risk"))
     lines = [
-        "",
-        "Peon asks for approval",
         f"  tool:    {visible(tool)}",
         f"  risk:    {visible(risk)} ({bounded(str(request.get('risk_reason', '')), 500)})",
         f"  action:  {bounded(str(request.get('summary', '')))}",
@@ -100,7 +99,7 @@ def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple
     if request.get("sandboxed"):
         lines.append("  sandbox: the call runs inside the OS sandbox")
     details = request.get("details") or {}
-    if isinstance(details, dict) and details:
+    if isinstance(details, Mapping) and details:
         lines.append("  details:")
         for key, value in details.items():
             if key == "segments" and isinstance(value, list):
@@ -109,6 +108,14 @@ def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
     lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
+    return lines
+
+
+def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
+    only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
+    tool, risk = str(request.get("tool")), str(request.get("risk"))
+    lines = ["", "Peon asks for approval", *request_facts(request)]
     scopes = (request.get("scopes") or ["call"]) if offer_session else []
     answers = {"o": {"decision": "allow_once"}}
     lines.append("  [o] allow once")

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
+from peon.tool import RISK_NAMES
+
 if TYPE_CHECKING:
     from peon.session import Session
 
-RISKS = ("read_only", "filesystem", "process", "delegate")
 USAGE_ERROR = 2
 
 
@@ -527,8 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--workspace", "-w", default=".", metavar="DIR", help="the workspace directory (default: .)")
         sub.add_argument("--config", metavar="PATH", help="a TOML configuration file applied over the defaults")
         if allow:
-            sub.add_argument("--allow", action="append", choices=RISKS, metavar="RISK",
-                             help=f"allow calls of this risk without asking ({', '.join(RISKS)}); repeatable")
+            sub.add_argument("--allow", action="append", choices=RISK_NAMES, metavar="RISK",
+                             help=f"allow calls of this risk without asking ({', '.join(RISK_NAMES)}); repeatable")
 
     mcp = commands.add_parser("mcp", help="serve the tools over MCP on stdin/stdout")
     common(mcp, allow=True)

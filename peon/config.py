@@ -44,8 +44,8 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
 )
 
-from .policy import RISK_NAMES, STRICTNESS, check_command_prefix, check_path_prefix
-from .tool import ToolRisk
+from .policy import STRICTNESS, check_command_prefix, check_path_prefix
+from .tool import RISK_NAMES, ToolRisk
 
 from .environment import ENV_NAME
 from .errors import ConfigError

@@ -79,6 +79,12 @@ class PeonError(Exception):
         return f"{type(self).__name__}({self.code.value!r}, {self.message!r})"
 
 
+def error_reply(code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body of a failed call's answer, ``{"ok": false, "error": {code, message, details?}}``: the one
+    builder the supervisor and the pool use for the failures they make up."""
+    return {"ok": False, "error": PeonError(code, message, details).to_dict()}
+
+
 class ToolError(PeonError):
     """Raised by a tool's executor (or by Peon on its behalf) to fail one call cleanly."""
 

@@ -37,7 +37,7 @@ from .paths import normalize_workspace_path
 from .rules import NO_FACTS, Questions, ShellFacts, command_blockers, questions, segment_blockers
 from .shell import Segment, ShellAnalysis, analyze
 from .shorten import shorten
-from .tool import ToolRisk
+from .tool import RISK_NAMES, ToolRisk
 
 # -- vocabulary ------------------------------------------------------------------------------------
 
@@ -46,7 +46,6 @@ POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
 STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
 SCOPES = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
 ANSWERS = ("allow_once", "allow_session", "deny")
-RISK_NAMES = tuple(risk.value for risk in ToolRisk)
 SANDBOXED_PROCESS = "process_sandboxed"  # the per-risk setting for process calls that run in the OS sandbox
 MAX_REASON_CHARS = 500
 

@@ -37,7 +37,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ErrorCode, SessionError, ToolError
-from .result import ToolResult
+from .mcp.elicitation import APPROVAL_META_KEY
+from .mcp.tools import ERROR_META_KEY, RISK_META_KEY
+from .result import PendingResult, ToolResult
+from .tool import RISK_NAMES
 from .serve.idempotency import IDEMPOTENCY_KEY
 from .validation import check_depth
 
@@ -45,12 +48,8 @@ Approver = Callable[[dict[str, Any]], Any]
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 PROTOCOLS = {"auto": "auto", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
-APPROVAL_META_KEY = "peon/approval"
-ERROR_META_KEY = "peon/error"
-RISK_META_KEY = "peon/risk"
 CONNECTION_CLOSED = -32000
 _OUTPUT_BYTES = re.compile(r"(\d+) bytes of output")
-_RISKS = ("read_only", "filesystem", "process", "delegate")
 
 
 class _TransportFailure(Exception):
@@ -74,7 +73,7 @@ def tool_from_mcp(tool: Any) -> dict[str, Any]:
     """An MCP tool descriptor as :meth:`peon.Session.tools` describes a tool."""
     meta = tool.meta or {}
     risk = meta.get(RISK_META_KEY)
-    if risk not in _RISKS:
+    if risk not in RISK_NAMES:
         hints = tool.annotations
         if hints is not None and hints.read_only_hint:
             risk = "read_only"
@@ -403,17 +402,12 @@ def _describe(exc: BaseException | None) -> str:
     return f"{type(leaf).__name__}: {text}" if text != type(leaf).__name__ else text
 
 
-class RemoteCallHandle:
+class RemoteCallHandle(PendingResult):
     """A submitted remote call: wait for its result, or cancel it, from any thread."""
 
     def __init__(self, session: RemoteSession, call_id: str, tool: str):
+        super().__init__(call_id, tool)
         self.session = session
-        self.call_id = call_id
-        self.tool = tool
-        self._done = threading.Event()
-        self._result: ToolResult | None = None
-        self._callbacks: list[Callable[[ToolResult], None]] = []
-        self._lock = threading.Lock()
         self._task: asyncio.Task[ToolResult] | None = None
 
     def cancel(self) -> None:
@@ -421,32 +415,6 @@ class RemoteCallHandle:
         task = self._task
         if task is not None and not self._done.is_set():
             self.session._loop.call_soon_threadsafe(task.cancel)
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> ToolResult:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"call {self.call_id} ({self.tool}) has not finished after {timeout} s")
-        assert self._result is not None
-        return self._result
-
-    def add_done_callback(self, fn: Callable[[ToolResult], None]) -> None:
-        with self._lock:
-            if self._result is None:
-                self._callbacks.append(fn)
-                return
-        fn(self._result)
-
-    def _resolve(self, result: ToolResult) -> None:
-        with self._lock:
-            if self._result is not None:
-                return
-            self._result = result
-            callbacks, self._callbacks = self._callbacks, []
-        self._done.set()
-        for fn in callbacks:
-            fn(result)
 
 
 class RemoteSession:

@@ -47,7 +47,7 @@ from workers.reaper import signal_name
 from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
-from .result import ToolResult
+from .result import PendingResult, ToolResult
 from .validation import check_depth
 
 START_TIMEOUT_SECONDS = 60.0
@@ -82,50 +82,19 @@ def _import_path(tool: Any) -> str:
     raise TypeError(f"tools must be import paths ('package.module:ToolClass') or classes, got {tool!r}")
 
 
-class CallHandle:
+class CallHandle(PendingResult):
     """A submitted call: wait for its result, or cancel it, from any thread."""
 
     def __init__(self, session: Session, call_id: str, tool: str, on_progress: ProgressCallback | None):
+        super().__init__(call_id, tool)
         self.session = session
-        self.call_id = call_id
-        self.tool = tool
         self.on_progress = on_progress
-        self._done = threading.Event()
         self.size = 0  # encoded bytes, counted against limits.max_queued_bytes while unanswered
-        self._result: ToolResult | None = None
-        self._callbacks: list[Callable[[ToolResult], None]] = []
-        self._lock = threading.Lock()
 
     def cancel(self) -> None:
         """Ask the supervisor to cancel: a queued call never starts; a running one gets TERM → 2 s → KILL."""
         if not self._done.is_set():
             self.session._send_quietly({"op": "cancel", "id": self.call_id})
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> ToolResult:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"call {self.call_id} ({self.tool}) has not finished after {timeout} s")
-        assert self._result is not None
-        return self._result
-
-    def add_done_callback(self, fn: Callable[[ToolResult], None]) -> None:
-        with self._lock:
-            if self._result is None:
-                self._callbacks.append(fn)
-                return
-        fn(self._result)
-
-    def _resolve(self, result: ToolResult) -> None:
-        with self._lock:
-            if self._result is not None:
-                return
-            self._result = result
-            callbacks, self._callbacks = self._callbacks, []
-        self._done.set()
-        for fn in callbacks:
-            fn(result)
 
 
 class Session:

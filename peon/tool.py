@@ -37,6 +37,9 @@ class ToolRisk(str, Enum):
     DELEGATE = "delegate"
 
 
+RISK_NAMES: tuple[str, ...] = tuple(risk.value for risk in ToolRisk)  # the risk names, least dangerous first
+
+
 @dataclass(frozen=True)
 class RiskAssessment:
     """The effective risk of one call and why it is that."""

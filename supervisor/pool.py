@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from peon.cancel import Deadline
-from peon.errors import ErrorCode, ToolError
+from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
 from peon.framing import encode_json
 from workers import proctree
 from workers.channel import ChannelError, FrameChannel
@@ -378,8 +378,3 @@ def _quiet(task: asyncio.Task[Any]) -> None:
     """Standby starts that fail are reported to the call that takes them; nothing to log here."""
     if not task.cancelled():
         task.exception()
-
-
-def _failure(code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A result the pool makes up because the worker could not report one (no ``op``: not from it)."""
-    return {"ok": False, "error": ToolError(code, message, details).to_dict()}

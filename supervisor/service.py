@@ -32,7 +32,7 @@ from setproctitle import setproctitle
 
 from peon.admission import admit
 from peon.cancel import Deadline
-from peon.errors import ErrorCode, PeonError, ToolError
+from peon.errors import ErrorCode, PeonError, ToolError, error_reply as _error
 from peon.policy import ApprovalRequest, Decision
 from workers import linux
 from workers.channel import Channel, ChannelError
@@ -321,10 +321,6 @@ def input_size(value: Any, limit: int = 1 << 40) -> int:
         else:
             total += 8
     return total
-
-
-def _error(code: ErrorCode, message: str, details: dict | None = None) -> dict:
-    return {"ok": False, "error": ToolError(code, message, details).to_dict()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -119,13 +119,6 @@ PROCESS_OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -245,8 +238,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 exceeded = limit_hit.result()
             elif cancel_wait.done():
                 cancelled = True
-                _killpg(pid, signal.SIGTERM)
-                _killpg(pid, signal.SIGCONT)
+                proctree.signal_group(pid, signal.SIGTERM)
+                proctree.signal_group(pid, signal.SIGCONT)
                 grace_end = min(time.monotonic() + CANCEL_GRACE_SECONDS, ctx.deadline.at)
                 while _group_alive(pid) and time.monotonic() < grace_end:
                     await asyncio.sleep(0.01)
@@ -254,7 +247,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 timed_out = ctx.deadline.expired and _group_alive(pid)
             else:
                 timed_out = True
-            _killpg(pid, signal.SIGKILL)
+            proctree.signal_group(pid, signal.SIGKILL)
         # The leader is gone or dying: nothing else this call started may outlive it.
         if exceeded is None and limit_hit.done():
             exceeded = limit_hit.result()

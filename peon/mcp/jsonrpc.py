@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from peon.approvers import bounded
+from peon.utf8 import lone_surrogate as lone_surrogate  # re-exported: part of the protocol surface
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -73,15 +74,6 @@ def result_response(id: Any, result: dict[str, Any]) -> dict[str, Any]:
 def valid_id(value: Any) -> TypeGuard[RequestId]:
     """A JSON-RPC id this server accepts: a string or an integer (never a boolean)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def lone_surrogate(text: str) -> str | None:
-    """Why ``text`` cannot be sent as UTF-8 (``"lone surrogate U+D800 at index 3"``), or ``None`` when it can."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}"
-    return None
 
 
 def shown(value: Any, limit: int = 120) -> str:

@@ -41,6 +41,7 @@ from typing import Any
 
 from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
+from peon.mcp.elicitation import APPROVAL_KEY
 from peon.result import ToolResult
 
 from . import protocol as p
@@ -53,7 +54,6 @@ PRESTART_READ_LIMIT = (1 << 20) - READ_CHUNK
 SESSION_METHODS = frozenset({"tools/list", "tools/call"})  # what waits for the session to be up
 MAX_HELD, MAX_HELD_BYTES = 1024, 64 << 20  # what may wait for it
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
-APPROVAL_KEY = "approval"
 
 
 def log(message: str) -> None:
@@ -362,11 +362,8 @@ class StdioServer:
         self._calls_by_request[ev.id] = call
         approval = call.approval
         if approval is not None:
-            response = (ev.input_responses or {}).get(APPROVAL_KEY)
-            if response is None:
-                approval.resolve({"decision": "deny", "reason": "the retry carried no answer to the approval request"})
-            else:
-                approval.resolve(p.decision_from_elicitation(response, None, approval.request.get("scopes") or ()))
+            approval.resolve(p.decision_from_retry(ev.input_responses, APPROVAL_KEY,
+                                                   approval.request.get("scopes") or ()))
 
     def _expire_retries(self) -> None:
         now = time.monotonic()

@@ -52,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from peon.environment import command_environment, search_path, split_search_path
 from peon.errors import ErrorCode, ToolError
 from peon.shorten import shorten
+from peon.utf8 import lone_surrogate
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
@@ -128,8 +129,7 @@ def check_prompt_bytes(tool: str, prompt: str) -> None:
     except UnicodeEncodeError as exc:
         raise ToolError(
             ErrorCode.INVALID_INPUT,
-            f"the prompt for {tool} is not valid UTF-8: lone surrogate U+{ord(prompt[exc.start]):04X} at index "
-            f"{exc.start}", {"rule": "utf8", "index": exc.start},
+            f"the prompt for {tool} is not valid UTF-8: {lone_surrogate(prompt)}", {"rule": "utf8", "index": exc.start},
         ) from None
     if size > MAX_PROMPT_BYTES:
         raise ToolError(
