@@ -151,7 +151,7 @@ class _Connection:
         self.dead = asyncio.Event()
         self.stop = asyncio.Event()
         self.error: BaseException | None = None
-        self.task = asyncio.ensure_future(self._run())
+        self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         httpx2, Client, streamable_http_client, _, _, Implementation = _sdk()
@@ -181,7 +181,8 @@ class _Connection:
     async def close(self) -> None:
         self.stop.set()
         with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(self.task), 10)
+            async with asyncio.timeout(10):
+                await asyncio.shield(self.task)
         if not self.task.done():
             self.task.cancel()
 
@@ -332,15 +333,16 @@ class AsyncRemoteSession:
             if on_progress is not None:
                 on_progress(progress_update(value, message))
 
-        request = asyncio.ensure_future(connection.client.call_tool(
+        request = asyncio.create_task(connection.client.call_tool(
             name, args, progress_callback=progress, meta={IDEMPOTENCY_KEY: key}))
-        broken = asyncio.ensure_future(connection.dead.wait())
+        broken = asyncio.create_task(connection.dead.wait())
         try:
             await asyncio.wait({request, broken}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             request.cancel()  # the SDK tells the server (closed stream / notifications/cancelled)
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(request, 5)
+                async with asyncio.timeout(5):
+                    await request
             raise
         finally:
             broken.cancel()

@@ -56,11 +56,11 @@ class ApprovalGate:
         request_id = uuid.uuid4().hex
         answered = asyncio.get_running_loop().create_future()
         self._pending[request_id] = answered
-        waiter = asyncio.ensure_future(cancelled.wait())
+        waiter = asyncio.create_task(cancelled.wait())
         try:
             try:
                 await send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
-                                 "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds})
+                            "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds})
             except OSError as exc:
                 return Decision(False, "no-approver", f"{rule}, and the approver cannot be reached ({exc})")
             await asyncio.wait({answered, waiter}, timeout=self.timeout_seconds, return_when=asyncio.FIRST_COMPLETED)

@@ -28,7 +28,7 @@ import os
 import sys
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from peon.cancel import Deadline
@@ -298,8 +298,8 @@ class WorkerPool:
 
     # -- clean-up ---------------------------------------------------------------------------------
 
-    def _spawn_background(self, coroutine: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coroutine)
+    def _spawn_background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -413,8 +413,8 @@ class CallRouter:
         call_id = str(request.get("call_id"))
         async with self._registered:
             with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
-                await asyncio.wait_for(self._registered.wait_for(lambda: call_id in self.calls or self.closing),
-                                       REGISTRATION_WAIT_SECONDS)
+                async with asyncio.timeout(REGISTRATION_WAIT_SECONDS):
+                    await self._registered.wait_for(lambda: call_id in self.calls or self.closing)
         call = self.calls.get(call_id)
         if call is None or call.cancelled or self.closing or call.stream is None:
             return {"decision": "deny", "reason": "the call is no longer pending"}
@@ -435,7 +435,8 @@ class CallRouter:
                                 "params": elicitation}, droppable=False)
         asked_at = time.monotonic()
         try:
-            answer = await asyncio.wait_for(asyncio.shield(approval.answered), self.approval_wait)
+            async with asyncio.timeout(self.approval_wait):
+                answer = await asyncio.shield(approval.answered)
         except TimeoutError:
             answer = {"decision": "deny", "reason": f"no answer within {self.approval_wait:g} s"}
         finally:
