@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 from peon.errors import ConfigError, ToolError
 from peon.tools.agent import (
     MAX_PROMPT_BYTES, at_mentions, bound_prompt, check_prompt_bytes, exec_bytes, resolve_executable, split_search_path,

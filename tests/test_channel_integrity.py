@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 import peon.session
-from conftest import living, wait_for
+from helpers import living, wait_for
 from workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"

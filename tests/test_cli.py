@@ -14,7 +14,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 from peon.cli import render_result
 
 PEON = [sys.executable, "-m", "peon.cli"]

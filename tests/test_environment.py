@@ -206,7 +206,7 @@ def test_an_empty_environment_stays_empty(workspace, tmp_path):
     """``env={}`` is the session's environment: commands see only the [environment] table's settings,
     nothing of the supervisor's own (which carries the PYTHONPATH Peon adds to start it)."""
     import peon
-    from conftest import ALLOW_ALL
+    from helpers import ALLOW_ALL
 
     session = peon.Session(workspace, ALLOW_ALL, env={}, state_dir=tmp_path / "state")
     try:

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import peon
-from conftest import wait_for
+from helpers import wait_for
 from peon.tool import ToolRisk
 from peon.policy import ApprovalRequest
 from supervisor.grants import GrantStore

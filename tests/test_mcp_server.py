@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 
 MODES = ["legacy", "auto"]
 ERA = {"legacy": "2025-11-25", "auto": "2026-07-28"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import peon.session
-from conftest import CGROUP_SUPPORT, living, wait_for
+from helpers import CGROUP_SUPPORT, living, wait_for
 from workers import proctree
 
 PPID = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "  # the parent of a pid (titles have spaces)

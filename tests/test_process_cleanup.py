@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 from workers import proctree
 
 

@@ -16,7 +16,7 @@ from peon.errors import ToolError
 from peon.paths import parse_file_path
 from peon.tools.read import CONTEXT_BYTES, decode_range, select_range
 from workers import fs
-from conftest import expect_error, expect_ok
+from helpers import expect_error, expect_ok
 
 TEXT = "aé€😀z".encode()  # a@0, é@1-2, €@3-5, 😀@6-9, z@10; 11 bytes
 BOUNDARIES = [0, 1, 3, 6, 10, 11]

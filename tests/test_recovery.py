@@ -8,7 +8,7 @@ import statistics
 import threading
 import time
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 
 
 def test_restart_after_supervisor_death(open_session, workspace, leftovers):

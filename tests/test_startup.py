@@ -14,7 +14,7 @@ import pytest
 
 import peon
 import peon.session
-from conftest import CGROUP_SUPPORT, wait_for
+from helpers import CGROUP_SUPPORT, wait_for
 from peon.errors import SessionError
 from workers import cgroup
 

@@ -8,7 +8,7 @@ import stat
 
 
 from peon.paths import TEMP_PREFIX
-from conftest import expect_error, expect_ok
+from helpers import expect_error, expect_ok
 
 
 
