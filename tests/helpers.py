@@ -51,6 +51,17 @@ def living(pids) -> list[int]:
     return [p for p in pids if not is_zombie(p)]
 
 
+def running_command(pids, argv: list[str]) -> int | None:
+    """The first of ``pids`` alive and running exactly ``argv`` (as ``/proc/PID/cmdline`` says)."""
+    for pid in living(pids):
+        try:
+            if psutil.Process(pid).cmdline() == argv:
+                return pid
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return None
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):
     """``predicate()``'s first true value, polled until ``timeout`` (a hang guard, not a speed claim);
     its last value when time runs out, so the caller's assert shows what was seen."""

@@ -474,7 +474,8 @@ def test_nothing_survives_a_cancel(agent_session, agents, mode):
     if mode == "ignore-term":  # TERM is ignored: KILL after the runner's grace period
         assert r.value["signal"] == "SIGKILL" and waited >= 1.9
     else:
-        assert r.value["signal"] == "SIGTERM" and waited < 1.9
+        assert r.value["signal"] == "SIGTERM"  # TERM ended it: no KILL grace was waited
+        assert waited < 20, "a hang guard, not a speed claim"
     record = agents.records()[-1]
     assert living([record["pid"], record["child_pid"]]) == []
 

@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import threading
-import time
 
 import pytest
 
+from helpers import running_command, wait_for
 from peon.tool import ToolRisk
 from peon.policy import ApprovalRequest, Decision
 from supervisor.audit import AuditLog, audit_entry
@@ -34,7 +34,7 @@ def env(tmp_path):
     return {"XDG_CONFIG_HOME": str(tmp_path / "no-user-config")}
 
 
-def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
+def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path, leftovers):
     release = threading.Event()
 
     def approver(request):
@@ -71,7 +71,7 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
         queued.cancel()
         assert queued.result(10).error.code == "cancelled"
         ids["queued-cancel"] = queued.call_id
-        time.sleep(0.3)
+        assert wait_for(lambda: running_command(leftovers.alive(), ["sleep", "30"])), "the call did not start"
         running.cancel()
         assert running.result(10).value["cancelled"]
         ids["running-cancel"] = running.call_id
@@ -123,14 +123,14 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
     assert entries[ids["timed-out"]]["duration_ms"] >= 200
 
 
-def test_no_approver_and_session_close_are_recorded(open_session, env, tmp_path):
+def test_no_approver_and_session_close_are_recorded(open_session, env, tmp_path, leftovers):
     state = tmp_path / "closing"
     session = open_session({"approval": {**DEFAULT_APPROVAL, "rules": [
         {"tool": "bash", "command_prefix": "sleep", "decision": "allow"}]}}, env=env, state_dir=state)
     denied = session.call("bash", {"command": "echo hi"})
     running = session.submit("bash", {"command": "sleep 30"})
     waiting = session.submit("bash", {"command": "sleep 1"})
-    time.sleep(0.3)
+    assert wait_for(lambda: running_command(leftovers.alive(), ["sleep", "30"])), "the call did not start"
     session.close()
     assert waiting.result(10).error.code == "session_closed"
     entries = {e["call_id"]: e for e in read_log(state)}

@@ -40,8 +40,9 @@ FD_REPORT = textwrap.dedent("""\
             open_fds[name] = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             open_fds[name] = "?"
-    with open(sys.argv[1], "w") as out:
+    with open(sys.argv[1] + ".part", "w") as out:
         json.dump(open_fds, out)
+    os.replace(sys.argv[1] + ".part", sys.argv[1])  # complete once it exists
 """)
 
 
@@ -60,7 +61,7 @@ def test_a_command_inherits_only_stdio(session, workspace):
     (workspace / "fds.py").write_text(FD_REPORT)
     py = sys.executable
     command = (f"{py} fds.py direct.json; setsid {py} fds.py setsid.json; "
-               f"( ( {py} fds.py double.json & ) & ); {py} -c 'import time; time.sleep(0.3)'")
+               f"( ( {py} fds.py double.json & ) & ); until [ -s double.json ]; do sleep 0.01; done")
     r = session.call("bash", {"command": command})
     assert r.ok and r.value["exit_code"] == 0, r
     for name in ("direct.json", "setsid.json", "double.json"):
