@@ -44,7 +44,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
 )
 
-from .policy import STRICTNESS, check_command_prefix, check_path_prefix
+from .policy import STRICTNESS, Action, check_command_prefix, check_path_prefix
 from .tool import RISK_NAMES, ToolRisk
 
 from .environment import ENV_NAME
@@ -88,7 +88,11 @@ class Limits(_Section):
         return value
 
 
-Policy = Literal["allow", "ask", "deny"]
+Policy = Action  # allow / ask / deny, as peon.policy decides them
+ContainmentMode = Literal["auto", "cgroup", "process-tree"]
+SandboxMode = Literal["off", "auto", "required"]
+SandboxKind = Literal["landlock", "bwrap"]
+LayerKind = Literal["defaults", "user", "project", "overrides"]
 # A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
 RiskName = Annotated[ToolRisk, Field(strict=False)]
 
@@ -183,7 +187,7 @@ Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment
 
 
 class Runtime(_Section):
-    containment: Literal["auto", "cgroup", "process-tree"]
+    containment: ContainmentMode
 
 
 def _sandbox_path(value: str) -> str:
@@ -197,8 +201,8 @@ def _sandbox_path(value: str) -> str:
 class Sandbox(_Section):
     """The OS sandbox for commands (see docs/security.md)."""
 
-    mode: Literal["off", "auto", "required"]
-    kind: Literal["landlock", "bwrap"]
+    mode: SandboxMode
+    kind: SandboxKind
     writable: tuple[str, ...]
     readable: tuple[str, ...]
     network: bool
@@ -246,7 +250,7 @@ class Layer:
 
     source: str  # a file path, "defaults" or "overrides"
     data: Mapping[str, Any]
-    kind: str = "overrides"  # "defaults", "user", "project" or "overrides"
+    kind: LayerKind = "overrides"
     keys: tuple[str, ...] = ()  # dotted keys, rules as "approval.rules[i]"
 
 

@@ -44,8 +44,11 @@ from .tool import RISK_NAMES, ToolRisk
 Action = Literal["allow", "ask", "deny"]
 POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
 STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
-SCOPES = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
-ANSWERS = ("allow_once", "allow_session", "deny")
+Scope = Literal["call", "tool", "risk"]
+AnswerName = Literal["allow_once", "allow_session", "deny"]
+DecidedBy = Literal["policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
+SCOPES: tuple[Scope, ...] = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
+ANSWERS: tuple[AnswerName, ...] = ("allow_once", "allow_session", "deny")
 SANDBOXED_PROCESS = "process_sandboxed"  # the per-risk setting for process calls that run in the OS sandbox
 MAX_REASON_CHARS = 500
 
@@ -72,10 +75,10 @@ class ApprovalRequest:
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    by: str  # "policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"
+    by: DecidedBy
     rule: str  # the rule that decided, in words a user can find in their configuration
-    answer: str | None = None  # the approver's answer, when an approver decided
-    scope: str | None = None  # the scope of an "allow for this session" answer
+    answer: AnswerName | None = None  # the approver's answer, when an approver decided
+    scope: Scope | None = None  # the scope of an "allow for this session" answer
 
 
 # -- matching inputs -------------------------------------------------------------------------------
@@ -379,8 +382,8 @@ def _input_fields(canonical_input: str) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class Answer:
-    decision: str  # one of ANSWERS
-    scope: str = "call"
+    decision: AnswerName
+    scope: Scope = "call"
     reason: str = ""
     approver_error: bool = False  # the approver failed (raised, returned nonsense) rather than chose
 
@@ -392,14 +395,14 @@ def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> 
     reason = shorten(reason, MAX_REASON_CHARS)
     failed = bool(message.get("approver_error"))
     decision = message.get("decision")
-    if decision not in ANSWERS:
+    if decision == "allow_once" or decision == "deny":
+        return Answer(decision, reason=reason, approver_error=failed)
+    if decision != "allow_session":
         return Answer("deny", reason=f"the approver's answer {decision!r} is not one of {', '.join(ANSWERS)}",
                       approver_error=True)
-    if decision != "allow_session":
-        return Answer(decision, reason=reason, approver_error=failed)
     scope = message.get("scope") or "call"
-    offered = tuple(scopes)
+    offered = [s for s in SCOPES if s in tuple(scopes)]
     if scope not in offered:
-        return Answer("deny", reason=f"the approver's scope {scope!r} is not one of {', '.join(offered)}",
+        return Answer("deny", reason=f"the approver's scope {scope!r} is not one of {', '.join(scopes)}",
                       approver_error=True)
-    return Answer(decision, scope=scope, reason=reason, approver_error=failed)
+    return Answer("allow_session", scope=offered[offered.index(scope)], reason=reason, approver_error=failed)

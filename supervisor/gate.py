@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 from collections.abc import Awaitable, Callable
 
-from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, Decision, Verdict, parse_answer
+from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, Verdict, parse_answer
 from peon.rules import NO_FACTS, ShellFacts
 from .grants import GrantStore
 
@@ -75,7 +75,7 @@ class ApprovalGate:
             self._pending.pop(request_id, None)
         said = f"; the approver said {answer.reason!r}" if answer.reason else ""
         if answer.decision == "deny":
-            by = "approver-error" if answer.approver_error else "approver"
+            by: DecidedBy = "approver-error" if answer.approver_error else "approver"
             return Decision(False, by, f"{rule}; the approver answered deny{said}", answer="deny")
         if answer.decision == "allow_session":
             grant = self.grants.add(request, answer.scope, answer.reason)
