@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -49,6 +50,14 @@ def is_zombie(pid: int) -> bool:
 
 def living(pids) -> list[int]:
     return [p for p in pids if not is_zombie(p)]
+
+
+def pids_in(path: Path) -> list[int]:
+    """The pids a command wrote to ``path`` (none while it does not exist or is half written)."""
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def running_command(pids, argv: list[str]) -> int | None:
@@ -115,3 +124,18 @@ def expect_error(session, tool: str, args, code: str):
     assert not result.ok, result.value
     assert result.error.code == code, result.error
     return result.error
+
+
+class Recorder:
+    """An approver that records requests and answers from a script, then ``otherwise``; a scripted
+    answer may be a function of the request."""
+
+    def __init__(self, *answers: Any, otherwise: Any = "allow_once") -> None:
+        self.answers = list(answers)
+        self.otherwise = otherwise
+        self.requests: list[dict] = []
+
+    def __call__(self, request: dict) -> Any:
+        self.requests.append(request)
+        answer = self.answers.pop(0) if self.answers else self.otherwise
+        return answer(request) if callable(answer) else answer

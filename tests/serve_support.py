@@ -203,13 +203,6 @@ class SseReader:
         self.conn.close()
 
 
-def pids_in(path: Path) -> list[int]:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

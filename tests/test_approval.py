@@ -8,23 +8,14 @@ import time
 
 import pytest
 
+from helpers import Recorder
+
 from peon.approvers import Unattended
 
 # The shipped per-risk table (the test fixture would otherwise allow everything).
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 
 
-class Recorder:
-    """An approver that records requests and answers from a script (default: allow once)."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.requests: list[dict] = []
-
-    def __call__(self, request: dict):
-        self.requests.append(request)
-        answer = self.answers.pop(0) if self.answers else "allow_once"
-        return answer(request) if callable(answer) else answer
 
 
 @pytest.fixture

@@ -12,20 +12,17 @@ from pathlib import Path
 
 import pytest
 
+import helpers
+
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-class Recorder:
-    """An approver that records requests and answers from a script (default: deny)."""
+class Recorder(helpers.Recorder):
+    """Records requests and answers from a script, then denies."""
 
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.requests: list[dict] = []
-
-    def __call__(self, request: dict):
-        self.requests.append(request)
-        return self.answers.pop(0) if self.answers else "deny"
+    def __init__(self, *answers: object) -> None:
+        super().__init__(*answers, otherwise="deny")
 
     def commands(self) -> list[str]:
         return [json.loads(r["canonical_input"])["command"] for r in self.requests]

@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
-from helpers import living, wait_for
+from helpers import living, pids_in, wait_for
 
 MODES = ["legacy", "auto"]
 ERA = {"legacy": "2025-11-25", "auto": "2026-07-28"}
@@ -66,13 +66,6 @@ def write_config(tmp_path: Path, text: str) -> str:
     path = tmp_path / "peon.toml"
     path.write_text(text)
     return str(path)
-
-
-def pids_in(path: Path) -> list[int]:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def alive(pid: int) -> bool:
