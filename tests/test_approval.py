@@ -93,8 +93,10 @@ def test_a_failing_approver_denies_and_the_session_goes_on(approving, behaviour)
 
 def test_an_approver_that_never_answers_is_denied_after_the_timeout(approving, tmp_path):
     release = threading.Event()
+    asking: list[threading.Thread] = []
 
     def stuck(request):
+        asking.append(threading.current_thread())  # the session's thread for this request, which sends the answer
         release.wait(30)
         return {"decision": "allow_session", "scope": "risk"}  # arrives far too late
 
@@ -110,7 +112,8 @@ def test_an_approver_that_never_answers_is_denied_after_the_timeout(approving, t
         assert session.call("bash", {"command": "echo next"}).ok  # the next call is asked and works
     finally:
         release.set()
-    time.sleep(0.3)  # the stale allow_session answer reaches the supervisor now...
+    asking[0].join(10)  # it has sent the stale allow_session answer: the supervisor reads it before the next call...
+    assert not asking[0].is_alive()
     r = session.call("bash", {"command": "echo again"})
     assert r.error.details["by"] == "approver"  # ...and granted nothing: this one was asked and denied
     assert len(approver.requests) == 3
