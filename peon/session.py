@@ -48,6 +48,7 @@ from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from .result import PendingResult, ToolResult
+from .session_messages import CallMessage, ClientMessage, StartMessage
 from .validation import check_depth
 
 START_TIMEOUT_SECONDS = 60.0
@@ -167,14 +168,15 @@ class Session:
         self._sock = ours
         self._reader = threading.Thread(target=self._read_loop, name=f"peon-session-{self.session_id[:8]}", daemon=True)
         self._reader.start()
-        self._send({
+        start: StartMessage = {
             "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
             "state_dir": str(self.state_dir), "config": self.config.to_wire(), "tools": self._tools, "env": self._env,
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
             "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
             "runtime_dir": self._runtime_dir,
-        })
+        }
+        self._send(start)
         if not self._ready.wait(START_TIMEOUT_SECONDS):
             self._gave_up = f"did not start within {START_TIMEOUT_SECONDS:g} s and was killed with everything below it"
             self._kill_supervisor()
@@ -263,7 +265,8 @@ class Session:
     def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> CallHandle:
         call_id = uuid.uuid4().hex[:12]
         handle = CallHandle(self, call_id, name, on_progress)
-        message = {"op": "call", "id": call_id, "tool": name, "args": args, "progress": on_progress is not None}
+        message: CallMessage = {"op": "call", "id": call_id, "tool": name, "args": args,
+                                "progress": on_progress is not None}
         try:
             check_depth(name, args)
         except ToolError as exc:
@@ -323,14 +326,14 @@ class Session:
 
     # -- the channel --------------------------------------------------------------------------------
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: ClientMessage) -> None:
         self._send_bytes(encode(message))
 
     def _send_bytes(self, data: bytes) -> None:
         with self._send_lock:
             self._sock.sendall(data)
 
-    def _send_quietly(self, message: dict[str, Any]) -> None:
+    def _send_quietly(self, message: ClientMessage) -> None:
         try:
             self._send(message)
         except OSError:
