@@ -91,7 +91,8 @@ def main() -> None:
         gather_us = per_call(lambda: gather(questions, workspace, {"PATH": "/usr/bin:/bin"}), 2000)
         store = GrantStore(Path(tmp))
         for i in range(1000):
-            store.add(ApprovalRequest(f"g{i}", "bash", ToolRisk.PROCESS, "r", "s", canonical_input=f'{{"command":"x{i}"}}'),
+            store.add(ApprovalRequest(f"g{i}", "bash", ToolRisk.PROCESS, "r", "s",
+                                      canonical_input=f'{{"command":"x{i}"}}'),
                       "call")
         lookup = per_call(lambda: store.find(request), 2000)
         entry = decision_entry(session_id="s", call_id="c1", tool="bash", args={"command": TYPICAL}, request=request,
@@ -102,14 +103,18 @@ def main() -> None:
         with_fsync = per_call(lambda: synced.commit(entry), 300)
     print(f"baseline: encode the approval request          {baseline:9.1f} µs")
     print(f"load the bash grammar (once per supervisor)     {grammar_ms * 1000:9.1f} µs")
-    print(f"analyse a typical command ({len(TYPICAL)} chars)        {parse_typical:9.1f} µs  ({parse_typical / baseline:.1f}x baseline)")
-    print(f"analyse a long command ({len(LONG)} chars, 150 parts) {parse_long:9.1f} µs  ({parse_long / baseline:.1f}x baseline)")
-    print(f"policy.evaluate, typical, 21 rules (uncached)   {evaluate_typical:9.1f} µs  ({evaluate_typical / baseline:.1f}x baseline)")
-    print(f"policy.evaluate, long, 21 rules (uncached)      {evaluate_long:9.1f} µs  ({evaluate_long / baseline:.1f}x baseline)")
-    print(f"gather facts: git config + a redirection target {gather_us:9.1f} µs  ({gather_us / baseline:.1f}x baseline)")
-    print(f"grant lookup among 1000 grants                  {lookup:9.1f} µs  ({lookup / baseline:.1f}x baseline)")
-    print(f"audit decision line: write(2)                   {write_only:9.1f} µs  ({write_only / baseline:.1f}x baseline)")
-    print(f"audit decision line: write(2) + fdatasync       {with_fsync:9.1f} µs  ({with_fsync / baseline:.1f}x baseline)")
+
+    def row(label: str, micros: float) -> None:
+        print(f"{label:<48}{micros:9.1f} µs  ({micros / baseline:.1f}x baseline)")
+
+    row(f"analyse a typical command ({len(TYPICAL)} chars)", parse_typical)
+    row(f"analyse a long command ({len(LONG)} chars, 150 parts)", parse_long)
+    row("policy.evaluate, typical, 21 rules (uncached)", evaluate_typical)
+    row("policy.evaluate, long, 21 rules (uncached)", evaluate_long)
+    row("gather facts: git config + a redirection target", gather_us)
+    row("grant lookup among 1000 grants", lookup)
+    row("audit decision line: write(2)", write_only)
+    row("audit decision line: write(2) + fdatasync", with_fsync)
 
 
 if __name__ == "__main__":

@@ -225,7 +225,8 @@ async def one_round(ours: Server, peers: list[Server], workspace: Path, env: dic
         for what in ("read", "bash"):
             tool, arguments = getattr(ours, what)
 
-            async def share(client: Client, what: str = what, tool: str = tool, arguments: dict[str, Any] = arguments) -> None:
+            async def share(client: Client, what: str = what, tool: str = tool,
+                            arguments: dict[str, Any] = arguments) -> None:
                 mcp, direct = await interleaved(client, session, tool, arguments, args.calls)
                 figures.add(ours.name, f"{what}_interleaved", statistics.median(mcp))
                 figures.add("Session.call", f"{what}_interleaved", statistics.median(direct))
@@ -308,7 +309,8 @@ def report(figures: Figures, ours: Server, peers: list[Server], rounds: int) -> 
     line("tools/call answered by the supervisor", "supervisor_only", ms)
     line("server CPU per read call", "read_cpu", ms)
     for what in ("read", "bash"):
-        total, core = figures.median(ours.name, f"{what}_interleaved"), figures.median("Session.call", f"{what}_interleaved")
+        total = figures.median(ours.name, f"{what}_interleaved")
+        core = figures.median("Session.call", f"{what}_interleaved")
         if total is not None and core is not None:
             print(f"  peon mcp's own share of {what}: {ms(total - core)} of {ms(total)} through MCP; Session.call "
                   f"{ms(core)} (interleaved in blocks of 10; the share includes the SDK client and the pipe)")

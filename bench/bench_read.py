@@ -36,11 +36,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import peon  # noqa: E402
-from peon.paths import parse_file_path  # noqa: E402
-from peon.tool import Tool, ToolRisk  # noqa: E402
-from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file  # noqa: E402
-from workers import fs  # noqa: E402
+import peon
+from peon.paths import parse_file_path
+from peon.tool import Tool, ToolRisk
+from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file
+from workers import fs
 
 CONFIG = {"approval": {"read_only": "allow", "filesystem": "allow"}}
 SMALL = 4096

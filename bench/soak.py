@@ -72,7 +72,8 @@ def workload(session: peon.Session, i: int) -> str:
         assert r.ok and r.value["output"] == f"{i}\n", r
         return "bash"
     if kind == 10:
-        r = session.call("bash", {"command": "sleep 1000 & setsid sleep 1000 & nohup sleep 1000 >/dev/null 2>&1 & echo ok"})
+        r = session.call("bash",
+                         {"command": "sleep 1000 & setsid sleep 1000 & nohup sleep 1000 >/dev/null 2>&1 & echo ok"})
         assert r.ok and r.value["exit_code"] == 0, r
         return "runaway"
     if kind == 11:
@@ -82,14 +83,14 @@ def workload(session: peon.Session, i: int) -> str:
     if kind == 12:
         r = session.call("bash", {"command": "sleep 10", "timeout_seconds": 0.05})
         # On a machine busy enough to hold the worker back past deadline + 1 s, the tool is abandoned.
-        assert r.ok and r.value["timed_out"] or r.error and r.error.code == "timeout", r
+        assert (r.ok and r.value["timed_out"]) or (r.error and r.error.code == "timeout"), r
         return "timeout"
     if kind == 13:
         handle = session.submit("bash", {"command": "sleep 10"})
         time.sleep(0.01)
         handle.cancel()
         r = handle.result(timeout=30)
-        assert r.ok and r.value["cancelled"] or r.error and r.error.code == "cancelled", r
+        assert (r.ok and r.value["cancelled"]) or (r.error and r.error.code == "cancelled"), r
         return "cancel"
     if kind == 14:
         r = session.call("bash", {"command": "echo DENY"})

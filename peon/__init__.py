@@ -9,12 +9,42 @@ The public surface: :class:`Session` / :class:`AsyncSession` (embedding), :class
 :mod:`peon.approvers`.
 
 Names are imported on first use, so a process that only needs the tool contract (a worker) does not
-load the embedding API and its configuration machinery.
+load the embedding API and its configuration machinery. Type checkers and IDEs read the same names from
+the ``TYPE_CHECKING`` imports below, so every public name has its real type (the package ships
+``py.typed``).
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from ._packages import ensure_own_packages
+
+if TYPE_CHECKING:
+    from . import approvers as approvers
+    from .aio import AsyncSession as AsyncSession
+    from .cancel import CancelToken as CancelToken, Deadline as Deadline
+    from .errors import (
+        ConfigError as ConfigError,
+        ErrorCode as ErrorCode,
+        PeonError as PeonError,
+        RegistrationError as RegistrationError,
+        SessionError as SessionError,
+        ToolError as ToolError,
+    )
+    from .remote import (
+        AsyncRemoteSession as AsyncRemoteSession,
+        RemoteCallHandle as RemoteCallHandle,
+        RemoteSession as RemoteSession,
+    )
+    from .result import ErrorInfo as ErrorInfo, ToolResult as ToolResult
+    from .session import CallHandle as CallHandle, Session as Session
+    from .tool import (
+        RiskAssessment as RiskAssessment,
+        SessionView as SessionView,
+        Tool as Tool,
+        ToolContext as ToolContext,
+        ToolRisk as ToolRisk,
+    )
 
 ensure_own_packages()
 
@@ -28,11 +58,16 @@ _EXPORTS = {
     "RiskAssessment": "tool", "SessionView": "tool", "Tool": "tool", "ToolContext": "tool", "ToolRisk": "tool",
 }
 
-__all__ = ["approvers", *_EXPORTS]
+__all__ = [
+    "AsyncRemoteSession", "AsyncSession", "CallHandle", "CancelToken", "ConfigError", "Deadline", "ErrorCode",
+    "ErrorInfo", "PeonError", "RegistrationError", "RemoteCallHandle", "RemoteSession", "RiskAssessment",
+    "Session", "SessionError", "SessionView", "Tool", "ToolContext", "ToolError", "ToolResult", "ToolRisk",
+    "approvers",
+]
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "approvers":
         return import_module(".approvers", __name__)
     if name in _EXPORTS:

@@ -15,22 +15,40 @@ Installing Peon in a virtual environment of its own avoids both.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def ensure_own_packages() -> None:
+    """Check both packages by their marker line (``PEON_PACKAGE = "<name>"``) without importing them:
+    a process that only needs the contract (a worker, the forkserver) never runs supervisor code."""
     for name in ("supervisor", "workers"):
         try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError) as exc:
             raise ImportError(f"Peon's package {name!r} cannot be imported ({exc}); reinstall Peon: "
                               f"{reinstall_command()}") from exc
-        if getattr(module, "PEON_PACKAGE", None) != name:
-            raise ImportError(shadow_advice(name, module))
+        if spec is None:
+            raise ImportError(f"Peon's package {name!r} cannot be imported (No module named {name!r}); "
+                              f"reinstall Peon: {reinstall_command()}")
+        if not _has_marker(spec.origin, name):
+            found = SimpleNamespace(__path__=list(spec.submodule_search_locations or []), __file__=spec.origin)
+            raise ImportError(shadow_advice(name, found))
+
+
+def _has_marker(origin: str | None, name: str) -> bool:
+    if not origin or not origin.endswith("__init__.py"):
+        return False
+    try:
+        text = Path(origin).read_bytes()
+    except OSError:
+        return False
+    return re.search(rb'^PEON_PACKAGE = "' + re.escape(name.encode()) + rb'"$', text, re.MULTILINE) is not None
 
 
 def shadow_advice(name: str, module: object) -> str:

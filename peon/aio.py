@@ -9,10 +9,10 @@ alive.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any
 
 from .result import ToolResult
-from .session import Session
+from .session import ProgressCallback, Session
 
 
 class AsyncSession:
@@ -21,11 +21,11 @@ class AsyncSession:
         self._options = options
         self.session: Session | None = None
 
-    async def start(self) -> "AsyncSession":
+    async def start(self) -> AsyncSession:
         self.session = await asyncio.to_thread(Session, *self._args, **self._options)
         return self
 
-    async def __aenter__(self) -> "AsyncSession":
+    async def __aenter__(self) -> AsyncSession:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -35,21 +35,29 @@ class AsyncSession:
         if self.session is not None:
             await asyncio.to_thread(self.session.close)
 
-    def tools(self) -> list[dict]:
+    def tools(self) -> list[dict[str, Any]]:
         assert self.session is not None, "start the session first"
         return self.session.tools()
 
-    async def call(self, name: str, args: Any, *, on_progress: Callable[[dict], None] | None = None) -> ToolResult:
+    async def call(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> ToolResult:
         assert self.session is not None, "start the session first"
         loop = asyncio.get_running_loop()
-        progress = None
+        progress: ProgressCallback | None = None
         if on_progress is not None:
-            progress = lambda update: loop.call_soon_threadsafe(on_progress, update)  # noqa: E731
+            callback = on_progress
+
+            def progress(update: dict[str, Any]) -> None:
+                loop.call_soon_threadsafe(callback, update)
+
         handle = self.session.submit(name, args, on_progress=progress)
         done: asyncio.Future[ToolResult] = loop.create_future()
 
+        def settle(result: ToolResult) -> None:
+            if not done.done():
+                done.set_result(result)
+
         def resolve(result: ToolResult) -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+            loop.call_soon_threadsafe(settle, result)
 
         handle.add_done_callback(resolve)
         try:

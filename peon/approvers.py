@@ -24,12 +24,13 @@ import select
 import threading
 import time
 import unicodedata
-from typing import TextIO
-from collections.abc import Callable, Iterable
+from typing import Any, TextIO
+from collections.abc import Callable, Iterable, Mapping
 
-from .tool import ToolRisk
+from .tool import RISK_NAMES
+from .shorten import shorten_counted
 
-RISKS = tuple(risk.value for risk in ToolRisk)
+RISKS = RISK_NAMES
 
 
 class Unattended:
@@ -46,7 +47,7 @@ class Unattended:
             raise ValueError(f"unknown risk {unknown[0]!r}; risks are {', '.join(RISKS)}")
         self.tools = frozenset(tools)
 
-    def __call__(self, request: dict) -> dict:
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("risk") in self.allow:
             return {"decision": "allow_once", "reason": f"unattended run allows {request.get('risk')} risk"}
         if request.get("tool") in self.tools:
@@ -82,18 +83,15 @@ def visible(text: str) -> str:
 
 def bounded(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     text = visible(text)
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f" … [{len(text) - limit} more characters not shown]"
+    return shorten_counted(text, limit, " …", "more characters not shown")
 
 
-def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict[str, dict]]:
-    """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
-    only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
+def request_facts(request: Mapping[str, Any]) -> list[str]:
+    """What every approver shows of ``request`` (the terminal and an MCP client's form alike), one line
+    each: tool, risk and why, the action, whether it runs sandboxed, every detail (a command's segments
+    one by one) and the exact input — made visible and bounded."""
     tool, risk = str(request.get("tool")), str(request.get("risk"))
     lines = [
-        "",
-        "Peon asks for approval",
         f"  tool:    {visible(tool)}",
         f"  risk:    {visible(risk)} ({bounded(str(request.get('risk_reason', '')), 500)})",
         f"  action:  {bounded(str(request.get('summary', '')))}",
@@ -101,7 +99,7 @@ def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict
     if request.get("sandboxed"):
         lines.append("  sandbox: the call runs inside the OS sandbox")
     details = request.get("details") or {}
-    if isinstance(details, dict) and details:
+    if isinstance(details, Mapping) and details:
         lines.append("  details:")
         for key, value in details.items():
             if key == "segments" and isinstance(value, list):
@@ -110,6 +108,14 @@ def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
     lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
+    return lines
+
+
+def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The text shown for ``request`` and the answers offered (key → answer). Without ``offer_session``
+    only "allow once" and "deny" are offered (for a front end whose session ends with this call)."""
+    tool, risk = str(request.get("tool")), str(request.get("risk"))
+    lines = ["", "Peon asks for approval", *request_facts(request)]
     scopes = (request.get("scopes") or ["call"]) if offer_session else []
     answers = {"o": {"decision": "allow_once"}}
     lines.append("  [o] allow once")
@@ -129,7 +135,7 @@ def render_request(request: dict, offer_session: bool = True) -> tuple[str, dict
     return "\n".join(lines) + "\n", answers
 
 
-def render_segments(segments: list) -> list[str]:
+def render_segments(segments: list[Any]) -> list[str]:
     """One line per simple command a shell command runs (``details["segments"]`` of ``bash``), with the
     wrappers, assignments and redirections Peon removed before matching, and why it cannot be allowed
     by rules."""
@@ -169,33 +175,36 @@ class TerminalApprover:
         self.offer_session = offer_session
         self._lock = threading.Lock()  # one prompt at a time, also across sessions sharing this approver
 
-    def __call__(self, request: dict) -> dict:
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            if self.input is not None and self.output is not None:
-                return self._ask(request, lambda deadline: self.input.readline(), self.output)
+            given = self.input
+            if given is not None and self.output is not None:
+                return self._ask(request, lambda deadline: given.readline(), self.output)
             try:
                 fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
             except OSError as exc:
                 return {"decision": "deny", "reason": f"no terminal to ask on ({exc.strerror})"}
             try:
                 with open(fd, "w", encoding="utf-8", errors="replace", closefd=False) as tty_out:
-                    read_line = (lambda deadline: self.input.readline()) if self.input is not None else _line_reader(fd)
+                    read_line = (lambda deadline: given.readline()) if given is not None else _line_reader(fd)
                     return self._ask(request, read_line, self.output or tty_out)
             finally:
                 os.close(fd)
 
-    def _ask(self, request: dict, read_line: Callable[[float | None], str | None], output: TextIO) -> dict:
+    def _ask(self, request: dict[str, Any], read_line: Callable[[float | None], str | None],
+             output: TextIO) -> dict[str, Any]:
         text, answers = render_request(request, self.offer_session)
         output.write(text)
         keys = "/".join(k if k != "d" else "D" for k in answers)
         timeout = request.get("timeout_seconds")
-        deadline = time.monotonic() + float(timeout) if isinstance(timeout, (int, float)) else None
+        seconds = float(timeout) if isinstance(timeout, (int, float)) else None
+        deadline = time.monotonic() + seconds if seconds is not None else None
         for _ in range(MAX_ATTEMPTS):
             output.write(f"Answer [{keys}]: ")
             output.flush()
             line = read_line(deadline)
             if line is None:
-                output.write(f"\n(no answer within {float(timeout):g} s: denied)\n")
+                output.write(f"\n(no answer within {seconds or 0:g} s: denied)\n")
                 output.flush()
                 return {"decision": "deny", "reason": "no answer at the terminal in time"}
             if not line:
@@ -208,7 +217,7 @@ class TerminalApprover:
                 answer = dict(answers[choice])
                 output.write(f"-> {answer['decision']}" + (f" ({answer['scope']})" if "scope" in answer else "") + "\n")
                 output.flush()
-                answer["reason"] = "denied at the terminal" if answer["decision"] == "deny" else "allowed at the terminal"
+                answer["reason"] = f"{'denied' if answer['decision'] == 'deny' else 'allowed'} at the terminal"
                 return answer
             output.write(f"Please answer one of {', '.join(answers)}.\n")
         return {"decision": "deny", "reason": "no valid answer at the terminal"}

@@ -24,7 +24,7 @@ class Deadline:
         self.at = at
 
     @classmethod
-    def after(cls, seconds: float) -> "Deadline":
+    def after(cls, seconds: float) -> Deadline:
         return cls(time.monotonic() + seconds)
 
     def remaining(self) -> float:

@@ -28,9 +28,14 @@ import sys
 import threading
 import types
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
 
-RISKS = ("read_only", "filesystem", "process", "delegate")
+from peon.tool import RISK_NAMES
+
+if TYPE_CHECKING:
+    from peon.session import Session
+
 USAGE_ERROR = 2
 
 
@@ -52,10 +57,10 @@ def config_argument(path: str | None, allow: list[str] | None) -> Any:
     from peon.config import load_config, merge, read_toml
 
     load_config(config_path)  # reports a bad file by its own name before the overrides are merged in
-    return merge(read_toml(config_path), overrides)
+    return merge(read_toml(config_path) or {}, overrides)
 
 
-def open_session(options: argparse.Namespace, **kwargs: Any):
+def open_session(options: argparse.Namespace, **kwargs: Any) -> Session:
     import peon
 
     workspace = Path(options.workspace).expanduser()
@@ -106,7 +111,7 @@ def has_controlling_terminal() -> bool:
     return True
 
 
-def terminal_approver() -> Callable[[dict], Any] | None:
+def terminal_approver() -> Callable[[dict[str, Any]], Any] | None:
     """The interactive approver when a person is at the terminal — stdin or stderr is one, whatever
     stdout is (it may be piped to jq) — and there is a controlling terminal to ask on; otherwise none
     (the policy decides, and "ask" means deny)."""
@@ -162,7 +167,8 @@ def parse_arguments(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"the tool input is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {text[:80]!r}") from None
+        raise UsageError(f"the tool input is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): "
+                         f"{text[:80]!r}") from None
 
 
 class DeferredInterrupt:
@@ -332,33 +338,14 @@ def probe_subreaper() -> dict[str, Any]:
 
 
 def probe_openat2() -> dict[str, Any]:
-    try:
-        from workers.fs import openat2_available
-    except ImportError:
-        return {"available": "unknown", "detail": "this build has no openat2 probe"}
+    from workers.fs import openat2_available
+
     try:
         value = openat2_available()
     except Exception as exc:  # a probe failure is a fact to show, not a crash
         return {"available": "unknown", "detail": f"the probe failed: {exc}"}
     return {"available": bool(value), "detail": "RESOLVE_BENEATH path resolution" if value else
             "not available (the kernel or a seccomp filter refuses it)"}
-
-
-def flatten_keys(table: Mapping[str, Any], prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in table.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            keys.extend(flatten_keys(value, dotted + "."))
-        else:
-            keys.append(dotted)
-    return keys
-
-
-def describe_layers(loaded: Any) -> list[dict[str, Any]]:
-    if hasattr(loaded, "describe_layers"):
-        return loaded.describe_layers()
-    return [{"source": layer.source, "keys": flatten_keys(layer.data)} for layer in loaded.layers]
 
 
 def config_layers(options: argparse.Namespace, session_layers: Any) -> dict[str, Any]:
@@ -372,9 +359,7 @@ def config_layers(options: argparse.Namespace, session_layers: Any) -> dict[str,
         loaded = load_config(config_argument(options.config, None), workspace=Path(options.workspace).expanduser())
     except ConfigError as exc:
         return {"error": exc.message, "layers": []}
-    except TypeError:  # a loader without workspace layers
-        loaded = load_config(config_argument(options.config, None))
-    return {"layers": describe_layers(loaded)}
+    return {"layers": loaded.describe_layers()}
 
 
 def agent_facts(workspace: Path, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
@@ -543,8 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--workspace", "-w", default=".", metavar="DIR", help="the workspace directory (default: .)")
         sub.add_argument("--config", metavar="PATH", help="a TOML configuration file applied over the defaults")
         if allow:
-            sub.add_argument("--allow", action="append", choices=RISKS, metavar="RISK",
-                             help=f"allow calls of this risk without asking ({', '.join(RISKS)}); repeatable")
+            sub.add_argument("--allow", action="append", choices=RISK_NAMES, metavar="RISK",
+                             help=f"allow calls of this risk without asking ({', '.join(RISK_NAMES)}); repeatable")
 
     mcp = commands.add_parser("mcp", help="serve the tools over MCP on stdin/stdout")
     common(mcp, allow=True)

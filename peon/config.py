@@ -37,17 +37,19 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
+from collections.abc import Mapping
 
 from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
 )
 
-from .policy import RISK_NAMES, STRICTNESS, check_command_prefix, check_path_prefix
-from .tool import ToolRisk
+from .policy import STRICTNESS, Action, check_command_prefix, check_path_prefix
+from .tool import RISK_NAMES, ToolRisk
 
 from .environment import ENV_NAME
 from .errors import ConfigError
+from .shorten import shorten
 from .statefile import RefusedFile, read_regular_file
 from .userdir import user_peon_dir
 
@@ -86,7 +88,11 @@ class Limits(_Section):
         return value
 
 
-Policy = Literal["allow", "ask", "deny"]
+Policy = Action  # allow / ask / deny, as peon.policy decides them
+ContainmentMode = Literal["auto", "cgroup", "process-tree"]
+SandboxMode = Literal["off", "auto", "required"]
+SandboxKind = Literal["landlock", "bwrap"]
+LayerKind = Literal["defaults", "user", "project", "overrides"]
 # A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
 RiskName = Annotated[ToolRisk, Field(strict=False)]
 
@@ -116,7 +122,7 @@ class ApprovalRule(_Section):
         return value
 
     @model_validator(mode="after")
-    def _has_matcher(self) -> "ApprovalRule":
+    def _has_matcher(self) -> ApprovalRule:
         if self.tool is None and self.risk is None and self.command_prefix is None and self.path_prefix is None:
             raise ValueError("a rule needs at least one of tool, risk, command_prefix, path_prefix")
         return self
@@ -181,7 +187,7 @@ Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment
 
 
 class Runtime(_Section):
-    containment: Literal["auto", "cgroup", "process-tree"]
+    containment: ContainmentMode
 
 
 def _sandbox_path(value: str) -> str:
@@ -195,8 +201,8 @@ def _sandbox_path(value: str) -> str:
 class Sandbox(_Section):
     """The OS sandbox for commands (see docs/security.md)."""
 
-    mode: Literal["off", "auto", "required"]
-    kind: Literal["landlock", "bwrap"]
+    mode: SandboxMode
+    kind: SandboxKind
     writable: tuple[str, ...]
     readable: tuple[str, ...]
     network: bool
@@ -244,7 +250,7 @@ class Layer:
 
     source: str  # a file path, "defaults" or "overrides"
     data: Mapping[str, Any]
-    kind: str = "overrides"  # "defaults", "user", "project" or "overrides"
+    kind: LayerKind = "overrides"
     keys: tuple[str, ...] = ()  # dotted keys, rules as "approval.rules[i]"
 
 
@@ -266,7 +272,8 @@ class LoadedConfig:
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data for :class:`peon.configview.ResolvedConfig` in the supervisor and workers."""
-        return {"config": self.config.to_dict(), "layers": self.describe_layers(), "rule_sources": list(self.rule_sources)}
+        return {"config": self.config.to_dict(), "layers": self.describe_layers(),
+                "rule_sources": list(self.rule_sources)}
 
 
 def shipped_defaults() -> dict[str, Any]:
@@ -387,10 +394,10 @@ def _show(value: Any, limit: int = 80) -> str:
         text = json.dumps(value, ensure_ascii=False, default=repr)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit)
 
 
-def _key_name(loc: tuple) -> str:
+def _key_name(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -407,7 +414,7 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _known_keys(loc: tuple) -> list[str]:
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     model: type[BaseModel] | None = PeonConfig
     for part in loc:
         if isinstance(part, int):
@@ -419,7 +426,7 @@ def _known_keys(loc: tuple) -> list[str]:
     return list(model.model_fields) if model else []
 
 
-def _problem(err: dict) -> str:
+def _problem(err: Mapping[str, Any]) -> str:
     loc = tuple(err["loc"])
     key = _key_name(loc)
     value = err.get("input")
@@ -473,7 +480,8 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
     Anything not explicitly tightenable is refused, so a key added later is safe by default.
     """
     refused = []
-    approval = data.get("approval") if isinstance(data.get("approval"), Mapping) else {}
+    section = data.get("approval")
+    approval: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
     for index, rule in enumerate(approval.get("rules") or ()):
         key = f"approval.rules[{index}]"
         if rule.get("decision") == "allow":
@@ -544,9 +552,10 @@ def _lookup(data: Mapping[str, Any], key: str) -> Any:
     return data
 
 
-def _project_floors(data: Mapping[str, Any], source: str) -> tuple[list[dict], list[str]]:
+def _project_floors(data: Mapping[str, Any], source: str) -> tuple[list[dict[str, Any]], list[str]]:
     """A project's rules and per-risk settings as tighten_only rules, with their sources."""
-    approval = data.get("approval") if isinstance(data.get("approval"), Mapping) else {}
+    section = data.get("approval")
+    approval: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
     rules, sources = [], []
     for index, rule in enumerate(approval.get("rules") or ()):
         rules.append({**rule, "tighten_only": True})
@@ -578,9 +587,9 @@ def _with_rules(data: Mapping[str, Any], rules: list[Any]) -> dict[str, Any]:
 
 
 def load_config(
-    overrides: Mapping[str, Any] | str | os.PathLike | None = None,
+    overrides: Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
-    workspace: str | os.PathLike | None = None,
+    workspace: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> LoadedConfig:
     """Resolve the configuration: defaults, user file (located through ``env``, default
@@ -598,7 +607,7 @@ def load_config(
         if data is not None:
             layers.append(Layer(str(project_path), data, "project"))
     if isinstance(overrides, (str, os.PathLike)):
-        layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)), "overrides"))
+        layers.append(Layer(os.fspath(overrides), read_toml(Path(overrides)) or {}, "overrides"))
     elif overrides is not None:
         check_nesting(overrides, "overrides")
         layers.append(Layer("overrides", overrides, "overrides"))

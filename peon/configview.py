@@ -10,7 +10,8 @@ supervisor and its workers only read the result, which keeps them small and quic
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 
 class ConfigView:
@@ -63,7 +64,7 @@ class ResolvedConfig:
         """The source of the last layer that set dotted ``key``."""
         for layer in reversed(self.layers):
             if key in layer["keys"]:
-                return layer["source"]
+                return str(layer["source"])
         return None
 
     def describe_layers(self) -> list[dict[str, Any]]:

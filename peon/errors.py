@@ -19,7 +19,9 @@ class ErrorCode(str, Enum):
     CANCELLED = "cancelled"  # cancelled before it started, or a non-process tool was cancelled
     TIMEOUT = "timeout"  # a non-process tool ran past its deadline
     TOO_LARGE = "too_large"  # an input, file or message exceeds a configured bound
-    LIMIT_EXCEEDED = "limit_exceeded"  # a per-call resource limit (memory, processes) was hit
+    # Reserved, never produced by Peon: a per-call resource limit (memory, processes) is a result, reported
+    # in the process result's ``limit_exceeded`` field (docs/embedding.md). Codes are never removed.
+    LIMIT_EXCEEDED = "limit_exceeded"
     TOOL_FAILED = "tool_failed"  # the tool raised an unexpected exception (a bug in the tool)
     BUSY = "busy"  # the session's call queue is full (limits.max_queued_calls / max_queued_bytes)
     AUDIT_FAILED = "audit_failed"  # the decision could not be written to the audit log, so the call did not run
@@ -75,6 +77,12 @@ class PeonError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.value!r}, {self.message!r})"
+
+
+def error_reply(code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body of a failed call's answer, ``{"ok": false, "error": {code, message, details?}}``: the one
+    builder the supervisor and the pool use for the failures they make up."""
+    return {"ok": False, "error": PeonError(code, message, details).to_dict()}
 
 
 class ToolError(PeonError):

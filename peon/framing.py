@@ -169,6 +169,7 @@ def encode_json(message: Any) -> bytes:
         text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"a string contains a lone surrogate (position {exc.start}) and is not valid Unicode") from None
+        raise ValueError(f"a string contains a lone surrogate (position {exc.start}) and is not valid Unicode") \
+            from None
     except RecursionError:
         raise ValueError("the value is nested too deeply to encode") from None

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 
 from .errors import ErrorCode, ToolError
+from .shorten import shorten
+from .utf8 import lone_surrogate
 
 PATH_MAX_BYTES = 4095  # PATH_MAX (4096) less the terminating NUL
 NAME_MAX_BYTES = 255
@@ -55,7 +57,7 @@ def is_utf8_name(name: str) -> bool:
 def display(text: str, limit: int = 200) -> str:
     """A value quoted for an error message, escaped and bounded."""
     shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
+    return shorten(shown, limit, "...'")
 
 
 @dataclass(frozen=True)
@@ -92,10 +94,9 @@ def parse_workspace_path(text: object) -> WorkspacePath:
     try:
         encoded = text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = text[exc.start]
         raise ToolError(
             ErrorCode.INVALID_PATH,
-            f"path {shown} is not valid UTF-8: lone surrogate U+{ord(bad):04X} at index {exc.start}",
+            f"path {shown} is not valid UTF-8: {lone_surrogate(text)}",
             {"rule": "utf8", "index": exc.start},
         ) from None
     if text.startswith("/"):

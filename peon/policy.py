@@ -33,18 +33,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from .paths import normalize_workspace_path
 from .rules import NO_FACTS, Questions, ShellFacts, command_blockers, questions, segment_blockers
 from .shell import Segment, ShellAnalysis, analyze
-from .tool import ToolRisk
+from .shorten import shorten
+from .tool import RISK_NAMES, ToolRisk
 
 # -- vocabulary ------------------------------------------------------------------------------------
 
 Action = Literal["allow", "ask", "deny"]
 POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
-STRICTNESS = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
-SCOPES = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
-ANSWERS = ("allow_once", "allow_session", "deny")
-RISK_NAMES = tuple(risk.value for risk in ToolRisk)
+STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
+Scope = Literal["call", "tool", "risk"]
+AnswerName = Literal["allow_once", "allow_session", "deny"]
+DecidedBy = Literal["policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
+SCOPES: tuple[Scope, ...] = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
+ANSWERS: tuple[AnswerName, ...] = ("allow_once", "allow_session", "deny")
 SANDBOXED_PROCESS = "process_sandboxed"  # the per-risk setting for process calls that run in the OS sandbox
 MAX_REASON_CHARS = 500
 
@@ -71,10 +75,10 @@ class ApprovalRequest:
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    by: str  # "policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"
+    by: DecidedBy
     rule: str  # the rule that decided, in words a user can find in their configuration
-    answer: str | None = None  # the approver's answer, when an approver decided
-    scope: str | None = None  # the scope of an "allow for this session" answer
+    answer: AnswerName | None = None  # the approver's answer, when an approver decided
+    scope: Scope | None = None  # the scope of an "allow for this session" answer
 
 
 # -- matching inputs -------------------------------------------------------------------------------
@@ -108,17 +112,6 @@ def check_command_prefix(prefix: str) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _prefix_words(prefix: str) -> tuple[str, ...]:
     return tuple(check_command_prefix(prefix))
-
-
-def normalize_workspace_path(path: str) -> str | None:
-    """A workspace-relative path in normal form (``a/b``, or ``.`` for the root), or ``None`` if the
-    path is absolute, empty, contains NUL or leaves the workspace lexically."""
-    if not path or "\0" in path or path.startswith("/"):
-        return None
-    normal = posixpath.normpath(path)
-    if normal == ".." or normal.startswith("../"):
-        return None
-    return normal
 
 
 def check_path_prefix(prefix: str) -> str:
@@ -234,7 +227,7 @@ class ApprovalPolicy:
     the earlier rule.
     """
 
-    def __init__(self, per_risk: Mapping[str, str], rules: Sequence[PolicyRule] = (),
+    def __init__(self, per_risk: Mapping[str, Action], rules: Sequence[PolicyRule] = (),
                  risk_sources: Mapping[str, str] | None = None):
         self.per_risk = dict(per_risk)
         self.rules = tuple(rules)
@@ -286,7 +279,7 @@ class ApprovalPolicy:
         command = _command_of(args)
         analysis = analyze(command) if command is not None and any(
             r.command_prefix is not None for r in self.rules) else None
-        matched: list[tuple[str, str]] = []  # (decision, description) of matching trusted rules, in order
+        matched: list[tuple[Action, str]] = []  # (decision, description) of matching trusted rules, in order
         for candidate in self.rules:
             if candidate.tighten_only or not candidate.matches_call(request, args):
                 continue
@@ -304,7 +297,7 @@ class ApprovalPolicy:
             for candidate_match in matched[1:]:
                 if STRICTNESS[candidate_match[0]] > STRICTNESS[chosen[0]]:
                     chosen = candidate_match
-            action, rule = chosen[0], chosen[1]  # type: ignore[assignment]
+            action, rule = chosen
         for floor in self.rules:
             if not floor.tighten_only or STRICTNESS[floor.decision] <= STRICTNESS[action]:
                 continue
@@ -389,8 +382,8 @@ def _input_fields(canonical_input: str) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class Answer:
-    decision: str  # one of ANSWERS
-    scope: str = "call"
+    decision: AnswerName
+    scope: Scope = "call"
     reason: str = ""
     approver_error: bool = False  # the approver failed (raised, returned nonsense) rather than chose
 
@@ -399,18 +392,17 @@ def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> 
     """An approver's answer as sent on the wire; anything malformed is a denial saying what was wrong."""
     reason = message.get("reason")
     reason = "" if reason is None else str(reason)
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 3] + "..."
+    reason = shorten(reason, MAX_REASON_CHARS)
     failed = bool(message.get("approver_error"))
     decision = message.get("decision")
-    if decision not in ANSWERS:
+    if decision == "allow_once" or decision == "deny":
+        return Answer(decision, reason=reason, approver_error=failed)
+    if decision != "allow_session":
         return Answer("deny", reason=f"the approver's answer {decision!r} is not one of {', '.join(ANSWERS)}",
                       approver_error=True)
-    if decision != "allow_session":
-        return Answer(decision, reason=reason, approver_error=failed)
     scope = message.get("scope") or "call"
-    offered = tuple(scopes)
+    offered = [s for s in SCOPES if s in tuple(scopes)]
     if scope not in offered:
-        return Answer("deny", reason=f"the approver's scope {scope!r} is not one of {', '.join(offered)}",
+        return Answer("deny", reason=f"the approver's scope {scope!r} is not one of {', '.join(scopes)}",
                       approver_error=True)
-    return Answer(decision, scope=scope, reason=reason, approver_error=failed)
+    return Answer("allow_session", scope=offered[offered.index(scope)], reason=reason, approver_error=failed)

@@ -12,7 +12,8 @@ import importlib
 import inspect
 import re
 from importlib import metadata
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
 
 from .errors import RegistrationError
 from .tool import Tool, ToolRisk
@@ -110,17 +111,17 @@ class Registry:
         cls = tool if isinstance(tool, type) else type(tool)
         class_path = f"{cls.__module__}:{cls.__qualname__}"
         origin = origin or class_path
-        tool = instantiate(tool, origin)
-        if tool.name in self._tools:
+        instance = instantiate(tool, origin)
+        if instance.name in self._tools:
             raise RegistrationError(
-                f"a tool named {tool.name!r} is already registered (from {self._origins[tool.name]}); "
+                f"a tool named {instance.name!r} is already registered (from {self._origins[instance.name]}); "
                 f"{origin} cannot register the same name",
-                {"name": tool.name},
+                {"name": instance.name},
             )
-        self._tools[tool.name] = tool
-        self._origins[tool.name] = origin
-        self._import_paths[tool.name] = import_path or class_path
-        return tool
+        self._tools[instance.name] = instance
+        self._origins[instance.name] = origin
+        self._import_paths[instance.name] = import_path or class_path
+        return instance
 
     def register_import_path(self, path: str) -> Tool:
         return self.register(resolve_import_path(path), path, path)
@@ -146,7 +147,7 @@ class Registry:
         """Paths that load every registered tool in another interpreter (see workers.forkserver)."""
         return list(self._import_paths.values())
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def __len__(self) -> int:

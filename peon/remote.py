@@ -37,7 +37,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ErrorCode, SessionError, ToolError
-from .result import ToolResult
+from .mcp.elicitation import APPROVAL_META_KEY
+from .mcp.tools import ERROR_META_KEY, RISK_META_KEY
+from .result import PendingResult, ToolResult
+from .tool import RISK_NAMES
 from .serve.idempotency import IDEMPOTENCY_KEY
 from .validation import check_depth
 
@@ -45,12 +48,8 @@ Approver = Callable[[dict[str, Any]], Any]
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 PROTOCOLS = {"auto": "auto", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
-APPROVAL_META_KEY = "peon/approval"
-ERROR_META_KEY = "peon/error"
-RISK_META_KEY = "peon/risk"
 CONNECTION_CLOSED = -32000
 _OUTPUT_BYTES = re.compile(r"(\d+) bytes of output")
-_RISKS = ("read_only", "filesystem", "process", "delegate")
 
 
 class _TransportFailure(Exception):
@@ -74,7 +73,7 @@ def tool_from_mcp(tool: Any) -> dict[str, Any]:
     """An MCP tool descriptor as :meth:`peon.Session.tools` describes a tool."""
     meta = tool.meta or {}
     risk = meta.get(RISK_META_KEY)
-    if risk not in _RISKS:
+    if risk not in RISK_NAMES:
         hints = tool.annotations
         if hints is not None and hints.read_only_hint:
             risk = "read_only"
@@ -152,7 +151,7 @@ class _Connection:
         self.dead = asyncio.Event()
         self.stop = asyncio.Event()
         self.error: BaseException | None = None
-        self.task = asyncio.ensure_future(self._run())
+        self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         httpx2, Client, streamable_http_client, _, _, Implementation = _sdk()
@@ -182,7 +181,8 @@ class _Connection:
     async def close(self) -> None:
         self.stop.set()
         with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(self.task), 10)
+            async with asyncio.timeout(10):
+                await asyncio.shield(self.task)
         if not self.task.done():
             self.task.cancel()
 
@@ -333,15 +333,16 @@ class AsyncRemoteSession:
             if on_progress is not None:
                 on_progress(progress_update(value, message))
 
-        request = asyncio.ensure_future(connection.client.call_tool(
+        request = asyncio.create_task(connection.client.call_tool(
             name, args, progress_callback=progress, meta={IDEMPOTENCY_KEY: key}))
-        broken = asyncio.ensure_future(connection.dead.wait())
+        broken = asyncio.create_task(connection.dead.wait())
         try:
             await asyncio.wait({request, broken}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             request.cancel()  # the SDK tells the server (closed stream / notifications/cancelled)
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(request, 5)
+                async with asyncio.timeout(5):
+                    await request
             raise
         finally:
             broken.cancel()
@@ -403,17 +404,12 @@ def _describe(exc: BaseException | None) -> str:
     return f"{type(leaf).__name__}: {text}" if text != type(leaf).__name__ else text
 
 
-class RemoteCallHandle:
+class RemoteCallHandle(PendingResult):
     """A submitted remote call: wait for its result, or cancel it, from any thread."""
 
     def __init__(self, session: RemoteSession, call_id: str, tool: str):
+        super().__init__(call_id, tool)
         self.session = session
-        self.call_id = call_id
-        self.tool = tool
-        self._done = threading.Event()
-        self._result: ToolResult | None = None
-        self._callbacks: list[Callable[[ToolResult], None]] = []
-        self._lock = threading.Lock()
         self._task: asyncio.Task[ToolResult] | None = None
 
     def cancel(self) -> None:
@@ -421,32 +417,6 @@ class RemoteCallHandle:
         task = self._task
         if task is not None and not self._done.is_set():
             self.session._loop.call_soon_threadsafe(task.cancel)
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> ToolResult:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"call {self.call_id} ({self.tool}) has not finished after {timeout} s")
-        assert self._result is not None
-        return self._result
-
-    def add_done_callback(self, fn: Callable[[ToolResult], None]) -> None:
-        with self._lock:
-            if self._result is None:
-                self._callbacks.append(fn)
-                return
-        fn(self._result)
-
-    def _resolve(self, result: ToolResult) -> None:
-        with self._lock:
-            if self._result is not None:
-                return
-            self._result = result
-            callbacks, self._callbacks = self._callbacks, []
-        self._done.set()
-        for fn in callbacks:
-            fn(result)
 
 
 class RemoteSession:

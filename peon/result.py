@@ -6,6 +6,8 @@ not ``ok`` with an :class:`ErrorInfo` whose ``code`` is one of :class:`~peon.err
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,16 +30,18 @@ class ToolResult:
     error: ErrorInfo | None = None
 
     @classmethod
-    def from_message(cls, call_id: str, tool: str, message: dict[str, Any]) -> "ToolResult":
+    def from_message(cls, call_id: str, tool: str, message: dict[str, Any]) -> ToolResult:
         if message.get("ok"):
             return cls(call_id, tool, True, value=message.get("value") or {})
         err = message.get("error") or {}
         return cls(call_id, tool, False, error=ErrorInfo(
-            str(err.get("code", ErrorCode.TOOL_FAILED.value)), str(err.get("message", "")), dict(err.get("details") or {})
+            str(err.get("code", ErrorCode.TOOL_FAILED.value)), str(err.get("message", "")),
+            dict(err.get("details") or {}),
         ))
 
     @classmethod
-    def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str, details: dict | None = None) -> "ToolResult":
+    def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str,
+                details: dict[str, Any] | None = None) -> ToolResult:
         return cls(call_id, tool, False, error=ErrorInfo(code.value, message, dict(details or {})))
 
     def to_dict(self) -> dict[str, Any]:
@@ -50,3 +54,42 @@ class ToolResult:
             if self.error.details:
                 out["error"]["details"] = self.error.details
         return out
+
+
+class PendingResult:
+    """The one result of a submitted call, awaited from any thread: the first :meth:`_resolve` wins,
+    later ones are ignored, and every callback runs exactly once (at once when added after the result)."""
+
+    def __init__(self, call_id: str, tool: str) -> None:
+        self.call_id = call_id
+        self.tool = tool
+        self._done = threading.Event()
+        self._result: ToolResult | None = None
+        self._callbacks: list[Callable[[ToolResult], None]] = []
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> ToolResult:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"call {self.call_id} ({self.tool}) has not finished after {timeout} s")
+        assert self._result is not None
+        return self._result
+
+    def add_done_callback(self, fn: Callable[[ToolResult], None]) -> None:
+        with self._lock:
+            if self._result is None:
+                self._callbacks.append(fn)
+                return
+        fn(self._result)
+
+    def _resolve(self, result: ToolResult) -> None:
+        with self._lock:
+            if self._result is not None:
+                return
+            self._result = result
+            callbacks, self._callbacks = self._callbacks, []
+        self._done.set()
+        for fn in callbacks:
+            fn(result)

@@ -271,7 +271,7 @@ def _git_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
         reasons.append("an argument of git is computed at run time (it could be a dangerous option)")
     if subcommand in GIT_UNSAFE_SUBCOMMANDS:
         reasons.append(f"git {subcommand} {GIT_UNSAFE_SUBCOMMANDS[subcommand]}")
-    if rest and rest[0] is not None and (subcommand, rest[0]) in GIT_UNSAFE_SUBCOMMAND_WORDS:
+    if subcommand is not None and rest and rest[0] is not None and (subcommand, rest[0]) in GIT_UNSAFE_SUBCOMMAND_WORDS:
         reasons.append(f"git {subcommand} {rest[0]} {GIT_UNSAFE_SUBCOMMAND_WORDS[(subcommand, rest[0])]}")
     short = GIT_UNSAFE_SHORT.get(subcommand or "", "")
     for word in rest:

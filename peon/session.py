@@ -47,7 +47,8 @@ from workers.reaper import signal_name
 from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
-from .result import ToolResult
+from .result import PendingResult, ToolResult
+from .session_messages import CallMessage, ClientMessage, StartMessage
 from .validation import check_depth
 
 START_TIMEOUT_SECONDS = 60.0
@@ -58,8 +59,8 @@ CLOSE_TIMEOUT_SECONDS = 20.0
 ANSWER_MARGIN_SECONDS = 5.0
 LIVENESS_CHECK_SECONDS = 1.0  # while calls are pending: how often the client looks at its supervisor
 
-Approver = Callable[[dict], Any]
-ProgressCallback = Callable[[dict], None]
+Approver = Callable[[dict[str, Any]], Any]
+ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 def default_state_root() -> Path:
@@ -82,50 +83,19 @@ def _import_path(tool: Any) -> str:
     raise TypeError(f"tools must be import paths ('package.module:ToolClass') or classes, got {tool!r}")
 
 
-class CallHandle:
+class CallHandle(PendingResult):
     """A submitted call: wait for its result, or cancel it, from any thread."""
 
     def __init__(self, session: Session, call_id: str, tool: str, on_progress: ProgressCallback | None):
+        super().__init__(call_id, tool)
         self.session = session
-        self.call_id = call_id
-        self.tool = tool
         self.on_progress = on_progress
-        self._done = threading.Event()
         self.size = 0  # encoded bytes, counted against limits.max_queued_bytes while unanswered
-        self._result: ToolResult | None = None
-        self._callbacks: list[Callable[[ToolResult], None]] = []
-        self._lock = threading.Lock()
 
     def cancel(self) -> None:
         """Ask the supervisor to cancel: a queued call never starts; a running one gets TERM → 2 s → KILL."""
         if not self._done.is_set():
             self.session._send_quietly({"op": "cancel", "id": self.call_id})
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> ToolResult:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"call {self.call_id} ({self.tool}) has not finished after {timeout} s")
-        assert self._result is not None
-        return self._result
-
-    def add_done_callback(self, fn: Callable[[ToolResult], None]) -> None:
-        with self._lock:
-            if self._result is None:
-                self._callbacks.append(fn)
-                return
-        fn(self._result)
-
-    def _resolve(self, result: ToolResult) -> None:
-        with self._lock:
-            if self._result is not None:
-                return
-            self._result = result
-            callbacks, self._callbacks = self._callbacks, []
-        self._done.set()
-        for fn in callbacks:
-            fn(result)
 
 
 class Session:
@@ -133,11 +103,11 @@ class Session:
 
     def __init__(
         self,
-        workspace: str | os.PathLike,
-        config: Mapping[str, Any] | str | os.PathLike | None = None,
+        workspace: str | os.PathLike[str],
+        config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         *,
         session_id: str | None = None,
-        state_dir: str | os.PathLike | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         tools: Iterable[Any] = (),
         env: Mapping[str, str] | None = None,
         approver: Approver | None = None,
@@ -162,7 +132,7 @@ class Session:
         self._restarting = False
         self._dead: ToolResult | None = None  # set once the supervisor is gone
         self._ready = threading.Event()
-        self._start_reply: dict | None = None
+        self._start_reply: dict[str, Any] | None = None
         self._answer_by: dict[str, float] = {}  # running calls: when the supervisor must have answered
         self._gave_up: str | None = None  # why the client killed an unresponsive supervisor
         self._stopped_since: float | None = None  # when the supervisor was first seen stopped
@@ -198,14 +168,15 @@ class Session:
         self._sock = ours
         self._reader = threading.Thread(target=self._read_loop, name=f"peon-session-{self.session_id[:8]}", daemon=True)
         self._reader.start()
-        self._send({
+        start: StartMessage = {
             "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
             "state_dir": str(self.state_dir), "config": self.config.to_wire(), "tools": self._tools, "env": self._env,
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
             "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
             "runtime_dir": self._runtime_dir,
-        })
+        }
+        self._send(start)
         if not self._ready.wait(START_TIMEOUT_SECONDS):
             self._gave_up = f"did not start within {START_TIMEOUT_SECONDS:g} s and was killed with everything below it"
             self._kill_supervisor()
@@ -294,7 +265,8 @@ class Session:
     def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> CallHandle:
         call_id = uuid.uuid4().hex[:12]
         handle = CallHandle(self, call_id, name, on_progress)
-        message = {"op": "call", "id": call_id, "tool": name, "args": args, "progress": on_progress is not None}
+        message: CallMessage = {"op": "call", "id": call_id, "tool": name, "args": args,
+                                "progress": on_progress is not None}
         try:
             check_depth(name, args)
         except ToolError as exc:
@@ -315,7 +287,8 @@ class Session:
             return handle
         with self._lock:
             if self._dead is not None or self._closing:
-                failure = self._dead or ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED, "the session is closed")
+                failure = self._dead or ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED,
+                                                           "the session is closed")
                 handle._resolve(ToolResult(call_id, name, False, error=failure.error))
                 return handle
             busy = self._queue_full(len(data))
@@ -353,14 +326,14 @@ class Session:
 
     # -- the channel --------------------------------------------------------------------------------
 
-    def _send(self, message: dict) -> None:
+    def _send(self, message: ClientMessage) -> None:
         self._send_bytes(encode(message))
 
     def _send_bytes(self, data: bytes) -> None:
         with self._send_lock:
             self._sock.sendall(data)
 
-    def _send_quietly(self, message: dict) -> None:
+    def _send_quietly(self, message: ClientMessage) -> None:
         try:
             self._send(message)
         except OSError:
@@ -475,7 +448,8 @@ class Session:
         """Answer the call an unreadable message was for, or give up on a supervisor that sends messages
         that name no call: a caller always gets an answer."""
         with self._lock:
-            handle = self._handles.pop(fields.get("id", ""), None) if fields.get("op") in ("result", "progress") else None
+            names_a_call = fields.get("op") in ("result", "progress")
+            handle = self._handles.pop(fields.get("id", ""), None) if names_a_call else None
             if handle is not None:
                 self._answer_by.pop(handle.call_id, None)
         if handle is not None:
@@ -485,7 +459,7 @@ class Session:
             return
         self._abandon(f"sent {what}, which names no call")
 
-    def _dispatch(self, message: dict) -> None:
+    def _dispatch(self, message: dict[str, Any]) -> None:
         op = message.get("op")
         if op in ("ready", "fatal"):
             self._start_reply = message
@@ -507,7 +481,7 @@ class Session:
         elif op == "approval_request":
             threading.Thread(target=self._answer_approval, args=(message,), daemon=True).start()
 
-    def _answer_approval(self, request: dict) -> None:
+    def _answer_approval(self, request: dict[str, Any]) -> None:
         """Ask the approver (in this thread) and send its answer; any failure is sent as a denial."""
         answer: Any = {"decision": "deny", "reason": "no approver is configured for this session"}
         if self.approver is not None:

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .shorten import shorten, shorten_counted
+
 MAX_NESTING = 4  # bash -c 'bash -c "..."' deeper than this is opaque
 MAX_SEGMENTS = 500  # a command line with more simple commands than this is opaque (bounded work)
 MAX_COMMAND_BYTES = 256 * 1024  # longer command lines are not parsed at all: opaque
@@ -112,9 +114,7 @@ class ShellAnalysis:
 
 
 def _shown(word: str) -> str:
-    if len(word) <= MAX_SHOWN_WORD_CHARS:
-        return word
-    return word[:MAX_SHOWN_WORD_CHARS] + f"... [{len(word) - MAX_SHOWN_WORD_CHARS} more characters]"
+    return shorten_counted(word, MAX_SHOWN_WORD_CHARS)
 
 
 # -- literal words -----------------------------------------------------------------------------------
@@ -388,7 +388,8 @@ def _descendants(node: Any) -> Iterator[Any]:
 
 
 def _text(node: Any) -> str:
-    return node.text.decode("utf-8", "surrogateescape")
+    text: bytes = node.text
+    return text.decode("utf-8", "surrogateescape")
 
 
 def _visit(state: _State, node: Any, origin: str) -> None:
@@ -529,7 +530,7 @@ def _arithmetic_in_expansion(node: Any) -> str | None:
 
 def _short(text: str, limit: int = 60) -> str:
     text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit)
 
 
 def _redirects(state: _State, node: Any, origin: str) -> list[tuple[Redirect, list[Any]]]:

@@ -22,7 +22,8 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
 
 from .cancel import CancelToken, Deadline
 
@@ -34,6 +35,9 @@ class ToolRisk(str, Enum):
     FILESYSTEM = "filesystem"
     PROCESS = "process"
     DELEGATE = "delegate"
+
+
+RISK_NAMES: tuple[str, ...] = tuple(risk.value for risk in ToolRisk)  # the risk names, least dangerous first
 
 
 @dataclass(frozen=True)

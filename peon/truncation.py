@@ -99,4 +99,5 @@ class HeadTail:
         head_text, bad_head = decode(head)
         tail_text, bad_tail = decode(tail)
         marker = f"\n[... {omitted} bytes omitted ...]\n"
-        return BoundedText(head_text + marker + tail_text, self.total, len(head) + len(tail), True, bad_head or bad_tail)
+        return BoundedText(head_text + marker + tail_text, self.total, len(head) + len(tail), True,
+                           bad_head or bad_tail)

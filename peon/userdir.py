@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def user_peon_dir(env: Mapping[str, str]) -> Path | None:

@@ -8,12 +8,14 @@ error names the field (as a JSON pointer), the schema rule (``type``, ``required
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from .errors import ErrorCode, ToolError
+from .shorten import shorten
 
 _validators: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
 
@@ -31,7 +33,7 @@ def preview(value: Any, limit: int = 80) -> str:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit)
 
 
 def json_type(value: Any) -> str:
@@ -63,9 +65,7 @@ def validate_input(tool_name: str, schema: Mapping[str, Any], args: Any) -> Mapp
     error = best_match(validator.iter_errors(args))
     pointer = "".join(f"/{p}" for p in error.absolute_path)
     where = f"field {pointer!r}" if pointer else "the input"
-    message = error.message
-    if len(message) > 300:
-        message = message[:297] + "..."
+    message = shorten(error.message, 300)
     raise ToolError(
         ErrorCode.INVALID_INPUT,
         f"invalid input for {tool_name}: {where} breaks rule {error.validator!r}: {message}",
@@ -82,6 +82,7 @@ def nesting_depth(value: Any, stop_at: int = MAX_INPUT_DEPTH + 1) -> int:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, Mapping):
             children = item.values()
         elif isinstance(item, (list, tuple)):

@@ -1,3 +1,9 @@
+"""``python -m supervisor``: the supervisor process's entry, the only place that starts it.
+
+Promise: running the package runs :func:`supervisor.service.main` and nothing else; the session
+(:class:`peon.Session`) starts it this way, so no other code imports the supervisor.
+"""
+
 from .service import main
 
 main()

@@ -34,6 +34,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from peon.policy import ApprovalRequest, Decision
+from peon.shorten import shorten_counted
 from peon.statefile import RefusedFile, open_for_append, regular_size
 from peon.validation import canonical_json
 
@@ -50,9 +51,7 @@ OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated")
 
 
 def _shorten(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-        return value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more characters]"
-    return value
+    return shorten_counted(value, MAX_FIELD_CHARS) if isinstance(value, str) else value
 
 
 def _encode(entry: Mapping[str, Any]) -> bytes:

@@ -86,7 +86,8 @@ class Containment:
         kernel = self.enforced_by_kernel()
         watched = [name for name in ("memory", "pids") if name not in kernel]
         limits = ", ".join([*(f"{name}: cgroup" for name in kernel),
-                            *(f"{name}: watchdog sampling every {SAMPLE_INTERVAL_SECONDS * 1000:g} ms" for name in watched)])
+                            *(f"{name}: watchdog sampling every {SAMPLE_INTERVAL_SECONDS * 1000:g} ms"
+                              for name in watched)])
         return {"kind": self.kind, "description": self.description, "limits": limits}
 
 

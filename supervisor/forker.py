@@ -91,7 +91,7 @@ def _thread() -> ThreadPoolExecutor:
 def _forget_forkserver() -> None:
     """Make ``multiprocessing`` start a new forkserver: the old one is dead and already reaped by the
     supervisor's reaper (``ensure_running`` would otherwise ``waitpid`` a pid that is no child any more)."""
-    server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
+    server: Any = mp_forkserver._forkserver
     if server._forkserver_alive_fd is not None:
         try:
             os.close(server._forkserver_alive_fd)
@@ -144,7 +144,7 @@ class Forker:
     def known_pids(self) -> set[int]:
         """The forkserver's pid (and that of one being started right now): children of the supervisor
         that are no orphans."""
-        server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
+        server: Any = mp_forkserver._forkserver
         with self._spawning:
             pids = {self.pid, server._forkserver_pid}
         return {int(pid) for pid in pids if pid is not None}
@@ -180,13 +180,13 @@ class Forker:
         # Kept in the supervisor's environment: multiprocessing may start a forkserver on its own.
         os.environ[worker_forkserver.ENV] = json.dumps(spec)
         self.context.set_forkserver_preload(["workers.forkserver"])
-        tracker: Any = resource_tracker._resource_tracker  # type: ignore[attr-defined]
+        tracker: Any = resource_tracker._resource_tracker
         if tracker._fd is None:  # no tracker process: nothing here uses named semaphores or shared memory
             tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         if self.runtime_dir and os.path.isdir(self.runtime_dir):  # the client's: it removes it, even after a kill
             mp_process.current_process()._config.setdefault("tempdir", self.runtime_dir)  # type: ignore[attr-defined]
         util.get_temp_dir()  # where the forkserver's socket lives
-        server: Any = mp_forkserver._forkserver  # type: ignore[attr-defined]
+        server: Any = mp_forkserver._forkserver
         if server._forkserver_pid is not None and server._forkserver_pid in self._dead:
             _forget_forkserver()
         try:
@@ -244,7 +244,8 @@ class Forker:
         if not self.alive:
             await self.wait_ready()
         if until is None:  # a new forkserver first loads the worker and tool modules: that takes longer
-            seconds = self.start_seconds if self._proven == self.pid else max(self.start_seconds, LAUNCH_TIMEOUT_SECONDS)
+            proven = self._proven == self.pid
+            seconds = self.start_seconds if proven else max(self.start_seconds, LAUNCH_TIMEOUT_SECONDS)
             until = asyncio.get_running_loop().time() + seconds
 
         def start() -> tuple[int, StartedWorker]:
@@ -257,7 +258,8 @@ class Forker:
 
         self.starting += 1
         try:
-            forkserver_pid, worker = await self._in_thread(start, until, on_late=lambda late: _discard(late[1], containment))
+            forkserver_pid, worker = await self._in_thread(start, until,
+                                                          on_late=lambda late: _discard(late[1], containment))
         finally:
             self.starting -= 1
         self._watch(forkserver_pid)

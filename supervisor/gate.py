@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 from collections.abc import Awaitable, Callable
 
-from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, Decision, Verdict, parse_answer
+from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, Verdict, parse_answer
 from peon.rules import NO_FACTS, ShellFacts
 from .grants import GrantStore
 
@@ -50,17 +50,17 @@ class ApprovalGate:
             return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}", scope=grant.scope)
         if not self.approver_connected or self.send is None:
             return Decision(False, "no-approver", f"{verdict.rule}, and this session has no approver")
-        return await self._ask(request, verdict.rule, cancelled)
+        return await self._ask(self.send, request, verdict.rule, cancelled)
 
-    async def _ask(self, request: ApprovalRequest, rule: str, cancelled: asyncio.Event) -> Decision:
+    async def _ask(self, send: Send, request: ApprovalRequest, rule: str, cancelled: asyncio.Event) -> Decision:
         request_id = uuid.uuid4().hex
         answered = asyncio.get_running_loop().create_future()
         self._pending[request_id] = answered
-        waiter = asyncio.ensure_future(cancelled.wait())
+        waiter = asyncio.create_task(cancelled.wait())
         try:
             try:
-                await self.send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
-                                 "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds})
+                await send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
+                            "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds})
             except OSError as exc:
                 return Decision(False, "no-approver", f"{rule}, and the approver cannot be reached ({exc})")
             await asyncio.wait({answered, waiter}, timeout=self.timeout_seconds, return_when=asyncio.FIRST_COMPLETED)
@@ -75,7 +75,7 @@ class ApprovalGate:
             self._pending.pop(request_id, None)
         said = f"; the approver said {answer.reason!r}" if answer.reason else ""
         if answer.decision == "deny":
-            by = "approver-error" if answer.approver_error else "approver"
+            by: DecidedBy = "approver-error" if answer.approver_error else "approver"
             return Decision(False, by, f"{rule}; the approver answered deny{said}", answer="deny")
         if answer.decision == "allow_session":
             grant = self.grants.add(request, answer.scope, answer.reason)

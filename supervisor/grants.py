@@ -30,7 +30,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from peon.policy import SCOPES, ApprovalRequest
+from peon.policy import SCOPES, ApprovalRequest, Scope
+from peon.shorten import shorten
 from peon.statefile import RefusedFile, read_regular_file
 
 FILE_NAME = "grants.json"
@@ -46,7 +47,7 @@ def input_digest(canonical_input: str) -> str:
 
 @dataclass(frozen=True)
 class Grant:
-    scope: str  # one of SCOPES
+    scope: Scope
     tool: str
     risk: str
     input_sha256: str  # the granted call's canonical input; compared only for scope "call"
@@ -85,11 +86,11 @@ class GrantStore:
         matching.sort(key=lambda g: SCOPES.index(g.scope))
         return matching[0] if matching else None
 
-    def add(self, request: ApprovalRequest, scope: str, reason: str = "") -> Grant:
+    def add(self, request: ApprovalRequest, scope: Scope, reason: str = "") -> Grant:
         """Record a grant and persist it. The grant holds in memory even if the file cannot be written."""
         if scope not in SCOPES:
             raise ValueError(f"unknown grant scope {scope!r}")
-        summary = request.summary if len(request.summary) <= MAX_SUMMARY_CHARS else request.summary[: MAX_SUMMARY_CHARS - 3] + "..."
+        summary = shorten(request.summary, MAX_SUMMARY_CHARS)
         grant = Grant(scope, request.tool, request.risk.value, input_digest(request.canonical_input), summary,
                       time.time(), request.call_id, reason)
         self.grants.append(grant)

@@ -28,11 +28,11 @@ import os
 import sys
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from peon.cancel import Deadline
-from peon.errors import ErrorCode, ToolError
+from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
 from peon.framing import encode_json
 from workers import proctree
 from workers.channel import ChannelError, FrameChannel
@@ -233,7 +233,8 @@ class WorkerPool:
         self._replenish()
 
     async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
-                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
+                        cancelled: asyncio.Event,
+                        on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
         tool = call["tool"]
         message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
                                 "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
@@ -297,8 +298,8 @@ class WorkerPool:
 
     # -- clean-up ---------------------------------------------------------------------------------
 
-    def _spawn_background(self, coroutine: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coroutine)
+    def _spawn_background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -341,7 +342,8 @@ class WorkerPool:
         sweep_orphans(known)
         forker = self.forker
         forkserver = forker.pid if forker is not None and forker.alive else None
-        if forker is not None and forkserver and not forker.starting:  # a worker being started is the forkserver's child too
+        # A worker being started is the forkserver's child too.
+        if forker is not None and forkserver and not forker.starting:
             for pid in proctree.children(forkserver):
                 if pid not in self.live and proctree.state(pid) not in (None, "Z", "X"):
                     print(f"peon-supervisor: killing process {pid}, forked by the forkserver for no worker",
@@ -376,8 +378,3 @@ def _quiet(task: asyncio.Task[Any]) -> None:
     """Standby starts that fail are reported to the call that takes them; nothing to log here."""
     if not task.cancelled():
         task.exception()
-
-
-def _failure(code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A result the pool makes up because the worker could not report one (no ``op``: not from it)."""
-    return {"ok": False, "error": ToolError(code, message, details).to_dict()}

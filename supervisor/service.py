@@ -32,7 +32,7 @@ from setproctitle import setproctitle
 
 from peon.admission import admit
 from peon.cancel import Deadline
-from peon.errors import ErrorCode, PeonError, ToolError
+from peon.errors import ErrorCode, PeonError, ToolError, error_reply as _error
 from peon.policy import ApprovalRequest, Decision
 from workers import linux
 from workers.channel import Channel, ChannelError
@@ -76,6 +76,17 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self._notices: set[asyncio.Task] = set()
         self.started_notices = False
+
+    @property
+    def opened(self) -> SessionState:
+        """The session, once :meth:`run` opened it (every call and message handler runs after that)."""
+        assert self.state is not None, "the session is not open yet"
+        return self.state
+
+    @property
+    def running_pool(self) -> WorkerPool:
+        assert self.pool is not None, "the worker pool is not started yet"
+        return self.pool
 
     async def run(self) -> int:
         start = await self.client.recv()
@@ -142,7 +153,8 @@ class Supervisor:
                 if call.id in self.calls:  # a client's bug: the id already names a held call
                     call.args = None
                     await self._reply(call, _error(ErrorCode.INVALID_INPUT,
-                                                   f"call id {call.id!r} is already in use by a queued or running call"))
+                                                   f"call id {call.id!r} is already in use "
+                                                   "by a queued or running call"))
                     continue
                 busy = self._over_bounds(call)
                 if busy is not None:  # answered and dropped: holding it is what the bound prevents
@@ -155,7 +167,7 @@ class Supervisor:
             elif op == "cancel":
                 await self._cancel(str(message.get("id")))
             elif op == "approval_answer":
-                self.state.approval_answer(message)
+                self.opened.approval_answer(message)
 
     async def _cancel(self, call_id: str) -> None:
         call = self.calls.get(call_id)
@@ -168,7 +180,7 @@ class Supervisor:
     def _over_bounds(self, call: PendingCall) -> dict | None:
         """A ``busy`` reply if holding ``call`` would pass the queue's bounds (a lone call of any size
         that passed limits.max_input_bytes is held)."""
-        limits = self.state.config.limits
+        limits = self.opened.config.limits
         max_calls = int(getattr(limits, "max_queued_calls", 64))
         max_bytes = int(getattr(limits, "max_queued_bytes", 32 << 20))
         if len(self.calls) >= max_calls:
@@ -186,8 +198,8 @@ class Supervisor:
             self.held_bytes -= call.size
         call.finished.set()
         try:  # recorded before the client sees the result; a failure here must not lose the reply
-            self.state.audit.record(audit_entry(
-                session_id=self.state.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
+            self.opened.audit.record(audit_entry(
+                session_id=self.opened.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
                 request=call.request, decision=call.decision, reply=reply, received_at=call.received_at,
                 duration_ms=int((time.monotonic() - call.started_at) * 1000)))
         except Exception:
@@ -213,8 +225,9 @@ class Supervisor:
             await self._reply(call, reply)
 
     async def _run(self, call: PendingCall) -> dict:
-        state = self.state
+        state = self.opened
         view = state.view
+        assert state.policy is not None, "an open session has its policy"
         admission = admit(call_id=call.id, tool_name=call.tool, raw_args=call.args, tools=state.tools,
                           schemas=state.schemas, view=view, policy=state.policy,
                           facts=lambda questions: gather(questions, view.workspace, view.env))
@@ -229,7 +242,8 @@ class Supervisor:
         if not decision.allowed:
             return _error(
                 ErrorCode.DENIED,
-                f"{tool.name} ({request.risk.value} risk: {request.risk_reason}) was denied by {decision.by}: {decision.rule}",
+                f"{tool.name} ({request.risk.value} risk: {request.risk_reason}) "
+                f"was denied by {decision.by}: {decision.rule}",
                 {"risk": request.risk.value, "by": decision.by, "rule": decision.rule},
             )
         try:  # audit before acting: no line, no call
@@ -253,7 +267,7 @@ class Supervisor:
         notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
                   if self.started_notices else None)
         try:
-            reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
+            reply = await self.running_pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                          "progress": call.progress, "approved": request.details},
                                         deadline, call.cancelled, forward_progress)
         finally:
@@ -277,7 +291,8 @@ class Supervisor:
         for call in list(self.calls.values()):
             if not call.started:
                 call.cancelled.set()
-                await self._reply(call, _error(ErrorCode.SESSION_CLOSED, f"the session closed before {call.tool} started"))
+                await self._reply(call, _error(ErrorCode.SESSION_CLOSED,
+                                               f"the session closed before {call.tool} started"))
             else:
                 call.cancelled.set()  # the running call gets TERM, grace, KILL like any cancel
         running = [call for call in self.calls.values() if call.started]
@@ -306,10 +321,6 @@ def input_size(value: Any, limit: int = 1 << 40) -> int:
         else:
             total += 8
     return total
-
-
-def _error(code: ErrorCode, message: str, details: dict | None = None) -> dict:
-    return {"ok": False, "error": ToolError(code, message, details).to_dict()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -55,7 +55,7 @@ class SessionState:
         return self.loaded.config
 
     @classmethod
-    def open(cls, start: dict, supervisor: Any) -> "SessionState":
+    def open(cls, start: dict, supervisor: Any) -> SessionState:
         workspace = Path(start["workspace"])
         if not workspace.is_dir():
             raise PeonError("not_found", f"workspace {workspace} is not a directory")
@@ -67,9 +67,12 @@ class SessionState:
             raise
 
     @classmethod
-    def _open(cls, start: dict, supervisor: Any, workspace: Path, root_fd: int) -> "SessionState":
+    def _open(cls, start: dict, supervisor: Any, workspace: Path, root_fd: int) -> SessionState:
         session_id = str(start["session_id"])
-        env = dict(start.get("env") or os.environ)
+        # The session's environment as the client gave it: an empty one stays empty (never this
+        # process's own, which carries what the client added to start the supervisor).
+        given = start.get("env")
+        env = dict(given) if isinstance(given, dict) else dict(os.environ)
         # Resolved and validated by the client from its layers (defaults, user, project, overrides).
         loaded = ResolvedConfig(start["config"])
         skills = discover(workspace, env, loaded.config.skills.max_skills)
@@ -102,7 +105,7 @@ class SessionState:
     @classmethod
     def _finish_open(cls, start: dict, supervisor: Any, loaded: ResolvedConfig, view: SessionView,
                      registry: Registry, state_dir: Path, chosen: containment_mod.Containment,
-                     skills: Discovery) -> "SessionState":
+                     skills: Discovery) -> SessionState:
         limits = loaded.config.limits
         send = supervisor.client.send if supervisor is not None else None
         policy = ApprovalPolicy.from_loaded(loaded)

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import peon
-from conftest import ALLOW_ALL, Leftovers
+from helpers import ALLOW_ALL, Leftovers
 from peon.config import merge
 
 PROBE = r"""

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import Leftovers
+from helpers import Leftovers, wait_for
 from test_agents import install_fake_agents
 
 START_SECONDS = 60.0
@@ -203,13 +203,6 @@ class SseReader:
         self.conn.close()
 
 
-def pids_in(path: Path) -> list[int]:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -229,12 +222,7 @@ def serve_env(leftovers, tmp_path: Path, extra: dict[str, str] | None = None) ->
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02) -> Any:
-    until = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= until:
-            return value
-        time.sleep(interval)
+    return wait_for(predicate, timeout, interval)
 
 
 class SharedServer:

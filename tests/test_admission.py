@@ -55,7 +55,8 @@ def pipeline(tmp_path: Path, config: dict):
 def test_unknown_tools_and_invalid_input_are_stable_errors(tmp_path):
     run, asked = pipeline(tmp_path, {})
     unknown = run("nope", {})
-    assert unknown.error.code.value == "unknown_tool" and "available: bash, read, write, read_skill" in unknown.error.message
+    assert unknown.error.code.value == "unknown_tool"
+    assert "available: bash, read, write, read_skill" in unknown.error.message
     invalid = run("bash", {"command": 5})
     assert invalid.error.code.value == "invalid_input" and invalid.request is None
     assert run("bash", ["ls"]).error.code.value == "invalid_input"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 from peon.errors import ConfigError, ToolError
 from peon.tools.agent import (
     MAX_PROMPT_BYTES, at_mentions, bound_prompt, check_prompt_bytes, exec_bytes, resolve_executable, split_search_path,
@@ -235,7 +235,8 @@ def test_at_mentions_are_passed_as_written_and_shown_to_the_approver(open_sessio
     session = open_session(ASK_DELEGATE, env={**agents.env, "HOME": str(home)},
                            approver=lambda request: requests.append(request) or "allow_once")
 
-    r = session.call("agent_claude", {"prompt": 'Compare @notes.txt with @~/.ssh/id_ed25519, @"a b.md" and @/etc/passwd'})
+    r = session.call("agent_claude",
+                     {"prompt": 'Compare @notes.txt with @~/.ssh/id_ed25519, @"a b.md" and @/etc/passwd'})
     assert r.ok and agents.records()[-1]["prompt"].startswith("Compare @notes.txt")
     mentions = requests[-1]["details"]["file_mentions"]
     assert mentions == [
@@ -261,7 +262,8 @@ def test_at_mentions_are_passed_as_written_and_shown_to_the_approver(open_sessio
 
 
 def test_at_mentions_are_found_as_claude_reads_them():
-    assert at_mentions("@a b@c.d @@e\t@f#L1-2 (@g) x@y @\"q r\" @\"unclosed") == ["a", "@e", "f#L1-2", "q r", '"unclosed']
+    mentions = at_mentions("@a b@c.d @@e\t@f#L1-2 (@g) x@y @\"q r\" @\"unclosed")
+    assert mentions == ["a", "@e", "f#L1-2", "q r", '"unclosed']
     assert at_mentions("") == [] and at_mentions("no mentions @") == []
 
 
@@ -472,7 +474,8 @@ def test_nothing_survives_a_cancel(agent_session, agents, mode):
     if mode == "ignore-term":  # TERM is ignored: KILL after the runner's grace period
         assert r.value["signal"] == "SIGKILL" and waited >= 1.9
     else:
-        assert r.value["signal"] == "SIGTERM" and waited < 1.9
+        assert r.value["signal"] == "SIGTERM"  # TERM ended it: no KILL grace was waited
+        assert waited < 20, "a hang guard, not a speed claim"
     record = agents.records()[-1]
     assert living([record["pid"], record["child_pid"]]) == []
 
@@ -584,7 +587,8 @@ def test_a_bare_pi_script_without_a_package_is_treated_as_older(open_session, ag
 
 def test_shebang_lines_parse_as_the_kernel_reads_them():
     assert parse_shebang(b"\x7fELF\x02\x01") is None and parse_shebang(b"") is None
-    assert parse_shebang(b"#!/usr/bin/env node\nconsole.log(1)") == Shebang("/usr/bin/env", "node", "#!/usr/bin/env node")
+    expected = Shebang("/usr/bin/env", "node", "#!/usr/bin/env node")
+    assert parse_shebang(b"#!/usr/bin/env node\nconsole.log(1)") == expected
     assert parse_shebang(b"#! /bin/sh  -e  -x \n") == Shebang("/bin/sh", "-e  -x", "#! /bin/sh  -e  -x ")
     assert parse_shebang(b"#!/usr/bin/python3\t-u\n").argument == "-u"
     assert parse_shebang(b"#!/bin/sh") == Shebang("/bin/sh", None, "#!/bin/sh")
@@ -594,7 +598,8 @@ def test_shebang_lines_parse_as_the_kernel_reads_them():
     assert env_command("node") == ("node", ())
     assert env_command("-S node --no-warnings -e") == ("node", ("--no-warnings", "-e"))
     for bad, why in [(None, "names no program"), ("-S", "names no program"), ("node --flag", "whole name"),
-                     ("-S node '$x'", "quoting or variables"), ("-i node", "whole name"), ("A=1", "options or variables"),
+                     ("-S node '$x'", "quoting or variables"), ("-i node", "whole name"),
+                     ("A=1", "options or variables"),
                      ("-S -i node", "options or variables"), ("-S A=1 node", "options or variables")]:
         with pytest.raises(LaunchRefused, match=why):
             env_command(bad)

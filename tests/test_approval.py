@@ -8,23 +8,14 @@ import time
 
 import pytest
 
+from helpers import Recorder
+
 from peon.approvers import Unattended
 
 # The shipped per-risk table (the test fixture would otherwise allow everything).
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 
 
-class Recorder:
-    """An approver that records requests and answers from a script (default: allow once)."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.requests: list[dict] = []
-
-    def __call__(self, request: dict):
-        self.requests.append(request)
-        answer = self.answers.pop(0) if self.answers else "allow_once"
-        return answer(request) if callable(answer) else answer
 
 
 @pytest.fixture
@@ -102,8 +93,10 @@ def test_a_failing_approver_denies_and_the_session_goes_on(approving, behaviour)
 
 def test_an_approver_that_never_answers_is_denied_after_the_timeout(approving, tmp_path):
     release = threading.Event()
+    asking: list[threading.Thread] = []
 
     def stuck(request):
+        asking.append(threading.current_thread())  # the session's thread for this request, which sends the answer
         release.wait(30)
         return {"decision": "allow_session", "scope": "risk"}  # arrives far too late
 
@@ -119,7 +112,8 @@ def test_an_approver_that_never_answers_is_denied_after_the_timeout(approving, t
         assert session.call("bash", {"command": "echo next"}).ok  # the next call is asked and works
     finally:
         release.set()
-    time.sleep(0.3)  # the stale allow_session answer reaches the supervisor now...
+    asking[0].join(10)  # it has sent the stale allow_session answer: the supervisor reads it before the next call...
+    assert not asking[0].is_alive()
     r = session.call("bash", {"command": "echo again"})
     assert r.error.details["by"] == "approver"  # ...and granted nothing: this one was asked and denied
     assert len(approver.requests) == 3

@@ -304,7 +304,8 @@ def test_tighten_only_rules_never_loosen_and_always_tighten():
 
 
 def test_rule_restricted_to_a_risk_does_not_cover_elevated_calls():
-    policy = ApprovalPolicy(DEFAULTS, [PolicyRule("allow", tool="read", risk="filesystem", path_prefix="docs", name="r")])
+    policy = ApprovalPolicy(DEFAULTS, [PolicyRule("allow", tool="read", risk="filesystem", path_prefix="docs",
+                                                  name="r")])
     assert policy.evaluate(request("read", ToolRisk.FILESYSTEM, path="docs/.env")).action == "allow"
     assert policy.evaluate(request("read", ToolRisk.FILESYSTEM, path=".env")).action == "ask"
     narrow = ApprovalPolicy(DEFAULTS, [PolicyRule("allow", tool="read", risk="read_only", name="r")])

@@ -12,20 +12,17 @@ from pathlib import Path
 
 import pytest
 
+import helpers
+
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-class Recorder:
-    """An approver that records requests and answers from a script (default: deny)."""
+class Recorder(helpers.Recorder):
+    """Records requests and answers from a script, then denies."""
 
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.requests: list[dict] = []
-
-    def __call__(self, request: dict):
-        self.requests.append(request)
-        return self.answers.pop(0) if self.answers else "deny"
+    def __init__(self, *answers: object) -> None:
+        super().__init__(*answers, otherwise="deny")
 
     def commands(self) -> list[str]:
         return [json.loads(r["canonical_input"])["command"] for r in self.requests]
@@ -250,3 +247,23 @@ def test_the_approver_is_told_the_call_is_sandboxed(open_session, workspace, tmp
     from peon.approvers import render_request
 
     assert "sandbox: the call runs inside the OS sandbox" in render_request(request)[0]
+
+
+def test_the_terminal_and_an_mcp_client_show_the_same_facts():
+    """The CLI prompt and the MCP elicitation form render one list of facts: segments and the sandbox
+    included, so neither front end hides what the other shows."""
+    from peon.approvers import render_request, request_facts
+    from peon.mcp.elicitation import approval_elicitation
+    from peon.policy import ApprovalRequest
+    from peon.tool import ToolRisk
+
+    request = ApprovalRequest("c1", "bash", ToolRisk.PROCESS, "runs a command", "run: git status | head",
+                              canonical_input='{"command":"git status | head"}', sandboxed=True,
+                              details={"segments": [{"words": ["git", "status"]}, {"words": ["head"]}]}).to_dict()
+    facts = request_facts(request)
+    terminal = render_request(request)[0]
+    form = approval_elicitation(request, "2025-11-25")["message"]
+    assert any("sandbox" in line for line in facts) and any("1. git status" in line for line in facts)
+    assert any("2. head" in line for line in facts) and any("input:" in line for line in facts)
+    for line in facts:
+        assert line in terminal.splitlines() and line in form.splitlines(), line

@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import threading
-import time
 
 import pytest
 
+from helpers import running_command, wait_for
 from peon.tool import ToolRisk
 from peon.policy import ApprovalRequest, Decision
 from supervisor.audit import AuditLog, audit_entry
@@ -34,7 +34,7 @@ def env(tmp_path):
     return {"XDG_CONFIG_HOME": str(tmp_path / "no-user-config")}
 
 
-def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
+def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path, leftovers):
     release = threading.Event()
 
     def approver(request):
@@ -71,7 +71,7 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
         queued.cancel()
         assert queued.result(10).error.code == "cancelled"
         ids["queued-cancel"] = queued.call_id
-        time.sleep(0.3)
+        assert wait_for(lambda: running_command(leftovers.alive(), ["sleep", "30"])), "the call did not start"
         running.cancel()
         assert running.result(10).value["cancelled"]
         ids["running-cancel"] = running.call_id
@@ -123,14 +123,14 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path):
     assert entries[ids["timed-out"]]["duration_ms"] >= 200
 
 
-def test_no_approver_and_session_close_are_recorded(open_session, env, tmp_path):
+def test_no_approver_and_session_close_are_recorded(open_session, env, tmp_path, leftovers):
     state = tmp_path / "closing"
     session = open_session({"approval": {**DEFAULT_APPROVAL, "rules": [
         {"tool": "bash", "command_prefix": "sleep", "decision": "allow"}]}}, env=env, state_dir=state)
     denied = session.call("bash", {"command": "echo hi"})
     running = session.submit("bash", {"command": "sleep 30"})
     waiting = session.submit("bash", {"command": "sleep 1"})
-    time.sleep(0.3)
+    assert wait_for(lambda: running_command(leftovers.alive(), ["sleep", "30"])), "the call did not start"
     session.close()
     assert waiting.result(10).error.code == "session_closed"
     entries = {e["call_id"]: e for e in read_log(state)}
@@ -147,7 +147,7 @@ def test_the_log_holds_no_contents_or_output(open_session, env, tmp_path, worksp
     assert session.call("write", {"path": "out.txt", "content": "WRITTEN-SECRET-17\n", "mode": "create"}).ok
     assert session.call("read", {"path": ".env"}).value["content"] == "TOKEN=READ-SECRET-42\n"
     assert "OUTPUT-SECRET-99" in session.call("bash", {"command": "printf OUTPUT-; printf SECRET-99"}).value["output"]
-    text = "".join(open(state / name).read() for name in os.listdir(state) if name.startswith("audit"))
+    text = "".join((state / name).read_text() for name in os.listdir(state) if name.startswith("audit"))
     for secret in ("WRITTEN-SECRET-17", "READ-SECRET-42", "OUTPUT-SECRET-99"):
         assert secret not in text
     entries = read_log(state)
@@ -194,7 +194,8 @@ def test_entry_for_input_that_is_not_an_object():
     entry = audit_entry(session_id="s", call_id="c", tool="bash", args=["ls"], request=None, decision=None,
                         reply={"ok": False, "error": {"code": "invalid_input", "message": "m"}}, received_at=1.0,
                         duration_ms=0)
-    assert "input" not in entry and entry["decision"] is None and entry["outcome"] == {"ok": False, "error": "invalid_input"}
+    assert "input" not in entry and entry["decision"] is None
+    assert entry["outcome"] == {"ok": False, "error": "invalid_input"}
     assert entry["input_sha256"] is not None
 
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 import peon.session
-from conftest import living, wait_for
+from helpers import living, wait_for
 from workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -40,8 +40,9 @@ FD_REPORT = textwrap.dedent("""\
             open_fds[name] = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             open_fds[name] = "?"
-    with open(sys.argv[1], "w") as out:
+    with open(sys.argv[1] + ".part", "w") as out:
         json.dump(open_fds, out)
+    os.replace(sys.argv[1] + ".part", sys.argv[1])  # complete once it exists
 """)
 
 
@@ -60,7 +61,7 @@ def test_a_command_inherits_only_stdio(session, workspace):
     (workspace / "fds.py").write_text(FD_REPORT)
     py = sys.executable
     command = (f"{py} fds.py direct.json; setsid {py} fds.py setsid.json; "
-               f"( ( {py} fds.py double.json & ) & ); {py} -c 'import time; time.sleep(0.3)'")
+               f"( ( {py} fds.py double.json & ) & ); until [ -s double.json ]; do sleep 0.01; done")
     r = session.call("bash", {"command": command})
     assert r.ok and r.value["exit_code"] == 0, r
     for name in ("direct.json", "setsid.json", "double.json"):
@@ -172,7 +173,8 @@ GETFD = textwrap.dedent("""\
         class Header(ctypes.Structure):
             _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
         class Data(ctypes.Structure):
-            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                        ("inheritable", ctypes.c_uint32)]
         header, data = Header(0x20080522, 0), (Data * 2)()
         assert libc.capget(ctypes.byref(header), data) == 0
         data[0].effective &= ~(1 << 19)
@@ -225,8 +227,8 @@ def test_workers_are_multiprocessing_processes_of_a_lean_forkserver(tool_session
     forkserver = facts["ppid"]
     assert proctree.cmdline(forkserver).startswith("peon-forkserver")
     heavy = [m for m in facts["modules"]
-             if m.split(".")[0] in ("pydantic", "pydantic_core", "jsonschema") or m in ("peon.config", "peon.validation")
-             or (m.startswith("supervisor.") and m != "supervisor.skills")]
+             if m.split(".")[0] in ("pydantic", "pydantic_core", "jsonschema")
+             or m in ("peon.config", "peon.validation") or m.split(".")[0] == "supervisor"]
     assert heavy == [], heavy
     assert facts["root_fd"] > 2 and facts["root_fd"] in facts["fds"]
     assert facts["inheritable"] == []  # what arrived with SCM_RIGHTS is close-on-exec too

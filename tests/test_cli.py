@@ -14,7 +14,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 from peon.cli import render_result
 
 PEON = [sys.executable, "-m", "peon.cli"]
@@ -77,7 +77,8 @@ def test_without_a_terminal_asking_means_deny(leftovers, workspace):
 
 @pytest.mark.parametrize("args, words", [
     (["call", "bash", '{"command": '], ["not valid JSON"]),
-    (["call", "bash", '{"command": "true"}', "--workspace", "/nonexistent/ws"], ["/nonexistent/ws", "not an existing directory"]),
+    (["call", "bash", '{"command": "true"}', "--workspace", "/nonexistent/ws"],
+     ["/nonexistent/ws", "not an existing directory"]),
     (["call", "bash", "{}", "--allow", "everything"], ["invalid choice", "everything"]),
     (["call", "bash"], ["required"]),
     (["frobnicate"], ["invalid choice"]),
@@ -91,7 +92,8 @@ def test_bad_usage_is_one_clear_message(leftovers, workspace, args, words):
 def test_invalid_config_names_file_and_key(leftovers, workspace, tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text('[limits]\nmax_timeout_seconds = "soon"\n')
-    proc = peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), "--allow", "process")
+    proc = peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), "--allow",
+                "process")
     assert_clean_failure(proc, 2, str(config), "limits.max_timeout_seconds")
 
 
@@ -109,7 +111,8 @@ def test_mcp_with_a_bad_configuration_exits_before_speaking(leftovers, workspace
 def test_config_file_and_allow_flags_combine(leftovers, workspace, tmp_path):
     config = tmp_path / "peon.toml"
     config.write_text("[limits]\nmax_timeout_seconds = 0.5\n")
-    proc = peon(leftovers, workspace, "call", "bash", '{"command": "sleep 30"}', "--config", str(config), "--allow", "process")
+    proc = peon(leftovers, workspace, "call", "bash", '{"command": "sleep 30"}', "--config", str(config), "--allow",
+                "process")
     assert proc.returncode == 0, proc.stderr
     value = json.loads(proc.stdout)["value"]
     assert value["timed_out"] is True and value["timeout_seconds"] == 0.5
@@ -119,7 +122,8 @@ def test_config_file_and_allow_flags_combine(leftovers, workspace, tmp_path):
 
 
 def spawn(leftovers, workspace: Path, *args: str) -> pexpect.spawn:
-    return pexpect.spawn(PEON[0], [*PEON[1:], *args], cwd=str(workspace), env=isolated_env(leftovers, workspace), encoding="utf-8",
+    return pexpect.spawn(PEON[0], [*PEON[1:], *args], cwd=str(workspace), env=isolated_env(leftovers, workspace),
+                         encoding="utf-8",
                          timeout=60, dimensions=(40, 200))
 
 
@@ -300,7 +304,8 @@ def test_render_result_for_people():
     assert out == ("head…tail\n── bash: timed out after 0.5 s · killed by SIGKILL · 1.2 s · output truncated: "
                    "64.0 KiB of 8.0 MiB shown, the middle left out · job j1\n")
     read = {"content": "text", "total_bytes": 4, "truncated": True}
-    assert render_result({"tool": "read", "ok": True, "value": read}) == ("text\n── read: 4 bytes in total · truncated\n", "")
+    assert render_result({"tool": "read", "ok": True,
+                          "value": read}) == ("text\n── read: 4 bytes in total · truncated\n", "")
     write = {"path": "a.txt", "bytes_written": 1, "sha256": "ab", "created": True}
     assert json.loads(render_result({"tool": "write", "ok": True, "value": write})[0]) == write
     failed = {"tool": "bash", "ok": False, "error": {"code": "denied", "message": "bash was denied by policy"}}
@@ -356,8 +361,9 @@ def test_ctrl_c_while_the_session_starts_exits_cleanly(leftovers, workspace, tmp
     child = pexpect.spawn(PEON[0], [*PEON[1:], "call", "bash", '{"command": "touch ran"}', "--allow", "process",
                                     "--config", str(config)],
                           cwd=str(workspace), encoding="utf-8", timeout=60,
-                          env=isolated_env(leftovers, workspace, {"SLOW_START_MARKER": str(marker),
-                                                                  "PYTHONPATH": str(Path(__file__).parent / "fixtures")}))
+                          env=isolated_env(leftovers, workspace,
+                                           {"SLOW_START_MARKER": str(marker),
+                                            "PYTHONPATH": str(Path(__file__).parent / "fixtures")}))
     assert wait_for(lambda: marker.exists() and marker.read_text().strip(), 30), "the supervisor did not start"
     supervisor = int(marker.read_text().split()[0])
     child.sendintr()  # while the supervisor is still starting

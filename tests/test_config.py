@@ -132,12 +132,14 @@ def test_peon_config_wins_over_xdg(tmp_path):
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("[limits]\nmax_output_bytes = \"4096\"\n", "key 'limits.max_output_bytes' must be an integer, got string \"4096\""),
+    ("[limits]\nmax_output_bytes = \"4096\"\n",
+     "key 'limits.max_output_bytes' must be an integer, got string \"4096\""),
     ("[limits]\nmax_output_bytes = 4096.0\n", "key 'limits.max_output_bytes' must be an integer, got float 4096.0"),
     ("[limits]\nmax_timeout_seconds = true\n", "key 'limits.max_timeout_seconds' must be a number, got boolean true"),
     ("[limits]\nmax_outptu_bytes = 1\n", "unknown key 'limits.max_outptu_bytes' (did you mean 'max_output_bytes'?)"),
     ("[limitz]\nx = 1\n", "unknown key 'limitz'"),
-    ("[approval]\nprocess = \"maybe\"\n", "key 'approval.process' must be one of 'allow', 'ask' or 'deny', got \"maybe\""),
+    ("[approval]\nprocess = \"maybe\"\n",
+     "key 'approval.process' must be one of 'allow', 'ask' or 'deny', got \"maybe\""),
     ("[tools]\nentry_points = \"no\"\n", "key 'tools.entry_points' must be true or false, got string \"no\""),
     ("[runtime]\ncontainment = 1\n", "key 'runtime.containment' must be one of"),
     ("[[approval.rules]]\ntool = \"bash\"\ndecision = \"allow\"\n[[approval.rules]]\ntool = 3\ndecision = \"ask\"\n",
@@ -148,7 +150,8 @@ def test_peon_config_wins_over_xdg(tmp_path):
     ("[[approval.rules]]\ndecision = \"deny\"\npath_prefix = \"../x\"\n",
      "key 'approval.rules[0].path_prefix': must be a workspace-relative path"),
     ("[approval]\nrules = 5\n", "key 'approval.rules' must be an array of tables, got integer 5"),
-    ("[limits]\nmax_output_bytes = 10\n", "key 'limits.max_output_bytes': input should be greater than or equal to 1024"),
+    ("[limits]\nmax_output_bytes = 10\n",
+     "key 'limits.max_output_bytes': input should be greater than or equal to 1024"),
     ("[audit]\nbackups = -1\n", "key 'audit.backups'"),
     ("limits = 3\n", "key 'limits' must be a table, got integer 3"),
 ])
@@ -164,7 +167,7 @@ def test_bad_keys_and_types_name_the_file_and_key(layout, layer, text, needle):
 
 
 def test_bad_overrides_are_named_as_overrides(layout):
-    with pytest.raises(ConfigError, match="invalid configuration in overrides: unknown key 'approval.proces'"):
+    with pytest.raises(ConfigError, match=r"invalid configuration in overrides: unknown key 'approval\.proces'"):
         layout.load({"approval": {"proces": "allow"}})
 
 
@@ -260,7 +263,8 @@ NESTINGS = [
     ("inline-table", "[tools]\nextra = " + "{a=" * DEEP + "1" + "}" * DEEP + "\n", None),
     ("dotted-key", "tools" + ".a" * DEEP + " = 1\n", "tools.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a"),
     ("table-header", "[tools" + ".a" * DEEP + "]\nx = 1\n", "tools.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a"),
-    ("just-too-deep", "[tools]\nextra = " + "[" * 16 + "]" * 16 + "\n", "tools.extra[0][0][0][0][0][0][0][0][0][0][0][0][0][0]"),
+    ("just-too-deep", "[tools]\nextra = " + "[" * 16 + "]" * 16 + "\n",
+     "tools.extra[0][0][0][0][0][0][0][0][0][0][0][0][0][0]"),
 ]
 
 
@@ -279,7 +283,7 @@ def test_deep_nesting_is_config_invalid_not_a_recursion_error(layout, layer, kin
 
 def test_nesting_within_the_limit_reaches_validation(layout):
     layout.user("[tools]\nextra = " + "[" * 15 + "]" * 15 + "\n")  # 16 levels with tools.extra: silly, not refused
-    with pytest.raises(ConfigError, match="key 'tools.extra\\[0\\]' must be a string"):
+    with pytest.raises(ConfigError, match=r"key 'tools\.extra\[0\]' must be a string"):
         layout.load()
 
 
@@ -318,8 +322,10 @@ LOOSENINGS = [
      'a project rule may only "ask" or "deny"'),
     ('[[approval.rules]]\ntool = "bash"\ndecision = "deny"\ntighten_only = false\n', "approval.rules[0].tighten_only",
      "every project rule is tighten_only"),
-    ('[agents.claude]\nexecutable = "/tmp/evil"\n', "agents.claude.executable", "only the user configures agent adapters"),
-    ('[agents.codex]\nargs = ["exec", "--dangerously-bypass-approvals-and-sandbox"]\n', "agents.codex.args", "argument vectors"),
+    ('[agents.claude]\nexecutable = "/tmp/evil"\n', "agents.claude.executable",
+     "only the user configures agent adapters"),
+    ('[agents.codex]\nargs = ["exec", "--dangerously-bypass-approvals-and-sandbox"]\n', "agents.codex.args",
+     "argument vectors"),
     ('[agents.pi]\nexecutable = "pi"\nargs = ["-p"]\n', "agents.pi.executable", "agent adapters"),  # even unchanged
     ("[agents]\napproval_prompt_chars = 10\n", "agents.approval_prompt_chars", "agent adapters"),
     ('[tools]\nextra = ["evil.module:Tool"]\n', "tools.extra", "a project cannot add tools"),
@@ -366,13 +372,15 @@ def test_tools_entry_points_may_only_be_turned_off(layout):
     assert layout.load().config.tools.entry_points is False
     layout.user("[tools]\nentry_points = false\n")
     layout.project("[tools]\nentry_points = true\n")
-    with pytest.raises(ConfigError, match="tools.entry_points .a project cannot enable tools the user disabled"):
+    with pytest.raises(ConfigError, match=r"tools\.entry_points .a project cannot enable tools the user disabled"):
         layout.load()
 
 
 def test_project_is_compared_with_the_users_resolved_values(layout):
-    layout.user('[limits]\nmax_timeout_seconds = 1200.0\n[approval]\nprocess = "allow"\n[runtime]\ncontainment = "process-tree"\n')
-    layout.project('[limits]\nmax_timeout_seconds = 900.0\n[approval]\nprocess = "allow"\n[runtime]\ncontainment = "auto"\n')
+    layout.user('[limits]\nmax_timeout_seconds = 1200.0\n[approval]\nprocess = "allow"\n'
+                '[runtime]\ncontainment = "process-tree"\n')
+    layout.project('[limits]\nmax_timeout_seconds = 900.0\n[approval]\nprocess = "allow"\n'
+                   '[runtime]\ncontainment = "auto"\n')
     config = layout.load().config  # 900 > defaults' 600 but below the user's 1200; equal approval is no loosening
     assert config.limits.max_timeout_seconds == 900 and config.approval.process == "allow"
     assert config.runtime.containment == "auto"
@@ -440,7 +448,8 @@ def test_a_session_refuses_a_loosening_project(open_session, workspace, tmp_path
 def test_a_session_names_a_bad_user_file(open_session, tmp_path):
     named = tmp_path / "user.toml"
     named.write_text("[limits]\nmax_output_bytes = 'big'\n")
-    with pytest.raises(ConfigError, match=rf"invalid configuration in {named}: key 'limits.max_output_bytes' must be an integer"):
+    with pytest.raises(ConfigError,
+                       match=rf"invalid configuration in {named}: key 'limits.max_output_bytes' must be an integer"):
         open_session(env={"PEON_CONFIG": str(named)})
 
 

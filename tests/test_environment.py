@@ -24,7 +24,8 @@ WAITS_FOREVER = "sleep 300"  # an "editor" or "pager" that would hold a command 
 
 
 def test_settings_replace_inherited_values_and_false_keeps_them():
-    inherited = {"EDITOR": "vim", "PAGER": "less", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h", "PATH": "/usr/bin"}
+    inherited = {"EDITOR": "vim", "PAGER": "less", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h",
+                 "PATH": "/usr/bin"}
     env = build_environment(inherited, {"EDITOR": "false", "PAGER": "cat", "GIT_ASKPASS": False, "NEW": ""})
     assert env == {"EDITOR": "false", "PAGER": "cat", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h",
                    "PATH": "/usr/bin", "NEW": ""}
@@ -139,7 +140,8 @@ def test_git_log_of_a_long_history_returns_without_paging(open_session, repo):
     subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=stream, text=True, check=True, timeout=60)
     session = open_session(env=waiting_env())
     started = time.monotonic()
-    r = session.call("bash", {"command": "git log --oneline; git -p log --oneline | tail -1; echo \"$PAGER $GIT_PAGER\"",
+    r = session.call("bash",
+                     {"command": "git log --oneline; git -p log --oneline | tail -1; echo \"$PAGER $GIT_PAGER\"",
                               "timeout_seconds": 60})
     assert time.monotonic() - started < 10
     assert r.ok and r.value["exit_code"] == 0 and r.value["timed_out"] is False
@@ -198,3 +200,21 @@ def test_the_users_explicit_settings_win(open_session, tmp_path):
     editor, askpass, mode, visual, path = r.value["output"].split("|")[:5]
     assert (editor, askpass, mode, visual) == ("true", "/opt/my-askpass", "batch", "false")
     assert path == f"PATH={os.environ['PATH']}\n"  # the empty and "." entries are gone
+
+
+def test_an_empty_environment_stays_empty(workspace, tmp_path):
+    """``env={}`` is the session's environment: commands see only the [environment] table's settings,
+    nothing of the supervisor's own (which carries the PYTHONPATH Peon adds to start it)."""
+    import peon
+    from helpers import ALLOW_ALL
+
+    session = peon.Session(workspace, ALLOW_ALL, env={}, state_dir=tmp_path / "state")
+    try:
+        r = session.call("bash", {"command": "tr '\\0' '\\n' < /proc/$$/environ"})
+        assert r.ok, r.error
+        names = {line.split("=", 1)[0] for line in r.value["output"].splitlines() if "=" in line}
+        table = set(load_config(env={}).config.environment)
+        assert "PYTHONPATH" not in names, r.value["output"]
+        assert names - table <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD"}, r.value["output"]
+    finally:
+        session.close()

@@ -70,7 +70,8 @@ def error(fn, *args, **kwargs) -> ToolError:
 
 
 def snapshot(directory: Path) -> dict:
-    return {str(p.relative_to(directory)): (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+    return {str(p.relative_to(directory)): (p.is_symlink(),
+                                            p.read_bytes() if p.is_file() and not p.is_symlink() else None)
             for p in sorted(directory.rglob("*"))}
 
 
@@ -109,7 +110,8 @@ def test_symlink_chain_inside_and_chain_that_leaves(tree, root, resolver):
     os.symlink("../../outside/secret", ws / "d" / "hop3")
     err = error(read, root, "hop1", resolver)
     assert err.code.value == "outside_workspace"
-    assert "'d/hop3'" in err.message and "'../../outside/secret'" in err.message and "above the workspace root" in err.message
+    assert "'d/hop3'" in err.message and "'../../outside/secret'" in err.message
+    assert "above the workspace root" in err.message
 
 
 def test_symlink_hop_limit_and_loops(tree, root, resolver):
@@ -139,7 +141,8 @@ def test_symlink_hop_limit_and_loops(tree, root, resolver):
 ])
 def test_symlinks_that_leave_are_refused(tree, root, resolver, link, target):
     os.symlink(target.format(tmp=tree), tree / "ws" / link)
-    text = link if "file" in link or link in ("there-and-back", "abs-inside", "etc", "sibling-file") else f"{link}/secret"
+    text = link if "file" in link or link in ("there-and-back", "abs-inside", "etc",
+                                              "sibling-file") else f"{link}/secret"
     err = error(read, root, text, resolver)
     assert err.code.value == "outside_workspace", err
     assert repr(target.format(tmp=tree)) in err.message and repr(link) in err.message
@@ -342,7 +345,7 @@ def test_racing_creates_exactly_one_wins(tree, resolver, use_link):
         barrier = threading.Barrier(6)
         outcomes: list = []
 
-        def attempt(i: int) -> None:
+        def attempt(i: int, name: str = name, barrier: threading.Barrier = barrier, outcomes: list = outcomes) -> None:
             fd = fs.open_root(ws)
             try:
                 barrier.wait()
@@ -522,8 +525,8 @@ def test_window_and_hash_come_from_one_pass(tree, root, resolver, monkeypatch, c
     for _ in range(40):
         start = rng.randrange(len(data) + 1)
         end = rng.randrange(start, len(data) + 1)
-        window = fs.read_window(root, parse_file_path("blob"), resolver, lambda total: (start, end),
-                                hash_max_bytes=len(data))
+        window = fs.read_window(root, parse_file_path("blob"), resolver,
+                                lambda total, start=start, end=end: (start, end), hash_max_bytes=len(data))
         assert (window.data, window.start, window.total, window.sha256) == (data[start:end], start, len(data), whole)
     window = fs.read_window(root, parse_file_path("blob"), resolver, lambda total: (10, 20),
                             hash_max_bytes=len(data) - 1)

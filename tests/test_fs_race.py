@@ -43,7 +43,7 @@ class Swapper:
             linux.renameat2(self.fd, "d", self.fd, "s", linux.RENAME_EXCHANGE)
             self.swaps += 1
 
-    def __enter__(self) -> "Swapper":
+    def __enter__(self) -> Swapper:
         self.thread.start()
         return self
 
@@ -112,7 +112,8 @@ def test_race_direct(tmp_path, resolver, absolute):
                     outcomes["created"] += 1
                     created.append(name)
                 except ToolError as exc:
-                    outcomes["create refused" if exc.code.value == "outside_workspace" else f"create {exc.code.value}"] += 1
+                    refused = exc.code.value == "outside_workspace"
+                    outcomes["create refused" if refused else f"create {exc.code.value}"] += 1
                 i += 1
         assert swapper.swaps > 100
     finally:
@@ -152,7 +153,7 @@ def test_race_through_session(open_session, tmp_path, resolver):
 @pytest.mark.timeout(60)
 def test_harness_catches_check_then_open_by_name(tmp_path):
     """The control: resolving the string, checking it, then opening by name does escape here."""
-    ws, outside = build(tmp_path, absolute=False)
+    ws, _outside = build(tmp_path, absolute=False)
     escaped = 0
     with Swapper(ws):
         until = time.monotonic() + 20

@@ -22,8 +22,10 @@ FUZZ_POLICY = {"approval": {"read_only": "allow", "filesystem": "allow", "proces
 
 odd_text = st.one_of(
     st.text(),
-    st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=4),  # lone surrogates
-    st.sampled_from(["", "\x00", "../../etc/passwd", "/etc/passwd", "a/../../..", "\u202e", "-rf", "@x", "\ufeff", "🙂" * 50]),
+    st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1,
+            max_size=4),  # lone surrogates
+    st.sampled_from(["", "\x00", "../../etc/passwd", "/etc/passwd", "a/../../..", "\u202e", "-rf", "@x", "\ufeff",
+                     "🙂" * 50]),
     st.builds(lambda n: "x" * n, st.integers(0, 3_000_000)),
 )
 numbers = st.one_of(

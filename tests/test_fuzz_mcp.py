@@ -59,7 +59,8 @@ raw_lines = st.one_of(
                      b'{"jsonrpc":"2.0","id":1e999,"method":"tools/call"}', b'{"jsonrpc":"1.0","id":1,"method":"ping"}',
                      b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[]}', b"\xff\xfe", b"[" * 5000,
                      # lone surrogates: valid JSON escapes that no UTF-8 answer can carry back
-                     b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}', b'{"jsonrpc":"2.0","id":6,"method":"\\udfff"}',
+                     b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',
+                     b'{"jsonrpc":"2.0","id":6,"method":"\\udfff"}',
                      b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"\\ud800","arguments":{}}}',
                      b'{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"read","arguments":{"path":"\\ud800"},'
                      b'"_meta":{"progressToken":"\\ud800"}}}']),

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import peon
-from conftest import wait_for
+from helpers import wait_for
 from peon.tool import ToolRisk
 from peon.policy import ApprovalRequest
 from supervisor.grants import GrantStore
@@ -160,7 +160,8 @@ def test_allow_for_this_session_matches_the_identical_call_only(open_session, en
     r = session.call("bash", {"timeout_seconds": 9, "command": "echo a"})
     assert r.ok and len(approver.requests) == 1
     # Anything else is asked (and denied by this approver).
-    for args in ({"command": "echo a"}, {"command": "echo a", "timeout_seconds": 8}, {"command": "echo  a", "timeout_seconds": 9}):
+    for args in ({"command": "echo a"}, {"command": "echo a", "timeout_seconds": 8},
+                 {"command": "echo  a", "timeout_seconds": 9}):
         assert session.call("bash", args).error.details["by"] == "approver"
     assert len(approver.requests) == 4
 

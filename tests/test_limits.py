@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from test_process_cleanup import FORK_LOOP, assert_gone, pids_in
 
@@ -35,7 +36,9 @@ def test_process_limit_stops_a_fork_loop(open_session, workspace, containment, l
     r = session.call("bash", {"command": f"exec {sys.executable} forkloop.py", "timeout_seconds": 60})
     assert r.value["limit_exceeded"] == "processes", r.value
     assert r.value["timed_out"] is False
-    assert [p for p in leftovers.alive() if p != session.supervisor_pid and "forkloop" in open(f"/proc/{p}/cmdline").read()] == []
+    forkloops = [p for p in leftovers.alive()
+                 if p != session.supervisor_pid and "forkloop" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert forkloops == []
 
 
 def test_calls_within_limits_report_none(session):

@@ -114,21 +114,25 @@ def test_lone_surrogates_in_id_or_method_are_invalid_requests(data, reply_id, fi
 
 def test_lone_surrogates_in_version_and_progress_token_are_invalid_params():
     conn = connection()
-    bad_version = f'{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{{"{p.PROTOCOL_VERSION_KEY}":"{LONE}",' \
+    bad_version = f'{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":' \
+                  f'{{"_meta":{{"{p.PROTOCOL_VERSION_KEY}":"{LONE}",' \
                   f'"{p.CLIENT_CAPABILITIES_KEY}":{{}}}}}}}}'
     error = reply(conn, bad_version.encode())
-    assert error["id"] == 1 and error["error"]["code"] == p.INVALID_PARAMS and "not valid Unicode" in error["error"]["message"]
+    assert error["id"] == 1 and error["error"]["code"] == p.INVALID_PARAMS
+    assert "not valid Unicode" in error["error"]["message"]
     encode(error)
     assert conn.era is None  # nothing was negotiated by the refused request
     reply(conn, initialize())
     bad_token = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"x"},'
                  f'"_meta":{{"progressToken":"{LONE}"}}}}}}')
     error = reply(conn, bad_token.encode())
-    assert error["id"] == 2 and error["error"]["code"] == p.INVALID_PARAMS and "progressToken" in error["error"]["message"]
+    assert error["id"] == 2 and error["error"]["code"] == p.INVALID_PARAMS
+    assert "progressToken" in error["error"]["message"]
     encode(error)
     # A handshake initialize with such a version is answered with the newest served version.
     fresh = connection()
-    answered = reply(fresh, f'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}'.encode())
+    answered = reply(fresh, (f'{{"jsonrpc":"2.0","id":0,"method":"initialize",'
+                             f'"params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}').encode())
     assert answered["result"]["protocolVersion"] == p.LATEST_HANDSHAKE
 
 
@@ -141,7 +145,8 @@ def test_client_values_in_error_messages_are_escaped_and_bounded():
     assert len(unknown["message"]) < 1000 and "\\u202e" in unknown["message"] and "\u202e" not in unknown["message"]
     later = connection()
     reply(later, request(1, "tools/list", {"_meta": MODERN_META}))
-    refused = reply(later, f'{{"jsonrpc":"2.0","id":2,"method":"initialize","params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}'.encode())
+    refused = reply(later, (f'{{"jsonrpc":"2.0","id":2,"method":"initialize",'
+                            f'"params":{{"protocolVersion":"{LONE}","capabilities":{{}}}}}}').encode())
     assert refused["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION and refused["error"]["data"]["requested"] is None
     encode(refused)
 
@@ -211,7 +216,8 @@ def test_annotations_are_explicit_for_every_risk():
     for risk, (read_only, destructive, open_world) in expected.items():
         hints = p.annotations_for(risk)
         assert set(hints) == {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
-        assert (hints["readOnlyHint"], hints["destructiveHint"], hints["openWorldHint"]) == (read_only, destructive, open_world)
+        shown = (hints["readOnlyHint"], hints["destructiveHint"], hints["openWorldHint"])
+        assert shown == (read_only, destructive, open_world)
     assert p.annotations_for("something-new") == p.annotations_for("delegate")
 
 
@@ -255,7 +261,8 @@ def test_tools_call_errors_are_protocol_errors():
     unknown = reply(conn, request(1, "tools/call", {"name": "nope", "arguments": {}}))["error"]
     assert unknown["code"] == p.INVALID_PARAMS and "nope" in unknown["message"]
     assert reply(conn, request(2, "tools/call", {"arguments": {}}))["error"]["code"] == p.INVALID_PARAMS
-    assert reply(conn, request(3, "tools/call", {"name": "bash", "arguments": [1]}))["error"]["code"] == p.INVALID_PARAMS
+    assert reply(conn, request(3, "tools/call", {"name": "bash",
+                                                 "arguments": [1]}))["error"]["code"] == p.INVALID_PARAMS
     # Missing arguments mean an empty object; the tool's own validation then names what is missing.
     assert receive(conn, request(4, "tools/call", {"name": "bash"})).arguments == {}
 
@@ -276,7 +283,8 @@ def test_call_results_carry_structured_content_and_text():
         assert "structuredContent" not in shaped
         assert shaped["_meta"][p.ERROR_META_KEY] == {"code": "denied", "message": "bash was denied by policy",
                                                      "details": {"risk": "process"}}
-        assert shaped["content"] == [{"type": "text", "text": 'denied: bash was denied by policy\ndetails: {"risk": "process"}'}]
+        assert shaped["content"] == [{"type": "text",
+                                      "text": 'denied: bash was denied by policy\ndetails: {"risk": "process"}'}]
     bare = p.call_result(ToolResult.failure("c", "read", ErrorCode.NOT_FOUND, "path 'x' does not exist"), "2025-11-25")
     assert bare["content"][0]["text"] == "not_found: path 'x' does not exist"
     modern = p.respond(1, "2026-07-28", p.call_result(failed, "2026-07-28"), p.ServerIdentity())["result"]
@@ -397,7 +405,8 @@ def test_modern_envelope_rules():
     conn = connection()
     missing = reply(conn, request(1, "tools/list", {"_meta": {p.PROTOCOL_VERSION_KEY: "2026-07-28"}}))["error"]
     assert missing["code"] == p.INVALID_PARAMS and p.CLIENT_CAPABILITIES_KEY in missing["message"]
-    unsupported = reply(conn, request(2, "tools/list", {"_meta": {**MODERN_META, p.PROTOCOL_VERSION_KEY: "2030-01-01"}}))
+    future_meta = {**MODERN_META, p.PROTOCOL_VERSION_KEY: "2030-01-01"}
+    unsupported = reply(conn, request(2, "tools/list", {"_meta": future_meta}))
     assert unsupported["error"]["code"] == p.UNSUPPORTED_PROTOCOL_VERSION
     assert unsupported["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2030-01-01"}
     assert reply(conn, request(3, "server/discover"))["error"]["code"] == p.INVALID_PARAMS
@@ -449,8 +458,9 @@ JSON = st.recursive(
 )
 METHODS = st.sampled_from(["initialize", "ping", "tools/list", "tools/call", "server/discover",
                            "notifications/cancelled", "notifications/initialized", "resources/list", "x", "\ud800"])
-META = st.fixed_dictionaries({}, optional={p.PROTOCOL_VERSION_KEY: st.sampled_from(["2026-07-28", "2025-11-25", 3, "\udfff"]),
-                                           p.CLIENT_CAPABILITIES_KEY: JSON, "progressToken": JSON})
+VERSIONS = st.sampled_from(["2026-07-28", "2025-11-25", 3, "\udfff"])
+META = st.fixed_dictionaries({}, optional={p.PROTOCOL_VERSION_KEY: VERSIONS, p.CLIENT_CAPABILITIES_KEY: JSON,
+                                           "progressToken": JSON})
 
 
 @settings(max_examples=200, deadline=None)
@@ -461,7 +471,8 @@ META = st.fixed_dictionaries({}, optional={p.PROTOCOL_VERSION_KEY: st.sampled_fr
 def test_any_sequence_of_messages_gets_an_event_and_sendable_replies(messages):
     conn = connection()
     for method, msg_id, params, meta in messages:
-        message = {"jsonrpc": "2.0", "method": method, "params": {**params, **({"_meta": meta} if meta is not None else {})}}
+        with_meta = {**params, **({"_meta": meta} if meta is not None else {})}
+        message = {"jsonrpc": "2.0", "method": method, "params": with_meta}
         if msg_id is not None:
             message["id"] = msg_id
         event = receive(conn, json.dumps(message).encode())  # ASCII JSON: a lone surrogate travels as an escape

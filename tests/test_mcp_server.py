@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
-from conftest import living, wait_for
+from helpers import living, pids_in, wait_for
 
 MODES = ["legacy", "auto"]
 ERA = {"legacy": "2025-11-25", "auto": "2026-07-28"}
@@ -66,13 +66,6 @@ def write_config(tmp_path: Path, text: str) -> str:
     path = tmp_path / "peon.toml"
     path.write_text(text)
     return str(path)
-
-
-def pids_in(path: Path) -> list[int]:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def alive(pid: int) -> bool:
@@ -190,7 +183,8 @@ def test_denied_call_is_an_error_result(workspace, env, tmp_path, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_cancelled_call_kills_its_processes(workspace, env, mode):
     pid_file = workspace / "pids"
-    command = f"sleep 300 & echo $! >> {pid_file}; (sleep 300 & echo $! >> {pid_file}; wait) & echo $$ >> {pid_file}; wait"
+    command = (f"sleep 300 & echo $! >> {pid_file}; (sleep 300 & echo $! >> {pid_file}; wait) & "
+               f"echo $$ >> {pid_file}; wait")
 
     async def scenario():
         async with client(workspace, env, "--allow", "process", mode=mode) as c:
@@ -344,9 +338,9 @@ class RawServer:
 
     def __init__(self, workspace: Path, env: dict, tmp_path: Path, *args: str, command: list[str] | None = None):
         self.stderr_path = tmp_path / "server-stderr.txt"
-        self.stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(command or server_command(workspace, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, env=env, cwd=workspace)
+        self.stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - the server writes to it until close()
+        self.proc = subprocess.Popen(command or server_command(workspace, *args), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, env=env, cwd=workspace)
         self.messages: queue.Queue = queue.Queue()
         self.garbage: list[bytes] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -594,7 +588,8 @@ def test_nothing_survives_the_server(raw_server, workspace, how):
     server.initialize()
     supervisor = server.supervisor_pid()
     pid_file = workspace / "pids"
-    command = f"echo $$ >> {pid_file}; sleep 300 & echo $! >> {pid_file}; setsid sleep 300 & echo $! >> {pid_file}; wait"
+    command = (f"echo $$ >> {pid_file}; sleep 300 & echo $! >> {pid_file}; "
+               f"setsid sleep 300 & echo $! >> {pid_file}; wait")
     server.request(5, "tools/call", {"name": "bash", "arguments": {"command": command}})
     assert wait_for(lambda: len(pids_in(pid_file)) == 3, 20)
     pids = pids_in(pid_file)
@@ -616,7 +611,8 @@ def test_modern_requests_over_raw_lines(raw_server):
     server.request("d", "server/discover", {"_meta": meta})
     discovered = server.recv()["result"]
     assert discovered["supportedVersions"] == ["2026-07-28"] and discovered["resultType"] == "complete"
-    server.request("old", "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}})
+    server.request("old", "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                         "clientInfo": {"name": "x", "version": "1"}})
     assert server.recv()["error"]["code"] == -32022
     server.request("v", "tools/list", {"_meta": {**meta, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}})
     assert server.recv()["error"]["data"]["supported"] == ["2026-07-28"]
@@ -625,7 +621,8 @@ def test_modern_requests_over_raw_lines(raw_server):
 
 
 LONE = "\ud800"  # json.dumps sends it as the escape "\\ud800", which decodes to a lone surrogate
-MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}}
 
 
 @pytest.mark.parametrize("era", ["handshake", "modern"])
@@ -635,7 +632,8 @@ def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, w
     server = raw_server("--allow", "process")
     meta = MODERN_META if era == "modern" else {}
     if era == "handshake":
-        server.request(0, "initialize", {"protocolVersion": LONE, "capabilities": {}, "clientInfo": {"name": LONE, "version": "1"}})
+        server.request(0, "initialize", {"protocolVersion": LONE, "capabilities": {},
+                                         "clientInfo": {"name": LONE, "version": "1"}})
         assert server.recv()["result"]["protocolVersion"] == "2025-11-25"
     supervisor = server.supervisor_pid()
     gate, started = workspace / "gate", workspace / "started"
@@ -648,7 +646,8 @@ def test_lone_surrogates_never_stop_the_server_or_the_running_call(raw_server, w
         ({"jsonrpc": "2.0", "id": LONE, "method": "ping", "params": {"_meta": meta}}, None, -32600),
         ({"jsonrpc": "2.0", "id": f"x{LONE}", "method": "tools/call", "params": {**call, "_meta": meta}}, None, -32600),
         ({"jsonrpc": "2.0", "id": 2, "method": LONE, "params": {"_meta": meta}}, 2, -32600),
-        ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {**call, "_meta": {**meta, "progressToken": LONE}}}, 3, -32602),
+        ({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+          "params": {**call, "_meta": {**meta, "progressToken": LONE}}}, 3, -32602),
         ({"jsonrpc": "2.0", "method": f"notifications/{LONE}"}, None, -32600),
         ({"jsonrpc": "2.0", "id": LONE, "result": {}}, None, -32600),
     ]
@@ -733,7 +732,8 @@ def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspac
     server = raw_server("--allow", "process")
     server.initialize()
     supervisor = server.supervisor_pid()
-    server.request(7, "tools/call", {"name": "bash", "arguments": {"command": f"echo $$ > {workspace}/r.pid; sleep 300"}})
+    server.request(7, "tools/call", {"name": "bash",
+                                     "arguments": {"command": f"echo $$ > {workspace}/r.pid; sleep 300"}})
     assert wait_for(lambda: (workspace / "r.pid").exists(), 20)
     os.kill(supervisor, signal.SIGKILL)
     reply = server.recv()

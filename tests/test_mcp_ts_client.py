@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from helpers import wait_for
 from test_agents import install_fake_agents
 from test_mcp_server import isolated_env, pids_in, server_command, write_config
 

@@ -18,7 +18,8 @@ def encoded(message) -> bytes:
 GOOD = [
     {"op": "result", "id": CALL, "ok": True, "value": {"exit_code": 0, "output": "é\u2028 \U0001F600"}},
     {"op": "result", "id": CALL, "ok": False, "error": {"code": "not_found", "message": "gone"}},
-    {"op": "result", "id": CALL, "ok": False, "error": {"code": "too_large", "message": "big", "details": {"limit": 1}}},
+    {"op": "result", "id": CALL, "ok": False, "error": {"code": "too_large", "message": "big",
+                                                        "details": {"limit": 1}}},
     {"op": "progress", "id": CALL, "elapsed_ms": 500, "output_bytes": 12},
 ]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import peon.session
-from conftest import CGROUP_SUPPORT, living, wait_for
+from helpers import CGROUP_SUPPORT, living, wait_for
 from workers import proctree
 
 PPID = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "  # the parent of a pid (titles have spaces)
@@ -53,7 +53,8 @@ def test_a_stopped_forkserver_is_replaced_and_no_call_waits_past_its_deadline(op
 
 def test_a_stopped_worker_is_killed_at_deadline_plus_grace(open_session, containment, workspace, leftovers):
     session = open_session({**FAST, "runtime": {"containment": containment}})
-    r = timed_call(session, {"command": "sleep 1000 & echo $! > bg.pid; kill -STOP $PPID; wait", "timeout_seconds": 1.0},
+    r = timed_call(session, {"command": "sleep 1000 & echo $! > bg.pid; kill -STOP $PPID; wait",
+                             "timeout_seconds": 1.0},
                    1.0 + 0.5 + SLACK)
     assert not r.ok and r.error.code == "worker_hung", r
     assert living([int((workspace / "bg.pid").read_text())]) == []

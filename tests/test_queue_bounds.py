@@ -114,7 +114,8 @@ def test_the_supervisor_answers_busy_to_a_client_that_ignores_the_bound(workspac
         client.send({"op": "call", "id": "alone", "tool": "bash", "args": big})  # alone: held
         client.send({"op": "call", "id": "too-big", "tool": "bash", "args": big})  # over the bytes
         replies = {m["id"]: m for m in (client.recv(), client.recv())}
-        assert replies["too-big"]["error"]["code"] == "busy" and "max_queued_bytes" in replies["too-big"]["error"]["message"]
+        assert replies["too-big"]["error"]["code"] == "busy"
+        assert "max_queued_bytes" in replies["too-big"]["error"]["message"]
         assert replies["alone"]["ok"]
         assert sorted(os.listdir(workspace)) == [".started", "held"]
         audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]

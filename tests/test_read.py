@@ -16,7 +16,7 @@ from peon.errors import ToolError
 from peon.paths import parse_file_path
 from peon.tools.read import CONTEXT_BYTES, decode_range, select_range
 from workers import fs
-from conftest import expect_error, expect_ok
+from helpers import expect_error, expect_ok
 
 TEXT = "aé€😀z".encode()  # a@0, é@1-2, €@3-5, 😀@6-9, z@10; 11 bytes
 BOUNDARIES = [0, 1, 3, 6, 10, 11]
@@ -105,7 +105,8 @@ def test_offset_inside_a_character_is_an_error_naming_it(fs_session, workspace, 
     lead = CHARACTER_AT[offset]
     e = err(fs_session, {"path": "t.txt", "offset": offset}, "not_utf8")
     assert e.details == {"offset": offset, "reason": "starts_inside_character", "character_offset": lead}
-    assert f"offset {offset} is byte {offset - lead + 1} of the {WIDTH[lead]}-byte character at offset {lead}" in e.message
+    where = f"offset {offset} is byte {offset - lead + 1} of the {WIDTH[lead]}-byte character at offset {lead}"
+    assert where in e.message
     assert f"start at offset {lead} or {lead + WIDTH[lead]}" in e.message
 
 

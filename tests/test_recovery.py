@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import threading
 import time
 
-from conftest import living, wait_for
+from helpers import living, wait_for
 
 
 def test_restart_after_supervisor_death(open_session, workspace, leftovers):
@@ -27,9 +26,9 @@ def test_restart_after_supervisor_death(open_session, workspace, leftovers):
 
     session.restart()
     assert session.alive and session.supervisor_pid != old
+    # Calls run in order: had the new supervisor been handed the queued calls, they would have run before
+    # this one. They were failed, never silently run.
     assert session.call("bash", {"command": "echo back"}).value["output"] == "back\n"
-    time.sleep(0.3)
-    # Queued calls were failed, never silently run by the new supervisor.
     assert not any((workspace / f"queued-{i}").exists() for i in range(3))
 
 
@@ -64,9 +63,8 @@ def test_a_flood_in_one_session_does_not_stall_another(open_session, tmp_path):
         r = quiet.call("bash", {"command": f"echo {i}"})
         latencies.append(time.monotonic() - t)
         assert r.value["output"] == f"{i}\n"
-    assert not flood.done(), "the flood should still be running (make it longer if this machine is fast)"
-    # Generous: only a stall (a call waiting on the other session) would take this long.
-    assert statistics.median(latencies) < 1.0, latencies
+    # Every quiet call was answered while the flood still ran: none of them waited for the other session.
+    assert not flood.done(), f"the flood should still be running (make it longer if this machine is fast): {latencies}"
     flood.cancel()
     assert flood.result(timeout=30).value["cancelled"] is True
 

@@ -72,7 +72,8 @@ def test_import_path_errors_are_clear(monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
     assert import_tool("peon_test_tools:EchoTool").name == "echo"
     for path, fragment in [("no_colon", "must look like"), ("nosuchmodule_xyz:T", "cannot import"),
-                           ("peon_test_tools:Missing", "has no attribute"), ("peon_test_tools:OBJECT", "not a peon.Tool")]:
+                           ("peon_test_tools:Missing", "has no attribute"),
+                           ("peon_test_tools:OBJECT", "not a peon.Tool")]:
         with pytest.raises(RegistrationError, match=fragment):
             import_tool(path)
 
@@ -107,7 +108,8 @@ def test_shadowing_supervisor_package_fails_loudly(tmp_path):
     fake = tmp_path / "supervisor"
     fake.mkdir()
     (fake / "__init__.py").write_text("# someone else's supervisor\n")
-    proc = subprocess.run([sys.executable, "-c", "import peon"], env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    proc = subprocess.run([sys.executable, "-c", "import peon"],
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode != 0
     assert "is not Peon's" in proc.stderr and "shadows it" in proc.stderr

@@ -14,7 +14,8 @@ import pytest
 
 import peon
 from peon.errors import ErrorCode, SessionError
-from serve_support import TOKEN, ServeProcess, SharedServer, alive, pids_in, serve_env, wait_until
+from helpers import pids_in
+from serve_support import TOKEN, ServeProcess, SharedServer, alive, serve_env, wait_until
 
 PROTOCOLS = ["2025-11-25", "2026-07-28"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import expect_error, expect_ok
+from helpers import expect_error, expect_ok
 from peon.errors import ToolError
 from peon.paths import parse_file_path
 from peon.tool import SessionView

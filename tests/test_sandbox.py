@@ -12,7 +12,7 @@ import signal
 import pytest
 
 import peon
-from conftest import ALLOW_ALL, Leftovers, living, wait_for
+from helpers import ALLOW_ALL, Leftovers, living, wait_for
 from peon.config import merge
 from peon.errors import SessionError
 from sandbox_helpers import (
@@ -272,7 +272,7 @@ def test_auto_with_an_older_abi_names_what_is_not_enforced(leftovers, tmp_path):
 @landlock
 @pytest.mark.parametrize("containment", ["process-tree", "cgroup"])
 def test_cleanup_holds_in_both_containments(open_session, workspace, containment):
-    from conftest import CGROUP_SUPPORT
+    from helpers import CGROUP_SUPPORT
 
     if containment == "cgroup" and not CGROUP_SUPPORT.available:
         pytest.skip(f"cgroup v2 unavailable: {CGROUP_SUPPORT.reason}")

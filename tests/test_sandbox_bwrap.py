@@ -11,7 +11,7 @@ import signal
 import pytest
 
 import peon
-from conftest import ALLOW_ALL, Leftovers, living, wait_for
+from helpers import ALLOW_ALL, Leftovers, living, wait_for
 from peon.config import merge
 from peon.errors import SessionError
 from sandbox_helpers import Peers, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed

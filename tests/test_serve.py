@@ -27,8 +27,9 @@ from mcp_types import ElicitResult
 
 from serve_support import (
     HANDSHAKE, MODERN, TOKEN, ServeProcess, SseReader, alive, initialize, modern_post, modern_request,
-    SharedServer, add_skill, modern_headers, pids_in, post, serve_env, sse_messages, wait_until,
+    SharedServer, add_skill, modern_headers, post, serve_env, sse_messages, wait_until,
 )
+from helpers import pids_in
 from peon.serve.main import StartupError, read_token
 
 MODES = ["legacy", "auto"]

@@ -212,7 +212,7 @@ def test_cd_adds_a_possible_working_directory():
 
 # -- literal words read as bash reads them -----------------------------------------------------------
 
-WORD_ALPHABET = st.lists(st.sampled_from(list("ab-_./=,+@%:'\"\\ ") + ["é", "1", "$'\\x41'", "\\n", "$'\\t'"]),
+WORD_ALPHABET = st.lists(st.sampled_from([*"ab-_./=,+@%:'\"\\ ", "é", "1", "$'\\x41'", "\\n", "$'\\t'"]),
                          max_size=12).map("".join)
 
 

@@ -154,7 +154,8 @@ def test_front_matter_agrees_with_a_yaml_parser():
             return '"' + body.replace("\\", "\\\\").replace('"', '\\"') + '"'
         if kind < 0.85:
             lines = body.split("\n")
-            return rng.choice(["|", ">", "|-", ">+"]) + "\n" + "\n".join("  " + l if l.strip() else "" for l in lines)
+            return rng.choice(["|", ">", "|-",
+                               ">+"]) + "\n" + "\n".join("  " + line if line.strip() else "" for line in lines)
         return body
 
     accepted = 0
@@ -253,7 +254,7 @@ def test_symlinked_skill_directory_pointing_outside_is_skipped(roots, workspace,
 
 
 def test_symlinks_inside_the_root_are_followed(roots, workspace):
-    user, project, env = roots
+    _user, project, env = roots
     storage = project / "storage"
     write_skill(storage, "kept", skill_text("via-link"))
     (project / "via-link").symlink_to("storage/kept")  # relative, stays inside the root
@@ -264,7 +265,7 @@ def test_symlinks_inside_the_root_are_followed(roots, workspace):
 
 def test_nothing_outside_the_root_is_opened(roots, workspace, tmp_path):
     """A SKILL.md symlinked to a FIFO outside the root: a writer waiting for a reader stays blocked."""
-    user, project, env = roots
+    _user, project, env = roots
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     (project / "trap").mkdir()
@@ -288,7 +289,7 @@ def test_nothing_outside_the_root_is_opened(roots, workspace, tmp_path):
 
 
 def test_special_files_inside_the_root_are_skipped(roots, workspace):
-    user, project, env = roots
+    _user, project, env = roots
     (project / "fifo-skill").mkdir()
     os.mkfifo(project / "fifo-skill" / "SKILL.md")
     (project / "dir-skill" / "SKILL.md").mkdir(parents=True)
@@ -311,7 +312,7 @@ def test_a_project_root_outside_the_workspace_is_skipped(workspace, tmp_path):
 
 
 def test_bad_front_matter_is_skipped_with_a_reason(roots, workspace):
-    user, project, env = roots
+    _user, project, env = roots
     bad = {
         "no-front": b"# Just markdown\n",
         "unclosed": b"---\nname: unclosed\ndescription: d\n",
@@ -344,7 +345,7 @@ def test_bad_front_matter_is_skipped_with_a_reason(roots, workspace):
 
 
 def test_discovery_is_bounded(roots, workspace, monkeypatch):
-    user, project, env = roots
+    _user, project, env = roots
     for index in range(5):
         write_skill(project, f"s{index}")
     found = discover(workspace, env, 64, budget_seconds=0)
@@ -367,7 +368,7 @@ def skill_session(open_session, roots):
 
 
 def test_session_reports_skills_and_lists_names_in_the_schema(skill_session, roots):
-    user, project, env = roots
+    user, project, _env = roots
     write_skill(user, "release-checks")
     write_skill(project, "lint-rules", skill_text("lint-rules", "How this repo lints."))
     write_skill(project, "Broken")
@@ -390,7 +391,7 @@ def test_session_reports_skills_and_lists_names_in_the_schema(skill_session, roo
 
 
 def test_read_skill_returns_the_file_and_refuses_paths(skill_session, roots):
-    user, project, env = roots
+    _user, project, _env = roots
     text = skill_text("release-checks", body="# Release\nRun `make check`.\n")
     write_skill(project, "release-checks", text)
     session = skill_session()
@@ -414,7 +415,7 @@ def test_read_skill_with_no_skills(skill_session):
 
 
 def test_oversize_skill_is_truncated_at_a_character_boundary(skill_session, roots):
-    user, project, env = roots
+    _user, project, _env = roots
     head = skill_text("big", body="")
     text = head + "x" * (100 - len(head) - 1) + "é" * 5000  # the 100-byte cut falls inside an 'é'
     write_skill(project, "big", text)
@@ -426,7 +427,7 @@ def test_oversize_skill_is_truncated_at_a_character_boundary(skill_session, root
 
 
 def test_skill_directory_swapped_for_a_symlink_after_discovery(skill_session, roots, tmp_path):
-    user, project, env = roots
+    _user, project, _env = roots
     for name in ("swapped", "redirected", "deleted", "edited", "fifo"):
         write_skill(project, name)
     outside = tmp_path / "outside"
@@ -456,7 +457,7 @@ def test_skill_directory_swapped_for_a_symlink_after_discovery(skill_session, ro
 
 
 def test_a_swapped_parent_directory_is_detected(skill_session, roots, workspace, tmp_path):
-    user, project, env = roots
+    _user, project, _env = roots
     write_skill(project, "moved")
     session = skill_session()
     fake_peon = tmp_path / "fake-peon"

@@ -14,12 +14,13 @@ import pytest
 
 import peon
 import peon.session
-from conftest import CGROUP_SUPPORT, wait_for
+from helpers import CGROUP_SUPPORT, wait_for
 from peon.errors import SessionError
 from workers import cgroup
 
 FIXTURES = Path(__file__).parent / "fixtures"
-needs_cgroup = pytest.mark.skipif(not CGROUP_SUPPORT.available, reason=f"cgroup v2 unavailable: {CGROUP_SUPPORT.reason}")
+needs_cgroup = pytest.mark.skipif(not CGROUP_SUPPORT.available,
+                                  reason=f"cgroup v2 unavailable: {CGROUP_SUPPORT.reason}")
 
 
 def session_cgroups(session_id: str) -> list[str]:

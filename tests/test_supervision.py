@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import peon
-from conftest import living, wait_for
+from helpers import living, wait_for
 from workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"

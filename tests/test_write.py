@@ -8,7 +8,7 @@ import stat
 
 
 from peon.paths import TEMP_PREFIX
-from conftest import expect_error, expect_ok
+from helpers import expect_error, expect_ok
 
 
 
@@ -150,7 +150,7 @@ def test_write_risk_and_approval_details(open_session, workspace):
     assert first["risk"] == "filesystem" and "creates a file" in first["risk_reason"]
     assert first["details"]["bytes"] == len(content) and first["details"]["sha256"] == sha(content.encode())
     assert len(first["details"]["content_preview"].encode()) < 4200 and "omitted" in first["details"]["content_preview"]
-    assert "create 'big.txt' with 10000 bytes" == first["summary"]
+    assert first["summary"] == "create 'big.txt' with 10000 bytes"
     assert "secret-like path" in second["risk_reason"]
 
 

@@ -26,7 +26,8 @@ import socket
 from collections import deque
 from typing import Any
 
-from peon.framing import MAX_MESSAGE_BYTES, FrameDecoder, LineDecoder, Oversize, OversizeFrame, encode, frame, head_fields
+from peon.framing import (MAX_MESSAGE_BYTES, FrameDecoder, LineDecoder, Oversize, OversizeFrame, encode, frame,
+                          head_fields)
 
 RECV_CHUNK = 64 * 1024
 
@@ -93,7 +94,7 @@ class Channel(_Socket):
         item = self._pending.popleft()
         if isinstance(item, ChannelError):
             raise item
-        return item  # type: ignore[no-any-return]
+        return item
 
     def _parse(self, line: bytes | Oversize) -> Any:
         if isinstance(line, Oversize):
@@ -116,7 +117,8 @@ class Channel(_Socket):
         ordered.update(message)
         data = encode(ordered)
         if len(data) > self.max_message_bytes:
-            raise ValueError(f"a message of {len(data)} bytes exceeds the channel bound of {self.max_message_bytes} bytes")
+            raise ValueError(f"a message of {len(data)} bytes exceeds the channel bound "
+                             f"of {self.max_message_bytes} bytes")
         await self.send_bytes(data)
 
 
@@ -148,7 +150,8 @@ class FrameChannel(_Socket):
 
     async def send(self, payload: bytes) -> None:
         if len(payload) > self.max_message_bytes:
-            raise ValueError(f"a message of {len(payload)} bytes exceeds the channel bound of {self.max_message_bytes} bytes")
+            raise ValueError(f"a message of {len(payload)} bytes exceeds the channel bound "
+                             f"of {self.max_message_bytes} bytes")
         await self.send_bytes(frame(payload))
 
 

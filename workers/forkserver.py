@@ -4,7 +4,7 @@ The supervisor starts its workers with ``multiprocessing.get_context("forkserver
 library's forkserver is a fresh interpreter started by the supervisor (``python -B -P -c 'from
 multiprocessing.forkserver import main; ...'``) that imports the modules named by
 ``set_forkserver_preload`` and then forks one child per ``Process.start()``. The supervisor names
-this module, and importing it *in that process* makes the forkserver Peon's:
+this module, and importing it *in that process* makes the forkserver Peon's. Promises:
 
 * it dies with its supervisor (parent-death ``SIGKILL``, armed before anything else, then a check
   that the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
@@ -13,8 +13,8 @@ this module, and importing it *in that process* makes the forkserver Peon's:
   (``MSG_CMSG_CLOEXEC``);
 * in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
 * it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
-  approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's but the
-  skill record), so workers forked from it are small and quick to start; then ``gc.freeze()`` so
+  approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's:
+  ``tests/test_layers.py`` checks it), so workers forked from it are small and quick to start; then ``gc.freeze()`` so
   those objects are never collected (and their pages never copied) in a worker;
 * its title is ``peon-forkserver <workspace>``; it is not a subreaper, so the orphans of a dying
   worker are reparented past it to the supervisor.
@@ -38,7 +38,7 @@ import sys
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
 import socket
 from multiprocessing import reduction
-from typing import Any
+from typing import Any, cast
 from setproctitle import setproctitle
 
 from peon.tool import SessionView, Tool
@@ -112,7 +112,7 @@ def _receive_close_on_exec() -> None:
     received = reduction.recvfds
 
     def recvfds(sock: socket.socket, size: int) -> list[int]:
-        return received(_CloseOnExecSocket(sock), size)
+        return received(cast(socket.socket, _CloseOnExecSocket(sock)), size)  # recvfds only calls recvmsg
 
     reduction.recvfds = recvfds
 

@@ -29,7 +29,7 @@ def _prctl(option: int, arg2: int = 0) -> int:
     if result < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
-    return result
+    return int(result)
 
 
 def set_child_subreaper() -> None:

@@ -18,6 +18,7 @@ import json
 from typing import Any, Literal, TypedDict
 
 from peon.errors import ErrorCode
+from peon.shorten import shorten
 
 SupervisorOp = Literal["call", "cancel"]
 WorkerOp = Literal["progress", "result"]
@@ -87,7 +88,8 @@ def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
     if op not in WORKER_OPS:
         raise ProtocolError(f"a message has op {_short(op)}; a worker may only send progress and result")
     if message.get("id") != call_id:
-        raise ProtocolError(f"a {op} message names call {_short(message.get('id'))}, not the call it serves ({call_id})")
+        raise ProtocolError(f"a {op} message names call {_short(message.get('id'))}, "
+                            f"not the call it serves ({call_id})")
     if op == "result":
         _check_result(message)
     return message  # type: ignore[return-value]
@@ -135,5 +137,4 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shorten(repr(value), 60)

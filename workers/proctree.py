@@ -128,7 +128,8 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _signal_group(group: int, sig: int) -> None:
+def signal_group(group: int, sig: int) -> None:
+    """``killpg`` that ignores a group already gone (or not ours to signal)."""
     try:
         os.killpg(group, sig)
     except (ProcessLookupError, PermissionError):
@@ -164,7 +165,7 @@ class _Killer:
             _signal(pid, signal.SIGKILL)
         elif group not in self.groups:
             self.groups.add(group)
-            _signal_group(group, signal.SIGKILL)
+            signal_group(group, signal.SIGKILL)
         else:  # it may have joined the group after the group was killed
             _signal(pid, signal.SIGKILL)
 

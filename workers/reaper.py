@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Set as AbstractSet
 
 from .proctree import children, reap_all
 
@@ -38,7 +39,7 @@ class Reaper:
                 future.set_result(status)
 
 
-async def wait_children_gone(reaper: Reaper, exclude: set[int] = frozenset(), timeout: float = 10.0) -> bool:
+async def wait_children_gone(reaper: Reaper, exclude: AbstractSet[int] = frozenset(), timeout: float = 10.0) -> bool:
     """Reap until this process has no children but ``exclude``; False if some remain after ``timeout``.
 
     For a subreaper this means no descendants either: a living descendant whose parent died was

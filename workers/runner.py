@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
@@ -92,7 +93,7 @@ class ProcessOutcome:
         }
 
 
-PROCESS_OUTPUT_SCHEMA = {
+PROCESS_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "exit_code": {"type": ["integer", "null"], "description": "Exit status; null when killed by a signal."},
@@ -116,13 +117,6 @@ PROCESS_OUTPUT_SCHEMA = {
     },
     "required": ["exit_code", "signal", "timed_out", "cancelled", "output", "output_bytes", "truncated", "duration_ms"],
 }
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _group_alive(pgid: int) -> bool:
@@ -241,15 +235,16 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     timed_out = cancelled = False
     exceeded: str | None = None
     try:
-        await asyncio.wait({exited, cancel_wait, limit_hit}, timeout=ctx.deadline.remaining(),
+        first: set[asyncio.Future[Any]] = {exited, cancel_wait, limit_hit}
+        await asyncio.wait(first, timeout=ctx.deadline.remaining(),
                            return_when=asyncio.FIRST_COMPLETED)
         if not exited.done():
             if limit_hit.done():
                 exceeded = limit_hit.result()
             elif cancel_wait.done():
                 cancelled = True
-                _killpg(pid, signal.SIGTERM)
-                _killpg(pid, signal.SIGCONT)
+                proctree.signal_group(pid, signal.SIGTERM)
+                proctree.signal_group(pid, signal.SIGCONT)
                 grace_end = min(time.monotonic() + CANCEL_GRACE_SECONDS, ctx.deadline.at)
                 while _group_alive(pid) and time.monotonic() < grace_end:
                     await asyncio.sleep(0.01)
@@ -257,7 +252,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 timed_out = ctx.deadline.expired and _group_alive(pid)
             else:
                 timed_out = True
-            _killpg(pid, signal.SIGKILL)
+            proctree.signal_group(pid, signal.SIGKILL)
         # The leader is gone or dying: nothing else this call started may outlive it.
         if exceeded is None and limit_hit.done():
             exceeded = limit_hit.result()

@@ -383,15 +383,13 @@ async def _warm_up_round(session: SessionView, spawn: bool) -> None:
     call = {"op": "call", "id": "warm-up", "tool": _WarmUpTool.name, "args": {}, "deadline": time.monotonic() + 60,
             "approved": {}, "progress": False}
     tools: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(spawn)}
-    serving = asyncio.ensure_future(_serve_one(theirs, encode_json(call), session, tools))
     try:
-        async with asyncio.timeout(5.0):
+        async with asyncio.timeout(5.0), asyncio.TaskGroup() as group:
+            group.create_task(_serve_one(theirs, encode_json(call), session, tools))
             await supervisor_side.recv()  # its result
-            supervisor_side.close()  # and the linger ends
-            await serving
+            supervisor_side.close()  # and the linger ends; the group waits for the serving task
     finally:
         supervisor_side.close()
-        serving.cancel()
 
 
 def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, rounds: int, *, spawn: bool) -> None:

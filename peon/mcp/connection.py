@@ -169,7 +169,8 @@ class Connection:
         if self.era == "modern":
             requested = _echoed_version(req.params.get("protocolVersion"))
             return Reply(error_response(req.id, UNSUPPORTED_PROTOCOL_VERSION,
-                                        f"this connection speaks {MODERN_VERSIONS[-1]}, which has no initialize handshake",
+                                        f"this connection speaks {MODERN_VERSIONS[-1]}, "
+                                        "which has no initialize handshake",
                                         {"supported": list(MODERN_VERSIONS), "requested": requested}))
         if self.era == "handshake":
             return self._error(req, INVALID_REQUEST, "initialize was already received on this connection")
@@ -197,7 +198,8 @@ class Connection:
                                f"{MODERN_VERSIONS[-1]} envelope are not accepted on it")
         missing = [key for key in (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY) if key not in meta]
         if missing:
-            return self._error(req, INVALID_PARAMS, f"params._meta is missing the required key(s): {', '.join(missing)}")
+            return self._error(req, INVALID_PARAMS,
+                               f"params._meta is missing the required key(s): {', '.join(missing)}")
         version = meta[PROTOCOL_VERSION_KEY]
         if not isinstance(version, str):
             return self._error(req, INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} must be a string, got {shown(version)}")
@@ -207,7 +209,8 @@ class Connection:
         if version not in MODERN_VERSIONS:
             return Reply(error_response(req.id, UNSUPPORTED_PROTOCOL_VERSION,
                                         f"protocol version {shown(version)} is not served per request; supported: "
-                                        f"{', '.join(MODERN_VERSIONS)} (or {', '.join(HANDSHAKE_VERSIONS)} through initialize)",
+                                        f"{', '.join(MODERN_VERSIONS)} "
+                                        f"(or {', '.join(HANDSHAKE_VERSIONS)} through initialize)",
                                         {"supported": list(MODERN_VERSIONS), "requested": _echoed_version(version)}))
         capabilities = meta[CLIENT_CAPABILITIES_KEY]
         if not isinstance(capabilities, Mapping):
@@ -243,7 +246,8 @@ class Connection:
         if not isinstance(name, str):
             return self._error(req, INVALID_PARAMS, 'tools/call needs "name" (a string)')
         if name not in self._by_name:
-            return self._error(req, INVALID_PARAMS, f"Unknown tool: {shown(name)}; available: {', '.join(self._by_name)}")
+            return self._error(req, INVALID_PARAMS,
+                               f"Unknown tool: {shown(name)}; available: {', '.join(self._by_name)}")
         arguments = req.params.get("arguments")
         if arguments is None:
             arguments = {}

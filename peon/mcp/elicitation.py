@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from peon.approvers import bounded, visible
+from peon.approvers import request_facts
 
 from .jsonrpc import shown
 from .revisions import at_least
 
+APPROVAL_KEY = "approval"  # the inputRequests/inputResponses key of an approval (stateless revision)
+APPROVAL_META_KEY = "peon/approval"  # the structured approval request, for programs (peon.RemoteSession)
 DECISIONS = (("allow_once", "Allow once"), ("allow_session", "Allow for this session"), ("deny", "Deny"))
 SCOPES = {"call": "this exact call", "tool": "every call of this tool", "risk": "every call of this risk"}
 
@@ -49,20 +50,10 @@ def _enum_property(title: str, options: Iterable[tuple[str, str]], default: str,
 
 
 def approval_message(request: Mapping[str, Any]) -> str:
-    """The request as text, with control and bidirectional characters made visible (a command cannot
-    repaint or reorder what the user reads) and every part bounded."""
-    tool, risk = visible(str(request.get("tool"))), visible(str(request.get("risk")))
-    lines = [
-        f"Peon asks for approval to run {tool} ({risk} risk: {bounded(str(request.get('risk_reason', '')), 500)}).",
-        f"action: {bounded(str(request.get('summary', '')))}",
-    ]
-    details = request.get("details") or {}
-    if isinstance(details, Mapping):
-        for key, value in details.items():
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            lines.append(f"{visible(str(key))}: {bounded(shown, 1000)}")
-    lines.append(f"input: {bounded(str(request.get('canonical_input', '')))}")
-    return "\n".join(lines)
+    """The request as text: the same facts the terminal shows (:func:`peon.approvers.request_facts`),
+    with control and bidirectional characters made visible (a command cannot repaint or reorder what the
+    user reads) and every part bounded."""
+    return "\n".join(["Peon asks for approval", *request_facts(request)])
 
 
 def approval_elicitation(request: Mapping[str, Any], version: str) -> dict[str, Any]:
@@ -102,6 +93,16 @@ def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[s
         offered = list(scopes)
         answer["scope"] = scope if scope in offered else (offered[0] if offered else "call")
     return answer
+
+
+def decision_from_retry(input_responses: Mapping[str, Any] | None, key: str,
+                        scopes: Iterable[str] = ()) -> dict[str, Any]:
+    """The approver answer a retried call carries under ``inputResponses[key]`` (stateless revision);
+    a retry without one is a denial."""
+    response = (input_responses or {}).get(key)
+    if response is None:
+        return {"decision": "deny", "reason": "the retry carried no answer to the approval request"}
+    return decision_from_elicitation(response, None, scopes)
 
 
 class RequestStateSigner:

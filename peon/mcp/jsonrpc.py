@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from peon.approvers import bounded
+from peon.utf8 import lone_surrogate as lone_surrogate  # re-exported: part of the protocol surface
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -75,15 +76,6 @@ def valid_id(value: Any) -> TypeGuard[RequestId]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def lone_surrogate(text: str) -> str | None:
-    """Why ``text`` cannot be sent as UTF-8 (``"lone surrogate U+D800 at index 3"``), or ``None`` when it can."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}"
-    return None
-
-
 def shown(value: Any, limit: int = 120) -> str:
     """A client's value quoted for a message: escaped (no control, bidirectional or surrogate
     characters) and bounded, so an answer never echoes what cannot be sent or megabytes of input."""
@@ -103,28 +95,33 @@ def parse_message(line: bytes) -> Message:
         return Malformed(error_response(None, PARSE_ERROR, "Parse error: the line nests arrays/objects too deeply"))
     if isinstance(data, list):
         return Malformed(error_response(None, INVALID_REQUEST,
-                                        "Invalid Request: JSON-RPC batches are not supported; send one message per line"))
+                                        "Invalid Request: JSON-RPC batches are not supported; "
+                                        "send one message per line"))
     if not isinstance(data, dict):
         return Malformed(error_response(None, INVALID_REQUEST,
                                         f"Invalid Request: a message must be a JSON object, got {type(data).__name__}"))
     msg_id = data.get("id")
     bad_id = _unencodable_id(msg_id)
     if bad_id is not None:
-        return Malformed(error_response(None, INVALID_REQUEST, f'Invalid Request: "id" is not valid Unicode ({bad_id})'))
+        return Malformed(error_response(None, INVALID_REQUEST,
+                                        f'Invalid Request: "id" is not valid Unicode ({bad_id})'))
     reply_id = msg_id if valid_id(msg_id) else None
     if data.get("jsonrpc") != "2.0":
         return Malformed(error_response(reply_id, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"'))
     method = data.get("method")
     if method is None:
         if not valid_id(msg_id):
-            return Malformed(error_response(None, INVALID_REQUEST, "Invalid Request: a response needs a string or integer id"))
+            return Malformed(error_response(None, INVALID_REQUEST,
+                                            "Invalid Request: a response needs a string or integer id"))
         if ("result" in data) == ("error" in data):
             return Malformed(error_response(None, INVALID_REQUEST,
                                             'Invalid Request: a response has exactly one of "result" and "error"'))
         if "result" in data:
             return Response(msg_id, data["result"])
         error = data["error"]
-        return Response(msg_id, None, error if isinstance(error, dict) else {"code": INTERNAL_ERROR, "message": str(error)})
+        if not isinstance(error, dict):
+            error = {"code": INTERNAL_ERROR, "message": str(error)}
+        return Response(msg_id, None, error)
     if not isinstance(method, str):
         return Malformed(error_response(reply_id, INVALID_REQUEST, 'Invalid Request: "method" must be a string'))
     bad_method = lone_surrogate(method)
@@ -136,10 +133,13 @@ def parse_message(line: bytes) -> Message:
         params = {}
     if not isinstance(params, dict):
         if "id" in data and valid_id(msg_id):
-            return Malformed(error_response(msg_id, INVALID_PARAMS, f'Invalid params: "params" of {method} must be an object'))
-        return Malformed(error_response(None, INVALID_REQUEST, f'Invalid Request: "params" of {method} must be an object'))
+            return Malformed(error_response(msg_id, INVALID_PARAMS,
+                                            f'Invalid params: "params" of {method} must be an object'))
+        return Malformed(error_response(None, INVALID_REQUEST,
+                                        f'Invalid Request: "params" of {method} must be an object'))
     if "id" not in data:
         return Notification(method, params)
     if not valid_id(msg_id):
-        return Malformed(error_response(None, INVALID_REQUEST, "Invalid Request: a request id must be a string or an integer"))
+        return Malformed(error_response(None, INVALID_REQUEST,
+                                        "Invalid Request: a request id must be a string or an integer"))
     return Request(msg_id, method, params)

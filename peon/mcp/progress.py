@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def progress_notification(token: Any, update: Mapping[str, Any], last: float | None) -> tuple[dict[str, Any], float] | None:
+def progress_notification(token: Any, update: Mapping[str, Any],
+                          last: float | None) -> tuple[dict[str, Any], float] | None:
     """A progress notification for a process update and its ``progress``, or ``None`` when it would not
     increase ``progress`` beyond ``last``."""
     elapsed = update.get("elapsed_ms")

@@ -23,6 +23,7 @@ from .elicitation import (
     approval_message,
     can_elicit_form,
     decision_from_elicitation,
+    decision_from_retry,
     input_required,
 )
 from .jsonrpc import (
@@ -69,7 +70,8 @@ __all__ = [
     "CancelRequest", "ClientReply", "Connection", "Era", "Event", "Ignored", "Malformed", "Message",
     "Notification", "Reply", "Request", "RequestId", "RequestStateSigner", "Response", "ServerIdentity",
     "StartCall", "annotations_for", "approval_elicitation", "approval_message", "at_least", "call_result",
-    "can_elicit_form", "decision_from_elicitation", "error_response", "input_required", "is_modern", "lone_surrogate",
+    "can_elicit_form", "decision_from_elicitation", "decision_from_retry", "error_response", "input_required",
+    "is_modern", "lone_surrogate",
     "negotiate", "parse_message", "progress_notification", "render_text", "respond", "result_response", "shown",
     "tool_descriptor", "valid_id",
 ]

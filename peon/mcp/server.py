@@ -41,6 +41,7 @@ from typing import Any
 
 from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
+from peon.mcp.elicitation import APPROVAL_KEY
 from peon.result import ToolResult
 
 from . import protocol as p
@@ -53,7 +54,6 @@ PRESTART_READ_LIMIT = (1 << 20) - READ_CHUNK
 SESSION_METHODS = frozenset({"tools/list", "tools/call"})  # what waits for the session to be up
 MAX_HELD, MAX_HELD_BYTES = 1024, 64 << 20  # what may wait for it
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
-APPROVAL_KEY = "approval"
 
 
 def log(message: str) -> None:
@@ -134,7 +134,8 @@ class StdioServer:
         started_r, started_w = os.pipe()
         previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        self._starter = threading.Thread(target=self._start_session, args=(started_w,), name="peon-mcp-start", daemon=True)
+        self._starter = threading.Thread(target=self._start_session, args=(started_w,), name="peon-mcp-start",
+                                         daemon=True)
         self._starter.start()
         decoder = LineDecoder(self._max_line)
         reason = "stdin closed"
@@ -201,7 +202,6 @@ class StdioServer:
             f"supervisor pid {info.get('pid')}, {len(self.connection.tools)} tools)")
         for message, _ in held:
             self._handle_message(message)
-        return True
 
     def shutdown(self) -> None:
         with self._lock:
@@ -209,7 +209,8 @@ class StdioServer:
                 return
             self._closing = True
             self._registered.notify_all()
-            pending = list(self._elicitations.values()) + [c.approval for c in self._calls_by_key.values() if c.approval]
+            pending = [*self._elicitations.values(),
+                       *(c.approval for c in self._calls_by_key.values() if c.approval)]
         with self._write_lock:
             self._out_closed = True  # the client is gone or going: answers to cancelled calls are not sent
         for approval in pending:
@@ -278,11 +279,13 @@ class StdioServer:
             data = encode(message)
         except ValueError as exc:
             request_id = message.get("id")
-            log(f"cannot encode a message ({exc}); {'answering with an internal error' if 'id' in message else 'dropped'}")
+            outcome = "answering with an internal error" if "id" in message else "dropped"
+            log(f"cannot encode a message ({exc}); {outcome}")
             if "id" not in message:
                 return
             reply_id = request_id if p.valid_id(request_id) and p.lone_surrogate(str(request_id)) is None else None
-            data = encode(p.error_response(reply_id, p.INTERNAL_ERROR, f"Internal error: the answer cannot be encoded: {exc}"))
+            data = encode(p.error_response(reply_id, p.INTERNAL_ERROR,
+                                           f"Internal error: the answer cannot be encoded: {exc}"))
         with self._write_lock:
             if self._out_closed:
                 return
@@ -342,13 +345,14 @@ class StdioServer:
         self._expire_retries()
         ref = self._signer.verify(ev.request_state)
         call = self._awaiting_retry.get(ref) if ref is not None else None
-        if call is None:
+        if ref is None or call is None:
             reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
             self._write(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
             return
         if (ev.name, ev.arguments) != (call.name, call.arguments):
             self._write(p.error_response(ev.id, p.INVALID_PARAMS,
-                                         "Invalid params: a retry must repeat the name and arguments of the original call"))
+                                         "Invalid params: a retry must repeat the name and arguments "
+                                         "of the original call"))
             return
         del self._awaiting_retry[ref]
         call.request_id, call.progress_token, call.version = ev.id, ev.progress_token, ev.version
@@ -358,11 +362,8 @@ class StdioServer:
         self._calls_by_request[ev.id] = call
         approval = call.approval
         if approval is not None:
-            response = (ev.input_responses or {}).get(APPROVAL_KEY)
-            if response is None:
-                approval.resolve({"decision": "deny", "reason": "the retry carried no answer to the approval request"})
-            else:
-                approval.resolve(p.decision_from_elicitation(response, None, approval.request.get("scopes") or ()))
+            approval.resolve(p.decision_from_retry(ev.input_responses, APPROVAL_KEY,
+                                                   approval.request.get("scopes") or ()))
 
     def _expire_retries(self) -> None:
         now = time.monotonic()
@@ -429,12 +430,14 @@ class StdioServer:
                 self._awaiting_retry[call.key] = call
                 self._calls_by_request.pop(call.request_id, None)
                 request_id, call.request_id = call.request_id, None
-                message = p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state), self.identity)
+                message = p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state),
+                                    self.identity)
             else:
                 self._next_id += 1
                 approval.elicitation_id = f"peon-approval-{self._next_id}"
                 self._elicitations[approval.elicitation_id] = approval
-                message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create", "params": elicitation}
+                message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
+                           "params": elicitation}
         self._write(message)
         if not approval.done.wait(self._approval_wait):
             approval.resolve({"decision": "deny", "reason": f"no answer within {self._approval_wait:g} s"})

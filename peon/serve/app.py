@@ -106,7 +106,7 @@ class ServeState:
     def _recover(self) -> None:
         if self.router is not None and (self.recovering is None or self.recovering.done()):
             self.standby_seen = False
-            self.recovering = asyncio.ensure_future(self.router._recover_session())
+            self.recovering = asyncio.create_task(self.router._recover_session())
 
 
 def _standby_worker_running(supervisor_pid: int) -> bool:
@@ -445,7 +445,7 @@ class McpEndpoint:
                 pass
             stream.hang_up()
 
-        watcher = asyncio.ensure_future(watch_disconnect())
+        watcher = asyncio.create_task(watch_disconnect())
         try:
             answer = await stream.settle(keepalive)
             if answer is not None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from peon.errors import ErrorCode, PeonError
 from peon.mcp import protocol as p
+from peon.mcp.elicitation import APPROVAL_KEY, APPROVAL_META_KEY
 from peon.result import ToolResult
 
 from . import wire
@@ -47,8 +48,6 @@ from .metrics import Metrics
 MAX_QUEUED_NOTICES = 32
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
 MAX_AWAITING_RETRY = 256
-APPROVAL_KEY = "approval"
-APPROVAL_META_KEY = "peon/approval"  # the structured approval request, for programs (peon.RemoteSession)
 REPLAY_META_KEY = "peon/idempotentReplay"
 REGISTRATION_WAIT_SECONDS = 5.0
 
@@ -282,11 +281,8 @@ class CallRouter:
             return stream
         approval = call.approval
         if approval is not None:
-            response = (ev.input_responses or {}).get(APPROVAL_KEY)
-            if response is None:
-                approval.resolve({"decision": "deny", "reason": "the retry carried no answer to the approval request"})
-            else:
-                approval.resolve(p.decision_from_elicitation(response, None, approval.request.get("scopes") or ()))
+            approval.resolve(p.decision_from_retry(ev.input_responses, APPROVAL_KEY,
+                                                   approval.request.get("scopes") or ()))
         return stream
 
     def _expire_retries(self) -> None:
@@ -417,8 +413,8 @@ class CallRouter:
         call_id = str(request.get("call_id"))
         async with self._registered:
             with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
-                await asyncio.wait_for(self._registered.wait_for(lambda: call_id in self.calls or self.closing),
-                                       REGISTRATION_WAIT_SECONDS)
+                async with asyncio.timeout(REGISTRATION_WAIT_SECONDS):
+                    await self._registered.wait_for(lambda: call_id in self.calls or self.closing)
         call = self.calls.get(call_id)
         if call is None or call.cancelled or self.closing or call.stream is None:
             return {"decision": "deny", "reason": "the call is no longer pending"}
@@ -439,7 +435,8 @@ class CallRouter:
                                 "params": elicitation}, droppable=False)
         asked_at = time.monotonic()
         try:
-            answer = await asyncio.wait_for(asyncio.shield(approval.answered), self.approval_wait)
+            async with asyncio.timeout(self.approval_wait):
+                answer = await asyncio.shield(approval.answered)
         except TimeoutError:
             answer = {"decision": "deny", "reason": f"no answer within {self.approval_wait:g} s"}
         finally:

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from peon.shorten import shorten
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 TOKEN_HEADER = "x-peon-token"
 _SHOWN = 120
@@ -33,8 +35,7 @@ _SHOWN = 120
 
 def shown(value: str) -> str:
     """A header value as it may appear in an error sentence: escaped, bounded."""
-    text = value if len(value) <= _SHOWN else value[:_SHOWN] + "…"
-    return repr(text)
+    return repr(shorten(value, _SHOWN + 1, "…"))
 
 
 def is_loopback_host(host: str) -> bool:

@@ -170,8 +170,9 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
                 await starting[0]
         router = state.router
         if router is not None and not router.idle.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(router.idle.wait(), config.drain_seconds)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(config.drain_seconds):
+                    await router.idle.wait()
         if router is not None:
             await router.close()
         if state.session is not None:
@@ -185,7 +186,7 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
         def begin() -> None:
             log.info("received %s", signal.Signals(sig).name, extra={"fields": {"event": "signal"}})
             if not draining:
-                draining.append(asyncio.ensure_future(drain()))
+                draining.append(asyncio.create_task(drain()))
             else:  # a second signal: stop waiting for running calls to finish
                 config.drain_seconds = 0
                 if state.router is not None:
@@ -195,10 +196,10 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        starting.append(asyncio.ensure_future(start_session()))
+        starting.append(asyncio.create_task(start_session()))
         yield
         if not draining:  # uvicorn stopped for another reason: still close the session cleanly
-            draining.append(asyncio.ensure_future(drain()))
+            draining.append(asyncio.create_task(drain()))
         with contextlib.suppress(BaseException):
             await draining[0]
 

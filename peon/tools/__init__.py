@@ -1,5 +1,7 @@
 """Peon's built-in tools, one module each, schema beside executor."""
 
+from peon.tool import Tool
+
 from .agent_claude import ClaudeAgentTool
 from .agent_codex import CodexAgentTool
 from .agent_pi import PiAgentTool
@@ -8,4 +10,5 @@ from .read import ReadTool
 from .read_skill import ReadSkillTool
 from .write import WriteTool
 
-BUILTIN_TOOLS = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool, PiAgentTool]
+BUILTIN_TOOLS: list[type[Tool]] = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool,
+                                   PiAgentTool]

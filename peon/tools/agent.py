@@ -51,6 +51,8 @@ from collections.abc import Mapping, Sequence
 
 from peon.environment import command_environment, search_path, split_search_path
 from peon.errors import ErrorCode, ToolError
+from peon.shorten import shorten
+from peon.utf8 import lone_surrogate
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from workers import sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
@@ -127,8 +129,7 @@ def check_prompt_bytes(tool: str, prompt: str) -> None:
     except UnicodeEncodeError as exc:
         raise ToolError(
             ErrorCode.INVALID_INPUT,
-            f"the prompt for {tool} is not valid UTF-8: lone surrogate U+{ord(prompt[exc.start]):04X} at index "
-            f"{exc.start}", {"rule": "utf8", "index": exc.start},
+            f"the prompt for {tool} is not valid UTF-8: {lone_surrogate(prompt)}", {"rule": "utf8", "index": exc.start},
         ) from None
     if size > MAX_PROMPT_BYTES:
         raise ToolError(
@@ -142,7 +143,7 @@ def check_prompt_bytes(tool: str, prompt: str) -> None:
 
 def describe_prompt(prompt: str, limit: int = 60) -> str:
     text = json.dumps(prompt, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 4] + '..."'
+    return shorten(text, limit, '..."')
 
 
 def at_mentions(text: str) -> list[str]:

@@ -16,7 +16,8 @@ inside exactly that sandbox — or fails ``sandbox_unavailable`` without startin
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from peon.environment import command_environment
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk

@@ -196,7 +196,8 @@ class ReadTool(Tool):
         if secret is not None:
             return RiskAssessment(ToolRisk.FILESYSTEM, secret)
         where = target.where()
-        return RiskAssessment(ToolRisk.READ_ONLY, "reads a file inside the workspace" + (f" ({where})" if where else ""))
+        return RiskAssessment(ToolRisk.READ_ONLY,
+                              "reads a file inside the workspace" + (f" ({where})" if where else ""))
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         where = f"from byte {int(args.get('offset', 0))}"

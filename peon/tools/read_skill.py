@@ -42,7 +42,8 @@ class ReadSkillTool(Tool):
     risk = ToolRisk.READ_ONLY
     input_schema = {
         "type": "object",
-        "properties": {"name": {"type": "string", "pattern": NAME_PATTERN, "description": "A discovered skill's name."}},
+        "properties": {"name": {"type": "string", "pattern": NAME_PATTERN,
+                                "description": "A discovered skill's name."}},
         "required": ["name"],
         "additionalProperties": False,
     }
@@ -71,7 +72,8 @@ class ReadSkillTool(Tool):
             about = "No skills were discovered in this session, so no name is accepted."
         return {
             **self.input_schema,
-            "properties": {"name": {"type": "string", "enum": [record.name for record in records], "description": about}},
+            "properties": {"name": {"type": "string", "enum": [record.name for record in records],
+                                    "description": about}},
         }
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:

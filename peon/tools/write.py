@@ -23,6 +23,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import HeadTail
+from peon.utf8 import lone_surrogate
 from workers import fs
 
 from .target import approval_target, approved_expectation
@@ -51,7 +52,7 @@ def _checked(args: Mapping[str, Any]) -> tuple[WorkspacePath, bytes, str | None]
     try:
         data = args["content"].encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ToolError(ErrorCode.NOT_UTF8, f"content is not valid UTF-8: lone surrogate at index {exc.start}",
+        raise ToolError(ErrorCode.NOT_UTF8, f"content is not valid UTF-8: {lone_surrogate(args['content'])}",
                         {"index": exc.start}) from None
     return path, data, None if expected is None else expected.lower()
 

@@ -1,0 +1,143 @@
+"""The layers, as the tree shows them: imports point down.
+
+``peon/`` is the contract, the tools and the front ends; ``workers/`` is the worker and process machinery
+and depends only on the contract; ``supervisor/`` is the supervisor process, and nothing imports it (the
+session starts it as a process). The static check reads every module's imports (top-level and inside
+functions, relative ones resolved); the dynamic check imports what a worker and the forkserver load and
+looks at ``sys.modules``: the worker side must stay lean.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("peon", "workers", "supervisor")
+
+# What workers/ may import from peon/: the contract (errors, the Tool interface, paths, framing, bounds,
+# cancellation, the configuration view, skill records). Never a front end, a tool, or the config loader.
+CONTRACT = frozenset({
+    "peon.cancel", "peon.configview", "peon.environment", "peon.errors", "peon.framing", "peon.paths",
+    "peon.shorten", "peon.skills", "peon.tool", "peon.truncation",
+})
+
+# Loaded by none of the worker-side modules: heavy validation libraries, the configuration loader, and
+# every module of the supervisor.
+HEAVY_ROOTS = ("pydantic", "pydantic_core", "jsonschema", "supervisor")
+HEAVY_MODULES = ("peon.config", "peon.validation")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> list[tuple[str, Path]]:
+    return sorted((module_name(p), p) for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
+    """Every module ``path`` imports (``from a import b`` counts as ``a`` and ``a.b``), with line numbers,
+    plus literal names passed to ``importlib.import_module``/``__import__``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names if alias.name != "*"]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_package_module_is_seen():
+    names = {name for name, _ in modules()}
+    assert {"peon.tool", "workers.worker", "workers.forkserver", "supervisor.service"} <= names
+
+
+def test_nothing_imports_the_supervisor():
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for name, path in modules() if _top(name) != "supervisor"
+             for line, module in imports_of(name, path) if _top(module) == "supervisor"]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_workers_depend_only_on_the_contract():
+    def allowed(module: str) -> bool:
+        return module in CONTRACT or any(module.startswith(c + ".") for c in CONTRACT) or module == "peon"
+
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for name, path in modules() if _top(name) == "workers"
+             for line, module in imports_of(name, path) if _top(module) == "peon" and not allowed(module)]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_contract_is_what_workers_use():
+    """Every name in CONTRACT is a module that exists: the list cannot silently allow a removed module."""
+    names = {name for name, _ in modules()}
+    assert names >= CONTRACT, CONTRACT - names
+
+
+def worker_side_modules() -> list[str]:
+    tools = sorted(module_name(p) for p in (ROOT / "peon" / "tools").glob("*.py"))
+    return ["workers.forkserver", "workers.worker", *tools]
+
+
+@pytest.mark.parametrize("module", worker_side_modules())
+def test_worker_side_imports_stay_lean(module):
+    probe = ("import importlib, json, sys\n"
+             f"importlib.import_module({module!r})\n"
+             "print(json.dumps(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, f"importing {module} failed:\n{proc.stderr}"
+    loaded = json.loads(proc.stdout)
+    heavy = [m for m in loaded if _top(m) in HEAVY_ROOTS or m in HEAVY_MODULES]
+    assert heavy == [], f"importing {module} loads {heavy}"
+
+
+def test_public_names_are_typed_and_lazy():
+    """Every name in ``peon.__all__`` is imported for type checkers (its real type, not ``Any``) and
+    resolves at run time to that same object, and ``import peon`` alone loads none of them."""
+    init = ROOT / "peon" / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                for alias in imp.names:
+                    assert alias.asname == alias.name, f"{alias.name} must be re-exported as itself"
+                    typed[alias.name] = f"peon.{imp.module}" if imp.module else f"peon.{alias.name}"
+    probe = ("import json, sys, peon\n"
+             "before = sorted(m for m in sys.modules if m.startswith('peon.'))\n"
+             "where = {n: getattr(getattr(peon, n), '__module__', None) or getattr(peon, n).__name__\n"
+             "         for n in peon.__all__}\n"
+             "print(json.dumps({'all': peon.__all__, 'before': before, 'where': where}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert sorted(facts["all"]) == sorted(typed)
+    assert facts["before"] == ["peon._packages"]
+    assert facts["where"] == typed
+    assert (ROOT / "peon" / "py.typed").is_file()
