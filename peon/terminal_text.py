@@ -47,3 +47,23 @@ def collapse_carriage_returns(text: str) -> str:
 
 def clean_terminal_text(text: str) -> str:
     return collapse_carriage_returns(strip_escapes(text))
+
+
+def newest_lines(data: bytes, count: int, width: int) -> list[str]:
+    """The last ``count`` non-blank lines of ``data`` (the newest bytes of a stream; it may begin
+    inside a character), cleaned, each shortened to at most ``width`` UTF-8 bytes."""
+    if count <= 0 or not data:
+        return []
+    start = 0
+    while start < len(data) and start < 3 and (data[start] & 0xC0) == 0x80:
+        start += 1
+    text = clean_terminal_text(data[start:].decode("utf-8", errors="replace"))
+    lines = [line for line in text.split("\n") if line.strip()][-count:]
+    return [_shorten(line, width) for line in lines]
+
+
+def _shorten(line: str, width: int) -> str:
+    encoded = line.encode("utf-8")
+    if len(encoded) <= width:
+        return line
+    return encoded[: max(width - 3, 0)].decode("utf-8", errors="ignore") + "..."

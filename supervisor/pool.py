@@ -204,7 +204,10 @@ class WorkerPool:
         deadline: Deadline,
         cancelled: asyncio.Event,
         on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+        on_event: Callable[[WorkerMessage], None] | None = None,
     ) -> dict[str, Any]:
+        """Run ``call`` in a fresh worker. With ``call["stream"]`` the worker sends its command's output
+        and start (``output``, ``spawned``) to ``on_event``, which may raise :class:`ProtocolError`."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         try:
@@ -215,7 +218,7 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         try:
-            reply = await self._converse(worker, call, deadline, cancelled, on_progress)
+            reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
             self.containment.kill_tree(worker.pid, worker.slot)
             self._spawn_background(self._finish(worker))
@@ -233,11 +236,13 @@ class WorkerPool:
         self._replenish()
 
     async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
-                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
+                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+                        on_event: Callable[[WorkerMessage], None] | None = None) -> dict[str, Any]:
         tool = call["tool"]
         message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
                                 "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
-                                "progress": bool(call.get("progress"))}
+                                "progress": bool(call.get("progress")),
+                                "stream": on_event is not None and bool(call.get("stream"))}
         try:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))
@@ -249,6 +254,11 @@ class WorkerPool:
                             return await self._crashed(worker, tool)
                         if received["op"] == "result":
                             return dict(received)
+                        if received["op"] in ("output", "spawned"):
+                            if on_event is None:
+                                raise ProtocolError(f"the worker sent {received['op']} for a call that streams nothing")
+                            on_event(received)
+                            continue
                         await on_progress(dict(received))
                 finally:
                     cancel_watch.cancel()

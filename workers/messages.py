@@ -1,7 +1,8 @@
 """The messages between the supervisor and a worker, and the supervisor's check of what a worker sends.
 
 Promise (pure, no I/O): :func:`parse_worker_message` accepts exactly the messages a worker may send
-during the call it serves — a ``progress`` or ``result`` message of *that* call id, strict UTF-8 JSON
+during the call it serves — a ``progress``, ``output``, ``spawned`` or ``result`` message of *that*
+call id, strict UTF-8 JSON
 without lone surrogates, of the documented shape — and raises :class:`ProtocolError` with a sentence
 for anything else. The supervisor treats that error as a crashed worker: a message that fails here
 is never forwarded, audited or answered as if it were the call's outcome. Size is bounded before
@@ -9,19 +10,25 @@ this, by the channel's frame decoder (:data:`peon.framing.MAX_MESSAGE_BYTES`).
 
 Wire format: each message is one frame of :mod:`multiprocessing.connection` (see
 :mod:`peon.framing`) holding one UTF-8 JSON object. The supervisor sends ``call`` then possibly
-``cancel``; the worker sends ``progress`` messages then exactly one ``result``.
+``cancel``; the worker sends ``progress``, ``output`` (the command's bytes, base64, at most
+:data:`MAX_OUTPUT_CHUNK` each, with their absolute offset — consecutive, starting at 0) and at most
+one ``spawned`` (its command has started: a background job is running) messages, then exactly one
+``result``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any, Literal, TypedDict
 
 from peon.errors import ErrorCode
 
 SupervisorOp = Literal["call", "cancel"]
-WorkerOp = Literal["progress", "result"]
-WORKER_OPS: frozenset[str] = frozenset(("progress", "result"))
+WorkerOp = Literal["progress", "output", "spawned", "result"]
+WORKER_OPS: frozenset[str] = frozenset(("progress", "output", "spawned", "result"))
+MAX_OUTPUT_CHUNK = 256 * 1024  # raw bytes of command output in one ``output`` message
 _ERROR_CODES = frozenset(code.value for code in ErrorCode)
 
 
@@ -33,6 +40,7 @@ class CallMessage(TypedDict):
     deadline: float  # absolute, on CLOCK_MONOTONIC
     approved: dict[str, Any]  # the tool's approval details, as the approver saw them
     progress: bool  # the caller wants progress messages
+    stream: bool  # send the command's output as ``output`` messages (for the supervisor's output store)
 
 
 class CancelMessage(TypedDict):
@@ -59,9 +67,27 @@ class ProgressMessage(TypedDict, total=False):
     id: str
     elapsed_ms: int
     output_bytes: int
+    lines: list[str]  # the newest output lines, cleaned and shortened
 
 
-WorkerMessage = ResultMessage | ProgressMessage
+class OutputMessage(TypedDict):
+    op: Literal["output"]
+    id: str
+    offset: int  # absolute offset of the first byte in everything the command wrote
+    data: str  # base64 of at most MAX_OUTPUT_CHUNK bytes
+
+
+class SpawnedMessage(TypedDict):
+    op: Literal["spawned"]
+    id: str
+
+
+WorkerMessage = ResultMessage | ProgressMessage | OutputMessage | SpawnedMessage
+
+
+def output_bytes(message: OutputMessage) -> bytes:
+    """The bytes of a checked ``output`` message."""
+    return base64.b64decode(message["data"])
 
 
 class ProtocolError(Exception):
@@ -90,6 +116,10 @@ def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
         raise ProtocolError(f"a {op} message names call {_short(message.get('id'))}, not the call it serves ({call_id})")
     if op == "result":
         _check_result(message)
+    elif op == "output":
+        _check_output(message)
+    elif op == "spawned" and set(message) != {"op", "id"}:
+        raise ProtocolError("a spawned message has unknown fields")
     return message  # type: ignore[return-value]
 
 
@@ -115,6 +145,21 @@ def _check_result(message: dict[str, Any]) -> None:
         raise ProtocolError("a failed result's error details are not an object")
     if set(error) - {"code", "message", "details"}:
         raise ProtocolError("a failed result's error has unknown fields")
+
+
+def _check_output(message: dict[str, Any]) -> None:
+    if set(message) != {"op", "id", "offset", "data"}:
+        raise ProtocolError("an output message must hold exactly op, id, offset and data")
+    offset, data = message["offset"], message["data"]
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ProtocolError(f"an output message's offset is {_short(offset)}, not a byte offset")
+    if not isinstance(data, str) or len(data) > (MAX_OUTPUT_CHUNK + 2) // 3 * 4:
+        raise ProtocolError("an output message's data is not base64 of at most "
+                            f"{MAX_OUTPUT_CHUNK} bytes")
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError("an output message's data is not base64") from None
 
 
 def _has_lone_surrogate(value: Any) -> bool:
