@@ -209,6 +209,11 @@ def cmd_call(options: argparse.Namespace) -> int:
             handle.cancel()
             result = handle.result()
         progress.clear()
+    if result.ok and isinstance(result.value, dict) and result.value.get("background") \
+            and result.value.get("state") == "running":
+        # A one-shot call's session ends with this command, and its jobs with it (docs/jobs.md).
+        sys.stderr.write(f"peon: job {result.value.get('job_id')} was stopped with this command's session; "
+                         "background jobs live as long as a `peon mcp`, `peon serve` or embedded session\n")
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
