@@ -83,7 +83,7 @@ def test_a_background_server_answers_a_later_call_and_job_stop_leaves_nothing(op
     audit = [json.loads(line) for line in (session.state_dir / "audit.jsonl").read_text().splitlines()]
     events = [(e["event"], e.get("job_id")) for e in audit if e["event"].startswith("job_")]
     assert events == [("job_started", job), ("job_ended", job)]
-    assert [e for e in audit if e["event"] == "job_ended"][0]["outcome"]["state"] == "killed"
+    assert next(e for e in audit if e["event"] == "job_ended")["outcome"]["state"] == "killed"
 
 
 def test_a_truncated_result_is_recovered_exactly_through_job_output(open_session):
@@ -189,7 +189,8 @@ def test_progress_carries_the_newest_output_lines(open_session, workspace):
         if any("\x1b" not in line and "working on step 2" in line for line in update.get("lines") or []):
             (workspace / "go").touch()
 
-    command = "printf 'step 1\\n\\033[32mworking on step 2\\033[0m\\n'; while [ ! -e go ]; do sleep 0.05; done; echo end"
+    command = ("printf 'step 1\\n\\033[32mworking on step 2\\033[0m\\n'; "
+               "while [ ! -e go ]; do sleep 0.05; done; echo end")
     r = session.call("bash", {"command": command, "timeout_seconds": 30}, on_progress=on_progress)
     assert r.ok and r.value["exit_code"] == 0 and r.value["duration_ms"] < 25_000
     assert ["step 1", "working on step 2"] in seen

@@ -17,7 +17,9 @@ MAX_LINES = 10
 MAX_LINE_CHARS = 400
 
 
-def progress_notification(token: Any, update: Mapping[str, Any], last: float | None) -> tuple[dict[str, Any], float] | None:
+def progress_notification(
+    token: Any, update: Mapping[str, Any], last: float | None
+) -> tuple[dict[str, Any], float] | None:
     """A progress notification for a process update and its ``progress``, or ``None`` when it would not
     increase ``progress`` beyond ``last``."""
     elapsed = update.get("elapsed_ms")

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from peon.environment import command_environment
 from peon.errors import ErrorCode, ToolError
@@ -41,7 +41,13 @@ from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from workers import fs, sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+from .process import (
+    NO_NUL_PATTERN,
+    SANDBOX_RESULT_PROPERTY,
+    TIMEOUT_PROPERTY,
+    effective_timeout,
+    with_session_timeout,
+)
 
 BASH = "/bin/bash"
 
@@ -52,12 +58,13 @@ class BashTool(Tool):
         "Run a shell command with /bin/bash -lc in the workspace and return its exit status and combined "
         "stdout/stderr (head and tail kept when long; the full output stays retrievable with job_output and "
         "the result's job_id). Every process it starts is killed when it finishes, times out or is cancelled; "
-        "with background: true it runs on as a job until it exits or job_stop ends it. Not sandboxed unless the session's OS sandbox is on; then the result's "
+        "with background: true it runs on as a job until it exits or job_stop ends it. Not sandboxed unless the "
+        "session's OS sandbox is on; then the result's "
         "`sandbox` says where the command could write and whether it had network access, and other writes "
         "fail with EACCES."
     )
     risk = ToolRisk.PROCESS
-    input_schema = {
+    input_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
             "command": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN,
@@ -75,7 +82,7 @@ class BashTool(Tool):
         "required": ["command"],
         "additionalProperties": False,
     }
-    output_schema = {
+    output_schema: ClassVar[Mapping[str, Any] | None] = {
         **PROCESS_OUTPUT_SCHEMA,
         "properties": {
             **PROCESS_OUTPUT_SCHEMA["properties"], "sandbox": SANDBOX_RESULT_PROPERTY,

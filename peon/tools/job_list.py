@@ -8,7 +8,7 @@ output size. It reads no process and no file.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from peon.tool import Tool, ToolContext, ToolRisk
 
@@ -19,7 +19,7 @@ class JobListTool(Tool):
                    "command, start time, output size.")
     risk = ToolRisk.READ_ONLY
     served_by_supervisor = True
-    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    input_schema: ClassVar[Mapping[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         return "list this session's jobs"

@@ -13,7 +13,7 @@ the exact bytes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from peon.jobs import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
 from peon.tool import Tool, ToolContext, ToolRisk
@@ -31,7 +31,7 @@ class JobOutputTool(Tool):
     )
     risk = ToolRisk.READ_ONLY
     served_by_supervisor = True
-    input_schema = {
+    input_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
             "job_id": JOB_ID_PROPERTY,

@@ -9,7 +9,7 @@ already ended is returned as it is (stopping is idempotent).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from peon.jobs import page_value
 from peon.tool import Tool, ToolContext, ToolRisk
@@ -27,7 +27,7 @@ class JobStopTool(Tool):
     )
     risk = ToolRisk.PROCESS
     served_by_supervisor = True
-    input_schema = {
+    input_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "properties": {"job_id": JOB_ID_PROPERTY},
         "required": ["job_id"],
