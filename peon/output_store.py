@@ -51,6 +51,13 @@ class OutputRing:
             self.retained += len(data)
         self.drop_oldest(self.retained - self.quota)
 
+    def skip_to(self, offset: int) -> None:
+        """Count everything before ``offset`` as written and already dropped (the writer kept only
+        what follows); only forward."""
+        if offset > self.total:
+            self.drop_oldest(self.retained)
+            self.total = self.start = offset
+
     def drop_oldest(self, count: int) -> int:
         """Evict up to ``count`` of the oldest retained bytes; return how many went."""
         dropped = 0

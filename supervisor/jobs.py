@@ -34,7 +34,7 @@ from typing import Any
 from peon.errors import ErrorCode, ToolError
 from peon.jobs import JobInfo, JobState
 from peon.output_store import OutputRing, OutputStore, Page
-from workers.messages import OutputMessage, ProtocolError, WorkerMessage, output_bytes
+from workers.messages import OutputMessage, ProtocolError, WorkerMessage
 from workers.runner import CANCEL_GRACE_SECONDS
 
 MAX_JOB_RECORDS = 1024
@@ -121,10 +121,13 @@ class JobTable:
                 job.spawned.set()
                 return
             output: OutputMessage = message  # type: ignore[assignment]
+            if job.ring.total == 0 and output["offset"] > 0 and not job.background:
+                # a foreground call's worker sends only the newest bytes the store would keep
+                job.ring.skip_to(output["offset"])
             if output["offset"] != job.ring.total:
                 raise ProtocolError(f"an output message starts at byte {output['offset']}, not at byte "
                                     f"{job.ring.total} where the job's output continues")
-            self.store.append(job.id, output_bytes(output))
+            self.store.append(job.id, output["data"])
             job.notify()
 
         return handle

@@ -242,7 +242,7 @@ class WorkerPool:
         message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
                                 "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
                                 "progress": bool(call.get("progress")),
-                                "stream": on_event is not None and bool(call.get("stream"))}
+                                "stream": call.get("stream") if on_event is not None else None}
         try:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))

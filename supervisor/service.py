@@ -272,7 +272,7 @@ class Supervisor:
         try:
             reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                          "progress": call.progress, "approved": request.details,
-                                         "stream": job is not None},
+                                         "stream": "end" if job is not None else None},
                                         deadline, call.cancelled, forward_progress,
                                         self.jobs.on_event(job) if job is not None else None)
         finally:
@@ -317,7 +317,7 @@ class Supervisor:
         state, jobs = self.state, self.jobs
         job = jobs.new(call.id, tool.name, _command_of(args), background=True)
         message = {"id": job.id, "tool": tool.name, "args": args, "progress": False, "approved": approved,
-                   "stream": True}
+                   "stream": "live"}
 
         async def no_progress(message: dict) -> None:
             return None

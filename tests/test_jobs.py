@@ -229,17 +229,16 @@ def test_approval_shows_the_resolved_directory_and_background(open_session, work
     assert details["timeout_seconds"] == 3600.0
 
 
-def test_a_lone_output_message_out_of_order_is_a_protocol_error():
-    from workers.messages import ProtocolError, parse_worker_message
+def test_output_messages_are_checked_like_every_worker_message():
+    from workers.messages import MAX_OUTPUT_CHUNK, ProtocolError, encode_output, parse_worker_message
 
-    good = json.dumps({"op": "output", "id": "c", "offset": 0, "data": "aGk="}).encode()
-    assert parse_worker_message(good, "c")["op"] == "output"
-    for bad in ({"op": "output", "id": "c", "offset": -1, "data": "aGk="},
-                {"op": "output", "id": "c", "offset": 0, "data": "not base64!"},
-                {"op": "output", "id": "c", "offset": 0, "data": "aGk=", "extra": 1},
-                {"op": "spawned", "id": "c", "pid": 1}):
+    message = parse_worker_message(encode_output("c", 7, b"\x00\xffhi"), "c")
+    assert message == {"op": "output", "id": "c", "offset": 7, "data": b"\x00\xffhi"}
+    for bad in (encode_output("other", 0, b"x"), encode_output("c", 0, b"x" * (MAX_OUTPUT_CHUNK + 1)), b"\x00\x05c",
+                json.dumps({"op": "output", "id": "c", "offset": 0, "data": "aGk="}).encode(),
+                json.dumps({"op": "spawned", "id": "c", "pid": 1}).encode()):
         with pytest.raises(ProtocolError):
-            parse_worker_message(json.dumps(bad).encode(), "c")
+            parse_worker_message(bad, "c")
 
 
 def test_a_job_ends_at_its_lifetime(open_session):

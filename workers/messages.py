@@ -10,17 +10,23 @@ this, by the channel's frame decoder (:data:`peon.framing.MAX_MESSAGE_BYTES`).
 
 Wire format: each message is one frame of :mod:`multiprocessing.connection` (see
 :mod:`peon.framing`) holding one UTF-8 JSON object. The supervisor sends ``call`` then possibly
-``cancel``; the worker sends ``progress``, ``output`` (the command's bytes, base64, at most
+``cancel``; the worker sends ``progress``, ``output`` (the command's bytes, at most
 :data:`MAX_OUTPUT_CHUNK` each, with their absolute offset — consecutive, starting at 0) and at most
 one ``spawned`` (its command has started: a background job is running) messages, then exactly one
 ``result``.
+
+An ``output`` message is the one frame that is not JSON: command output is bulk data (base64 in JSON
+made a streamed 256 MiB flood take 7-9 s; as binary frames it took 0.9-1.4 s, against 0.35-0.45 s
+without streaming, on the loaded 2-core development machine). Its
+payload is :data:`OUTPUT_TAG` (0x00, never the first byte of a JSON object), one byte giving the length
+of the call id, the call id (ASCII), the offset as 8 bytes big-endian, then the bytes
+(:func:`encode_output`); :func:`parse_worker_message` checks it like any other message.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
+import struct
 from typing import Any, Literal, TypedDict
 
 from peon.errors import ErrorCode
@@ -28,7 +34,9 @@ from peon.errors import ErrorCode
 SupervisorOp = Literal["call", "cancel"]
 WorkerOp = Literal["progress", "output", "spawned", "result"]
 WORKER_OPS: frozenset[str] = frozenset(("progress", "output", "spawned", "result"))
-MAX_OUTPUT_CHUNK = 256 * 1024  # raw bytes of command output in one ``output`` message
+MAX_OUTPUT_CHUNK = 1 << 20  # bytes of command output in one ``output`` message
+OUTPUT_TAG = b"\x00"
+_OFFSET = struct.Struct(">Q")
 _ERROR_CODES = frozenset(code.value for code in ErrorCode)
 
 
@@ -74,7 +82,7 @@ class OutputMessage(TypedDict):
     op: Literal["output"]
     id: str
     offset: int  # absolute offset of the first byte in everything the command wrote
-    data: str  # base64 of at most MAX_OUTPUT_CHUNK bytes
+    data: bytes  # at most MAX_OUTPUT_CHUNK bytes
 
 
 class SpawnedMessage(TypedDict):
@@ -85,9 +93,24 @@ class SpawnedMessage(TypedDict):
 WorkerMessage = ResultMessage | ProgressMessage | OutputMessage | SpawnedMessage
 
 
-def output_bytes(message: OutputMessage) -> bytes:
-    """The bytes of a checked ``output`` message."""
-    return base64.b64decode(message["data"])
+def encode_output(call_id: str, offset: int, data: bytes) -> bytes:
+    """The payload of an ``output`` message (see the module's wire format)."""
+    ident = call_id.encode("ascii")
+    return b"".join((OUTPUT_TAG, bytes((len(ident),)), ident, _OFFSET.pack(offset), data))
+
+
+def _parse_output(payload: bytes, call_id: str) -> OutputMessage:
+    if len(payload) < 2 or len(payload) < 2 + payload[1] + _OFFSET.size:
+        raise ProtocolError("an output message is shorter than its header")
+    end = 2 + payload[1]
+    ident = payload[2:end].decode("ascii", errors="replace")
+    if ident != call_id:
+        raise ProtocolError(f"an output message names call {_short(ident)}, not the call it serves ({call_id})")
+    (offset,) = _OFFSET.unpack_from(payload, end)
+    data = payload[end + _OFFSET.size :]
+    if len(data) > MAX_OUTPUT_CHUNK:
+        raise ProtocolError(f"an output message holds {len(data)} bytes; at most {MAX_OUTPUT_CHUNK} are allowed")
+    return {"op": "output", "id": ident, "offset": offset, "data": data}
 
 
 class ProtocolError(Exception):
@@ -95,6 +118,8 @@ class ProtocolError(Exception):
 
 
 def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
+    if payload[:1] == OUTPUT_TAG:
+        return _parse_output(payload, call_id)
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,7 +142,7 @@ def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
     if op == "result":
         _check_result(message)
     elif op == "output":
-        _check_output(message)
+        raise ProtocolError("an output message must be a binary frame, not JSON")
     elif op == "spawned" and set(message) != {"op", "id"}:
         raise ProtocolError("a spawned message has unknown fields")
     return message  # type: ignore[return-value]
@@ -145,21 +170,6 @@ def _check_result(message: dict[str, Any]) -> None:
         raise ProtocolError("a failed result's error details are not an object")
     if set(error) - {"code", "message", "details"}:
         raise ProtocolError("a failed result's error has unknown fields")
-
-
-def _check_output(message: dict[str, Any]) -> None:
-    if set(message) != {"op", "id", "offset", "data"}:
-        raise ProtocolError("an output message must hold exactly op, id, offset and data")
-    offset, data = message["offset"], message["data"]
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ProtocolError(f"an output message's offset is {_short(offset)}, not a byte offset")
-    if not isinstance(data, str) or len(data) > (MAX_OUTPUT_CHUNK + 2) // 3 * 4:
-        raise ProtocolError("an output message's data is not base64 of at most "
-                            f"{MAX_OUTPUT_CHUNK} bytes")
-    try:
-        base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProtocolError("an output message's data is not base64") from None
 
 
 def _has_lone_surrogate(value: Any) -> bool:

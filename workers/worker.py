@@ -30,7 +30,6 @@ Titles: ``peon-worker standby`` while waiting, ``peon-worker <tool> <call-id>`` 
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import gc
 import importlib
@@ -54,11 +53,12 @@ from peon.configview import ResolvedConfig
 from peon.errors import ErrorCode, PeonError, ToolError
 from peon.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
 from peon.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
+from peon.output_store import OutputRing
 from peon.skills import SkillRecord
 
 from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
-from .messages import MAX_OUTPUT_CHUNK, CallMessage, ErrorInfo, ResultMessage
+from .messages import MAX_OUTPUT_CHUNK, CallMessage, ErrorInfo, ResultMessage, encode_output
 from .reaper import REAPER
 from .runner import CANCEL_GRACE_SECONDS, ProcessSpec, run_process
 
@@ -229,7 +229,10 @@ async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: 
     )
     progress = _ProgressSender(channel, call_id)
     ctx.report_progress = progress.report
-    output = _OutputStream(channel, call_id) if message.get("stream") else None
+    stream = message.get("stream")
+    output = (_OutputStream(channel, call_id, None) if stream == "live"
+              else _OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes)) if stream == "end"
+              else None)
     ctx.output = output
     listener = asyncio.create_task(_listen(channel, token))
     tool = tools.get(tool_name)
@@ -305,12 +308,18 @@ class _ProgressSender:
 
 
 class _OutputStream:
-    """The call's command output as ``output`` messages, in order, one sender at a time; a backlog
-    past :data:`OUTPUT_HIGH_WATER` bytes pauses the process runner's reading (``push`` says so)
-    until it is back under :data:`OUTPUT_LOW_WATER`. If the channel breaks, what is queued is
-    dropped and reading resumes (the listener cancels the call)."""
+    """The call's command output as ``output`` messages, in order, one sender at a time.
 
-    def __init__(self, channel: FrameChannel, call_id: str):
+    Live (a background job, ``retain`` None): sent as it comes; a backlog past
+    :data:`OUTPUT_HIGH_WATER` bytes pauses the process runner's reading (``push`` says so) until it
+    is back under :data:`OUTPUT_LOW_WATER`. At the end (a foreground call, which nobody can read
+    while it runs): only the newest ``retain`` bytes — what the supervisor's store would keep of
+    the job anyway — are kept here (:class:`peon.output_store.OutputRing`) and sent by
+    :meth:`flush`, with their absolute offsets, so a flood costs a foreground call no channel
+    traffic. If the channel breaks, what is queued is dropped and reading resumes (the listener
+    cancels the call)."""
+
+    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None):
         self.channel = channel
         self.call_id = call_id
         self.offset = 0
@@ -319,15 +328,21 @@ class _OutputStream:
         self._task: asyncio.Task[None] | None = None
         self._resume: Callable[[], None] | None = None
         self._broken = False
+        self._ring = OutputRing(retain) if retain is not None else None
 
     def spawned(self) -> None:
         self._enqueue(encode_json({"op": "spawned", "id": self.call_id}), 0)
 
     def push(self, data: bytes) -> bool:
+        if self._ring is not None:
+            self._ring.append(data)
+            return True
+        return self._send(data)
+
+    def _send(self, data: bytes) -> bool:
         for start in range(0, len(data), MAX_OUTPUT_CHUNK):
             piece = data[start : start + MAX_OUTPUT_CHUNK]
-            payload = encode_json({"op": "output", "id": self.call_id, "offset": self.offset,
-                                   "data": base64.b64encode(piece).decode("ascii")})
+            payload = encode_output(self.call_id, self.offset, piece)
             self.offset += len(piece)
             self._enqueue(payload, len(piece))
         return self.backlog <= OUTPUT_HIGH_WATER
@@ -363,6 +378,11 @@ class _OutputStream:
                 resume()
 
     async def flush(self) -> None:
+        if self._ring is not None:
+            ring, self._ring = self._ring, None
+            self.offset = ring.start
+            page = ring.read(ring.start, ring.retained)
+            self._send(page.data)
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
 
@@ -452,7 +472,7 @@ async def _warm_up_round(session: SessionView, spawn: bool) -> None:
     ours, theirs = multiprocessing.Pipe(duplex=True)
     supervisor_side = FrameChannel(socket_of(ours))
     call = {"op": "call", "id": "warm-up", "tool": _WarmUpTool.name, "args": {}, "deadline": time.monotonic() + 60,
-            "approved": {}, "progress": False, "stream": False}
+            "approved": {}, "progress": False, "stream": None}
     tools: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(spawn)}
     serving = asyncio.ensure_future(_serve_one(theirs, encode_json(call), session, tools))
     try:
