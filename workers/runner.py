@@ -174,9 +174,14 @@ def _spawn(spec: ProcessSpec, write_fd: int) -> int:
     elif os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
     if spec.sandbox is not None:  # the OS sandbox starts the command (maybe wrapped) inside itself
+        # Not audited again: a sandbox may deliberately pass one descriptor on (bwrap, a pinned binary).
         return spec.sandbox.spawn(
-            lambda argv, executable: _spawn(replace(spec, argv=argv, executable=executable, sandbox=None), write_fd),
+            lambda argv, executable: _posix_spawn(replace(spec, argv=argv, executable=executable), write_fd),
             spec.argv, spec.executable)
+    return _posix_spawn(spec, write_fd)
+
+
+def _posix_spawn(spec: ProcessSpec, write_fd: int) -> int:
     return os.posix_spawn(
         spec.executable or spec.argv[0],
         list(spec.argv),
