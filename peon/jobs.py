@@ -69,6 +69,23 @@ class JobsAccess(Protocol):
         return its final state; a job that has ended is returned as it is."""
 
 
+JOB_INFO_PROPERTIES: dict[str, Any] = {
+    "job_id": {"type": "string"},
+    "tool": {"type": "string"},
+    "command": {"type": ["string", "null"]},
+    "background": {"type": "boolean"},
+    "state": {"type": "string", "enum": list(JOB_STATES)},
+    "exit_code": {"type": ["integer", "null"]},
+    "signal": {"type": ["string", "null"]},
+    "timed_out": {"type": "boolean"},
+    "started_at": {"type": "string"},
+    "ended_at": {"type": ["string", "null"]},
+    "output_bytes": {"type": "integer"},
+    "output_retained_bytes": {"type": "integer"},
+    "retained_from": {"type": "integer"},
+}
+
+
 def page_value(page: Page, *, raw: bool, clean: bool, finished: bool) -> dict[str, Any]:
     """The ``job_output`` fields for one page (see the module's promise)."""
     data = page.data

@@ -246,3 +246,20 @@ def test_a_job_ends_at_its_lifetime(open_session):
     job = session.call("bash", {"command": "exec sleep 300", "background": True}).value["job_id"]
     ended = session.call("job_output", {"job_id": job, "wait_seconds": 20}).value
     assert ended["state"] == "killed" and ended["timed_out"] is True and ended["signal"] == "SIGKILL"
+
+
+@pytest.mark.parametrize("kind", ["landlock", "bwrap"])
+def test_cwd_inside_the_os_sandbox(open_session, workspace, tmp_path, kind):
+    from test_sandbox_bwrap import SUPPORT
+
+    if kind == "bwrap" and not SUPPORT.works:
+        pytest.skip(f"bwrap unusable here: {SUPPORT.detail}")
+    (workspace / "sub").mkdir()
+    (workspace / "link").symlink_to("sub")
+    (tmp_path / "tmp").mkdir()
+    session = open_session({"sandbox": {"mode": "auto", "kind": kind}}, env={"TMPDIR": str(tmp_path / "tmp")})
+    if not session.info["sandbox"]["active"] or session.info["sandbox"]["kind"] != kind:
+        pytest.skip(f"the {kind} sandbox is not available here")
+    r = session.call("bash", {"command": "pwd -P; touch made-here", "cwd": "link"})
+    assert r.ok and r.value["exit_code"] == 0 and r.value["sandbox"]["kind"] == kind, r
+    assert r.value["output"] == f"{workspace}/sub\n" and (workspace / "sub" / "made-here").exists()

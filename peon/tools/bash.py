@@ -127,6 +127,10 @@ class BashTool(Tool):
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         confinement = sandbox.confinement_for(ctx)
         cwd_fd = _open_approved_cwd(args, ctx)
+        if cwd_fd is not None and isinstance(confinement, sandbox.BwrapConfinement):
+            # bwrap enters its directory by path (--chdir) inside its own mount namespace: the resolved,
+            # just-checked path, never the typed one.
+            confinement.cwd = str(ctx.workspace / str(ctx.approved["cwd_path"]))
         try:
             spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), command_environment(ctx.session),
                                sandbox=confinement, cwd_fd=cwd_fd)

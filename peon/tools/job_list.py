@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from peon.jobs import JOB_INFO_PROPERTIES
 from peon.tool import Tool, ToolContext, ToolRisk
 
 
@@ -20,6 +21,14 @@ class JobListTool(Tool):
     risk = ToolRisk.READ_ONLY
     served_by_supervisor = True
     input_schema: ClassVar[Mapping[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
+    output_schema: ClassVar[Mapping[str, Any] | None] = {
+        "type": "object",
+        "properties": {
+            "jobs": {"type": "array", "items": {"type": "object", "properties": JOB_INFO_PROPERTIES}},
+            "running": {"type": "integer", "description": "How many jobs are running."},
+        },
+        "required": ["jobs", "running"],
+    }
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
         return "list this session's jobs"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.jobs import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
+from peon.jobs import DEFAULT_PAGE_BYTES, JOB_STATES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
 from peon.tool import Tool, ToolContext, ToolRisk
 
 JOB_ID_PROPERTY = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$",
@@ -46,6 +46,29 @@ class JobOutputTool(Tool):
         },
         "required": ["job_id"],
         "additionalProperties": False,
+    }
+
+    output_schema: ClassVar[Mapping[str, Any] | None] = {
+        "type": "object",
+        "properties": {
+            "job_id": {"type": "string"},
+            "state": {"type": "string", "enum": list(JOB_STATES)},
+            "exit_code": {"type": ["integer", "null"]},
+            "signal": {"type": ["string", "null"]},
+            "timed_out": {"type": "boolean"},
+            "offset": {"type": "integer", "description": "Absolute offset of the first byte returned."},
+            "next_offset": {"type": "integer", "description": "Where the next read continues."},
+            "output": {"type": "string"},
+            "returned_bytes": {"type": "integer"},
+            "output_bytes": {"type": "integer", "description": "Everything the job wrote so far."},
+            "retained_from": {"type": "integer", "description": "The oldest offset still retained."},
+            "dropped_before": {"type": ["integer", "null"],
+                               "description": "Bytes before this offset were evicted before they were read."},
+            "output_invalid_utf8": {"type": "boolean"},
+            "eof": {"type": "boolean", "description": "The job has ended and nothing is left to read."},
+            "output_base64": {"type": "string", "description": "With raw: the exact bytes."},
+        },
+        "required": ["job_id", "state", "offset", "next_offset", "output", "output_bytes", "eof"],
     }
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:

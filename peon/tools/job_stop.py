@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.jobs import page_value
+from peon.jobs import JOB_INFO_PROPERTIES, page_value
 from peon.tool import Tool, ToolContext, ToolRisk
 
 from .job_output import JOB_ID_PROPERTY
@@ -32,6 +32,14 @@ class JobStopTool(Tool):
         "properties": {"job_id": JOB_ID_PROPERTY},
         "required": ["job_id"],
         "additionalProperties": False,
+    }
+
+    output_schema: ClassVar[Mapping[str, Any] | None] = {
+        "type": "object",
+        "properties": {**JOB_INFO_PROPERTIES,
+                       "output_tail": {"type": "string", "description": "The last few KB of its output."},
+                       "tail_offset": {"type": "integer", "description": "Absolute offset of output_tail."}},
+        "required": ["job_id", "state"],
     }
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
