@@ -101,3 +101,38 @@ def test_carriage_return_progress_collapses_to_its_final_state() -> None:
     assert clean_terminal_text("\x1b[2K\r 10%\x1b[2K\r 99%\x1b[2K\rfinished\n") == "finished\n"
     text = "ünïcode ✓ line\n" * 3
     assert clean_terminal_text(text) == text
+
+
+def test_pages_never_split_a_utf8_character_and_continue_exactly() -> None:
+    from peon.jobs import page_value
+
+    text = "añ€😀" * 50 + "\n"
+    data = text.encode()
+    ring = OutputRing(1 << 20)
+    ring.append(data)
+    out, offset = b"", 0
+    for limit in (5, 6, 7, 4, 9) * 100:
+        value = page_value(ring.read(offset, limit), raw=False, clean=True, finished=True)
+        assert value["offset"] == offset
+        out += value["output"].encode()
+        offset = value["next_offset"]
+        if value["eof"]:
+            break
+    assert out == data and offset == len(data)
+    small = OutputRing(9)
+    small.append(data)  # the retained bytes start inside a character: the page starts at the next one
+    value = page_value(small.read(0, 100), raw=False, clean=True, finished=True)
+    assert value["dropped_before"] == len(data) - 9 and not value["output_invalid_utf8"]
+    assert value["output"] == "€😀\n" and value["offset"] == len(data) - 8
+    raw = page_value(small.read(0, 100), raw=True, clean=True, finished=True)
+    assert raw["offset"] == len(data) - 9 and raw["returned_bytes"] == 9
+
+
+def test_newest_lines_are_cleaned_bounded_and_skip_blank_ones() -> None:
+    from peon.terminal_text import newest_lines
+
+    data = "old\n\x1b[31mfirst\x1b[0m\n\n   \nsecond line that is long\r\nthird 100%\r".encode()
+    assert newest_lines(data, 3, 200) == ["first", "second line that is long", "third 100%"]
+    assert newest_lines(data, 2, 10) == ["second ...", "third 100%"]
+    assert newest_lines("€uro\n".encode()[1:], 5, 200) == ["uro"]  # began inside a character
+    assert newest_lines(b"", 5, 200) == [] and newest_lines(b"x\n", 0, 200) == []
