@@ -11,6 +11,15 @@ queued never starts. When the client closes the session, its channel reaches EOF
 gets ``SIGTERM``, queued calls fail with ``session_closed``, the running call is cancelled, every
 worker tree is killed and the supervisor exits — nothing it started outlives it.
 
+Jobs (:mod:`supervisor.jobs`): a call of a tool that keeps its output is a job whose output goes to
+the session's output store, and its result carries the ``job_id``. A background call (``bash`` with
+``background: true``) is admitted, approved and audited like any call, checked against
+``jobs.max_running`` before anyone is asked, and answered once its command has started (``yield_seconds``
+later at most); its worker then runs in a task of its own, so the serial executor never waits on it.
+The job tools (``Tool.served_by_supervisor``) run here, on the supervisor's loop, after the same
+admission, approval and audit; a cancel or their deadline ends them. At shutdown every running job is
+cancelled like a running call and waited for.
+
 This module is the I/O around the pipeline: the queue, the gate (asking the approver), the audit
 log, the pool of workers and the replies.
 """
@@ -269,6 +278,7 @@ class Supervisor:
         started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
         notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
                   if self.started_notices else None)
+        reply: dict[str, Any] = _error(ErrorCode.TOOL_FAILED, f"{tool.name} did not complete")
         try:
             reply = await self.pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                          "progress": call.progress, "approved": request.details,
@@ -278,9 +288,10 @@ class Supervisor:
         finally:
             if notice is not None:
                 notice.cancel()
+            if job is not None and not job.ended.is_set():
+                self.jobs.finish(job, reply)  # also when the call is torn down: the job is not left running
         reply = {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
         if job is not None:
-            self.jobs.finish(job, reply)
             if reply.get("ok") and isinstance(reply.get("value"), dict):
                 reply["value"] = {**reply["value"], "job_id": job.id, "output_retained_bytes": job.ring.retained}
         return reply
