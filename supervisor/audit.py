@@ -46,10 +46,11 @@ FILE_NAME = "audit.jsonl"
 # Input fields that say what a call does without carrying contents (a write's `content` and an agent's
 # `prompt` are left out).
 RECORDED_INPUT_FIELDS = frozenset({"command", "path", "name", "mode", "offset", "limit", "timeout_seconds",
-                                   "expected_sha256"})
+                                   "expected_sha256", "job_id", "background", "cwd", "yield_seconds", "wait_seconds",
+                                   "raw"})
 MAX_FIELD_CHARS = 1000
 # Outcome facts copied from a tool's result value when present (never its output).
-OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated")
+OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated", "job_id", "state")
 
 
 def _shorten(value: Any) -> Any:

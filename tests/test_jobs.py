@@ -149,8 +149,8 @@ def test_jobs_end_with_their_session_and_the_cap_is_an_error(open_session):
     assert living([pid]) == []
 
 
-def test_jobs_die_with_a_killed_supervisor(open_session):
-    session = open_session()
+def test_jobs_die_with_a_killed_supervisor(open_session, containment):
+    session = open_session({"runtime": {"containment": containment}})
     job = session.call("bash", {"command": "echo pid $$; exec sleep 300", "background": True}).value["job_id"]
     pid = int(read_until(session, job, "pid").split()[1])
     os.kill(session.supervisor_pid, signal.SIGKILL)
@@ -263,3 +263,16 @@ def test_cwd_inside_the_os_sandbox(open_session, workspace, tmp_path, kind):
     r = session.call("bash", {"command": "pwd -P; touch made-here", "cwd": "link"})
     assert r.ok and r.value["exit_code"] == 0 and r.value["sandbox"]["kind"] == kind, r
     assert r.value["output"] == f"{workspace}/sub\n" and (workspace / "sub" / "made-here").exists()
+
+
+def test_an_agent_result_carries_its_job(open_session, tmp_path):
+    from test_agents import Agents
+
+    agents = Agents(tmp_path)
+    session = open_session(env=agents.env)
+    r = session.call("agent_claude", {"prompt": "say hello"})
+    assert r.ok and r.value["job_id"].startswith("job-") and r.value["output_retained_bytes"] == r.value["output_bytes"]
+    page = session.call("job_output", {"job_id": r.value["job_id"]})
+    assert page.ok and page.value["output"] == r.value["output"] and page.value["state"] == "exited"
+    [entry] = session.call("job_list", {}).value["jobs"]
+    assert entry["tool"] == "agent_claude" and entry["command"] is None and entry["background"] is False
