@@ -117,6 +117,9 @@ def terminal_approver() -> Callable[[dict], Any] | None:
     return TerminalApprover(offer_session=False)  # `peon call` ends its session with its one call
 
 
+PROGRESS_LINE_CHARS = 60  # of the newest output line, after the elapsed time and the output size
+
+
 class ProgressLine:
     """A live status line on a terminal's stderr while a call runs (updates come from a Peon thread)."""
 
@@ -132,6 +135,11 @@ class ProgressLine:
         text = f"{self.tool}: running for {elapsed:.1f} s"
         if isinstance(output, int):
             text += f", {human_bytes(output)} of output"
+        lines = update.get("lines")
+        if isinstance(lines, list) and lines and isinstance(lines[-1], str):
+            newest = "".join(ch for ch in lines[-1] if ch.isprintable())[:PROGRESS_LINE_CHARS]
+            if newest.strip():
+                text += f" · {newest}"
         with self._lock:
             if self.enabled:
                 sys.stderr.write(f"\r\x1b[K{text}")

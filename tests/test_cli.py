@@ -137,7 +137,7 @@ def test_interactive_approval_on_a_terminal(leftovers, workspace, key, ok):
 
 def test_live_progress_line_on_a_terminal(leftovers, workspace):
     child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo start; sleep 2"}', "--allow", "process")
-    child.expect(r"bash: running for \d+\.\d s, 6 bytes of output")
+    child.expect(r"bash: running for \d+\.\d s, 6 bytes of output · start")  # the newest line too
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
