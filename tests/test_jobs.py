@@ -11,7 +11,26 @@ import socket
 import psutil
 import pytest
 
-from conftest import living, wait_for
+import peon
+from conftest import ALLOW_ALL, Leftovers, living, wait_for
+
+
+class Shared:
+    """One session for the tests that need nothing of their own (session starts are most of the cost)."""
+
+    def __init__(self, root, guard: Leftovers):
+        self.workspace = root / "ws"
+        self.workspace.mkdir()
+        self.session = peon.Session(self.workspace, ALLOW_ALL, state_dir=root / "state", env=guard.env())
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    guard = Leftovers(tmp_path_factory.mktemp("home"))
+    box = Shared(tmp_path_factory.mktemp("jobs"), guard)
+    yield box
+    box.session.close()
+    assert guard.kill_all() == [], "processes outlived the shared jobs session"
 
 
 def free_port() -> int:
@@ -44,9 +63,9 @@ def seq_offset(n: int) -> int:
     return offset + (n - low) * (width + 1)
 
 
-def test_a_background_server_answers_a_later_call_and_job_stop_leaves_nothing(open_session, workspace):
-    (workspace / "index.html").write_text("served by a background job\n")
-    session = open_session()
+def test_a_background_server_answers_a_later_call_and_job_stop_leaves_nothing(shared):
+    (shared.workspace / "index.html").write_text("served by a background job\n")
+    session = shared.session
     port = free_port()
     started = session.call("bash", {"command": f"echo pid $$; exec python3 -u -m http.server {port} --bind 127.0.0.1",
                                     "background": True})
@@ -65,7 +84,7 @@ def test_a_background_server_answers_a_later_call_and_job_stop_leaves_nothing(op
     assert fetched.value["job_id"] != job
 
     listed = session.call("job_list", {})
-    assert listed.ok and listed.value["running"] == 1
+    assert listed.ok and listed.value["running"] >= 1
     [entry] = [j for j in listed.value["jobs"] if j["job_id"] == job]
     assert entry["background"] and entry["command"].startswith("echo pid $$") and entry["state"] == "running"
 
@@ -81,13 +100,13 @@ def test_a_background_server_answers_a_later_call_and_job_stop_leaves_nothing(op
     assert again.ok and again.value["state"] == "killed"
 
     audit = [json.loads(line) for line in (session.state_dir / "audit.jsonl").read_text().splitlines()]
-    events = [(e["event"], e.get("job_id")) for e in audit if e["event"].startswith("job_")]
+    events = [(e["event"], e.get("job_id")) for e in audit if e["event"].startswith("job_") and e["job_id"] == job]
     assert events == [("job_started", job), ("job_ended", job)]
     assert next(e for e in audit if e["event"] == "job_ended")["outcome"]["state"] == "killed"
 
 
-def test_a_truncated_result_is_recovered_exactly_through_job_output(open_session):
-    session = open_session({"limits": {"max_output_bytes": 4096}})
+def test_a_truncated_result_is_recovered_exactly_through_job_output(shared):
+    session = shared.session
     r = session.call("bash", {"command": "seq 1 300000"})
     assert r.ok and r.value["truncated"] is True
     expected = b"".join(b"%d\n" % i for i in range(1, 300001))
@@ -115,7 +134,7 @@ def test_a_flooding_job_keeps_the_supervisor_bounded_and_pages_with_exact_offset
     baseline = supervisor.memory_info().rss
     job = session.call("bash", {"command": "seq 1 100000000", "background": True}).value["job_id"]
     offset, flooded = 0, 0
-    while flooded < 30_000_000:
+    while flooded < 16_000_000:
         page = session.call("job_output", {"job_id": job, "offset": offset, "limit": 4096, "wait_seconds": 5})
         assert page.ok, page.error
         value = page.value
@@ -131,7 +150,7 @@ def test_a_flooding_job_keeps_the_supervisor_bounded_and_pages_with_exact_offset
         line_start = value["offset"] + len(text[: first_end + 1].encode())
         number = int(text[first_end + 1 :].split("\n", 1)[0])
         assert seq_offset(number) == line_start
-        offset = value["next_offset"] + 5_000_000  # skip ahead: most of it is evicted by now
+        offset = value["next_offset"] + 3_000_000  # skip ahead: most of it is evicted by now
     grown = supervisor.memory_info().rss - baseline
     assert grown < 48 << 20, f"the supervisor grew by {grown >> 20} MiB while a job wrote {flooded >> 20} MiB"
     assert session.call("job_stop", {"job_id": job}).value["state"] == "killed"
@@ -157,8 +176,8 @@ def test_jobs_die_with_a_killed_supervisor(open_session, containment):
     assert wait_for(lambda: not living([pid]), timeout=15), f"job process {pid} outlived its supervisor"
 
 
-def test_yield_returns_output_so_far_and_a_quick_job_its_result(open_session):
-    session = open_session()
+def test_yield_returns_output_so_far_and_a_quick_job_its_result(shared):
+    session = shared.session
     quick = session.call("bash", {"command": "echo done; exit 4", "background": True, "yield_seconds": 30})
     assert quick.ok and quick.value["state"] == "exited" and quick.value["exit_code"] == 4
     assert quick.value["output"] == "done\n"
@@ -167,8 +186,8 @@ def test_yield_returns_output_so_far_and_a_quick_job_its_result(open_session):
     assert session.call("job_stop", {"job_id": waiting.value["job_id"]}).ok
 
 
-def test_output_is_cleaned_for_the_model_and_raw_on_request(open_session):
-    session = open_session()
+def test_output_is_cleaned_for_the_model_and_raw_on_request(shared, open_session):
+    session = shared.session
     command = r"printf '\033[1;31mred\033[0m\n'; for p in 10 50 100; do printf '\r%3d%%' $p; done; printf '\n'"
     r = session.call("bash", {"command": command})
     assert r.ok and r.value["output"] == "red\n100%\n"
@@ -180,8 +199,8 @@ def test_output_is_cleaned_for_the_model_and_raw_on_request(open_session):
     assert plain.value["output"].startswith("\x1b[1;31m")
 
 
-def test_progress_carries_the_newest_output_lines(open_session, workspace):
-    session = open_session()
+def test_progress_carries_the_newest_output_lines(shared):
+    session, workspace = shared.session, shared.workspace
     seen: list[list[str]] = []
 
     def on_progress(update: dict) -> None:
@@ -196,12 +215,12 @@ def test_progress_carries_the_newest_output_lines(open_session, workspace):
     assert ["step 1", "working on step 2"] in seen
 
 
-def test_cwd_is_resolved_beneath_the_workspace(open_session, workspace, tmp_path):
+def test_cwd_is_resolved_beneath_the_workspace(shared, tmp_path):
+    workspace, session = shared.workspace, shared.session
     (workspace / "sub" / "deeper").mkdir(parents=True)
     (workspace / "inside").symlink_to("sub/deeper")
     (workspace / "leaves").symlink_to(tmp_path)
     (workspace / "file").write_text("x")
-    session = open_session()
     r = session.call("bash", {"command": "pwd", "cwd": "sub"})
     assert r.ok and r.value["output"] == f"{workspace}/sub\n"
     r = session.call("bash", {"command": "pwd -P", "cwd": "inside"})
