@@ -378,11 +378,19 @@ class _OutputStream:
                 resume()
 
     async def flush(self) -> None:
-        if self._ring is not None:
+        if self._ring is not None:  # one chunk at a time: never a second copy of what the ring holds
             ring, self._ring = self._ring, None
-            self.offset = ring.start
-            page = ring.read(ring.start, ring.retained)
-            self._send(page.data)
+            await self.flush()
+            offset = ring.start
+            while offset < ring.total and not self._broken:
+                page = ring.read(offset, MAX_OUTPUT_CHUNK)
+                try:
+                    await self.channel.send(encode_output(self.call_id, offset, page.data))
+                except OSError:
+                    self._broken = True
+                ring.drop_oldest(len(page.data))
+                offset = page.next_offset
+            return
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
 
