@@ -57,7 +57,10 @@ def admit(*, call_id: str, tool_name: str, raw_args: Any, tools: Mapping[str, To
         )
         asked = policy.questions(request)
         verdict = policy.evaluate(request, facts(asked) if asked else NO_FACTS)
-        timeout = min(float(tool.timeout_seconds(args, view)), float(view.config.limits.max_timeout_seconds))
+        ceiling = float(view.config.limits.max_timeout_seconds)
+        if tool.keeps_output and isinstance(args, dict) and args.get("background"):
+            ceiling = float(view.config.jobs.max_lifetime_seconds)  # a background job's deadline is its lifetime
+        timeout = min(float(tool.timeout_seconds(args, view)), ceiling)
     except PeonError as exc:
         return Admission(exc, tool)
     return Admission(None, tool, args, request, verdict, timeout)

@@ -122,6 +122,9 @@ def terminal_approver() -> Callable[[dict[str, Any]], Any] | None:
     return TerminalApprover(offer_session=False)  # `peon call` ends its session with its one call
 
 
+PROGRESS_LINE_CHARS = 60  # of the newest output line, after the elapsed time and the output size
+
+
 class ProgressLine:
     """A live status line on a terminal's stderr while a call runs (updates come from a Peon thread)."""
 
@@ -137,6 +140,11 @@ class ProgressLine:
         text = f"{self.tool}: running for {elapsed:.1f} s"
         if isinstance(output, int):
             text += f", {human_bytes(output)} of output"
+        lines = update.get("lines")
+        if isinstance(lines, list) and lines and isinstance(lines[-1], str):
+            newest = "".join(ch for ch in lines[-1] if ch.isprintable())[:PROGRESS_LINE_CHARS]
+            if newest.strip():
+                text += f" · {newest}"
         with self._lock:
             if self.enabled:
                 sys.stderr.write(f"\r\x1b[K{text}")
@@ -215,6 +223,11 @@ def cmd_call(options: argparse.Namespace) -> int:
             handle.cancel()
             result = handle.result()
         progress.clear()
+    if result.ok and isinstance(result.value, dict) and result.value.get("background") \
+            and result.value.get("state") == "running":
+        # A one-shot call's session ends with this command, and its jobs with it (docs/jobs.md).
+        sys.stderr.write(f"peon: job {result.value.get('job_id')} was stopped with this command's session; "
+                         "background jobs live as long as a `peon mcp`, `peon serve` or embedded session\n")
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:

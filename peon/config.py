@@ -226,8 +226,28 @@ class Audit(_Section):
     fsync: bool = False
 
 
+class Jobs(_Section):
+    """Background jobs, the output store and the text given to the model (docs/jobs.md)."""
+
+    max_running: int = Field(ge=0)
+    max_lifetime_seconds: float = Field(gt=0)
+    output_buffer_bytes: int = Field(ge=1024)
+    session_output_bytes: int = Field(ge=1024)
+    clean_output: bool = True
+    progress_lines: int = Field(ge=0, le=100)
+    progress_line_bytes: int = Field(ge=16, le=4096)
+
+    @field_validator("max_lifetime_seconds")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+
 class PeonConfig(_Section):
     limits: Limits
+    jobs: Jobs
     approval: Approval
     skills: Skills
     agents: Agents
@@ -493,7 +513,7 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
             continue
         section, _, name = key.partition(".")
         value = _lookup(data, key)
-        if section in ("limits", "skills") and "." not in name:
+        if section in ("limits", "skills", "jobs") and "." not in name:
             current = getattr(getattr(user, section), name)
             if value > current:
                 refused.append((key, f"{value!r} is above the user's {current!r}: a project may only lower limits"))

@@ -55,6 +55,10 @@ class ErrorCode(str, Enum):
     # The OS sandbox
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # the sandbox is required (or was approved) but cannot be applied
 
+    # Jobs (bash with background = true, job_output, job_stop, job_list)
+    UNKNOWN_JOB = "unknown_job"  # no job of this session has that id (or its record was evicted)
+    JOB_LIMIT_REACHED = "job_limit_reached"  # the session already runs jobs.max_running background jobs
+
     # Remote sessions (peon.RemoteSession talking to peon serve)
     CONNECTION_LOST = "connection_lost"  # the server was unreachable, or the connection broke before the result
     UNAUTHORIZED = "unauthorized"  # the server refused the request's bearer token, Host or Origin

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 from collections.abc import Callable, Mapping
 
 from .cancel import CancelToken, Deadline
@@ -76,6 +76,21 @@ class OutputLimits:
     read_max_bytes: int
 
 
+class OutputSink(Protocol):
+    """Where a worker's process runner sends the bytes its command writes (to the supervisor's output
+    store), in order, with backpressure: past its high-water mark the runner stops reading the
+    command's pipe until ``when_drained``'s callback runs."""
+
+    def spawned(self) -> None:
+        """The command has started."""
+
+    def push(self, data: bytes) -> bool:
+        """Queue ``data``; False when the runner should pause reading."""
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once what is queued has gone below the low-water mark (at once if it has)."""
+
+
 @dataclass
 class ToolContext:
     """Everything an executor receives from the worker for one call."""
@@ -91,6 +106,9 @@ class ToolContext:
     approved: Mapping[str, Any] = field(default_factory=dict)
     wants_progress: bool = False
     report_progress: Callable[..., None] = lambda **_: None  # e.g. report_progress(output_bytes=...)
+    output: OutputSink | None = None  # set when the supervisor keeps this call's output (job_output)
+    # Set for tools served by the supervisor itself (``Tool.served_by_supervisor``): the session's jobs.
+    jobs: Any = None
 
 
 class Tool(abc.ABC):
@@ -99,6 +117,11 @@ class Tool(abc.ABC):
     risk: ClassVar[ToolRisk]
     input_schema: ClassVar[Mapping[str, Any]]
     output_schema: ClassVar[Mapping[str, Any] | None] = None
+    # Built-in tools about the session's jobs (job_output, job_stop, job_list) run in the supervisor,
+    # which owns the jobs; their ``execute`` gets ``ctx.jobs``. Every other tool runs in a worker.
+    served_by_supervisor: ClassVar[bool] = False
+    # The supervisor keeps this tool's process output (``ctx.output``) and gives its result a job_id.
+    keeps_output: ClassVar[bool] = False
 
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         """The input schema in this session (``read_skill`` lists the discovered names); asked once,

@@ -8,6 +8,7 @@ character at a cut, and reports undecodable bytes instead of raising: they becom
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -65,6 +66,11 @@ class HeadTail:
         self.tail = bytearray()
         self.total = 0
 
+    def newest(self, limit: int) -> bytes:
+        """The last ``limit`` bytes seen that are still kept."""
+        source = self.tail if self.tail else self.head
+        return bytes(source[-limit:]) if limit > 0 else b""
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         n = len(data)
         if not n:
@@ -89,15 +95,18 @@ class HeadTail:
     def truncated(self) -> bool:
         return self.total > len(self.head) + len(self.tail)
 
-    def render(self) -> BoundedText:
+    def render(self, clean: Callable[[str], str] | None = None) -> BoundedText:
+        """The kept text; ``clean`` (e.g. :func:`peon.terminal_text.clean_terminal_text`) is applied to
+        the head and the tail separately, never to the omission marker."""
+        keep: Callable[[str], str] = clean or (lambda text: text)
         if not self.truncated:
             text, invalid = decode(self.head + self.tail)
-            return BoundedText(text, self.total, self.total, False, invalid)
+            return BoundedText(keep(text), self.total, self.total, False, invalid)
         head = self.head[: utf8_prefix_end(self.head, len(self.head))]
         tail = self.tail[utf8_suffix_start(self.tail, 0) :]
         omitted = self.total - len(head) - len(tail)
         head_text, bad_head = decode(head)
         tail_text, bad_tail = decode(tail)
         marker = f"\n[... {omitted} bytes omitted ...]\n"
-        return BoundedText(head_text + marker + tail_text, self.total, len(head) + len(tail), True,
+        return BoundedText(keep(head_text) + marker + keep(tail_text), self.total, len(head) + len(tail), True,
                            bad_head or bad_tail)

@@ -10,6 +10,9 @@ Promises:
   failed validation, unknown tool, cancelled while queued or closed with the session alike — saying
   when, which call and tool, the effective risk and why, whether it ran in the OS sandbox, the decision
   and who made it, how long it took and how it ended;
+* a background job gets a ``"event": "job_started"`` line once its command has started and a
+  ``"event": "job_ended"`` line when it ends (exited, stopped, timed out or killed with its session),
+  naming the job, the call that started it and the command line (shortened);
 * a line never holds file contents, tool output or free-form input: of the input only the fields in
   :data:`RECORDED_INPUT_FIELDS` are kept (strings shortened), the others are named in
   ``input_omitted``, and ``input_sha256`` identifies the exact input;
@@ -44,10 +47,11 @@ FILE_NAME = "audit.jsonl"
 # Input fields that say what a call does without carrying contents (a write's `content` and an agent's
 # `prompt` are left out).
 RECORDED_INPUT_FIELDS = frozenset({"command", "path", "name", "mode", "offset", "limit", "timeout_seconds",
-                                   "expected_sha256"})
+                                   "expected_sha256", "job_id", "background", "cwd", "yield_seconds", "wait_seconds",
+                                   "raw"})
 MAX_FIELD_CHARS = 1000
 # Outcome facts copied from a tool's result value when present (never its output).
-OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated")
+OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated", "job_id", "state")
 
 
 def _shorten(value: Any) -> Any:
@@ -82,6 +86,16 @@ def audit_entry(*, session_id: str, call_id: str, tool: str, args: Any, request:
     else:
         outcome["error"] = (reply.get("error") or {}).get("code")
     entry["outcome"] = outcome
+    return entry
+
+
+def job_entry(*, event: str, session_id: str, job: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """A ``job_started`` or ``job_ended`` line; ``job`` is :meth:`peon.jobs.JobInfo.to_dict` plus ``call_id``."""
+    entry: dict[str, Any] = {"event": event, "time": _timestamp(now), "session_id": session_id,
+                             "call_id": job.get("call_id"), "tool": job.get("tool"), "job_id": job.get("job_id"),
+                             "command": _shorten(job.get("command"))}
+    if event == "job_ended":
+        entry["outcome"] = {k: job.get(k) for k in ("state", "exit_code", "signal", "timed_out", "output_bytes")}
     return entry
 
 

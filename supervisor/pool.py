@@ -36,7 +36,14 @@ from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up
 from peon.framing import encode_json
 from workers import proctree
 from workers.channel import ChannelError, FrameChannel
-from workers.messages import CallMessage, CancelMessage, ProtocolError, WorkerMessage, parse_worker_message
+from workers.messages import (
+    CallMessage,
+    CancelMessage,
+    OutputStreaming,
+    ProtocolError,
+    WorkerMessage,
+    parse_worker_message,
+)
 from workers.reaper import describe_exitcode
 from workers.runner import CANCEL_GRACE_SECONDS
 
@@ -204,7 +211,10 @@ class WorkerPool:
         deadline: Deadline,
         cancelled: asyncio.Event,
         on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+        on_event: Callable[[WorkerMessage], None] | None = None,
     ) -> dict[str, Any]:
+        """Run ``call`` in a fresh worker. With ``call["stream"]`` the worker sends its command's output
+        and start (``output``, ``spawned``) to ``on_event``, which may raise :class:`ProtocolError`."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         try:
@@ -215,7 +225,7 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         try:
-            reply = await self._converse(worker, call, deadline, cancelled, on_progress)
+            reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
             self.containment.kill_tree(worker.pid, worker.slot)
             self._spawn_background(self._finish(worker))
@@ -233,12 +243,13 @@ class WorkerPool:
         self._replenish()
 
     async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
-                        cancelled: asyncio.Event,
-                        on_progress: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any]:
+                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+                        on_event: Callable[[WorkerMessage], None] | None = None) -> dict[str, Any]:
         tool = call["tool"]
         message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
                                 "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
-                                "progress": bool(call.get("progress"))}
+                                "progress": bool(call.get("progress")),
+                                "stream": _streaming(call.get("stream")) if on_event is not None else None}
         try:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))
@@ -250,6 +261,11 @@ class WorkerPool:
                             return await self._crashed(worker, tool)
                         if received["op"] == "result":
                             return dict(received)
+                        if received["op"] in ("output", "spawned"):
+                            if on_event is None:
+                                raise ProtocolError(f"the worker sent {received['op']} for a call that streams nothing")
+                            on_event(received)
+                            continue
                         await on_progress(dict(received))
                 finally:
                     cancel_watch.cancel()
@@ -378,3 +394,8 @@ def _quiet(task: asyncio.Task[Any]) -> None:
     """Standby starts that fail are reported to the call that takes them; nothing to log here."""
     if not task.cancelled():
         task.exception()
+
+
+def _streaming(value: Any) -> OutputStreaming | None:
+    """The call's output streaming mode, read from the supervisor's own call record."""
+    return "live" if value == "live" else "end" if value == "end" else None

@@ -11,6 +11,15 @@ queued never starts. When the client closes the session, its channel reaches EOF
 gets ``SIGTERM``, queued calls fail with ``session_closed``, the running call is cancelled, every
 worker tree is killed and the supervisor exits — nothing it started outlives it.
 
+Jobs (:mod:`supervisor.jobs`): a call of a tool that keeps its output is a job whose output goes to
+the session's output store, and its result carries the ``job_id``. A background call (``bash`` with
+``background: true``) is admitted, approved and audited like any call, checked against
+``jobs.max_running`` before anyone is asked, and answered once its command has started (``yield_seconds``
+later at most); its worker then runs in a task of its own, so the serial executor never waits on it.
+The job tools (``Tool.served_by_supervisor``) run here, on the supervisor's loop, after the same
+admission, approval and audit; a cancel or their deadline ends them. At shutdown every running job is
+cancelled like a running call and waited for.
+
 This module is the I/O around the pipeline: the queue, the gate (asking the approver), the audit
 log, the pool of workers and the replies.
 """
@@ -26,21 +35,26 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from setproctitle import setproctitle
 
 from peon.admission import admit
-from peon.cancel import Deadline
+from peon.cancel import CancelToken, Deadline
 from peon.errors import ErrorCode, PeonError, ToolError, error_reply as _error
 from peon.policy import ApprovalRequest, Decision
+from peon.terminal_text import clean_terminal_text
+from peon.tool import OutputLimits, Tool, ToolContext
+from peon.truncation import HeadTail
 from workers import linux
 from workers.channel import Channel, ChannelError
 from workers.reaper import REAPER
 
-from .audit import audit_entry, decision_entry
+from .audit import audit_entry, decision_entry, job_entry
 from .facts import gather
 from .forker import Forker, ForkerGone
+from .jobs import Job, JobTable
 from .pool import WorkerPool
 from .session_state import SessionState
 
@@ -73,6 +87,7 @@ class Supervisor:
         self.held_bytes = 0
         self.state: SessionState | None = None
         self.pool: WorkerPool | None = None
+        self.jobs: JobTable  # made when the session opens
         self.stopping = asyncio.Event()
         self._notices: set[asyncio.Task] = set()
         self.started_notices = False
@@ -106,6 +121,7 @@ class Supervisor:
             return 1
         setproctitle(f"peon-supervisor {self.state.view.workspace}")
         state = self.state
+        self.jobs = JobTable(state.config.jobs, state.config.limits.worker_grace_seconds)
         self.pool = WorkerPool(
             lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
             state.containment, state.config.limits.worker_grace_seconds,
@@ -236,6 +252,12 @@ class Supervisor:
         tool, request, verdict = admission.tool, admission.request, admission.verdict
         assert tool is not None and request is not None and verdict is not None
         call.request = request
+        background = bool(tool.keeps_output and isinstance(admission.args, dict) and admission.args.get("background"))
+        if background:  # before anyone is asked: a call that cannot start is not put to the approver
+            try:
+                self.jobs.check_capacity()
+            except ToolError as exc:
+                return {"ok": False, "error": exc.to_dict()}
         decision = call.decision = await state.approval.settle(request, verdict, call.cancelled)
         if call.cancelled.is_set():
             return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
@@ -256,6 +278,12 @@ class Supervisor:
                           f"{state.audit.path} ({exc}); Peon runs no call it cannot audit",
                           {"audit_log": str(state.audit.path)})
         deadline = Deadline.after(admission.timeout_seconds)
+        if tool.served_by_supervisor:
+            return await self._serve_here(tool, admission.args, call, deadline, request.details)
+        if background:
+            return await self._start_job(tool, admission.args, call, deadline, request.details)
+        job = (self.jobs.new(call.id, tool.name, _command_of(admission.args), background=False)
+               if tool.keeps_output else None)
 
         async def forward_progress(message: dict) -> None:
             if call.progress:
@@ -266,14 +294,99 @@ class Supervisor:
         started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
         notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
                   if self.started_notices else None)
+        reply: dict[str, Any] = _error(ErrorCode.TOOL_FAILED, f"{tool.name} did not complete")
         try:
             reply = await self.running_pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
-                                         "progress": call.progress, "approved": request.details},
-                                        deadline, call.cancelled, forward_progress)
+                                                 "progress": call.progress, "approved": request.details,
+                                                 "stream": "end" if job is not None else None},
+                                                deadline, call.cancelled, forward_progress,
+                                                self.jobs.on_event(job) if job is not None else None)
         finally:
             if notice is not None:
                 notice.cancel()
-        return {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
+            if job is not None and not job.ended.is_set():
+                self.jobs.finish(job, reply)  # also when the call is torn down: the job is not left running
+        reply = {k: v for k, v in reply.items() if k in ("ok", "value", "error")}
+        if job is not None and reply.get("ok") and isinstance(reply.get("value"), dict):
+            reply["value"] = {**reply["value"], "job_id": job.id, "output_retained_bytes": job.ring.retained}
+        return reply
+
+    async def _serve_here(self, tool: Tool, args: Any, call: PendingCall, deadline: Deadline,
+                          approved: dict[str, Any]) -> dict[str, Any]:
+        """Run a tool the supervisor serves itself (the job tools) on this loop; cancel or deadline end it."""
+        state = self.opened
+        limits = state.config.limits
+        ctx = ToolContext(call_id=call.id, workspace=state.view.workspace, deadline=deadline, cancel=CancelToken(),
+                          limits=OutputLimits(limits.max_output_bytes, limits.read_max_bytes), session=state.view,
+                          approved=approved, jobs=self.jobs)
+        running = asyncio.get_running_loop().create_task(tool.execute(args, ctx))
+        cancel_wait = asyncio.get_running_loop().create_task(call.cancelled.wait())
+        try:
+            await asyncio.wait({running, cancel_wait}, timeout=deadline.remaining(),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancel_wait.cancel()
+        if not running.done():
+            running.cancel()
+            if call.cancelled.is_set():
+                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled")
+            return _error(ErrorCode.TIMEOUT, f"{tool.name} did not finish before its deadline")
+        try:
+            value = running.result()
+        except PeonError as exc:
+            return {"ok": False, "error": exc.to_dict()}
+        return {"ok": True, "value": value}
+
+    async def _start_job(self, tool: Tool, args: Mapping[str, Any], call: PendingCall, deadline: Deadline,
+                         approved: dict[str, Any]) -> dict[str, Any]:
+        """Start a background job and answer once its command has started (after ``yield_seconds``
+        more, or at its end if that comes first), with its ``job_id``; the job goes on in its own task."""
+        jobs = self.jobs
+        job = jobs.new(call.id, tool.name, _command_of(args), background=True)
+        message = {"id": job.id, "tool": tool.name, "args": args, "progress": False, "approved": approved,
+                   "stream": "live"}
+
+        async def no_progress(message: dict) -> None:
+            return None
+
+        def ended(job: Job) -> None:
+            if job.spawned.is_set():
+                self._audit_job("job_ended", job)
+
+        jobs.start_background(job, lambda: self.running_pool.run(message, deadline, job.cancelled, no_progress,
+                                                         jobs.on_event(job)), ended)
+        await _first(job.spawned.wait(), job.ended.wait(), call.cancelled.wait())
+        if job.spawned.is_set():
+            self._audit_job("job_started", job)
+        if call.cancelled.is_set() and not job.ended.is_set():
+            await jobs.stop(job.id)
+        wait = float(args.get("yield_seconds") or 0.0)
+        if wait > 0 and not job.ended.is_set():
+            await _first(job.ended.wait(), call.cancelled.wait(), asyncio.sleep(min(wait, deadline.remaining())))
+        if job.ended.is_set() and job.reply is not None:
+            if not job.reply.get("ok"):
+                return {k: v for k, v in job.reply.items() if k in ("ok", "error")}
+            value = job.reply.get("value") or {}
+            return {"ok": True, "value": {**value, "job_id": job.id, "background": True, "state": job.state,
+                                          "output_retained_bytes": job.ring.retained}}
+        return {"ok": True, "value": self._running_job_value(job, float(deadline.at - time.monotonic()))}
+
+    def _running_job_value(self, job: Job, remaining: float) -> dict[str, Any]:
+        limits = self.opened.config.limits
+        capture = HeadTail(int(limits.max_output_bytes))
+        capture.feed(job.ring.read(job.ring.start, job.ring.retained).data)
+        text = capture.render(clean_terminal_text if self.jobs.clean_output else None)
+        return {"job_id": job.id, "background": True, "state": job.state, "exit_code": None, "signal": None,
+                "timed_out": False, "cancelled": False, "output": text.text, "output_bytes": job.ring.total,
+                "output_kept_bytes": text.kept_bytes, "truncated": text.truncated or job.ring.start > 0,
+                "output_invalid_utf8": text.invalid_utf8, "output_retained_bytes": job.ring.retained,
+                "duration_ms": int((time.time() - job.started_at) * 1000), "limit_exceeded": None,
+                "timeout_seconds": round(max(remaining, 0.0), 3)}
+
+    def _audit_job(self, event: str, job: Job) -> None:
+        state = self.opened
+        info = {**self.jobs.info(job.id).to_dict(), "call_id": job.call_id}
+        state.audit.record(job_entry(event=event, session_id=state.view.session_id, job=info, now=time.time()))
 
     def _notify(self, message: dict) -> None:
         async def send() -> None:
@@ -299,7 +412,23 @@ class Supervisor:
         async with asyncio.TaskGroup() as group:  # its cancel runs TERM → grace → KILL, bounded by the pool
             for call in running:
                 group.create_task(call.finished.wait())
+            group.create_task(self.jobs.close())  # background jobs too, through the same cancel path
         executor.cancel()
+
+
+def _command_of(args: Any) -> str | None:
+    command = args.get("command") if isinstance(args, dict) else None
+    return command if isinstance(command, str) else None
+
+
+async def _first(*waits: Any) -> None:
+    """Return when the first of ``waits`` (coroutines) finishes; the others are cancelled."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def input_size(value: Any, limit: int = 1 << 40) -> int:

@@ -141,7 +141,7 @@ def test_interactive_approval_on_a_terminal(leftovers, workspace, key, ok):
 
 def test_live_progress_line_on_a_terminal(leftovers, workspace):
     child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo start; sleep 2"}', "--allow", "process")
-    child.expect(r"bash: running for \d+\.\d s, 6 bytes of output")
+    child.expect(r"bash: running for \d+\.\d s, 6 bytes of output · start")  # the newest line too
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
@@ -323,7 +323,8 @@ def test_a_call_on_a_terminal_prints_output_then_a_status_line(leftovers, worksp
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0  # the call succeeded; the command's status is in the line
-    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output\n", child.before.replace("\r\n", "\n"))
+    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output · job job-1\n",
+                        child.before.replace("\r\n", "\n"))
     child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo hi"}', "--allow", "process", "--json")
     child.expect(pexpect.EOF)
     child.close()

@@ -23,8 +23,8 @@ PACKAGES = ("peon", "workers", "supervisor")
 # What workers/ may import from peon/: the contract (errors, the Tool interface, paths, framing, bounds,
 # cancellation, the configuration view, skill records). Never a front end, a tool, or the config loader.
 CONTRACT = frozenset({
-    "peon.cancel", "peon.configview", "peon.environment", "peon.errors", "peon.framing", "peon.paths",
-    "peon.shorten", "peon.skills", "peon.tool", "peon.truncation",
+    "peon.cancel", "peon.configview", "peon.environment", "peon.errors", "peon.framing", "peon.output_store",
+    "peon.paths", "peon.shorten", "peon.skills", "peon.terminal_text", "peon.tool", "peon.truncation",
 })
 
 # Loaded by none of the worker-side modules: heavy validation libraries, the configuration loader, and

@@ -32,7 +32,8 @@ pytestmark = [
                                                 "(or npm ci --prefix tests/js)"),
 ]
 
-BUILT_INS = {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi"}
+BUILT_INS = {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi", "job_output", "job_stop",
+             "job_list"}
 SKILL = "---\nname: release-checks\ndescription: Steps before a release.\n---\n# Release checks\n1. Run the tests.\n"
 
 

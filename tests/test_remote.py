@@ -52,7 +52,8 @@ def exercise(session, tag: str) -> list:
         ("bash", {"command": "sleep 5", "timeout_seconds": 0.2}),
     ]:
         result = session.call(name, args)
-        value = {k: v for k, v in (result.value or {}).items() if k not in ("duration_ms", "sha256", "mtime_ns")}
+        value = {k: v for k, v in (result.value or {}).items()
+                 if k not in ("duration_ms", "sha256", "mtime_ns", "job_id")}  # job ids count the session's calls
         outcomes.append((result.tool, result.ok, result.error.code if result.error else None, value))
     return outcomes
 

@@ -30,6 +30,7 @@ from peon.framing import (MAX_MESSAGE_BYTES, FrameDecoder, LineDecoder, Oversize
                           head_fields)
 
 RECV_CHUNK = 64 * 1024
+MAX_RECV_CHUNK = 1 << 20
 
 
 class ChannelError(Exception):
@@ -61,7 +62,10 @@ class _Socket:
         if not n:
             self._eof = True
             return None
-        return memoryview(self._chunk)[:n]
+        view = memoryview(self._chunk)[:n]
+        if n == len(self._chunk) < MAX_RECV_CHUNK:  # a flood (streamed output): larger reads from now on
+            self._chunk = bytearray(MAX_RECV_CHUNK)
+        return view
 
     async def send_bytes(self, data: bytes) -> None:
         async with self._send_lock:

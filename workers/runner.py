@@ -18,7 +18,12 @@ In order:
 * the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
   still holds it;
 * output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.truncation`) however much
-  is written, and every byte is counted;
+  is written, and every byte is counted; the ``output`` text has escape sequences and carriage-return
+  rewrites cleaned (:mod:`peon.terminal_text`) when ``jobs.clean_output`` is on;
+* with ``ctx.output`` set, every byte read is also handed to it in order (the supervisor's output
+  store); when it is backed up the pipe is not read until it drains, so the command blocks instead of
+  memory growing; ``ctx.output.spawned()`` is called once the command has started;
+* progress reports carry the newest output lines (``jobs.progress_lines``, cleaned and shortened);
 * when the call's processes exceed a resource limit (:mod:`workers.limits`) the group gets ``SIGKILL``
   at once and the result names the limit.
 
@@ -40,6 +45,7 @@ from typing import Any
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
+from peon.terminal_text import clean_terminal_text, newest_lines
 from peon.truncation import BoundedText, HeadTail
 
 from . import proctree
@@ -48,6 +54,7 @@ from .reaper import REAPER, signal_name, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1
+PAUSED_DRAIN_SECONDS = 1.0
 PROGRESS_INTERVAL_SECONDS = 0.5
 READ_CHUNK = 1 << 20
 FIRST_READ_CHUNK = 64 << 10
@@ -65,6 +72,8 @@ class ProcessSpec:
     # The OS sandbox (workers/sandbox.py): when set, it starts the command inside itself; it may raise
     # ToolError (nothing started). Everything below applies to what it started like to any command.
     sandbox: Any = None
+    # A directory descriptor to start in instead of ``cwd`` (``fchdir``): resolved and checked by the tool.
+    cwd_fd: int | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,9 @@ def audit_descriptors(report: bool = True) -> list[int]:
 
 def _spawn(spec: ProcessSpec, write_fd: int) -> int:
     audit_descriptors()
-    if os.getcwd() != spec.cwd:
+    if spec.cwd_fd is not None:
+        os.fchdir(spec.cwd_fd)
+    elif os.getcwd() != spec.cwd:
         os.chdir(spec.cwd)  # a worker is dedicated to one call, so its cwd is the call's
     if spec.sandbox is not None:  # the OS sandbox starts the command (maybe wrapped) inside itself
         # Not audited again: a sandbox may deliberately pass one descriptor on (bwrap, a pinned binary).
@@ -202,15 +213,25 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         os.close(write_fd)
     exited = REAPER.watch(pid)
     pidfd = _watch_exit(pid)
+    sink = ctx.output
+    if sink is not None:
+        sink.spawned()
 
     capture = HeadTail(ctx.limits.max_output_bytes)
     eof = loop.create_future()
     # A small buffer first (most commands print little, and a fresh worker pays a page fault per page
     # it touches); the full READ_CHUNK once a read fills it, for a flood.
     buffer = bytearray(FIRST_READ_CHUNK)
+    reading = True  # False while the output sink is backed up, and once the pipe is closed
+
+    def resume() -> None:
+        nonlocal reading
+        if not reading and not eof.done() and read_fd >= 0:
+            reading = True
+            loop.add_reader(read_fd, on_readable)
 
     def on_readable() -> None:
-        nonlocal buffer
+        nonlocal buffer, reading
         try:
             n = os.readv(read_fd, [buffer])
         except BlockingIOError:
@@ -223,6 +244,10 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 eof.set_result(None)
             return
         capture.feed(memoryview(buffer)[:n])
+        if sink is not None and not sink.push(bytes(memoryview(buffer)[:n])):
+            reading = False
+            loop.remove_reader(read_fd)
+            sink.when_drained(resume)
         if n == len(buffer) < READ_CHUNK:
             buffer = bytearray(READ_CHUNK)
 
@@ -263,8 +288,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if proctree.children(os.getpid()):
             await _wait_descendants_gone()
         if not eof.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS)
+            try:  # a backed-up output sink resumes reading once the supervisor has taken its queue
+                await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS if reading else PAUSED_DRAIN_SECONDS)
             except TimeoutError:
                 pass
     finally:
@@ -273,6 +298,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             os.close(pidfd)
         loop.remove_reader(read_fd)
         os.close(read_fd)
+        read_fd = -1
         cancel_wait.cancel()
         limit_hit.cancel()
         if progress is not None:
@@ -284,7 +310,13 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         exit_code, sig = None, signal_name(os.WTERMSIG(status))
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
-    return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(), duration_ms, exceeded)
+    clean = clean_terminal_text if getattr(limits_of_jobs(ctx), "clean_output", True) else None
+    return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(clean), duration_ms, exceeded)
+
+
+def limits_of_jobs(ctx: ToolContext) -> Any:
+    """The session's ``[jobs]`` table (None in a configuration without one)."""
+    return getattr(ctx.session.config, "jobs", None)
 
 
 def _watch_exit(pid: int) -> int:
@@ -318,6 +350,11 @@ async def _wait_descendants_gone(timeout: float = 10.0) -> None:
 
 
 async def _report_progress(ctx: ToolContext, capture: HeadTail, started: float) -> None:
+    jobs = limits_of_jobs(ctx)
+    count = int(getattr(jobs, "progress_lines", 0))
+    width = int(getattr(jobs, "progress_line_bytes", 200))
     while True:
         await asyncio.sleep(PROGRESS_INTERVAL_SECONDS)
-        ctx.report_progress(elapsed_ms=int((time.monotonic() - started) * 1000), output_bytes=capture.total)
+        lines = newest_lines(capture.newest(count * width * 2), count, width)
+        ctx.report_progress(elapsed_ms=int((time.monotonic() - started) * 1000), output_bytes=capture.total,
+                            lines=lines)

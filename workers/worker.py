@@ -40,7 +40,8 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, cast
@@ -52,11 +53,12 @@ from peon.configview import ResolvedConfig
 from peon.errors import ErrorCode, PeonError, ToolError
 from peon.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
 from peon.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
+from peon.output_store import OutputRing
 from peon.skills import SkillRecord
 
 from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
-from .messages import CallMessage, ErrorInfo, ResultMessage
+from .messages import MAX_OUTPUT_CHUNK, CallMessage, ErrorInfo, ResultMessage, encode_output
 from .reaper import REAPER
 from .runner import CANCEL_GRACE_SECONDS, ProcessSpec, run_process
 
@@ -66,6 +68,8 @@ EXIT_NOT_STARTED = 71  # the standby could not be prepared (an unarmed forkserve
 ABANDON_GRACE_SECONDS = 1.0  # after cancel grace or deadline, how long a tool may still take
 LINGER_SECONDS = 10.0  # after its result, how long a worker waits for the supervisor to close the channel
 MAX_RESULT_BYTES = MAX_MESSAGE_BYTES - ENVELOPE_BYTES
+OUTPUT_HIGH_WATER = 4 << 20  # queued output bytes at which the runner stops reading the command's pipe
+OUTPUT_LOW_WATER = 1 << 20
 
 
 class InheritedFd:
@@ -225,6 +229,11 @@ async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: 
     )
     progress = _ProgressSender(channel, call_id)
     ctx.report_progress = progress.report
+    stream = message.get("stream")
+    output = (_OutputStream(channel, call_id, None) if stream == "live"
+              else _OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes)) if stream == "end"
+              else None)
+    ctx.output = output
     listener = asyncio.create_task(_listen(channel, token))
     tool = tools.get(tool_name)
     if tool is None:
@@ -236,6 +245,8 @@ async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: 
     # Whatever the tool did, nothing it started may outlive the call.
     if proctree.kill_tree(os.getpid(), reap=REAPER.reap):
         reply = _error(call_id, ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
+    if output is not None:  # every output message precedes the result
+        await output.flush()
     await channel.send(encode_result(reply, tool_name, call_id))
     try:  # exit once the supervisor has the result (it closes the channel), not on its way
         async with asyncio.timeout(LINGER_SECONDS):
@@ -294,6 +305,94 @@ class _ProgressSender:
         self._stopped = True
         if self._task is not None:
             self._task.cancel()
+
+
+class _OutputStream:
+    """The call's command output as ``output`` messages, in order, one sender at a time.
+
+    Live (a background job, ``retain`` None): sent as it comes; a backlog past
+    :data:`OUTPUT_HIGH_WATER` bytes pauses the process runner's reading (``push`` says so) until it
+    is back under :data:`OUTPUT_LOW_WATER`. At the end (a foreground call, which nobody can read
+    while it runs): only the newest ``retain`` bytes — what the supervisor's store would keep of
+    the job anyway — are kept here (:class:`peon.output_store.OutputRing`) and sent by
+    :meth:`flush`, with their absolute offsets, so a flood costs a foreground call no channel
+    traffic. If the channel breaks, what is queued is dropped and reading resumes (the listener
+    cancels the call)."""
+
+    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None):
+        self.channel = channel
+        self.call_id = call_id
+        self.offset = 0
+        self.backlog = 0
+        self._queue: deque[tuple[bytes, int]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._resume: Callable[[], None] | None = None
+        self._broken = False
+        self._ring = OutputRing(retain) if retain is not None else None
+
+    def spawned(self) -> None:
+        self._enqueue(encode_json({"op": "spawned", "id": self.call_id}), 0)
+
+    def push(self, data: bytes) -> bool:
+        if self._ring is not None:
+            self._ring.append(data)
+            return True
+        return self._send(data)
+
+    def _send(self, data: bytes) -> bool:
+        for start in range(0, len(data), MAX_OUTPUT_CHUNK):
+            piece = data[start : start + MAX_OUTPUT_CHUNK]
+            payload = encode_output(self.call_id, self.offset, piece)
+            self.offset += len(piece)
+            self._enqueue(payload, len(piece))
+        return self.backlog <= OUTPUT_HIGH_WATER
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        if self.backlog <= OUTPUT_LOW_WATER or self._broken:
+            callback()
+        else:
+            self._resume = callback
+
+    def _enqueue(self, payload: bytes, size: int) -> None:
+        if self._broken:
+            return
+        self._queue.append((payload, size))
+        self.backlog += size
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._queue:
+            payload, size = self._queue[0]
+            try:
+                await self.channel.send(payload)
+            except OSError:
+                self._broken = True
+                self._queue.clear()
+                self.backlog = 0
+            else:
+                self._queue.popleft()
+                self.backlog -= size
+            if self._resume is not None and self.backlog <= OUTPUT_LOW_WATER:
+                resume, self._resume = self._resume, None
+                resume()
+
+    async def flush(self) -> None:
+        if self._ring is not None:  # one chunk at a time: never a second copy of what the ring holds
+            ring, self._ring = self._ring, None
+            await self.flush()
+            offset = ring.start
+            while offset < ring.total and not self._broken:
+                page = ring.read(offset, MAX_OUTPUT_CHUNK)
+                try:
+                    await self.channel.send(encode_output(self.call_id, offset, page.data))
+                except OSError:
+                    self._broken = True
+                ring.drop_oldest(len(page.data))
+                offset = page.next_offset
+            return
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
 
 
 async def _listen(channel: FrameChannel, token: CancelToken) -> None:
@@ -381,7 +480,7 @@ async def _warm_up_round(session: SessionView, spawn: bool) -> None:
     ours, theirs = multiprocessing.Pipe(duplex=True)
     supervisor_side = FrameChannel(socket_of(ours))
     call = {"op": "call", "id": "warm-up", "tool": _WarmUpTool.name, "args": {}, "deadline": time.monotonic() + 60,
-            "approved": {}, "progress": False}
+            "approved": {}, "progress": False, "stream": None}
     tools: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(spawn)}
     try:
         async with asyncio.timeout(5.0), asyncio.TaskGroup() as group:

@@ -6,9 +6,12 @@ from .agent_claude import ClaudeAgentTool
 from .agent_codex import CodexAgentTool
 from .agent_pi import PiAgentTool
 from .bash import BashTool
+from .job_list import JobListTool
+from .job_output import JobOutputTool
+from .job_stop import JobStopTool
 from .read import ReadTool
 from .read_skill import ReadSkillTool
 from .write import WriteTool
 
 BUILTIN_TOOLS: list[type[Tool]] = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool,
-                                   PiAgentTool]
+                                   PiAgentTool, JobOutputTool, JobStopTool, JobListTool]

@@ -214,6 +214,7 @@ class AgentTool(Tool):
 
     agent: ClassVar[str]  # the key under [agents] in the configuration
     risk = ToolRisk.DELEGATE
+    keeps_output = True  # its result carries a job_id; job_output pages through what it printed
     input_schema = AGENT_INPUT_SCHEMA
     output_schema = AGENT_OUTPUT_SCHEMA
 

@@ -12,19 +12,42 @@ When the session's OS sandbox is on (``[sandbox]``, :mod:`workers.sandbox`), the
 write, read and reach (kind, paths, network, isolation, Landlock ABI), and the worker runs the command
 inside exactly that sandbox — or fails ``sandbox_unavailable`` without starting anything. The result's
 ``sandbox`` field says which sandbox it ran in (``null``: none).
+
+``cwd`` (workspace-relative) is resolved beneath the pinned workspace root with ``read``'s rules
+(:func:`workers.fs.resolve`: symlinks that stay inside are followed, leaving is ``outside_workspace``)
+when the call is approved; the approval shows the resolved directory and its identity, and the worker
+opens it again beneath the root, insists on the same device and inode (else
+``changed_since_approval``) and starts the command there with ``fchdir`` on that descriptor — the
+typed path is never used to choose the directory.
+
+``background: true`` starts the command as a job (docs/jobs.md): same approval, risk, environment,
+process group, containment and sandbox; the call is answered once the command has started (after
+``yield_seconds`` more, with the output so far) with its ``job_id``, and the job runs until it exits,
+is stopped (``job_stop``), reaches its deadline (``jobs.max_lifetime_seconds`` unless
+``timeout_seconds`` is shorter) or its session closes. Every result carries the ``job_id`` under which
+``job_output`` pages through the output the head+tail ``output`` left out.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
 from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from peon.environment import command_environment
+from peon.errors import ErrorCode, ToolError
+from peon.paths import parse_workspace_path
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from workers import sandbox
+from workers import fs, sandbox
 from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import NO_NUL_PATTERN, SANDBOX_RESULT_PROPERTY, TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+from .process import (
+    NO_NUL_PATTERN,
+    SANDBOX_RESULT_PROPERTY,
+    TIMEOUT_PROPERTY,
+    effective_timeout,
+    with_session_timeout,
+)
 
 BASH = "/bin/bash"
 
@@ -33,26 +56,42 @@ class BashTool(Tool):
     name = "bash"
     description = (
         "Run a shell command with /bin/bash -lc in the workspace and return its exit status and combined "
-        "stdout/stderr (head and tail kept when long). Every process it starts is killed when it finishes, "
-        "times out or is cancelled. Not sandboxed unless the session's OS sandbox is on; then the result's "
+        "stdout/stderr (head and tail kept when long; the full output stays retrievable with job_output and "
+        "the result's job_id). Every process it starts is killed when it finishes, times out or is cancelled; "
+        "with background: true it runs on as a job until it exits or job_stop ends it. Not sandboxed unless the "
+        "session's OS sandbox is on; then the result's "
         "`sandbox` says where the command could write and whether it had network access, and other writes "
         "fail with EACCES."
     )
     risk = ToolRisk.PROCESS
-    input_schema = {
+    input_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
             "command": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN,
                         "description": "The command line, passed to /bin/bash -lc."},
             "timeout_seconds": TIMEOUT_PROPERTY,
+            "cwd": {"type": "string", "minLength": 1, "pattern": NO_NUL_PATTERN,
+                    "description": "Workspace-relative directory to run in (default: the workspace root)."},
+            "background": {"type": "boolean",
+                           "description": "Start the command as a background job and return its job_id once it "
+                                          "has started; read its output with job_output, end it with job_stop."},
+            "yield_seconds": {"type": "number", "minimum": 0, "maximum": 60,
+                              "description": "With background: wait this long after the start (less if the job "
+                                             "ends) and return the output so far."},
         },
         "required": ["command"],
         "additionalProperties": False,
     }
-    output_schema = {
+    output_schema: ClassVar[Mapping[str, Any] | None] = {
         **PROCESS_OUTPUT_SCHEMA,
-        "properties": {**PROCESS_OUTPUT_SCHEMA["properties"], "sandbox": SANDBOX_RESULT_PROPERTY},
+        "properties": {
+            **PROCESS_OUTPUT_SCHEMA["properties"], "sandbox": SANDBOX_RESULT_PROPERTY,
+            "background": {"type": "boolean"},
+            "state": {"type": "string", "enum": ["running", "exited", "killed"],
+                      "description": "A background job's state when the call returned."},
+        },
     }
+    keeps_output = True
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
         if session.sandbox.get("active"):
@@ -71,18 +110,75 @@ class BashTool(Tool):
         ``sandbox.mode`` is "off", the OS sandbox the command will run in (``sandbox``)."""
         from peon.shell import analyze  # here: only the supervisor parses; workers never load the grammar
 
-        details = {"argv": [BASH, "-lc", args["command"]], "cwd": str(session.workspace),
-                   "timeout_seconds": effective_timeout(args, session), **analyze(args["command"]).to_dict()}
+        details = {"argv": [BASH, "-lc", args["command"]], **_resolve_cwd(args, session),
+                   "timeout_seconds": self.timeout_seconds(args, session), **analyze(args["command"]).to_dict()}
+        if args.get("background"):
+            details["background"] = True
         confinement = sandbox.call_details(session.sandbox)
         return details if confinement is None else {**details, "sandbox": confinement}
 
     def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
+        if args.get("background"):  # a job's deadline is its lifetime, or its own shorter timeout
+            lifetime = float(session.config.jobs.max_lifetime_seconds)
+            requested = args.get("timeout_seconds")
+            return lifetime if requested is None else min(float(requested), lifetime)
         return effective_timeout(args, session)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         confinement = sandbox.confinement_for(ctx)
-        spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), command_environment(ctx.session),
-                           sandbox=confinement)
-        outcome = await run_process(spec, ctx)
-        return {**outcome.to_value(), "timeout_seconds": effective_timeout(args, ctx.session),
+        cwd_fd = _open_approved_cwd(args, ctx)
+        if cwd_fd is not None and isinstance(confinement, sandbox.BwrapConfinement):
+            # bwrap enters its directory by path (--chdir) inside its own mount namespace: the resolved,
+            # just-checked path, never the typed one.
+            confinement.cwd = str(ctx.workspace / str(ctx.approved["cwd_path"]))
+        try:
+            spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), command_environment(ctx.session),
+                               sandbox=confinement, cwd_fd=cwd_fd)
+            outcome = await run_process(spec, ctx)
+        finally:
+            if cwd_fd is not None:
+                os.close(cwd_fd)
+        return {**outcome.to_value(), "timeout_seconds": self.timeout_seconds(args, ctx.session),
                 "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}
+
+
+def _resolve_cwd(args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+    """The approval details of the call's directory: ``cwd`` (absolute, resolved), and for a ``cwd``
+    argument ``cwd_path`` (resolved, workspace-relative) and ``cwd_id`` (device:inode)."""
+    typed = args.get("cwd")
+    if typed is None:
+        return {"cwd": str(session.workspace)}
+    path = parse_workspace_path(typed)
+    if not path.parts:
+        return {"cwd": str(session.workspace), "cwd_path": "."}
+    with fs.workspace_root(session) as root:
+        resolution = fs.resolve(root, path, follow_final=True, must_exist=True)
+    if resolution.kind != "directory":
+        raise ToolError(ErrorCode.NOT_A_DIRECTORY,
+                        f"cwd {path.shown} resolves to {resolution.path!r}, a {resolution.kind}, not a directory",
+                        {"cwd": typed, "resolved": resolution.path})
+    return {"cwd": str(session.workspace / resolution.path), "cwd_path": resolution.path,
+            "cwd_id": str(resolution.file)}
+
+
+def _open_approved_cwd(args: Mapping[str, Any], ctx: ToolContext) -> int | None:
+    """In the worker: an ``O_PATH`` descriptor of the approved directory, opened beneath the root and
+    checked against the approved identity; None for the workspace root itself."""
+    typed = args.get("cwd")
+    if typed is None:
+        return None
+    path = parse_workspace_path(typed)
+    if not path.parts:
+        return None
+    expected = fs.FileId.parse(ctx.approved.get("cwd_id"))
+    if expected is None:
+        raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL,
+                        f"cwd {path.shown}: the call does not carry the approved directory; nothing was run",
+                        {"rule": "approved_details"})
+    resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+    with fs.workspace_root(ctx.session) as root:
+        fd = fs.open_beneath(root, path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolver)
+    if fs.FileId.of(os.fstat(fd)) != expected:
+        os.close(fd)
+        raise fs.changed_since_approval(path, f"the directory is no longer the approved one ({expected})")
+    return fd

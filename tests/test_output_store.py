@@ -1,0 +1,138 @@
+"""The output store's rings and quotas, and the terminal-text cleaning: pure, no processes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from peon.output_store import OutputRing, OutputStore
+from peon.terminal_text import clean_terminal_text, collapse_carriage_returns, strip_escapes
+
+
+def _page_all(ring: OutputRing, offset: int, limit: int) -> bytes:
+    out = b""
+    while True:
+        page = ring.read(offset, limit)
+        if not page.data:
+            return out
+        assert page.offset == offset
+        out += page.data
+        offset = page.next_offset
+
+
+def test_ring_keeps_everything_within_quota_and_pages_exactly() -> None:
+    ring = OutputRing(1 << 20)
+    data = b"".join(b"%d\n" % i for i in range(1, 50001))
+    for start in range(0, len(data), 4093):
+        ring.append(data[start : start + 4093])
+    assert ring.total == len(data) and ring.retained == len(data) and ring.start == 0
+    assert _page_all(ring, 0, 777) == data
+    middle = ring.read(100_000, 10)
+    assert middle.data == data[100_000:100_010] and middle.dropped_before is None
+
+
+def test_ring_evicts_oldest_and_reports_what_was_dropped() -> None:
+    ring = OutputRing(100)
+    stream = bytes(range(256)) * 10
+    rng = random.Random(7)
+    position = 0
+    while position < len(stream):
+        size = rng.randint(1, 300)
+        ring.append(stream[position : position + size])
+        position += size
+        assert ring.retained <= 100
+    assert ring.total == len(stream) and ring.retained == 100 and ring.start == len(stream) - 100
+    page = ring.read(0, 1000)
+    assert page.dropped_before == len(stream) - 100
+    assert page.offset == len(stream) - 100 and page.data == stream[-100:]
+    assert page.next_offset == page.total_bytes == len(stream)
+    at_end = ring.read(len(stream), 10)
+    assert at_end.data == b"" and at_end.dropped_before is None and at_end.next_offset == len(stream)
+    beyond = ring.read(len(stream) + 50, 10)
+    assert beyond.data == b"" and beyond.offset == len(stream)
+
+
+def test_ring_with_zero_quota_counts_but_keeps_nothing() -> None:
+    ring = OutputRing(0)
+    ring.append(b"abc")
+    assert (ring.total, ring.retained, ring.start) == (3, 0, 3)
+
+
+def test_store_evicts_oldest_jobs_first_within_the_session_quota() -> None:
+    store = OutputStore(per_job_bytes=60, per_session_bytes=100)
+    first, second = store.open("a"), store.open("b")
+    store.append("a", b"A" * 60)
+    store.append("b", b"B" * 30)
+    assert store.retained == 90
+    store.append("b", b"C" * 30)  # the session is 20 bytes over: they come out of "a", the oldest
+    assert store.retained == 100 and first.retained == 40 and first.start == 20 and second.retained == 60
+    third = store.open("c")
+    store.append("c", b"D" * 60)
+    assert store.retained <= 100 and first.retained == 0 and third.retained == 60
+    store.forget("b")
+    assert store.retained == third.retained + first.retained
+    with pytest.raises(ValueError):
+        store.open("c")
+
+
+def test_store_memory_is_bounded_under_a_flood() -> None:
+    store = OutputStore(per_job_bytes=1 << 16, per_session_bytes=1 << 17)
+    for job in range(5):
+        store.open(str(job))
+        for _ in range(200):
+            store.append(str(job), b"x" * 4096)
+            assert store.retained <= 1 << 17
+    assert store.get("4") is not None and store.get("4").total == 200 * 4096  # type: ignore[union-attr]
+
+
+def test_escapes_are_stripped() -> None:
+    coloured = "\x1b[1;32mok\x1b[0m \x1b]0;title\x07done\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b(Bz\x9b2Kq"
+    assert strip_escapes(coloured) == "ok donelink zq"
+    assert strip_escapes("head\x1b[38;5") == "head"  # cut off at the end of a head
+    assert strip_escapes("plain text\twith tabs\n") == "plain text\twith tabs\n"
+
+
+def test_carriage_return_progress_collapses_to_its_final_state() -> None:
+    bar = "building\n" + "".join(f"\r[{'#' * i:<10}] {i * 10}%" for i in range(11)) + "\ndone\r\n"
+    assert collapse_carriage_returns(bar) == "building\n[##########] 100%\ndone\n"
+    assert collapse_carriage_returns("downloading 100%\rok") == "okwnloading 100%"  # what a terminal shows
+    assert collapse_carriage_returns("a\r\nb") == "a\nb"
+    assert clean_terminal_text("\x1b[2K\r 10%\x1b[2K\r 99%\x1b[2K\rfinished\n") == "finished\n"
+    text = "ünïcode ✓ line\n" * 3
+    assert clean_terminal_text(text) == text
+
+
+def test_pages_never_split_a_utf8_character_and_continue_exactly() -> None:
+    from peon.jobs import page_value
+
+    text = "añ€😀" * 50 + "\n"
+    data = text.encode()
+    ring = OutputRing(1 << 20)
+    ring.append(data)
+    out, offset = b"", 0
+    for limit in (5, 6, 7, 4, 9) * 100:
+        value = page_value(ring.read(offset, limit), raw=False, clean=True, finished=True)
+        assert value["offset"] == offset
+        out += value["output"].encode()
+        offset = value["next_offset"]
+        if value["eof"]:
+            break
+    assert out == data and offset == len(data)
+    small = OutputRing(9)
+    small.append(data)  # the retained bytes start inside a character: the page starts at the next one
+    value = page_value(small.read(0, 100), raw=False, clean=True, finished=True)
+    assert value["dropped_before"] == len(data) - 9 and not value["output_invalid_utf8"]
+    assert value["output"] == "€😀\n" and value["offset"] == len(data) - 8
+    raw = page_value(small.read(0, 100), raw=True, clean=True, finished=True)
+    assert raw["offset"] == len(data) - 9 and raw["returned_bytes"] == 9
+
+
+def test_newest_lines_are_cleaned_bounded_and_skip_blank_ones() -> None:
+    from peon.terminal_text import newest_lines
+
+    data = b"old\n\x1b[31mfirst\x1b[0m\n\n   \nsecond line that is long\r\nthird 100%\r"
+    assert newest_lines(data, 3, 200) == ["first", "second line that is long", "third 100%"]
+    assert newest_lines(data, 2, 10) == ["second ...", "third 100%"]
+    assert newest_lines("€uro\n".encode()[1:], 5, 200) == ["uro"]  # began inside a character
+    assert newest_lines(b"", 5, 200) == [] and newest_lines(b"x\n", 0, 200) == []
