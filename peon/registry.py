@@ -22,16 +22,17 @@ NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENTRY_POINT_GROUP = "peon.tools"
 
 
-def _check_object_schema(schema: Any, what: str, origin: str, *, closed: bool) -> None:
-    from jsonschema import Draft202012Validator  # here: a forkserver imports this module without validating
-    from jsonschema.exceptions import SchemaError
-
+def _check_object_schema(schema: Any, what: str, origin: str, *, closed: bool, against_metaschema: bool) -> None:
     if not isinstance(schema, Mapping):
         raise RegistrationError(f"{what} of {origin} must be a JSON Schema object, got {type(schema).__name__}")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise RegistrationError(f"{what} of {origin} is not a valid JSON Schema: {exc.message}") from None
+    if against_metaschema:
+        from jsonschema import Draft202012Validator  # here: a forkserver imports this module without validating
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise RegistrationError(f"{what} of {origin} is not a valid JSON Schema: {exc.message}") from None
     if schema.get("type") != "object":
         raise RegistrationError(f'{what} of {origin} must have "type": "object", got {schema.get("type")!r}')
     if closed and schema.get("additionalProperties") is not False:
@@ -40,7 +41,10 @@ def _check_object_schema(schema: Any, what: str, origin: str, *, closed: bool) -
         )
 
 
-def check_tool(tool: Any, origin: str) -> Tool:
+def check_tool(tool: Any, origin: str, *, builtin: bool = False) -> Tool:
+    """``tool`` if it keeps the contract. A built-in tool's schemas are fixed by its class and checked
+    against the metaschema by the test suite (``tests/test_registry.py``), so a session does not check
+    them again: that took ~60 ms of every session's start."""
     if not isinstance(tool, Tool):
         raise RegistrationError(f"{origin} is not a peon.Tool (got {type(tool).__name__})")
     name = getattr(tool, "name", None)
@@ -59,15 +63,16 @@ def check_tool(tool: Any, origin: str) -> Tool:
             f"{label} declares risk {getattr(tool, 'risk', None)!r}; "
             f"expected one of {', '.join(r.value for r in ToolRisk)}"
         ) from None
-    _check_object_schema(getattr(tool, "input_schema", None), "input schema", label, closed=True)
+    _check_object_schema(getattr(tool, "input_schema", None), "input schema", label, closed=True,
+                         against_metaschema=not builtin)
     if tool.output_schema is not None:
-        _check_object_schema(tool.output_schema, "output schema", label, closed=False)
+        _check_object_schema(tool.output_schema, "output schema", label, closed=False, against_metaschema=not builtin)
     if not inspect.iscoroutinefunction(tool.execute):
         raise RegistrationError(f"{label}: execute() must be an async function")
     return tool
 
 
-def instantiate(obj: Any, origin: str) -> Tool:
+def instantiate(obj: Any, origin: str, *, builtin: bool = False) -> Tool:
     if isinstance(obj, type):
         if not issubclass(obj, Tool):
             raise RegistrationError(f"{origin} is not a peon.Tool subclass")
@@ -75,7 +80,7 @@ def instantiate(obj: Any, origin: str) -> Tool:
             obj = obj()
         except Exception as exc:  # a third-party constructor may raise anything
             raise RegistrationError(f"{origin} could not be constructed: {exc}") from None
-    return check_tool(obj, origin)
+    return check_tool(obj, origin, builtin=builtin)
 
 
 def import_tool(path: str) -> Tool:
@@ -107,11 +112,12 @@ class Registry:
         self._origins: dict[str, str] = {}
         self._import_paths: dict[str, str] = {}  # how another interpreter loads the same tool
 
-    def register(self, tool: Any, origin: str | None = None, import_path: str | None = None) -> Tool:
+    def register(self, tool: Any, origin: str | None = None, import_path: str | None = None, *,
+                 builtin: bool = False) -> Tool:
         cls = tool if isinstance(tool, type) else type(tool)
         class_path = f"{cls.__module__}:{cls.__qualname__}"
         origin = origin or class_path
-        instance = instantiate(tool, origin)
+        instance = instantiate(tool, origin, builtin=builtin)
         if instance.name in self._tools:
             raise RegistrationError(
                 f"a tool named {instance.name!r} is already registered (from {self._origins[instance.name]}); "
@@ -160,7 +166,7 @@ class Registry:
 def build_registry(builtins: Iterable[Any], extra: Iterable[str] = (), entry_points: bool = True) -> Registry:
     registry = Registry()
     for tool in builtins:
-        registry.register(tool)
+        registry.register(tool, builtin=True)
     for path in extra:
         registry.register_import_path(path)
     if entry_points:

@@ -232,7 +232,7 @@ class Session:
     def _stop_supervisor(self) -> None:
         self._send_quietly({"op": "close"})
         try:
-            self._proc.wait(CLOSE_TIMEOUT_SECONDS)
+            self._wait_supervisor(CLOSE_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
             self._kill_supervisor()
         self._reader.join(CLOSE_TIMEOUT_SECONDS)
@@ -509,7 +509,7 @@ class Session:
     def _on_supervisor_gone(self) -> None:
         self._ready.set()
         try:
-            self._proc.wait(5.0)
+            self._wait_supervisor(5.0)
         except subprocess.TimeoutExpired:
             self._kill_supervisor()
         self._contain_leftovers()
@@ -526,6 +526,26 @@ class Session:
             self._answer_by.clear()
         for handle in handles:
             handle._resolve(ToolResult.failure(handle.call_id, handle.tool, code, message))
+
+    def _wait_supervisor(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the supervisor to exit and reap it (``subprocess.TimeoutExpired``
+        past it). A pidfd wakes this the moment it exits; ``Popen.wait(timeout)`` would poll with
+        sleeps of up to 50 ms, which every close paid."""
+        if self._proc.poll() is not None:
+            return
+        try:
+            pidfd = os.pidfd_open(self._proc.pid)
+        except OSError:  # reaped meanwhile, or no pidfds on this kernel
+            self._proc.wait(timeout)
+            return
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            if not poller.poll(max(0, int(timeout * 1000))):
+                raise subprocess.TimeoutExpired(self._proc.args, timeout)
+        finally:
+            os.close(pidfd)
+        self._proc.wait()
 
     def _exit_description(self) -> str:
         code = self._proc.poll()

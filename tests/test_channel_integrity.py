@@ -107,18 +107,23 @@ def test_a_command_cannot_forge_its_result(session, workspace):
     assert r.value["exit_code"] == 3 and r.value["output"].endswith("real\n"), r.value
 
 
-@pytest.mark.parametrize("mode", ["forged_id", "not_json", "lone_surrogate", "invalid_utf8", "oversize", "huge",
-                                  "bad_shape", "unknown_op", "bad_error_code", "not_an_object", "truncated"])
-def test_a_worker_that_breaks_protocol_is_a_crashed_worker(tool_session, mode):
-    facts = tool_session.call("worker_facts", {})
-    assert facts.ok, facts
-    r = tool_session.call("break_channel", {"mode": mode})
-    assert not r.ok and r.error.code == "worker_crashed", r
-    assert "broke protocol" in r.error.message, r.error.message
-    # Its worker is gone before the answer; the session goes on.
-    after = tool_session.call("worker_facts", {})
-    assert after.ok and after.value["pid"] != facts.value["pid"]
-    assert tool_session.call("bash", {"command": "echo alive"}).value["output"] == "alive\n"
+BREAKS = ["forged_id", "not_json", "lone_surrogate", "invalid_utf8", "oversize", "huge", "bad_shape", "unknown_op",
+          "bad_error_code", "not_an_object", "truncated"]
+
+
+def test_a_worker_that_breaks_protocol_is_a_crashed_worker(tool_session):
+    """Every way of breaking protocol, one after another in one session: each is a crashed worker, and
+    the session goes on to the next."""
+    for mode in BREAKS:
+        facts = tool_session.call("worker_facts", {})
+        assert facts.ok, (mode, facts)
+        r = tool_session.call("break_channel", {"mode": mode})
+        assert not r.ok and r.error.code == "worker_crashed", (mode, r)
+        assert "broke protocol" in r.error.message, (mode, r.error.message)
+        # Its worker is gone before the answer; the session goes on.
+        after = tool_session.call("worker_facts", {})
+        assert after.ok and after.value["pid"] != facts.value["pid"], mode
+        assert tool_session.call("bash", {"command": "echo alive"}).value["output"] == "alive\n", mode
 
 
 def _session_cgroups(session) -> int:

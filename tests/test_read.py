@@ -99,44 +99,48 @@ def test_every_range_on_character_boundaries_is_returned_exactly(fs_session, wor
 INSIDE = [b for b, lead in sorted(CHARACTER_AT.items()) if b != lead]  # 2, 4, 5, 7, 8, 9
 
 
-@pytest.mark.parametrize("offset", INSIDE)
-def test_offset_inside_a_character_is_an_error_naming_it(fs_session, workspace, offset):
+def test_offset_inside_a_character_is_an_error_naming_it(fs_session, workspace):
     (workspace / "t.txt").write_bytes(TEXT)
-    lead = CHARACTER_AT[offset]
-    e = err(fs_session, {"path": "t.txt", "offset": offset}, "not_utf8")
-    assert e.details == {"offset": offset, "reason": "starts_inside_character", "character_offset": lead}
-    where = f"offset {offset} is byte {offset - lead + 1} of the {WIDTH[lead]}-byte character at offset {lead}"
-    assert where in e.message
-    assert f"start at offset {lead} or {lead + WIDTH[lead]}" in e.message
+    for offset in INSIDE:
+        lead = CHARACTER_AT[offset]
+        e = err(fs_session, {"path": "t.txt", "offset": offset}, "not_utf8")
+        assert e.details == {"offset": offset, "reason": "starts_inside_character", "character_offset": lead}
+        where = f"offset {offset} is byte {offset - lead + 1} of the {WIDTH[lead]}-byte character at offset {lead}"
+        assert where in e.message
+        assert f"start at offset {lead} or {lead + WIDTH[lead]}" in e.message
 
 
-@pytest.mark.parametrize("end", INSIDE)
-def test_limit_ending_inside_a_character_is_an_error_naming_it(fs_session, workspace, end):
+def test_limit_ending_inside_a_character_is_an_error_naming_it(fs_session, workspace):
     (workspace / "t.txt").write_bytes(TEXT)
-    lead = CHARACTER_AT[end]
-    for start in (0, 1 if lead > 1 else 0):
-        e = err(fs_session, {"path": "t.txt", "offset": start, "limit": end - start}, "not_utf8")
-        assert e.details == {"offset": end, "reason": "ends_inside_character", "character_offset": lead}
-        assert f"the {WIDTH[lead]}-byte character at offset {lead} ends at offset {lead + WIDTH[lead]}" in e.message
-        assert f"use limit {lead - start} or {lead + WIDTH[lead] - start}" in e.message
+    for end in INSIDE:
+        lead = CHARACTER_AT[end]
+        for start in (0, 1 if lead > 1 else 0):
+            e = err(fs_session, {"path": "t.txt", "offset": start, "limit": end - start}, "not_utf8")
+            assert e.details == {"offset": end, "reason": "ends_inside_character", "character_offset": lead}
+            ends = f"the {WIDTH[lead]}-byte character at offset {lead} ends at offset {lead + WIDTH[lead]}"
+            assert ends in e.message
+            assert f"use limit {lead - start} or {lead + WIDTH[lead] - start}" in e.message
 
 
-@pytest.mark.parametrize("data, offset, byte", [
+INVALID = [
     (b"ok\xffok", 2, 0xFF),
     (b"\xc0\xafx", 0, 0xC0),  # overlong encoding of '/'
     (b"a\x80b", 1, 0x80),  # a lone continuation byte
     (b"ab\xed\xa0\x80", 2, 0xED),  # an encoded surrogate
     (b"\xf4\x90\x80\x80", 0, 0xF4),  # above U+10FFFF
     (b"a\xe2\x82Zzz", 1, 0xE2),  # a character cut short inside the file
-])
-def test_invalid_bytes_are_located(fs_session, workspace, data, offset, byte):
-    (workspace / "bad").write_bytes(data)
-    e = err(fs_session, {"path": "bad"}, "not_utf8")
-    assert e.details["offset"] == offset and e.details["byte"] == byte and e.details["reason"] == "invalid_byte"
-    assert f"at offset {offset}: byte 0x{byte:02x}" in e.message
-    # a range that avoids the bad byte is fine
-    if offset > 0:
-        assert ok(fs_session, {"path": "bad", "limit": offset})["content"].encode() == data[:offset]
+]
+
+
+def test_invalid_bytes_are_located(fs_session, workspace):
+    for i, (data, offset, byte) in enumerate(INVALID):
+        (workspace / f"bad{i}").write_bytes(data)
+        e = err(fs_session, {"path": f"bad{i}"}, "not_utf8")
+        assert e.details["offset"] == offset and e.details["byte"] == byte and e.details["reason"] == "invalid_byte"
+        assert f"at offset {offset}: byte 0x{byte:02x}" in e.message
+        # a range that avoids the bad byte is fine
+        if offset > 0:
+            assert ok(fs_session, {"path": f"bad{i}", "limit": offset})["content"].encode() == data[:offset]
 
 
 def test_file_ending_inside_a_character(fs_session, workspace):

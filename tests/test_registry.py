@@ -30,10 +30,18 @@ def make_tool(**overrides):
 
 
 def test_builtins_register():
+    """Checked here against the metaschema as any third-party tool is: sessions skip that for built-ins."""
     registry = Registry()
     for tool in BUILTIN_TOOLS:
         registry.register(tool)
-    assert "bash" in registry.names()
+    assert set(registry.names()) == {tool.name for tool in BUILTIN_TOOLS}
+
+
+def test_a_session_skips_the_metaschema_only_for_built_in_tools():
+    bad = make_tool(input_schema={"type": "object", "properties": {"x": {"type": 5}}, "additionalProperties": False})
+    with pytest.raises(RegistrationError, match="not a valid JSON Schema"):
+        Registry().register(bad)
+    Registry().register(bad, builtin=True)  # what build_registry does for BUILTIN_TOOLS only
 
 
 def test_duplicate_names_are_rejected_naming_both_origins():
