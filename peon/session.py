@@ -44,12 +44,10 @@ from workers import proctree
 from workers.cgroup import Cgroup, session_cgroup_path
 from workers.reaper import signal_name
 
-from .config import load_config
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from .result import PendingResult, ToolResult
 from .session_messages import CallMessage, ClientMessage, StartMessage
-from .validation import check_depth
 
 START_TIMEOUT_SECONDS = 60.0
 CLOSE_TIMEOUT_SECONDS = 20.0
@@ -120,10 +118,6 @@ class Session:
         self.state_dir = Path(state_dir) if state_dir else default_state_root() / self.session_id
         self.approver = approver
         self._config = str(config) if isinstance(config, (str, os.PathLike)) else (dict(config) if config else None)
-        # Layers resolve here, so a bad file is reported before any process starts; the supervisor and
-        # its workers get the validated result as plain data (they never load the validation code).
-        self.config = load_config(self._config, workspace=self.workspace, env=dict(os.environ if env is None else env))
-        self._tools = [_import_path(t) for t in tools]
         self._env = dict(os.environ if env is None else env)
         self._handles: dict[str, CallHandle] = {}
         self._lock = threading.Lock()
@@ -143,11 +137,39 @@ class Session:
         self._next_look = 0.0  # when the reader next looks at the supervisor's state
         self._contain_lock = threading.Lock()
         self.info: dict[str, Any] = {}
-        self._start()
+        # The supervisor's interpreter starts (and imports) while the layers resolve here, so a bad file
+        # is reported before the supervisor is told anything (it is then stopped and reaped); the
+        # supervisor and its workers get the validated result as plain data (they never load the
+        # validation code).
+        self._spawn()
+        try:
+            from . import validation  # noqa: F401 -- loaded here, while the supervisor starts, not at the first call
+            from .config import load_config
+
+            self.config = load_config(self._config, workspace=self.workspace, env=dict(self._env))
+            self._tools = [_import_path(t) for t in tools]
+        except BaseException:
+            self._abandon_spawn()
+            raise
+        self._handshake()
 
     # -- life cycle ---------------------------------------------------------------------------------
 
     def _start(self) -> None:
+        self._spawn()
+        self._handshake()
+
+    def _abandon_spawn(self) -> None:
+        """Stop a supervisor that was started but never told to open the session. Until its start
+        message it starts nothing, so killing it alone leaves nothing behind; it is reaped here."""
+        self._proc.kill()
+        self._proc.wait()
+        self._sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        shutil.rmtree(self._runtime_dir, ignore_errors=True)
+
+    def _spawn(self) -> None:
         # Where the supervisor's forkserver puts its socket: the client removes it once the supervisor is
         # gone, however it went.
         self._runtime_dir = tempfile.mkdtemp(prefix="peon-run-")
@@ -166,6 +188,8 @@ class Session:
         finally:
             theirs.close()
         self._sock = ours
+
+    def _handshake(self) -> None:
         self._reader = threading.Thread(target=self._read_loop, name=f"peon-session-{self.session_id[:8]}", daemon=True)
         self._reader.start()
         start: StartMessage = {
@@ -267,6 +291,8 @@ class Session:
         handle = CallHandle(self, call_id, name, on_progress)
         message: CallMessage = {"op": "call", "id": call_id, "tool": name, "args": args,
                                 "progress": on_progress is not None}
+        from .validation import check_depth  # loaded at start-up (see __init__); a dict lookup here
+
         try:
             check_depth(name, args)
         except ToolError as exc:
