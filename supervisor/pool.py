@@ -118,8 +118,8 @@ class WorkerHandle:
             loop.remove_reader(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = -1
-        if not self.exited.done():
-            self.exited.cancel()
+        if not self.exited.done():  # released unknown: whoever else waits on it goes on (no CancelledError)
+            self.exited.set_result(None)
         loop.remove_reader(self._sentinel)
         try:
             self.process.close()

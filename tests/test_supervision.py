@@ -157,3 +157,31 @@ def test_forkserver_killed_mid_call(session, workspace):
     assert session.call("bash", {"command": "echo again"}).value["output"] == "again\n"
     assert wait_for(lambda: [p for p in proctree.children(session.supervisor_pid)
                              if title(p).startswith("peon-forkserver") and p != forkserver], 10)
+
+
+def test_a_released_worker_handle_wakes_every_waiter_without_cancelling_it():
+    """Two clean-ups may wait on one worker's exit (a call's and the pool's at close). When one gives up
+    and releases the handle, the other's wait ends with an unknown status instead of a CancelledError
+    that would have ended the supervisor with a traceback."""
+    import asyncio
+    import socket
+    from types import SimpleNamespace
+
+    from supervisor.pool import WorkerHandle
+
+    async def scenario():
+        sentinel_r, sentinel_w = os.pipe()
+        ours, theirs = socket.socketpair()
+        process = SimpleNamespace(sentinel=sentinel_r, exitcode=None, close=lambda: None)
+        handle = WorkerHandle(SimpleNamespace(process=process, pid=0, pidfd=-1, channel=ours, slot=None))
+        waiter = asyncio.ensure_future(asyncio.shield(handle.exited))
+        await asyncio.sleep(0)
+        assert handle.close()
+        try:
+            return await asyncio.wait_for(waiter, 5)
+        finally:
+            for fd in (sentinel_r, sentinel_w):
+                os.close(fd)
+            theirs.close()
+
+    assert asyncio.run(scenario()) is None
