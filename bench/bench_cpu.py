@@ -1,0 +1,85 @@
+"""Where a call's CPU goes: CPU time per ``read`` call of a 4 KiB file, process by process.
+
+Runs ``--calls`` back-to-back ``session.call("read", ...)`` after a warm-up and prints, per call, the
+wall time and the CPU time (user + system) of the client, the supervisor, the forkserver and the
+workers (children reaped by the forkserver: ``cutime + cstime`` of its ``/proc/<pid>/stat``, which
+include each worker's fork, standby warm-up, call and exit). Next to the wall time it prints the
+time to start ``/bin/cat`` on the file, measured in the same run: on two cores a call whose
+processes use more than twice that in CPU cannot be as fast as starting ``cat``.
+
+Run: ``python bench/bench_cpu.py [--calls N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+import peon
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def own_and_reaped_cpu(pid: int) -> tuple[float, float]:
+    """(CPU seconds of ``pid`` itself, CPU seconds of the children it has reaped)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime) / TICKS, (cutime + cstime) / TICKS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="peon-bench-cpu-") as tmp:
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir()
+        path = workspace / "f.txt"
+        path.write_text(("x" * 99 + "\n") * 41)
+        cat = []
+        for _ in range(50):
+            started = time.perf_counter()
+            subprocess.run(["/bin/cat", str(path)], stdout=subprocess.PIPE, check=True)
+            cat.append(time.perf_counter() - started)
+        with peon.Session(workspace, {"approval": {"read_only": "allow"}}, state_dir=Path(tmp) / "state") as session:
+            for _ in range(30):
+                session.call("read", {"path": "f.txt"})
+            supervisor = session.supervisor_pid
+            forkservers = [p.pid for p in psutil.Process(supervisor).children()
+                           if "forkserver" in " ".join(p.cmdline())]
+
+            def sample() -> dict[str, float]:
+                me = psutil.Process().cpu_times()
+                figures = {"client": me.user + me.system}
+                figures["supervisor"], _ = own_and_reaped_cpu(supervisor)
+                if forkservers:
+                    figures["forkserver"], figures["workers"] = own_and_reaped_cpu(forkservers[0])
+                return figures
+
+            before = sample()
+            started = time.perf_counter()
+            for _ in range(args.calls):
+                assert session.call("read", {"path": "f.txt"}).ok
+            wall = (time.perf_counter() - started) / args.calls
+            after = sample()
+    print(f"{args.calls} back-to-back read calls of a 4 KiB file (containment and sandbox as configured)")
+    print(f"  wall per call (mean)           {1000 * wall:6.2f} ms; starting /bin/cat on it: "
+          f"{1000 * statistics.median(cat):.2f} ms (median of 50)")
+    total = 0.0
+    for name in before:
+        spent = (after[name] - before[name]) / args.calls
+        total += spent
+        print(f"  CPU per call, {name:16s} {1000 * spent:6.2f} ms")
+    print(f"  CPU per call, all processes    {1000 * total:6.2f} ms "
+          f"({total / wall:.2f} cores busy while calls run back to back)")
+
+
+if __name__ == "__main__":
+    main()
