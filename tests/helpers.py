@@ -71,6 +71,15 @@ def running_command(pids, argv: list[str]) -> int | None:
     return None
 
 
+def written(path: Path) -> bool:
+    """True once a command has written a whole line to ``path`` (not merely created it): a pid file
+    read between its creation and its write would be empty."""
+    try:
+        return path.read_text().endswith("\n")
+    except FileNotFoundError:
+        return False
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):
     """``predicate()``'s first true value, polled until ``timeout`` (a hang guard, not a speed claim);
     its last value when time runs out, so the caller's assert shows what was seen."""

@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
-from helpers import living, pids_in, wait_for
+from helpers import living, pids_in, wait_for, written
 
 MODES = ["legacy", "auto"]
 ERA = {"legacy": "2025-11-25", "auto": "2026-07-28"}
@@ -734,7 +734,7 @@ def test_a_dead_supervisor_is_replaced_before_the_next_call(raw_server, workspac
     supervisor = server.supervisor_pid()
     server.request(7, "tools/call", {"name": "bash",
                                      "arguments": {"command": f"echo $$ > {workspace}/r.pid; sleep 300"}})
-    assert wait_for(lambda: (workspace / "r.pid").exists(), 20)
+    assert wait_for(lambda: written(workspace / "r.pid"), 20)
     os.kill(supervisor, signal.SIGKILL)
     reply = server.recv()
     assert reply["id"] == 7 and reply["result"]["isError"] is True

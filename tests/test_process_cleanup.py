@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import living, wait_for
+from helpers import living, wait_for, written
 from workers import proctree
 
 
@@ -103,7 +103,7 @@ def test_capped_fork_loop_is_killed_at_the_deadline(session, workspace, leftover
 def test_cancel_sends_term_then_kill_after_grace(session, workspace):
     command = "trap '' TERM; echo $$ > trap.pid; while true; do sleep 0.05; done"
     handle = session.submit("bash", {"command": command})
-    assert wait_for(lambda: (workspace / "trap.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "trap.pid"), 10)
     cancelled_at = time.monotonic()
     handle.cancel()
     r = handle.result(timeout=30)
@@ -116,7 +116,7 @@ def test_cancel_sends_term_then_kill_after_grace(session, workspace):
 
 def test_cancel_of_a_cooperative_command_is_prompt(session, workspace):
     handle = session.submit("bash", {"command": "echo $$ > c.pid; sleep 1000"})
-    assert wait_for(lambda: (workspace / "c.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "c.pid"), 10)
     cancelled_at = time.monotonic()
     handle.cancel()
     r = handle.result(timeout=30)
@@ -128,7 +128,7 @@ def test_cancel_of_a_cooperative_command_is_prompt(session, workspace):
 
 def test_cancel_reaches_a_stopped_group_member(session, workspace):
     handle = session.submit("bash", {"command": "sleep 1000 & echo $! > m.pid; kill -STOP $!; wait"})
-    assert wait_for(lambda: (workspace / "m.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "m.pid"), 10)
     handle.cancel()
     r = handle.result(timeout=30)
     assert r.value["cancelled"] is True
@@ -141,7 +141,7 @@ def test_a_queued_call_that_is_cancelled_never_starts(session, workspace):
     second.cancel()
     r2 = second.result(timeout=30)
     assert r2.error.code == "cancelled"
-    assert wait_for(lambda: (workspace / "first.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "first.pid"), 10)
     first.cancel()
     assert first.result(timeout=30).value["cancelled"] is True
     session.call("bash", {"command": "true"})  # the queue moved past the cancelled call

@@ -7,14 +7,14 @@ import signal
 import threading
 import time
 
-from helpers import living, wait_for
+from helpers import living, wait_for, written
 
 
 def test_restart_after_supervisor_death(open_session, workspace, leftovers):
     session = open_session()
     running = session.submit("bash", {"command": "echo $$ > run.pid; sleep 1000"})
     queued = [session.submit("bash", {"command": f"touch queued-{i}"}) for i in range(3)]
-    assert wait_for(lambda: (workspace / "run.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "run.pid"), 10)
     old = session.supervisor_pid
     os.kill(old, signal.SIGKILL)
     for handle in [running, *queued]:
@@ -35,7 +35,7 @@ def test_restart_after_supervisor_death(open_session, workspace, leftovers):
 def test_restart_of_a_running_supervisor_answers_its_calls(open_session, workspace):
     session = open_session()
     handle = session.submit("bash", {"command": "echo $$ > r.pid; sleep 1000"})
-    assert wait_for(lambda: (workspace / "r.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "r.pid"), 10)
     session.restart()
     r = handle.result(timeout=30)
     assert not r.ok or r.value["cancelled"], r
@@ -120,7 +120,7 @@ def test_a_client_killed_with_sigkill_takes_everything_with_it(workspace, tmp_pa
     client = subprocess.Popen([sys.executable, str(script), str(workspace), str(tmp_path / "state")],
                               env=leftovers.env())
     try:
-        assert wait_for(lambda: (workspace / "child.pid").exists(), 30)
+        assert wait_for(lambda: written(workspace / "child.pid"), 30)
         assert len(leftovers.alive()) >= 4  # client, supervisor, forkserver, worker, bash, sleeps
         client.kill()
         client.wait(10)

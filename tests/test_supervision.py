@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import peon
-from helpers import living, wait_for
+from helpers import living, wait_for, written
 from workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,7 +39,7 @@ def test_process_titles_and_standby(session, workspace):
 
 def test_worker_killed_mid_call_is_a_clear_error_and_the_session_goes_on(session, workspace):
     handle = session.submit("bash", {"command": "sleep 1000 & echo $! > child.pid; wait"})
-    assert wait_for(lambda: (workspace / "child.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "child.pid"), 10)
     [worker] = workers_of(session, "peon-worker bash")
     os.kill(worker, signal.SIGKILL)
     r = handle.result(timeout=30)
@@ -53,7 +53,7 @@ def test_worker_killed_mid_call_is_a_clear_error_and_the_session_goes_on(session
 def test_supervisor_killed_mid_call(open_session, workspace, leftovers, containment):
     session = open_session({"runtime": {"containment": containment}})
     handle = session.submit("bash", {"command": "sleep 1000 & echo $! > child.pid; setsid sleep 1000 & wait"})
-    assert wait_for(lambda: (workspace / "child.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "child.pid"), 10)
     supervisor = session.supervisor_pid
     os.kill(supervisor, signal.SIGKILL)
     r = handle.result(timeout=30)
@@ -96,7 +96,7 @@ def test_close_cancels_the_running_call_and_fails_queued_ones(open_session, work
     session = open_session()
     running = session.submit("bash", {"command": "echo $$ > r.pid; sleep 1000"})
     queued = session.submit("bash", {"command": "touch never"})
-    assert wait_for(lambda: (workspace / "r.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "r.pid"), 10)
     session.close()
     assert running.result(timeout=1).value["cancelled"] is True
     assert queued.result(timeout=1).error.code == "session_closed"
@@ -110,7 +110,7 @@ def test_async_cancellation_cancels_the_call(open_session, workspace, leftovers)
                                      state_dir=workspace.parent / "astate") as session:
             task = asyncio.ensure_future(session.call("bash", {"command": "echo $$ > a.pid; sleep 1000"}))
             for _ in range(500):
-                if (workspace / "a.pid").exists():
+                if written(workspace / "a.pid"):
                     break
                 await asyncio.sleep(0.02)
             task.cancel()
@@ -148,7 +148,7 @@ def test_forkserver_killed_mid_call(session, workspace):
     """Workers are forked by the session's forkserver; its death fails the running call clearly,
     kills the call's processes, and the next call gets a fresh forkserver."""
     handle = session.submit("bash", {"command": "sleep 1000 & echo $! > child.pid; wait"})
-    assert wait_for(lambda: (workspace / "child.pid").exists(), 10)
+    assert wait_for(lambda: written(workspace / "child.pid"), 10)
     [forkserver] = [p for p in proctree.children(session.supervisor_pid) if title(p).startswith("peon-forkserver")]
     os.kill(forkserver, signal.SIGKILL)
     r = handle.result(timeout=30)
