@@ -293,6 +293,22 @@ def test_version(leftovers, workspace):
     assert proc.returncode == 0 and proc.stdout == f"peon {peon_package.__version__}\n"
 
 
+def test_documented_claude_mcp_add_lines_name_the_server_before_any_option():
+    """``claude mcp add`` reads every word after ``-e`` as an environment variable up to the next option:
+    a server name written after ``-e`` is taken for one ("Invalid environment variable format")."""
+    import shlex
+
+    root = Path(__file__).resolve().parent.parent
+    lines = [line.strip() for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+             for line in doc.read_text().splitlines() if line.strip().startswith("claude mcp add ")]
+    assert lines, "the README shows how to add Peon to Claude Code"
+    for line in lines:
+        words = shlex.split(line)
+        name, rest = words[3], words[4:]
+        assert not name.startswith("-"), f"the server name must follow 'add' directly: {line}"
+        assert "--" in rest and rest[rest.index("--") + 1:][:2] == ["peon", "mcp"], line
+
+
 def test_render_result_for_people():
     value = {"exit_code": 3, "signal": None, "timed_out": False, "cancelled": False, "output": "hi",
              "output_bytes": 3, "output_kept_bytes": 3, "truncated": False, "duration_ms": 1234}
