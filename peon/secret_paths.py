@@ -18,8 +18,9 @@ This heuristic gives visibility (such reads need approval); it is not a confiden
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+import re
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -111,18 +112,48 @@ def _run_matches(variants: Sequence[list[str]], start: int, pattern: SecretPatte
     return all(any(fnmatchcase(v, g) for v in variants[start + i]) for i, g in enumerate(pattern.globs))
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    singles: tuple[SecretPattern, ...]
+    runs: tuple[SecretPattern, ...]
+    any_single: re.Pattern[str]  # matches a component that at least one single-component glob matches
+    any_run_start: re.Pattern[str]  # matches a component that the first glob of at least one run matches
+
+
+_last_prepared: tuple[tuple[SecretPattern, ...], _Prepared] | None = None
+
+
+def _prepared(patterns: tuple[SecretPattern, ...]) -> _Prepared:
+    """The patterns split by kind, with one compiled regex of every single-component glob: most components
+    match none, and one regex in C says so at once (the line-by-line ``fnmatch`` took ~190 µs a path)."""
+    global _last_prepared
+    last = _last_prepared
+    if last is not None and last[0] is patterns:
+        return last[1]
+    singles = tuple(p for p in patterns if len(p.globs) == 1)
+    runs = tuple(p for p in patterns if len(p.globs) > 1)
+    any_single = re.compile("|".join(translate(p.globs[0]) for p in singles) or "(?!)")
+    any_run_start = re.compile("|".join(translate(p.globs[0]) for p in runs) or "(?!)")
+    prepared = _Prepared(singles, runs, any_single, any_run_start)
+    _last_prepared = (patterns, prepared)
+    return prepared
+
+
 def classify_secret(parts: Sequence[str], patterns: Iterable[SecretPattern]) -> SecretMatch | None:
     """The first (outermost) component or run of components that makes ``parts`` secret-like."""
-    patterns = tuple(patterns)
-    singles = [p for p in patterns if len(p.globs) == 1]
-    runs = [p for p in patterns if len(p.globs) > 1]
+    prepared = _prepared(patterns if isinstance(patterns, tuple) else tuple(patterns))
+    singles, runs = prepared.singles, prepared.runs
     variants = [backup_variants(c) for c in parts]
     last = len(parts) - 1
     for index, component in enumerate(parts):
         for variant in variants[index]:
+            if not prepared.any_single.match(variant):
+                continue  # no single-component line matches it: none can decide it
             found = _decide(variant, index == last, singles)
             if found is not None:
                 return SecretMatch(found, component)
+        if not any(prepared.any_run_start.match(v) for v in variants[index]):
+            continue  # no run of components starts here
         for pattern in runs:
             if _run_matches(variants, index, pattern):
                 return SecretMatch(pattern, "/".join(parts[index: index + len(pattern.globs)]))
@@ -169,9 +200,9 @@ def secret_patterns(env: Mapping[str, str]) -> tuple[SecretPattern, ...]:
                               {"file": str(path)}) from None
         except OSError as exc:
             raise ConfigError(f"secret path list {path} cannot be read: {exc.strerror}", {"file": str(path)}) from None
-        cached = (key, parse_secret_patterns(text, str(path)))
+        cached = (key, shipped_secret_patterns() + parse_secret_patterns(text, str(path)))
         _user_cache[str(path)] = cached
-    return shipped_secret_patterns() + cached[1]
+    return cached[1]  # the same tuple while the file is unchanged (classify_secret prepares it once)
 
 
 def secret_match(parts: Sequence[str], env: Mapping[str, str]) -> SecretMatch | None:

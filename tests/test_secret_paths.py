@@ -156,3 +156,52 @@ def test_bad_patterns_name_file_and_line(line, words):
     assert "/home/u/.config/peon/secret_paths.txt:2" in info.value.message
     assert words in info.value.message
     assert info.value.code.value == "config_invalid"
+
+
+def _line_by_line(parts, patterns):
+    """The rule as written in the list's header, one line at a time: what classify_secret must agree with."""
+    from fnmatch import fnmatchcase
+
+    singles = [p for p in patterns if len(p.globs) == 1]
+    runs = [p for p in patterns if len(p.globs) > 1]
+    variants = [backup_variants(c) for c in parts]
+    for index, component in enumerate(parts):
+        for variant in variants[index]:
+            decided = None
+            for pattern in singles:
+                if not (pattern.directory and index == len(parts) - 1) and fnmatchcase(variant, pattern.globs[0]):
+                    decided = pattern
+            if decided is not None and not decided.exception:
+                return decided.text, component
+        for pattern in runs:
+            end = index + len(pattern.globs)
+            if end > len(variants) or (pattern.directory and end >= len(variants)):
+                continue
+            if all(any(fnmatchcase(v, g) for v in variants[index + i]) for i, g in enumerate(pattern.globs)):
+                return pattern.text, "/".join(parts[index:end])
+    return None
+
+
+COMPONENTS = [".env", ".env.example", "id_rsa", "id_rsa.pub", ".ssh", ".aws", "credentials", "config", ".git",
+              "secrets.yaml", ".npmrc", "src", "docs", "README.md", "key.pem", ".kube", "token", "x.bak", "~",
+              ".docker", "config.json", "gcloud", "application_default_credentials.json", ".netrc", "a"]
+
+
+def test_the_fast_path_decides_as_the_list_reads_line_by_line():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    user = parse_secret_patterns("*.special\n!keep.special\nvault/\nteam/*/notes.txt\n", "user:1")
+    lists = [shipped_secret_patterns(), shipped_secret_patterns() + user]
+    component = st.one_of(st.sampled_from(COMPONENTS), st.sampled_from(["keep.special", "v.special", "vault", "team",
+                                                                       "notes.txt"]),
+                          st.text(alphabet="abc.~_-*", min_size=1, max_size=6))
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(component, min_size=1, max_size=5), st.sampled_from([0, 1]))
+    def check(parts, which):
+        patterns = lists[which]
+        found = classify_secret(parts, patterns)
+        assert (None if found is None else (found.pattern.text, found.component)) == _line_by_line(parts, patterns)
+
+    check()
