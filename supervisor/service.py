@@ -1,6 +1,9 @@
 """The supervisor process: the session's single owner of calls, approval state and workers.
 
-Promise: calls run one at a time in the order they arrived. Each gets exactly one ``result`` message:
+Promise: calls run one at a time in the order they arrived — except the job tools (``job_output``,
+``job_stop``, ``job_list``), which are admitted, approved and audited in that order and then answered
+from their own task, so a ``job_output`` that waits never holds the calls behind it. Each call gets
+exactly one ``result`` message:
 admitted by the pure pipeline (:func:`peon.admission.admit`: validated, risk-assessed, judged by the
 policy), approved (or denied), its decision written to the audit log, executed in a dedicated worker,
 or failed with a stable error code. A call is never handed to a worker before its decision line is in
@@ -35,7 +38,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from setproctitle import setproctitle
@@ -90,6 +93,7 @@ class Supervisor:
         self.jobs: JobTable  # made when the session opens
         self.stopping = asyncio.Event()
         self._notices: set[asyncio.Task] = set()
+        self._beside: set[asyncio.Task] = set()  # job-tool calls served beside the queue
         self.started_notices = False
 
     @property
@@ -233,14 +237,26 @@ class Supervisor:
             if call.cancelled.is_set():
                 continue  # already answered
             call.started, call.started_at = True, time.monotonic()
-            try:
-                reply = await self._run(call)
-            except Exception as exc:  # a bug here must fail one call, not the session
-                traceback.print_exc(file=sys.stderr)
-                reply = _error(ErrorCode.TOOL_FAILED, f"internal error while running {call.tool}: {exc}")
+            await self._finish_call(call, self._run(call))
+
+    async def _finish_call(self, call: PendingCall, running: Awaitable[dict | None]) -> None:
+        try:
+            reply = await running
+        except Exception as exc:  # a bug here must fail one call, not the session
+            traceback.print_exc(file=sys.stderr)
+            reply = _error(ErrorCode.TOOL_FAILED, f"internal error while running {call.tool}: {exc}")
+        if reply is not None:  # None: it goes on beside the queue, which answers it
             await self._reply(call, reply)
 
-    async def _run(self, call: PendingCall) -> dict:
+    def _serve_beside(self, call: PendingCall, serving: Awaitable[dict]) -> None:
+        """Answer a job-tool call from its own task once it is admitted, approved and audited: a
+        ``job_output`` that waits for output (or a ``job_stop`` that waits out a grace) must not hold the
+        calls queued behind it. Its cancel and the session's close end it like any running call."""
+        task = asyncio.get_running_loop().create_task(self._finish_call(call, serving))
+        self._beside.add(task)
+        task.add_done_callback(self._beside.discard)
+
+    async def _run(self, call: PendingCall) -> dict | None:
         state = self.opened
         view = state.view
         assert state.policy is not None, "an open session has its policy"
@@ -279,7 +295,8 @@ class Supervisor:
                           {"audit_log": str(state.audit.path)})
         deadline = Deadline.after(admission.timeout_seconds)
         if tool.served_by_supervisor:
-            return await self._serve_here(tool, admission.args, call, deadline, request.details)
+            self._serve_beside(call, self._serve_here(tool, admission.args, call, deadline, request.details))
+            return None
         if background:
             return await self._start_job(tool, admission.args, call, deadline, request.details)
         job = (self.jobs.new(call.id, tool.name, _command_of(admission.args), background=False)

@@ -295,3 +295,18 @@ def test_an_agent_result_carries_its_job(open_session, tmp_path):
     assert page.ok and page.value["output"] == r.value["output"] and page.value["state"] == "exited"
     [entry] = session.call("job_list", {}).value["jobs"]
     assert entry["tool"] == "agent_claude" and entry["command"] is None and entry["background"] is False
+
+
+def test_a_waiting_job_output_holds_no_call_behind_it(shared):
+    session = shared.session
+    job = session.call("bash", {"command": "sleep 300", "background": True}).value["job_id"]
+    waiting = session.submit("job_output", {"job_id": job, "wait_seconds": 60})
+    echoed = session.call("bash", {"command": "echo behind"})
+    assert echoed.ok and echoed.value["output"] == "behind\n"
+    listed = session.call("job_list", {})
+    assert listed.ok and any(j["job_id"] == job and j["state"] == "running" for j in listed.value["jobs"])
+    assert not waiting.done(), "the other calls were answered while job_output still waited"
+    stopped = session.call("job_stop", {"job_id": job})
+    assert stopped.ok and stopped.value["state"] == "killed", stopped
+    result = waiting.result(timeout=30)  # the job's end ends the wait
+    assert result.ok and result.value["state"] == "killed", result
