@@ -136,6 +136,8 @@ def _normalize_answer(answer: Any) -> dict[str, Any]:
     out = {"decision": answer["decision"]}
     if answer["decision"] == "allow_session" and isinstance(answer.get("scope"), str):
         out["scope"] = answer["scope"]
+    if isinstance(answer.get("reason"), str) and answer["reason"].strip():
+        out["reason"] = answer["reason"][:500]  # the form's field; the server bounds and cleans it again
     return out
 
 

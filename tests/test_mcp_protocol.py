@@ -341,6 +341,19 @@ def test_elicitation_shows_the_request_and_offers_three_decisions():
     assert legacy["requestedSchema"]["properties"]["decision"]["enum"] == ["allow_once", "allow_session", "deny"]
 
 
+def test_the_users_reason_is_kept_quoted_and_bounded():
+    params = p.approval_elicitation(APPROVAL, "2025-11-25")
+    assert params["requestedSchema"]["properties"]["reason"]["type"] == "string"
+    assert "reason" not in params["requestedSchema"]["required"]
+    answer = p.decision_from_elicitation({"action": "accept", "content": {"decision": "deny",
+                                                                           "reason": "not on \u202efridays\x1b[2J"}})
+    assert answer["decision"] == "deny" and "not on" in answer["reason"]
+    assert "\u202e" not in answer["reason"] and "\x1b" not in answer["reason"]
+    long = p.decision_from_elicitation({"action": "accept",
+                                        "content": {"decision": "allow_once", "reason": "x" * 10000}})
+    assert long["decision"] == "allow_once" and len(long["reason"]) < 700
+
+
 def test_elicitation_message_cannot_be_repainted_by_the_command():
     request = {**APPROVAL, "tool": "bash", "summary": "run: echo \u202eevil\x1b[2J" + "x" * 10000,
                "details": {"argv": ["/bin/bash", "-lc", "echo \u202eevil"]}}

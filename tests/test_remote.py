@@ -98,6 +98,16 @@ def test_approval_reaches_the_approver(ask_server, protocol):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_approvers_reason_reaches_the_server(ask_server, protocol):
+    def approver(request):
+        return {"decision": "deny", "reason": "no writes on release day"}
+
+    with peon.RemoteSession(ask_server.url, approver=approver, protocol=protocol) as session:
+        denied = session.call("bash", {"command": "echo nope"})
+    assert denied.error.code == "denied" and "no writes on release day" in denied.error.message, denied
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_denials_and_no_approver(ask_server, protocol):
     with peon.RemoteSession(ask_server.url, approver=lambda request: "deny", protocol=protocol) as session:
         denied = session.call("bash", {"command": "touch denied"})

@@ -22,6 +22,8 @@ from peon.approvers import request_facts
 from .jsonrpc import shown
 from .revisions import at_least
 
+MAX_REASON_CHARS = 500  # what the form accepts; the reason is quoted, escaped and bounded when kept
+
 APPROVAL_KEY = "approval"  # the inputRequests/inputResponses key of an approval (stateless revision)
 APPROVAL_META_KEY = "peon/approval"  # the structured approval request, for programs (peon.RemoteSession)
 DECISIONS = (("allow_once", "Allow once"), ("allow_session", "Allow for this session"), ("deny", "Deny"))
@@ -63,6 +65,8 @@ def approval_elicitation(request: Mapping[str, Any], version: str) -> dict[str, 
     if scopes:
         properties["scope"] = _enum_property(
             "Remember the session grant for", [(s, SCOPES[s]) for s in scopes], scopes[0], version)
+    properties["reason"] = {"type": "string", "title": "Reason (optional)", "maxLength": MAX_REASON_CHARS,
+                            "description": "Why, in a few words: kept with the decision in the audit log."}
     params: dict[str, Any] = {
         "message": approval_message(request),
         "requestedSchema": {"type": "object", "properties": properties, "required": ["decision"]},
@@ -88,6 +92,9 @@ def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[s
     if decision not in {value for value, _ in DECISIONS}:
         return {"decision": "deny", "reason": f"the approval form came back with decision {shown(decision)}"}
     answer: dict[str, Any] = {"decision": decision, "reason": "answered by the user through the MCP client"}
+    said = content.get("reason")
+    if isinstance(said, str) and said.strip():
+        answer["reason"] += f": {shown(said, MAX_REASON_CHARS)}"
     scope = content.get("scope")
     if decision == "allow_session":
         offered = list(scopes)
