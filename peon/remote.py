@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ErrorCode, SessionError, ToolError
-from .mcp.elicitation import APPROVAL_META_KEY
+from .mcp.elicitation import APPROVAL_META_KEY, MAX_REASON_CHARS
 from .mcp.tools import ERROR_META_KEY, RISK_META_KEY
 from .result import PendingResult, ToolResult
 from .tool import RISK_NAMES
@@ -137,7 +137,7 @@ def _normalize_answer(answer: Any) -> dict[str, Any]:
     if answer["decision"] == "allow_session" and isinstance(answer.get("scope"), str):
         out["scope"] = answer["scope"]
     if isinstance(answer.get("reason"), str) and answer["reason"].strip():
-        out["reason"] = answer["reason"][:500]  # the form's field; the server bounds and cleans it again
+        out["reason"] = answer["reason"][:MAX_REASON_CHARS]  # the form's field; the server quotes and bounds it again
     return out
 
 

@@ -17,8 +17,8 @@ This heuristic gives visibility (such reads need approval); it is not a confiden
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase, translate
 from functools import cache

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any
 
 from setproctitle import setproctitle
@@ -92,8 +92,7 @@ class Supervisor:
         self.pool: WorkerPool | None = None
         self.jobs: JobTable  # made when the session opens
         self.stopping = asyncio.Event()
-        self._notices: set[asyncio.Task] = set()
-        self._beside: set[asyncio.Task] = set()  # job-tool calls served beside the queue
+        self._detached: set[asyncio.Task] = set()  # started notices and job-tool calls served beside the queue
         self.started_notices = False
 
     @property
@@ -252,9 +251,13 @@ class Supervisor:
         """Answer a job-tool call from its own task once it is admitted, approved and audited: a
         ``job_output`` that waits for output (or a ``job_stop`` that waits out a grace) must not hold the
         calls queued behind it. Its cancel and the session's close end it like any running call."""
-        task = asyncio.get_running_loop().create_task(self._finish_call(call, serving))
-        self._beside.add(task)
-        task.add_done_callback(self._beside.discard)
+        self._detach(self._finish_call(call, serving))
+
+    def _detach(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task of its own, held until it ends (the loop keeps only weak references)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._detached.add(task)
+        task.add_done_callback(self._detached.discard)
 
     async def _run(self, call: PendingCall) -> dict | None:
         state = self.opened
@@ -412,9 +415,7 @@ class Supervisor:
             except OSError:
                 pass
 
-        task = asyncio.get_running_loop().create_task(send())
-        self._notices.add(task)
-        task.add_done_callback(self._notices.discard)
+        self._detach(send())
 
     async def _shutdown(self, reader: asyncio.Future, executor: asyncio.Future) -> None:
         reader.cancel()
