@@ -147,6 +147,13 @@ class Tool(abc.ABC):
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run the call in the worker and return its JSON value."""
 
+    async def warm_up(self, ctx: ToolContext) -> None:
+        """Run this tool's code path once with no effect on the workspace or anything outside the
+        worker (e.g. read one of Peon's own files, start ``/bin/true``). A standby worker calls it while
+        it waits for its call, so the pages the path writes are copied from the forkserver then, not on
+        the call's path; the forkserver calls it before it forks. Errors are ignored. By default: nothing."""
+        return None
+
 
 def session_path(env: Mapping[str, str]) -> str:
     """The PATH the session's processes search, with the POSIX default when unset."""

@@ -50,6 +50,7 @@ from .process import (
 )
 
 BASH = "/bin/bash"
+TRUE = "/bin/true"
 
 
 class BashTool(Tool):
@@ -140,6 +141,12 @@ class BashTool(Tool):
                 os.close(cwd_fd)
         return {**outcome.to_value(), "timeout_seconds": self.timeout_seconds(args, ctx.session),
                 "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}
+
+    async def warm_up(self, ctx: ToolContext) -> None:
+        """Start ``/bin/true`` (not a shell: no profile runs) through the process runner, with the
+        call's output sink: the runner's whole path, no effect."""
+        if os.access(TRUE, os.X_OK):
+            await run_process(ProcessSpec([TRUE], "/", command_environment(ctx.session)), ctx)
 
 
 def _resolve_cwd(args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:

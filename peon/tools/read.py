@@ -25,6 +25,7 @@ Range rules (byte offsets):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
@@ -216,6 +217,17 @@ class ReadTool(Tool):
         with fs.workspace_root(ctx.session) as root:
             expected = approved_expectation(ctx.approved, path, "read", root)
             return read_file(root, path, offset, limit, ctx.limits.read_max_bytes, resolver, expected=expected.file)
+
+    async def warm_up(self, ctx: ToolContext) -> None:
+        """Read the start of this module's own file, beneath its own directory: the whole read path,
+        outside the workspace."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        root = os.open(here, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            read_file(root, parse_file_path(os.path.basename(__file__)), 0, 256, ctx.limits.read_max_bytes,
+                      fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV)))
+        finally:
+            os.close(root)
 
 
 def read_file(root: int, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,
