@@ -103,10 +103,17 @@ def open_for_append(path: str | os.PathLike[str], mode: int = 0o600) -> int:
 def regular_size(path: str | os.PathLike[str]) -> int | None:
     """The size of the regular file at ``path`` (links not followed), ``None`` when nothing is there;
     anything else there is refused."""
+    info = regular_status(path)
+    return None if info is None else info.st_size
+
+
+def regular_status(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """The status of the regular file at ``path`` (links not followed), ``None`` when nothing is there;
+    anything else there is refused."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(info.st_mode):
         raise RefusedFile(Path(path), f"is {kind_of(info.st_mode)}, not a regular file")
-    return info.st_size
+    return info

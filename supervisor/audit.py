@@ -18,6 +18,9 @@ Promises:
   ``input_omitted``, and ``input_sha256`` identifies the exact input;
 * the log is bounded: when a line would take ``audit.jsonl`` past ``audit.max_bytes`` the file is
   rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped);
+* the log stays open between lines while ``audit.jsonl`` is the file it opened (same device and
+  inode, checked with one ``lstat`` before each line); a file moved, replaced or rotated away is
+  reopened by path;
 * a failure to write a result line is reported on stderr and does not fail the call it describes
   (the call has already run); a decision line that cannot be written refuses the call. Anything but a
   regular file at ``audit.jsonl`` (a FIFO, a device, a symbolic link) is such a failure, found without
@@ -38,7 +41,7 @@ from collections.abc import Mapping
 
 from peon.policy import ApprovalRequest, Decision
 from peon.shorten import shorten_counted
-from peon.statefile import RefusedFile, open_for_append, regular_size
+from peon.statefile import RefusedFile, open_for_append, regular_status
 from peon.validation import canonical_json
 
 from .grants import input_digest
@@ -132,6 +135,8 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.backups = backups
         self.fsync = fsync
+        self._fd = -1  # audit.jsonl as last opened, and its (device, inode)
+        self._open_id: tuple[int, int] | None = None
 
     def commit(self, entry: Mapping[str, Any]) -> None:
         """Write ``entry`` before acting on it: one ``write(2)`` of the whole line (``fdatasync`` too
@@ -140,23 +145,31 @@ class AuditLog:
         line = _encode(entry)
         try:
             # Never opened unless a regular file (a FIFO planted here must not block the supervisor).
-            size = regular_size(self.path) or 0
+            info = regular_status(self.path)
         except RefusedFile as exc:
+            self.close()
             raise OSError(str(exc)) from None
-        if size and size + len(line) > self.max_bytes:
+        if info is not None and info.st_size and info.st_size + len(line) > self.max_bytes:
             self._rotate()
-        try:
-            fd = open_for_append(self.path)
-        except RefusedFile as exc:
-            raise OSError(str(exc)) from None
-        try:
-            written = os.write(fd, line)
-            if written != len(line):  # a short write: the line is not in the log whole
-                raise OSError(f"short write to {self.path} ({written} of {len(line)} bytes)")
-            if self.fsync:
-                os.fdatasync(fd)
-        finally:
-            os.close(fd)
+            info = None
+        if info is None or (info.st_dev, info.st_ino) != self._open_id:
+            self.close()
+            try:
+                fd = open_for_append(self.path)
+            except RefusedFile as exc:
+                raise OSError(str(exc)) from None
+            opened = os.fstat(fd)
+            self._fd, self._open_id = fd, (opened.st_dev, opened.st_ino)
+        written = os.write(self._fd, line)
+        if written != len(line):  # a short write: the line is not in the log whole
+            raise OSError(f"short write to {self.path} ({written} of {len(line)} bytes)")
+        if self.fsync:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._open_id = -1, None
 
     def record(self, entry: Mapping[str, Any]) -> bool:
         """Best effort: write ``entry``; a failure is reported on stderr. Returns whether it was written."""

@@ -31,6 +31,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import psutil
+
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
 from peon.framing import encode_json
@@ -69,6 +71,10 @@ class WorkerHandle:
         self.slot = started.slot
         self.channel = FrameChannel(started.channel)
         self.call_id: str | None = None
+        try:  # made now, off the call's path: reading its status later is one read of /proc/<pid>/stat
+            self.inspect: psutil.Process | int = psutil.Process(self.pid)
+        except psutil.Error:
+            self.inspect = self.pid
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int | None] = loop.create_future()
         self._sentinel = self.process.sentinel
@@ -140,15 +146,29 @@ class WorkerPool:
         self._ready: deque[asyncio.Task[WorkerHandle]] = deque()
         self._background: set[asyncio.Task[Any]] = set()
         self._unclosed: list[WorkerHandle] = []  # exited, but multiprocessing has no status for them yet
+        self._first: asyncio.Task[WorkerHandle] | None = None  # the first standby, while the session starts
         self._closing = False
 
     # -- process start-up -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start the forkserver and the first standby; :class:`ForkerGone` if they cannot start."""
+    def begin(self) -> None:
+        """Start the forkserver and the standbys in the background: the session answers at once, and
+        its first call waits for the first standby (:meth:`wait_started`)."""
         self.forker = self.spawn_forker()
-        await self.forker.wait_ready()
         self._replenish()
+        self._first = self._ready[0] if self._ready else None
+
+    async def wait_started(self) -> None:
+        """Return once the first standby :meth:`begin` started is up, or failed to start (a call then
+        starts a worker itself and reports what fails, :meth:`take`). The forkserver's launch is
+        bounded by its own deadline, so this is too."""
+        first, self._first = self._first, None
+        if first is not None and not first.done():
+            await asyncio.wait({first})
+
+    async def start(self) -> None:
+        """:meth:`begin`, then wait for the first standby; :class:`ForkerGone` if it cannot start."""
+        self.begin()
         await asyncio.shield(self._ready[0])
 
     async def _start_one(self) -> WorkerHandle:
@@ -195,7 +215,7 @@ class WorkerPool:
                 if loop.time() >= until or fresh_starts >= 2:
                     raise
                 continue
-            status = proctree.status(worker.pid)  # psutil
+            status = proctree.status(worker.inspect)  # psutil
             if worker.exited.done() or status in (None, "zombie", "dead", "stopped", "tracing-stop"):
                 # It died, or was stopped, while it waited.
                 self.containment.kill_tree(worker.pid, worker.slot)

@@ -56,7 +56,7 @@ from workers.reaper import REAPER
 
 from .audit import audit_entry, decision_entry, job_entry
 from .facts import gather
-from .forker import Forker, ForkerGone
+from .forker import Forker
 from .jobs import Job, JobTable
 from .pool import WorkerPool
 from .session_state import SessionState
@@ -130,12 +130,9 @@ class Supervisor:
             state.containment, state.config.limits.worker_grace_seconds,
         )
         try:
-            try:
-                await self.pool.start()
-            except (TimeoutError, ForkerGone) as exc:
-                await self.client.send({"op": "fatal", "error": ToolError(
-                    ErrorCode.WORKER_CRASHED, f"the session's forkserver could not start: {exc}").to_dict()})
-                return 1
+            # The forkserver (a fresh interpreter) and the standbys start while the client goes on: the
+            # first call waits for its worker, and says so if none can start.
+            self.pool.begin()
             await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
@@ -296,6 +293,10 @@ class Supervisor:
                           f"{tool.name} was not run: its decision could not be written to the audit log "
                           f"{state.audit.path} ({exc}); Peon runs no call it cannot audit",
                           {"audit_log": str(state.audit.path)})
+        if not tool.served_by_supervisor:  # a call made as the session starts: its time starts with its worker
+            await _first(self.running_pool.wait_started(), call.cancelled.wait())
+            if call.cancelled.is_set():
+                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
         deadline = Deadline.after(admission.timeout_seconds)
         if tool.served_by_supervisor:
             self._serve_beside(call, self._serve_here(tool, admission.args, call, deadline, request.details))

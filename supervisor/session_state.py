@@ -165,6 +165,7 @@ class SessionState:
         try:
             self.containment.close()
         finally:
+            self.audit.close()
             if self.view.root_fd >= 0:
                 os.close(self.view.root_fd)
 

@@ -223,6 +223,26 @@ def test_an_oversized_entry_gets_a_file_of_its_own(tmp_path):
     assert json.loads((tmp_path / "audit.jsonl").read_text()) == {"small": 2}
 
 
+def test_a_log_moved_or_replaced_is_reopened_by_path(tmp_path):
+    log = AuditLog(tmp_path, max_bytes=1 << 20, backups=1)
+    log.commit({"line": 1})
+    os.rename(tmp_path / "audit.jsonl", tmp_path / "moved.jsonl")  # e.g. rotated by a log shipper
+    log.commit({"line": 2})
+    assert [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()] == [{"line": 2}]
+    (tmp_path / "audit.jsonl").unlink()
+    (tmp_path / "audit.jsonl").write_text("")  # a new file at the same path
+    log.commit({"line": 3})
+    assert [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()] == [{"line": 3}]
+    (tmp_path / "audit.jsonl").unlink()
+    (tmp_path / "elsewhere").write_text("")
+    (tmp_path / "audit.jsonl").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="not a regular file"):
+        log.commit({"line": 4})
+    log.close()
+    assert [json.loads(x) for x in (tmp_path / "moved.jsonl").read_text().splitlines()] == [{"line": 1}]
+    assert (tmp_path / "elsewhere").read_text() == ""
+
+
 def test_a_write_failure_is_reported_not_raised(tmp_path, capsys):
     log = AuditLog(tmp_path / "missing-dir", max_bytes=1024, backups=1)
     log.record({"x": 1})

@@ -29,7 +29,11 @@ def timed_call(session, args: dict, within: float):
 
 
 def forkserver_of(session) -> int:
-    [pid] = [p for p in proctree.children(session.supervisor_pid) if proctree.cmdline(p).startswith("peon-forkserver")]
+    """The session's forkserver, once it has started (the session does not wait for it)."""
+    found: list[int] = []
+    assert wait_for(lambda: found.extend(p for p in proctree.children(session.supervisor_pid)
+                                         if proctree.cmdline(p).startswith("peon-forkserver")) or found, 30)
+    [pid] = found
     return pid
 
 

@@ -24,6 +24,10 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 _CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
@@ -62,12 +66,14 @@ def state(pid: int) -> str | None:
     return fields[0] if fields else None
 
 
-def status(pid: int) -> str | None:
-    """psutil's status of ``pid`` (``psutil.STATUS_STOPPED``, ``STATUS_ZOMBIE``, ...), None if gone."""
+def status(process: int | psutil.Process) -> str | None:
+    """psutil's status of a process (``psutil.STATUS_STOPPED``, ``STATUS_ZOMBIE``, ...), None if gone.
+    Given a :class:`psutil.Process` made earlier (off a call's path), one read of its ``stat`` file;
+    given a pid, a second one first (psutil reads the start time to tell a reused pid)."""
     import psutil
 
     try:
-        return psutil.Process(pid).status()
+        return (process if isinstance(process, psutil.Process) else psutil.Process(process)).status()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
 
