@@ -149,7 +149,8 @@ class FrameDecoder:
                 self._need = n
             if len(self._buffer) < self._need:
                 return
-            payload = bytes(self._buffer[: self._need])
+            with memoryview(self._buffer) as view:  # one copy of the payload, not a slice and a copy
+                payload = bytes(view[: self._need])
             del self._buffer[: self._need]
             self._need = None
             yield payload

@@ -68,6 +68,9 @@ class SessionView:
     skills: Mapping[str, Any] = field(default_factory=dict)
     root_fd: int = -1
     sandbox: Mapping[str, Any] = field(default_factory=dict)
+    # The session's state directory (0700), where the output store keeps a flood's retained output in
+    # unnamed files (:func:`peon.output_store.open_spill_file`); None: it is kept in memory.
+    spill_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,9 @@ class OutputSink(Protocol):
     def spawned(self) -> None:
         """The command has started."""
 
-    def push(self, data: bytes) -> bool:
-        """Queue ``data``; False when the runner should pause reading."""
+    def push(self, data: bytes | memoryview) -> bool:
+        """Queue ``data`` (copied or written before it returns: the caller reuses its buffer); False
+        when the runner should pause reading."""
 
     def when_drained(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once what is queued has gone below the low-water mark (at once if it has)."""

@@ -4,10 +4,11 @@ background jobs among them — supervised children with a lifetime, owned here.
 Promises:
 
 * every such call is a job with a session-unique id (``job-1``, ``job-2``...); what its command writes
-  goes, in order, into the output store (:class:`peon.output_store.OutputStore`, in this process's
-  memory, bounded by ``jobs.output_buffer_bytes`` per job and ``jobs.session_output_bytes`` per
-  session, the oldest evicted first); an ``output`` message whose offset is not the next byte is a
-  protocol error (the worker is killed);
+  goes, in order, into the output store (:class:`peon.output_store.OutputStore`, bounded by
+  ``jobs.output_buffer_bytes`` per job and ``jobs.session_output_bytes`` per session, the oldest
+  evicted first; a job's output past :data:`peon.output_store.SPILL_BYTES` is kept in an unnamed
+  file in the session's state directory, not in this process's memory); an ``output`` message whose
+  offset is not the next byte is a protocol error (the worker is killed);
 * a background job runs in its own worker, taken from the pool like any call's, in a task of its own:
   the serial call executor never waits on it. At most ``jobs.max_running`` run at once (a call beyond
   is ``job_limit_reached``); each is killed at its deadline (``jobs.max_lifetime_seconds`` unless its
@@ -29,11 +30,12 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from peon.errors import ErrorCode, ToolError
 from peon.jobs import JobInfo, JobState
-from peon.output_store import OutputRing, OutputStore, Page
+from peon.output_store import OutputRing, OutputStore, Page, open_spill_file
 from workers.messages import OutputMessage, ProtocolError, WorkerMessage
 from workers.runner import CANCEL_GRACE_SECONDS
 
@@ -76,8 +78,9 @@ class Job:
 class JobTable:
     """Implements :class:`peon.jobs.JobsAccess` for the job tools."""
 
-    def __init__(self, jobs_config: Any, grace_seconds: float):
-        self.store = OutputStore(int(jobs_config.output_buffer_bytes), int(jobs_config.session_output_bytes))
+    def __init__(self, jobs_config: Any, grace_seconds: float, spill_dir: Path | None = None):
+        spill = (lambda: open_spill_file(spill_dir)) if spill_dir is not None else None
+        self.store = OutputStore(int(jobs_config.output_buffer_bytes), int(jobs_config.session_output_bytes), spill)
         self.max_running = int(jobs_config.max_running)
         self.clean_output = bool(jobs_config.clean_output)
         self.grace_seconds = grace_seconds
@@ -190,7 +193,7 @@ class JobTable:
         return [self.info(job_id) for job_id in self.jobs]
 
     def read(self, job_id: str, offset: int, limit: int) -> Page:
-        return self._job(job_id).ring.read(offset, limit)
+        return self.store.read(self._job(job_id).id, offset, limit)
 
     async def wait(self, job_id: str, offset: int, seconds: float) -> None:
         job = self._job(job_id)

@@ -124,7 +124,7 @@ class Supervisor:
             return 1
         setproctitle(f"peon-supervisor {self.state.view.workspace}")
         state = self.state
-        self.jobs = JobTable(state.config.jobs, state.config.limits.worker_grace_seconds)
+        self.jobs = JobTable(state.config.jobs, state.config.limits.worker_grace_seconds, state.view.spill_dir)
         self.pool = WorkerPool(
             lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
             state.containment, state.config.limits.worker_grace_seconds,

@@ -79,18 +79,19 @@ class SessionState:
         # Decided once: "required" refuses to start here rather than run anything unsandboxed.
         command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
         sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env)
-        view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
-                           skills=skills.available, sandbox=sandbox_status, root_fd=root_fd)
-        registry = build_registry(
-            BUILTIN_TOOLS,
-            extra=[*loaded.config.tools.extra, *start.get("tools", [])],
-            entry_points=loaded.config.tools.entry_points,
-        )
         state_dir = Path(start["state_dir"])
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise ConfigError(f"cannot create the session state directory {state_dir}: {exc.strerror}") from None
+        view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
+                           skills=skills.available, sandbox=sandbox_status, root_fd=root_fd,
+                           spill_dir=state_dir.resolve())
+        registry = build_registry(
+            BUILTIN_TOOLS,
+            extra=[*loaded.config.tools.extra, *start.get("tools", [])],
+            entry_points=loaded.config.tools.entry_points,
+        )
         limits = loaded.config.limits
         chosen = containment_mod.choose(
             loaded.config.runtime.containment, session_cgroup_name(session_id, os.getpid()),
@@ -126,6 +127,7 @@ class SessionState:
             "workspace": str(self.view.workspace), "config": self.config_wire, "env": dict(self.view.env),
             "session_id": self.view.session_id, "skills": [r.to_dict() for r in self.skills.available.values()],
             "sandbox": dict(self.view.sandbox),
+            "spill_dir": str(self.view.spill_dir) if self.view.spill_dir is not None else None,
             "root_fd": self.view.root_fd,  # handed to each worker with SCM_RIGHTS, not as a number
             "start_seconds": float(self.config.limits.worker_start_seconds),
             "workers_cgroup": self.containment.workers_cgroup,  # the forkserver joins it, workers are born in it

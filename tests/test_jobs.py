@@ -156,6 +156,32 @@ def test_a_flooding_job_keeps_the_supervisor_bounded_and_pages_with_exact_offset
     assert session.call("job_stop", {"job_id": job}).value["state"] == "killed"
 
 
+def test_a_foreground_flood_keeps_its_newest_bytes_in_an_unnamed_file_of_the_state_directory(open_session, tmp_path):
+    quota = 4 << 20
+    state_dir = tmp_path / "flood-state"
+    session = open_session({"jobs": {"output_buffer_bytes": quota}}, state_dir=state_dir)
+    r = session.call("bash", {"command": "seq 1 3000000"})
+    expected = b"".join(b"%d\n" % i for i in range(1, 3000001))
+    assert r.ok and r.value["output_bytes"] == len(expected) and r.value["output_retained_bytes"] == quota
+    job = r.value["job_id"]
+    # Past 1 MiB the supervisor keeps the job's output in a file of the state directory that has no name.
+    kept = [os.readlink(f"/proc/{session.supervisor_pid}/fd/{fd}")
+            for fd in os.listdir(f"/proc/{session.supervisor_pid}/fd")]
+    assert any(link.startswith(str(state_dir.resolve()) + "/") and link.endswith("(deleted)") for link in kept), kept
+    pages, offset = [], 0
+    while True:
+        page = session.call("job_output", {"job_id": job, "offset": offset, "limit": 1 << 20})
+        assert page.ok, page.error
+        if not page.value["returned_bytes"]:
+            break
+        if offset == 0:
+            assert page.value["dropped_before"] == len(expected) - quota
+        pages.append(page.value["output"].encode())
+        offset = page.value["next_offset"]
+    assert b"".join(pages) == expected[-quota:]  # the newest bytes, each once (ASCII: no character split)
+    assert not [name for name in os.listdir(state_dir) if name.startswith(".output-")]  # no name there
+
+
 def test_jobs_end_with_their_session_and_the_cap_is_an_error(open_session):
     session = open_session({"jobs": {"max_running": 1}})
     first = session.call("bash", {"command": "echo pid $$; exec sleep 300", "background": True})

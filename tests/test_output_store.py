@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
+import stat
 
 import pytest
 
-from peon.output_store import OutputRing, OutputStore
+from peon.output_store import OutputRing, OutputStore, open_spill_file
 from peon.terminal_text import clean_terminal_text, collapse_carriage_returns, strip_escapes
 
 
@@ -84,6 +87,110 @@ def test_store_memory_is_bounded_under_a_flood() -> None:
             store.append(str(job), b"x" * 4096)
             assert store.retained <= 1 << 17
     assert store.get("4") is not None and store.get("4").total == 200 * 4096  # type: ignore[union-attr]
+
+
+def test_a_ring_in_a_file_pages_like_one_in_memory(tmp_path) -> None:
+    opened: list[int] = []
+
+    def spill() -> int:
+        opened.append(open_spill_file(tmp_path))
+        return opened[-1]
+
+    for trial in range(200):
+        rng = random.Random(trial)
+        quota = rng.randint(1, 400)
+        filed, memory = OutputRing(quota, rng.randint(0, quota), spill), OutputRing(quota)
+        stream = rng.randbytes(rng.randint(0, 3000))
+        position = 0
+        while position < len(stream):
+            size = rng.randint(1, 600)
+            filed.append(memoryview(stream)[position : position + size])
+            memory.append(stream[position : position + size])
+            position += size
+            if rng.random() < 0.1:
+                count = rng.randint(0, quota)
+                assert filed.drop_oldest(count) == memory.drop_oldest(count)
+            assert (filed.total, filed.start, filed.retained) == (memory.total, memory.start, memory.retained)
+            offset, limit = rng.randint(0, filed.total + 5), rng.randint(0, 500)
+            assert filed.read(offset, limit) == memory.read(offset, limit)
+        filed.close()
+    assert opened and os.listdir(tmp_path) == []  # unnamed files: nothing is left in the directory
+    for fd in opened:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # every file was closed: emptied by eviction, or by close()
+
+
+def test_spill_files_are_private_unnamed_and_close_on_exec(tmp_path) -> None:
+    fd = open_spill_file(tmp_path)
+    try:
+        info = os.fstat(fd)
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600 and info.st_nlink == 0
+        assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        assert os.listdir(tmp_path) == []
+    finally:
+        os.close(fd)
+
+
+def test_without_o_tmpfile_a_spill_file_is_unlinked_at_once(tmp_path, monkeypatch) -> None:
+    real_open = os.open
+
+    def no_tmpfile(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(95, "Operation not supported")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_tmpfile)
+    fd = open_spill_file(tmp_path)
+    try:
+        info = os.fstat(fd)
+        assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_nlink == 0 and os.listdir(tmp_path) == []
+        assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    finally:
+        os.close(fd)
+
+
+def test_a_ring_moves_to_its_file_past_the_spill_threshold_and_gives_it_back_when_emptied(tmp_path) -> None:
+    ring = OutputRing(100, 10, lambda: open_spill_file(tmp_path))
+    ring.append(b"0123456789")
+    assert ring.fd < 0  # within the threshold: in memory
+    ring.append(b"abc")
+    assert ring.fd >= 0 and ring.read(0, 100).data == b"0123456789abc"
+    ring.append(b"x" * 250)  # more than the quota at once: its tail, at offset % quota
+    assert (ring.start, ring.total, ring.read(0, 1000).data) == (163, 263, b"x" * 100)
+    fd = ring.fd
+    assert ring.drop_oldest(1000) == 100 and ring.fd == -1
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    ring.append(b"yz")
+    assert ring.read(0, 10).data == b"yz" and ring.read(0, 10).dropped_before == 263
+
+
+def test_a_ring_whose_file_cannot_be_opened_stays_in_memory_within_its_quota() -> None:
+    def refuse() -> int:
+        raise PermissionError(13, "no")
+
+    ring = OutputRing(50, 5, refuse)
+    for _ in range(20):
+        ring.append(b"0123456789")
+    assert ring.fd == -1 and ring.retained == 50 and ring.read(150, 100).data == b"0123456789" * 5
+
+
+def test_a_file_that_fails_drops_what_it_held_and_says_so(tmp_path) -> None:
+    store = OutputStore(per_job_bytes=1 << 20, per_session_bytes=64 << 20, spill=lambda: open_spill_file(tmp_path))
+    assert store.spill_bytes == 1 << 20  # at most 64 spilled rings: a session quota of 64 MiB spills past 1 MiB
+    store = OutputStore(per_job_bytes=100, per_session_bytes=1000, spill=lambda: open_spill_file(tmp_path))
+    store.spill_bytes = 10
+    ring = store.open("a")
+    store.append("a", b"z" * 50)
+    assert ring.fd >= 0 and store.retained == 50
+    os.ftruncate(ring.fd, 0)  # the file lost its bytes under the ring
+    page = store.read("a", 0, 100)
+    assert page.data == b"" and page.dropped_before == 50 and page.retained_from == 50
+    assert store.retained == 0 and ring.fd == -1
+    store.append("a", b"more")  # the ring goes on in memory
+    assert store.read("a", 50, 10).data == b"more" and store.retained == 4
+    store.forget("a")
+    assert store.retained == 0 and len(store) == 0
 
 
 def test_escapes_are_stripped() -> None:

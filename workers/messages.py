@@ -99,7 +99,7 @@ class SpawnedMessage(TypedDict):
 WorkerMessage = ResultMessage | ProgressMessage | OutputMessage | SpawnedMessage
 
 
-def encode_output(call_id: str, offset: int, data: bytes) -> bytes:
+def encode_output(call_id: str, offset: int, data: bytes | memoryview) -> bytes:
     """The payload of an ``output`` message (see the module's wire format)."""
     ident = call_id.encode("ascii")
     return b"".join((OUTPUT_TAG, bytes((len(ident),)), ident, _OFFSET.pack(offset), data))

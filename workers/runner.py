@@ -244,7 +244,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
                 eof.set_result(None)
             return
         capture.feed(memoryview(buffer)[:n])
-        if sink is not None and not sink.push(bytes(memoryview(buffer)[:n])):
+        if sink is not None and not sink.push(memoryview(buffer)[:n]):  # copied or written before it returns
             reading = False
             loop.remove_reader(read_fd)
             sink.when_drained(resume)

@@ -7,7 +7,8 @@ Promise:
 * before it reports a result, no process the call started is alive (it sweeps its own tree even if
   the tool forgot to);
 * no descriptor of Peon's reaches a process it starts: it keeps only 0, 1, 2, its channel and the
-  pinned workspace root, all close-on-exec (and the runner audits the table before every spawn);
+  pinned workspace root, all close-on-exec (and the runner audits the table before every spawn), and
+  while a foreground call's kept output is past 1 MiB, the unnamed file holding it (close-on-exec);
   and it is not dumpable, so processes of the same user can neither ptrace it nor take its
   descriptors (``pidfd_getfd``);
 * its result is one bounded message: a result larger than :data:`MAX_RESULT_BYTES` becomes a
@@ -53,7 +54,7 @@ from peon.configview import ResolvedConfig
 from peon.errors import ErrorCode, PeonError, ToolError
 from peon.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
 from peon.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
-from peon.output_store import OutputRing
+from peon.output_store import SPILL_BYTES, OutputRing, open_spill_file
 from peon.skills import SkillRecord
 
 from . import limits, linux, proctree
@@ -70,6 +71,10 @@ LINGER_SECONDS = 10.0  # after its result, how long a worker waits for the super
 MAX_RESULT_BYTES = MAX_MESSAGE_BYTES - ENVELOPE_BYTES
 OUTPUT_HIGH_WATER = 4 << 20  # queued output bytes at which the runner stops reading the command's pipe
 OUTPUT_LOW_WATER = 1 << 20
+# The kept output of a foreground call goes to the supervisor in messages of this size when it ends:
+# each is copied a few times on its way (read, framed, received, parsed), so small ones keep the
+# transfer's memory small (1 MiB messages made a 1 GiB flood peak ~5 MiB higher) at no measurable cost.
+FLUSH_CHUNK = 256 << 10
 
 
 class InheritedFd:
@@ -185,6 +190,7 @@ def session_from_wire(wire: Mapping[str, Any], root_fd: int = -1) -> SessionView
         skills={record["name"]: SkillRecord(**record) for record in wire["skills"]},
         root_fd=root_fd,
         sandbox=wire.get("sandbox") or {},
+        spill_dir=Path(wire["spill_dir"]) if wire.get("spill_dir") else None,
     )
 
 
@@ -231,8 +237,8 @@ async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: 
     ctx.report_progress = progress.report
     stream = message.get("stream")
     output = (_OutputStream(channel, call_id, None) if stream == "live"
-              else _OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes)) if stream == "end"
-              else None)
+              else _OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes), session.spill_dir)
+              if stream == "end" else None)
     ctx.output = output
     listener = asyncio.create_task(_listen(channel, token))
     tool = tools.get(tool_name)
@@ -314,12 +320,14 @@ class _OutputStream:
     :data:`OUTPUT_HIGH_WATER` bytes pauses the process runner's reading (``push`` says so) until it
     is back under :data:`OUTPUT_LOW_WATER`. At the end (a foreground call, which nobody can read
     while it runs): only the newest ``retain`` bytes — what the supervisor's store would keep of
-    the job anyway — are kept here (:class:`peon.output_store.OutputRing`) and sent by
-    :meth:`flush`, with their absolute offsets, so a flood costs a foreground call no channel
-    traffic. If the channel breaks, what is queued is dropped and reading resumes (the listener
-    cancels the call)."""
+    the job anyway — are kept here (:class:`peon.output_store.OutputRing`: past
+    :data:`~peon.output_store.SPILL_BYTES`, in an unnamed close-on-exec file in the session's state
+    directory, so a flood costs the worker page cache, not memory) and sent by :meth:`flush`, one
+    chunk at a time with their absolute offsets, so a flood costs a foreground call no channel
+    traffic while it runs. If the channel breaks, what is queued is dropped and reading resumes (the
+    listener cancels the call)."""
 
-    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None):
+    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None, spill_dir: Path | None = None):
         self.channel = channel
         self.call_id = call_id
         self.offset = 0
@@ -328,18 +336,19 @@ class _OutputStream:
         self._task: asyncio.Task[None] | None = None
         self._resume: Callable[[], None] | None = None
         self._broken = False
-        self._ring = OutputRing(retain) if retain is not None else None
+        spill = (lambda: open_spill_file(spill_dir)) if spill_dir is not None else None
+        self._ring = OutputRing(retain, SPILL_BYTES, spill) if retain is not None else None
 
     def spawned(self) -> None:
         self._enqueue(encode_json({"op": "spawned", "id": self.call_id}), 0)
 
-    def push(self, data: bytes) -> bool:
+    def push(self, data: bytes | memoryview) -> bool:
         if self._ring is not None:
             self._ring.append(data)
             return True
         return self._send(data)
 
-    def _send(self, data: bytes) -> bool:
+    def _send(self, data: bytes | memoryview) -> bool:
         for start in range(0, len(data), MAX_OUTPUT_CHUNK):
             piece = data[start : start + MAX_OUTPUT_CHUNK]
             payload = encode_output(self.call_id, self.offset, piece)
@@ -383,13 +392,14 @@ class _OutputStream:
             await self.flush()
             offset = ring.start
             while offset < ring.total and not self._broken:
-                page = ring.read(offset, MAX_OUTPUT_CHUNK)
+                page = ring.read(offset, FLUSH_CHUNK)
                 try:
                     await self.channel.send(encode_output(self.call_id, offset, page.data))
                 except OSError:
                     self._broken = True
                 ring.drop_oldest(len(page.data))
                 offset = page.next_offset
+            ring.close()
             return
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
