@@ -384,9 +384,10 @@ class Session:
                 if self._wake_r in ready:
                     while _read_some(self._wake_r):
                         pass
+                answered = self._sock.fileno() in ready
                 if wait_ms is not None:
-                    self._check_overdue()
-                if self._sock.fileno() not in ready:
+                    self._check_overdue(quiet=not answered)
+                if not answered:
                     continue
                 try:
                     n = self._sock.recv_into(chunk)
@@ -420,7 +421,10 @@ class Session:
         wait = min(earliest + ANSWER_MARGIN_SECONDS - now, LIVENESS_CHECK_SECONDS)
         return max(0, int(wait * 1000) + 1)
 
-    def _check_overdue(self) -> None:
+    def _check_overdue(self, quiet: bool = True) -> None:
+        """Give up on a supervisor that let a call pass its ``answer_by``, or that is stopped while
+        calls wait; a ``quiet`` supervisor (it sent nothing since the last wait) is looked at now and
+        then, one that just sent something is evidently not stopped."""
         now = time.monotonic()
         with self._lock:
             overdue = [(call_id, at) for call_id, at in self._answer_by.items() if at + ANSWER_MARGIN_SECONDS <= now]
@@ -429,7 +433,7 @@ class Session:
         if not overdue:
             # A call that has not said when it must be answered (quick so far, queued, awaiting
             # approval) is not answered by a stopped supervisor either: look at it now and then.
-            if not pending or now < self._next_look:
+            if not pending or not quiet or now < self._next_look:
                 return
             self._next_look = now + LIVENESS_CHECK_SECONDS
             if proctree.status(self._proc.pid) == "stopped":
