@@ -94,6 +94,16 @@ def test_third_party_tool_by_import_path_runs_in_a_worker(open_session):
     assert r.value["call_id"] == r.call_id
 
 
+def test_a_tool_is_warmed_up_in_the_forkserver_and_again_in_its_standby(open_session):
+    session = open_session(env={"PYTHONPATH": str(FIXTURES)}, tools=["peon_test_tools:WarmingTool"])
+    r = session.call("warming", {})
+    assert r.ok, r.error  # its warm-up raised: the call runs all the same
+    worker, warmed = r.value["pid"], r.value["warmed"]
+    assert {"pid": worker, "processes": False} in warmed, warmed  # its standby: no process started
+    assert any(w["pid"] != worker and w["processes"] for w in warmed), warmed  # the forkserver, before it forked
+    assert session.call("warming", {}).value["pid"] != worker  # a dedicated worker per call, warmed as well
+
+
 def test_third_party_tool_by_entry_point(open_session, tmp_path):
     site = tmp_path / "site"
     dist = site / "peon_example-1.0.dist-info"

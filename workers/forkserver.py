@@ -125,7 +125,7 @@ def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
     audit_descriptors(report=False)  # multiprocessing's own descriptors here: this process never execs
     loop = asyncio.new_event_loop()
     try:
-        worker.warm_up(loop, SESSION, TOOLS.values(), rounds)
+        worker.warm_up(loop, SESSION, TOOLS.values(), rounds, processes=True)
     finally:
         loop.close()
         asyncio.set_event_loop(None)

@@ -158,7 +158,8 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     asyncio.set_event_loop(loop)
     if start.cgroup:
         limits.CGROUP = Path(start.cgroup)
-    warm_up(loop, session, tools.values(), STANDBY_WARM_UP_ROUNDS)  # its own copy of the call's pages, now
+    # Its own copy of the pages its call will write, made now; no process started for it.
+    warm_up(loop, session, tools.values(), STANDBY_WARM_UP_ROUNDS, processes=False)
     setproctitle("peon-worker standby")
     gc.freeze()  # what the forkserver and the preparation made is never collected here
     return session, tools, loop
@@ -474,8 +475,9 @@ class _WarmUpTool(Tool):
     risk = ToolRisk.READ_ONLY
     input_schema: ClassVar[Mapping[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
 
-    def __init__(self, tools: Iterable[Tool] = ()):
+    def __init__(self, tools: Iterable[Tool] = (), processes: bool = False):
         self.tools = tuple(tools)
+        self.processes = processes
 
     def approval_summary(self, args: Any) -> str:
         return "nothing"
@@ -483,18 +485,18 @@ class _WarmUpTool(Tool):
     async def execute(self, args: Any, ctx: ToolContext) -> dict[str, Any]:
         for tool in self.tools:
             try:
-                await tool.warm_up(ctx)
+                await tool.warm_up(ctx, processes=self.processes)
             except Exception:  # a warm-up that fails costs speed, nothing else
                 pass
         return {"done": True}
 
 
-async def _warm_up_round(session: SessionView, tools: Iterable[Tool]) -> None:
+async def _warm_up_round(session: SessionView, tools: Iterable[Tool], processes: bool) -> None:
     ours, theirs = multiprocessing.Pipe(duplex=True)
     supervisor_side = FrameChannel(socket_of(ours))
     call = {"op": "call", "id": "warm-up", "tool": _WarmUpTool.name, "args": {}, "deadline": time.monotonic() + 60,
             "approved": {}, "progress": False, "stream": "end"}
-    served: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(tools)}
+    served: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(tools, processes)}
     try:
         async with asyncio.timeout(5.0), asyncio.TaskGroup() as group:
             group.create_task(_serve_one(theirs, encode_json(call), session, served))
@@ -505,10 +507,11 @@ async def _warm_up_round(session: SessionView, tools: Iterable[Tool]) -> None:
         supervisor_side.close()
 
 
-def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterable[Tool], rounds: int) -> None:
+def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterable[Tool], rounds: int, *,
+            processes: bool) -> None:
     """Serve ``rounds`` calls, in this process, on ``loop``, of a tool that runs each of ``tools``'
-    :meth:`~peon.tool.Tool.warm_up` (``read`` reads one of Peon's files, ``bash`` starts
-    ``/bin/true`` through the process runner): a call's whole path, with no effect.
+    :meth:`~peon.tool.Tool.warm_up` (``read`` reads one of Peon's files; ``bash``, when ``processes``,
+    starts ``/bin/true`` through the process runner): a call's whole path, with no effect.
 
     Python 3.11 specializes bytecode in place as it runs, and every object it touches has its
     reference count written. Run in the forkserver before it forks, the bytecode of a worker's path
@@ -516,12 +519,14 @@ def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterab
     call writes are copied from the forkserver then, not on the call's path. Measured on the
     development machine (a forked child of a warmed parent, one ``read`` of a small file through
     ``_serve_one``): the first call in the child took 1.57 ms and 540 page faults, a second 0.34 ms
-    and 18; for ``bash`` with ``true``, 6.44 ms and 632 faults, then 4.69 ms and 42."""
+    and 18. For ``bash`` with ``true`` a warm-up that started ``/bin/true`` cut the faults from 674
+    to 89 but the call only from 5.9 to 5.5 ms, while it cost each standby about 1.4 ms more CPU
+    (``bench/bench_cpu.py``): a standby's warm-up starts no process."""
     global CURRENT_CHANNEL
     title = getproctitle()
     try:
         for _ in range(rounds):
-            loop.run_until_complete(_warm_up_round(session, tools))
+            loop.run_until_complete(_warm_up_round(session, tools, processes))
     except Exception as exc:  # a warm-up that fails costs speed, nothing else
         print(f"peon-worker: warm-up skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:

@@ -142,10 +142,10 @@ class BashTool(Tool):
         return {**outcome.to_value(), "timeout_seconds": self.timeout_seconds(args, ctx.session),
                 "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}
 
-    async def warm_up(self, ctx: ToolContext) -> None:
+    async def warm_up(self, ctx: ToolContext, *, processes: bool) -> None:
         """Start ``/bin/true`` (not a shell: no profile runs) through the process runner, with the
         call's output sink: the runner's whole path, no effect."""
-        if os.access(TRUE, os.X_OK):
+        if processes and os.access(TRUE, os.X_OK):
             await run_process(ProcessSpec([TRUE], "/", command_environment(ctx.session)), ctx)
 
 

@@ -218,7 +218,7 @@ class ReadTool(Tool):
             expected = approved_expectation(ctx.approved, path, "read", root)
             return read_file(root, path, offset, limit, ctx.limits.read_max_bytes, resolver, expected=expected.file)
 
-    async def warm_up(self, ctx: ToolContext) -> None:
+    async def warm_up(self, ctx: ToolContext, *, processes: bool) -> None:
         """Read the start of this module's own file, beneath its own directory: the whole read path,
         outside the workspace."""
         here = os.path.dirname(os.path.abspath(__file__))
