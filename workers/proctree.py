@@ -210,6 +210,16 @@ def kill_tree(root: int, *, include_root: bool = False, reap: Callable[[], objec
     return alive
 
 
+def has_children() -> bool:
+    """Whether this process has a child, living or not yet reaped (one ``waitid``, nothing reaped). For
+    a subreaper, False means nothing below it at all: a descendant whose parent died is its child."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def reap_all() -> list[tuple[int, int]]:
     """Reap every child that has exited; returns (pid, wait status) pairs."""
     reaped = []

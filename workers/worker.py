@@ -249,8 +249,9 @@ async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: 
         reply = await _execute(tool, message["args"], ctx)
     listener.cancel()
     progress.stop()
-    # Whatever the tool did, nothing it started may outlive the call.
-    if proctree.kill_tree(os.getpid(), reap=REAPER.reap):
+    # Whatever the tool did, nothing it started may outlive the call (a worker with no child has
+    # nothing below it: it is a subreaper).
+    if proctree.has_children() and proctree.kill_tree(os.getpid(), reap=REAPER.reap):
         reply = _error(call_id, ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
     if output is not None:  # every output message precedes the result
         await output.flush()
