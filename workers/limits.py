@@ -3,6 +3,9 @@
 Promise: :func:`watch` returns the name of the first limit a call's processes exceed — ``"memory"``
 (``limits.memory_max_bytes``) or ``"processes"`` (``limits.max_processes``) — within one sampling
 interval of the moment it is exceeded; the runner then kills the call's tree and says which limit.
+Sampling stops shortly before the call's deadline (``until``): the kill at the deadline comes within
+that interval anyway, and a sample of a large tree then would only delay it (one of a 300-process
+tree takes 20-30 ms), so a limit crossed in those last moments is reported as the timeout.
 
 Where the worker's cgroup has the memory and pids controllers, the kernel enforces the limits
 (``memory.max``, ``pids.max``, set by the supervisor) and :class:`CgroupProbe` reads their event
@@ -16,6 +19,8 @@ The watchdog runs only while a call's process runs: an idle session samples noth
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,9 +114,11 @@ def probe_for(limits: ResourceLimits, root: int) -> TreeProbe | CgroupProbe:
     return CgroupProbe(limits, CGROUP, root) if CGROUP is not None else TreeProbe(limits, root)
 
 
-async def watch(probe: TreeProbe | CgroupProbe) -> str:
+async def watch(probe: TreeProbe | CgroupProbe, until: float = math.inf) -> str:
     while True:
         await asyncio.sleep(SAMPLE_INTERVAL_SECONDS)  # nothing can have grown before the first interval
+        if time.monotonic() >= until:
+            await asyncio.get_running_loop().create_future()  # no more samples: the runner cancels this
         verdict = probe.check()
         if verdict is not None:
             return verdict

@@ -176,6 +176,33 @@ class _Killer:
             _signal(pid, signal.SIGKILL)
 
 
+def groups_below(root: int, until: float) -> set[int]:
+    """The process groups of the living processes below ``root`` (not those of this process or of
+    ``root``: see :class:`_Killer`), as far as listed by ``until`` (monotonic time): a caller that
+    means to kill the tree at a known time lists it just before, while nothing of it is exiting."""
+    protected = {os.getpgid(0)}
+    try:
+        protected.add(os.getpgid(root))
+    except ProcessLookupError:
+        pass
+    found: set[int] = set()
+    seen = {root}
+    frontier = [root]
+    while frontier and time.monotonic() < until:
+        nxt = []
+        for pid in frontier:
+            for child in children(pid):
+                if child in seen:
+                    continue
+                seen.add(child)
+                nxt.append(child)
+                fields = stat_fields(child)
+                if fields is not None and fields[0] not in _DEAD and fields[2] > 1 and fields[2] not in protected:
+                    found.add(fields[2])
+        frontier = nxt
+    return found
+
+
 def kill_tree(root: int, *, include_root: bool = False, reap: Callable[[], object] | None = None,
               timeout: float = 10.0) -> list[int]:
     """SIGKILL every process below ``root`` (and ``root`` last, with ``include_root``); return the pids

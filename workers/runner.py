@@ -12,7 +12,8 @@ In order:
   itself, or raises and nothing is started; everything below holds for what it started;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
   :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
-* at the **deadline** the group gets ``SIGKILL`` at once;
+* at the **deadline** the group gets ``SIGKILL`` at once, and so does every other process group that
+  was below the worker :data:`PRE_LIST_SECONDS` before it (listed then, while nothing was exiting);
 * when the leader has exited, every remaining descendant of the worker is killed (a process-tree
   sweep, which also finds a descendant that moved itself out of the worker's cgroup);
 * the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
@@ -54,6 +55,11 @@ from .reaper import REAPER, signal_name, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1
+# This long before the deadline the runner lists the process groups below the worker, so that at the
+# deadline it kills them all at once rather than listing the tree while the first group killed is
+# exiting: the exiting processes take the CPU from the lister and every escaped group waits for the
+# listing to reach it (docs/architecture.md, "Deadline to clean").
+PRE_LIST_SECONDS = 0.05
 PAUSED_DRAIN_SECONDS = 1.0
 PROGRESS_INTERVAL_SECONDS = 0.5
 READ_CHUNK = 1 << 20
@@ -256,11 +262,18 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     cancel_wait = asyncio.create_task(ctx.cancel.wait())
     limits = ctx.session.config.limits
     probe = probe_for(ResourceLimits(limits.memory_max_bytes, limits.max_processes), os.getpid())
-    limit_hit = asyncio.create_task(watch_limits(probe))
+    # The watchdog stops sampling when the tree is listed ahead of the deadline: see workers.limits.
+    limit_hit = asyncio.create_task(watch_limits(probe, until=ctx.deadline.at - PRE_LIST_SECONDS))
     timed_out = cancelled = False
     exceeded: str | None = None
     try:
         first: set[asyncio.Future[Any]] = {exited, cancel_wait, limit_hit}
+        listed_groups: set[int] = set()
+        ahead = ctx.deadline.remaining() - PRE_LIST_SECONDS
+        if ahead > 0:
+            done, _ = await asyncio.wait(first, timeout=ahead, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                listed_groups = proctree.groups_below(os.getpid(), until=ctx.deadline.at)
         await asyncio.wait(first, timeout=ctx.deadline.remaining(),
                            return_when=asyncio.FIRST_COMPLETED)
         if not exited.done():
@@ -278,6 +291,11 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             else:
                 timed_out = True
             proctree.signal_group(pid, signal.SIGKILL)
+            if timed_out and not cancelled:
+                # Then every group listed just before, without listing again. Not someone else's group
+                # by now: a pid number returns only after pid_max others were allocated.
+                for group in listed_groups:
+                    proctree.signal_group(group, signal.SIGKILL)
         # The leader is gone or dying: nothing else this call started may outlive it.
         if exceeded is None and limit_hit.done():
             exceeded = limit_hit.result()

@@ -1,0 +1,70 @@
+"""Process-tree helpers the deadline relies on: the groups listed ahead of a kill, and a watchdog that
+stops sampling before the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import subprocess
+import sys
+
+from helpers import wait_for, written
+from workers import limits, proctree
+
+# A child in a new session that forks a grandchild into a session of its own, then both sleep.
+ESCAPING_TREE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    open("grandchild.pid", "w").write(f"{os.getpid()}\\n")
+    time.sleep(1000)
+open("child.pid", "w").write(f"{os.getpid()}\\n")
+time.sleep(1000)
+"""
+
+
+def test_groups_below_lists_every_escaped_group_but_the_callers(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", ESCAPING_TREE], cwd=tmp_path, start_new_session=True)
+    try:
+        assert wait_for(lambda: written(tmp_path / "child.pid") and written(tmp_path / "grandchild.pid"))
+        grandchild = int((tmp_path / "grandchild.pid").read_text())
+        groups = proctree.groups_below(os.getpid(), until=math.inf)
+        assert {child.pid, grandchild} <= groups
+        assert os.getpgid(0) not in groups
+        assert proctree.groups_below(os.getpid(), until=0.0) == set()  # past its time: lists nothing
+    finally:
+        grandchildren = [int((tmp_path / "grandchild.pid").read_text())] if written(tmp_path / "grandchild.pid") else []
+        for group in (child.pid, *grandchildren):  # each leads its own session
+            proctree.signal_group(group, signal.SIGKILL)
+        child.wait()
+
+
+class _CountingProbe:
+    def __init__(self, verdict: str | None):
+        self.verdict = verdict
+        self.checks = 0
+
+    def check(self) -> str | None:
+        self.checks += 1
+        return self.verdict
+
+    def kernel_verdict(self) -> str | None:
+        return None
+
+
+def test_watchdog_samples_until_its_time_then_waits_to_be_cancelled():
+    async def scenario() -> tuple[str, int, bool]:
+        sampling = _CountingProbe("memory")
+        verdict = await asyncio.wait_for(limits.watch(sampling, until=math.inf), 10)  # hang guard
+        quiet = _CountingProbe("memory")
+        task = asyncio.create_task(limits.watch(quiet, until=0.0))
+        await asyncio.sleep(3 * limits.SAMPLE_INTERVAL_SECONDS)
+        pending = not task.done()
+        task.cancel()
+        return verdict, quiet.checks, pending
+
+    verdict, checks, pending = asyncio.run(scenario())
+    assert verdict == "memory"
+    assert checks == 0 and pending  # past ``until`` nothing is sampled and nothing is reported
