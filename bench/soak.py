@@ -128,6 +128,7 @@ def main() -> None:
         started = time.monotonic()
         with peon.Session(workspace, CONFIG, env=env, approver=approver, state_dir=Path(tmp) / "state") as session:
             sup = session.supervisor_pid
+            assert session.call("read", {"path": "big.txt", "limit": 1}).ok  # the forkserver starts behind `ready`
             forkserver = next(p for p in proctree.children(sup) if proctree.cmdline(p).startswith("peon-forkserver"))
             for i in range(options.calls):
                 kind = workload(session, i)
