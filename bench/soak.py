@@ -161,6 +161,8 @@ def main() -> None:
             verdicts.append(growth / first[key] < 0.05)
         else:
             verdicts.append(growth <= 0)
+    print("soak: supervisor RSS by sample (MiB): "
+          + " ".join(f"{s['supervisor_rss'] / 1024:.1f}" for s in samples))
     print(f"soak: {len(samples)} samples from call {first['call']} to {last['call']}; "
           f"verdict: {'PASS' if all(verdicts) else 'FAIL'} (no fd or process growth, RSS growth < 5 %)")
 

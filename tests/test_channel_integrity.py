@@ -237,4 +237,20 @@ def test_workers_are_multiprocessing_processes_of_a_lean_forkserver(tool_session
     assert heavy == [], heavy
     assert facts["root_fd"] > 2 and facts["root_fd"] in facts["fds"]
     assert facts["inheritable"] == []  # what arrived with SCM_RIGHTS is close-on-exec too
+    # Its channel and its event loop's wake-up pair: no channel of a warm-up round is left open, here
+    # or in the forkserver (its listening socket, and a connection while it forks a worker).
+    assert len(facts["sockets"]) == 3, facts["sockets"]
+    assert wait_for(lambda: len(_sockets_of(forkserver)) <= 2, 10), _sockets_of(forkserver)
     assert living([forkserver]) == [forkserver]
+
+
+def _sockets_of(pid: int) -> list[str]:
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            found.append(link)
+    return found

@@ -215,6 +215,13 @@ def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
 async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
     global CURRENT_CHANNEL
     channel = CURRENT_CHANNEL = FrameChannel(socket_of(connection))
+    try:
+        return await _serve_call(channel, data, session, tools)
+    finally:  # a worker's exit would close it; a warm-up round in the forkserver or a standby must
+        channel.close()
+
+
+async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
     message: CallMessage = json.loads(data)
     if not isinstance(message, dict) or message.get("op") != "call":
         return 0  # retired while on standby
