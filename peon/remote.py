@@ -42,6 +42,7 @@ from .mcp.tools import ERROR_META_KEY, RISK_META_KEY
 from .result import PendingResult, ToolResult
 from .tool import RISK_NAMES
 from .serve.idempotency import IDEMPOTENCY_KEY
+from .threads import helper_thread
 from .validation import check_depth
 
 Approver = Callable[[dict[str, Any]], Any]
@@ -433,7 +434,7 @@ class RemoteSession:
                                          token_header=token_header)
         self.url = url
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="peon-remote", daemon=True)
+        self._thread = helper_thread(self._loop.run_forever, name="peon-remote")
         self._thread.start()
         self._closed = False
         self._handles: set[RemoteCallHandle] = set()

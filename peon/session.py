@@ -48,6 +48,7 @@ from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, Too
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from .result import PendingResult, ToolResult
 from .session_messages import CallMessage, ClientMessage, StartMessage
+from .threads import helper_thread
 
 START_TIMEOUT_SECONDS = 60.0
 CLOSE_TIMEOUT_SECONDS = 20.0
@@ -190,7 +191,7 @@ class Session:
         self._sock = ours
 
     def _handshake(self) -> None:
-        self._reader = threading.Thread(target=self._read_loop, name=f"peon-session-{self.session_id[:8]}", daemon=True)
+        self._reader = helper_thread(self._read_loop, name=f"peon-session-{self.session_id[:8]}")
         self._reader.start()
         start: StartMessage = {
             "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
@@ -509,7 +510,7 @@ class Session:
             if handle is not None and handle.on_progress is not None:
                 handle.on_progress({k: v for k, v in message.items() if k not in ("op", "id")})
         elif op == "approval_request":
-            threading.Thread(target=self._answer_approval, args=(message,), daemon=True).start()
+            helper_thread(self._answer_approval, args=(message,)).start()
 
     def _answer_approval(self, request: dict[str, Any]) -> None:
         """Ask the approver (in this thread) and send its answer; any failure is sent as a denial."""

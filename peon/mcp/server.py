@@ -43,6 +43,7 @@ from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
 from peon.mcp.elicitation import APPROVAL_KEY
 from peon.result import ToolResult
+from peon.threads import helper_thread
 
 from . import protocol as p
 
@@ -134,8 +135,7 @@ class StdioServer:
         started_r, started_w = os.pipe()
         previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        self._starter = threading.Thread(target=self._start_session, args=(started_w,), name="peon-mcp-start",
-                                         daemon=True)
+        self._starter = helper_thread(self._start_session, args=(started_w,), name="peon-mcp-start")
         self._starter.start()
         decoder = LineDecoder(self._max_line)
         reason = "stdin closed"
