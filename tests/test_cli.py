@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import os
 import platform
 import re
@@ -122,9 +123,15 @@ def test_config_file_and_allow_flags_combine(leftovers, workspace, tmp_path):
 
 
 def spawn(leftovers, workspace: Path, *args: str) -> pexpect.spawn:
+    # As a user's terminal would: Ctrl-C and hang-up reach it with their default handling even when the
+    # suite itself runs with them ignored (a shell starts a background command so, `nohup` too).
     return pexpect.spawn(PEON[0], [*PEON[1:], *args], cwd=str(workspace), env=isolated_env(leftovers, workspace),
-                         encoding="utf-8",
-                         timeout=60, dimensions=(40, 200))
+                         encoding="utf-8", timeout=60, dimensions=(40, 200), preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("key, ok", [("o", True), ("d", False)])
