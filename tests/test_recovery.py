@@ -121,7 +121,9 @@ def test_a_client_killed_with_sigkill_takes_everything_with_it(workspace, tmp_pa
                               env=leftovers.env())
     try:
         assert wait_for(lambda: written(workspace / "child.pid"), 30)
-        assert len(leftovers.alive()) >= 4  # client, supervisor, forkserver, worker, bash, sleeps
+        # The client, bash and both sleeps carry the tag (the titled supervisor, forkserver and worker no longer
+        # show it in /proc); the second sleep starts just after child.pid is written.
+        assert wait_for(lambda: len(leftovers.alive()) >= 4, 30), leftovers.alive()
         client.kill()
         client.wait(10)
         # The supervisor sees its channel close, cancels the call and takes every process along.
