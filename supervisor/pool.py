@@ -166,11 +166,6 @@ class WorkerPool:
         if first is not None and not first.done():
             await asyncio.wait({first})
 
-    async def start(self) -> None:
-        """:meth:`begin`, then wait for the first standby; :class:`ForkerGone` if it cannot start."""
-        self.begin()
-        await asyncio.shield(self._ready[0])
-
     async def _start_one(self) -> WorkerHandle:
         assert self.forker is not None
         try:
