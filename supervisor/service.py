@@ -475,6 +475,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m supervisor")
     parser.add_argument("--fd", type=int, required=True, help="the connected socket to the client")
     options = parser.parse_args(argv)
+    linux.unblock_signals()
     linux.set_dumpable(False)  # no ptrace, no pidfd_getfd from processes of the same user
     linux.set_child_subreaper()
     setproctitle("peon-supervisor (starting)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 
+import psutil
+
 from peon.threads import LEFT_TO_MAIN, helper_thread
 
 
@@ -23,3 +25,38 @@ def test_a_session_reader_thread_leaves_ctrl_c_to_the_main_thread(session):
     with open(f"/proc/self/task/{reader.native_id}/status") as status:
         blocked = int(next(line for line in status if line.startswith("SigBlk:")).split()[1], 16)
     assert blocked & (1 << (signal.SIGINT - 1))
+
+
+def _blocked(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line for line in status if line.startswith("SigBlk:")).split()[1], 16)
+
+
+def test_a_session_opened_from_a_helper_thread_leaves_its_processes_signals_unblocked(open_session):
+    """A process inherits its parent thread's signal mask across fork and exec: opened from a thread that
+    blocks SIGTERM and SIGCHLD, the supervisor could not be stopped nor reap, its forkserver could not be
+    stopped, and a worker would not hear its forkserver die."""
+    opened: list = []
+    thread = helper_thread(lambda: opened.append(open_session()), name="opener")
+    thread.start()
+    thread.join(60)
+    assert opened, "the session did not open from the helper thread"
+    session = opened[0]
+    result = session.call("bash", {"command": "grep SigBlk: /proc/$PPID/status"})  # $PPID: the worker
+    assert result.ok and result.value["exit_code"] == 0, result
+    assert int(result.value["output"].split()[1], 16) == 0, result.value["output"]
+    title = f"peon-forkserver {session.workspace}"
+    for pid in (session.supervisor_pid, *_children_titled(session.supervisor_pid, title)):
+        assert _blocked(pid) == 0, (pid, hex(_blocked(pid)))
+
+
+def _children_titled(pid: int, title: str) -> list[int]:
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if child.cmdline()[:1] == [title]:
+                found.append(child.pid)
+        except psutil.Error:  # an orphan the supervisor is reaping
+            pass
+    assert len(found) == 1, f"{len(found)} processes titled {title!r} below {pid}"
+    return found

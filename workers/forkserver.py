@@ -61,6 +61,7 @@ def _become_forkserver() -> None:
     if spec is None:
         return
     info = json.loads(spec)
+    linux.unblock_signals()
     linux.set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
         os._exit(1)

@@ -136,6 +136,7 @@ def serve(start: WorkerStart) -> NoReturn:
 
 def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.AbstractEventLoop]:
     linux.set_dumpable(False)
+    linux.unblock_signals()  # its forkserver's mask, whatever that was: SIGTERM must reach _on_parent_gone
     signal.signal(signal.SIGTERM, _on_parent_gone)
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
