@@ -3,7 +3,10 @@
 1. Per-call latency: median of ``session.call("bash", {"command": "true"})`` against a raw
    ``subprocess.run(["/bin/bash", "-lc", "true"])`` with the same environment (a clean HOME so the login
    profile is cheap), and their ratio — back to back, and with 100 ms between calls (an agent's
-   rhythm). Target: ratio <= 1.2 both ways.
+   rhythm). Target: ratio <= 1.2 both ways. Beside them, the same call answered by the supervisor
+   alone (a second session whose policy denies ``process``: validated, rated, approved, audited and
+   answered, no worker): what a call costs before any worker is involved, against the budget the
+   target leaves (0.2x the raw start).
 2. Deadline to clean: a capped fork loop (300 processes, some escaping with setsid) runs into its
    deadline; the time from the deadline until the call has returned and no process of the loop is
    alive. Measured from the client, so it includes dispatch overhead. Target: < 100 ms, with cgroup
@@ -52,12 +55,18 @@ def rss_and_pss(pids: list[int]) -> tuple[int, int]:
     return rss, pss
 
 
-def bench_latency(session: peon.Session, env: dict, calls: int, gap: float = 0.0) -> None:
+def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls: int, gap: float = 0.0) -> None:
     for _ in range(20):
         session.call("bash", {"command": "true"})
+        denying.call("bash", {"command": "true"})
         subprocess.run(["/bin/bash", "-lc", "true"], env=env)
-    peon_times, raw_times = [], []
-    for _ in range(calls):  # interleaved so both see the same machine conditions
+    peon_times, raw_times, denied_times = [], [], []
+    for _ in range(calls):  # interleaved so all see the same machine conditions
+        time.sleep(gap)
+        t = time.perf_counter()
+        denied = denying.call("bash", {"command": "true"})
+        denied_times.append(time.perf_counter() - t)
+        assert not denied.ok and denied.error is not None and denied.error.code == "denied", denied
         time.sleep(gap)
         t = time.perf_counter()
         result = session.call("bash", {"command": "true"})
@@ -74,6 +83,9 @@ def bench_latency(session: peon.Session, env: dict, calls: int, gap: float = 0.0
     print(f"latency ({rhythm}): subprocess.run bash -lc true  median {r:.3f} ms  "
           f"(p90 {statistics.quantiles(raw_times, n=10)[-1]*1000:.3f})")
     print(f"latency ({rhythm}): ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
+    d = statistics.median(denied_times) * 1000
+    print(f"latency ({rhythm}): the same call denied, answered by the supervisor alone  median {d:.3f} ms; "
+          f"the target leaves {0.2 * r:.3f} ms for all Peon adds to bash")
 
 
 def bench_deadline(session: peon.Session, workspace: Path, runs: int) -> None:
@@ -172,10 +184,12 @@ def main() -> None:
         workspace.mkdir()
         home.mkdir()
         env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        deny = {"approval": {**ALLOW["approval"], "process": "deny"}}
         with peon.Session(workspace, ALLOW, env=env, state_dir=Path(tmp) / "state") as session:
             print(f"containment: {session.info['containment']['kind']}")
-            bench_latency(session, env, options.calls)
-            bench_latency(session, env, options.apart_calls, gap=0.1)
+            with peon.Session(workspace, deny, env=env, state_dir=Path(tmp) / "state-deny") as denying:
+                bench_latency(session, denying, env, options.calls)
+                bench_latency(session, denying, env, options.apart_calls, gap=0.1)
             bench_deadline(session, workspace, options.deadline_runs)
             bench_flood(session)
             bench_idle(session, options.idle_seconds)

@@ -13,9 +13,11 @@ Run: ``python bench/bench_cpu.py [--calls N]``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +27,42 @@ import psutil
 import peon
 
 TICKS = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parent.parent
+# Run in a fresh interpreter: fork and exit at once, N times; print the medians as JSON.
+FORK_FLOOR = """
+import gc, json, os, resource, statistics, sys, time
+sys.path.insert(0, sys.argv[2])
+for name in sys.argv[3:]:
+    __import__(name)
+gc.freeze()
+wall, cpu, faults = [], [], []
+for _ in range(int(sys.argv[1])):
+    r, w = os.pipe()
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        os.write(w, f"{usage.ru_utime + usage.ru_stime} {usage.ru_minflt}".encode())
+        os._exit(0)
+    seen = os.read(r, 64).split()
+    os.waitpid(pid, 0)
+    wall.append(time.perf_counter() - started)
+    cpu.append(float(seen[0]))
+    faults.append(int(seen[1]))
+    os.close(r)
+    os.close(w)
+print(json.dumps([statistics.median(wall), statistics.median(cpu), statistics.median(faults), len(sys.modules)]))
+"""
+FORKSERVER_MODULES = ["workers.forkserver", "workers.worker", "workers.runner", "peon.tools",
+                      "multiprocessing.forkserver"]
+
+
+def fork_floor(forks: int, flags: list[str], modules: list[str]) -> tuple[float, float, float, int]:
+    """(wall, child CPU, child page faults, modules loaded) of a fork and exit, medians."""
+    out = subprocess.run([sys.executable, *flags, "-c", FORK_FLOOR, str(forks), str(ROOT), *modules],
+                         stdout=subprocess.PIPE, check=True, text=True).stdout
+    wall, cpu, faults, count = json.loads(out)
+    return wall, cpu, faults, count
 
 
 def own_and_reaped_cpu(pid: int) -> tuple[float, float]:
@@ -37,6 +75,7 @@ def own_and_reaped_cpu(pid: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--forks", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="peon-bench-cpu-") as tmp:
         workspace = Path(tmp) / "ws"
@@ -79,6 +118,14 @@ def main() -> None:
         print(f"  CPU per call, {name:16s} {1000 * spent:6.2f} ms")
     print(f"  CPU per call, all processes    {1000 * total:6.2f} ms "
           f"({total / wall:.2f} cores busy while calls run back to back)")
+    cat_ms = 1000 * statistics.median(cat)
+    print(f"the floor of a worker per call: fork + exit of a CPython process, median of {args.forks} "
+          f"(the child's CPU and page faults at its first instruction)")
+    for label, flags, modules in (("bare interpreter (-I -S)", ["-I", "-S"], []),
+                                  ("with the forkserver's modules", [], FORKSERVER_MODULES)):
+        fork_wall, fork_cpu, faults, count = fork_floor(args.forks, flags, modules)
+        print(f"  {label:32s} {1000 * fork_wall:6.2f} ms = {1000 * fork_wall / cat_ms:.2f}x starting /bin/cat "
+              f"({1000 * fork_cpu:.2f} ms CPU, {faults:.0f} faults; {count} modules)")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ class Session:
         # validation code).
         self._spawn()
         try:
-            from . import validation  # noqa: F401 -- loaded here, while the supervisor starts, not at the first call
+            from . import validation  # noqa: F401 -- check_depth's, loaded while the supervisor starts
             from .config import load_config
 
             self.config = load_config(self._config, workspace=self.workspace, env=dict(self._env))

@@ -8,21 +8,31 @@ error names the field (as a JSON pointer), the schema rule (``type``, ``required
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Mapping
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from .errors import ErrorCode, ToolError
 from .shorten import shorten
 
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
 _validators: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+
+
+def load_validator() -> None:
+    """Import the schema validator (``jsonschema``). The first validation does it anyway. A supervisor
+    calls this once it has answered ``ready``: importing the supervisor took 294 ms with it and 215 ms
+    without (medians of 20 on the development machine), and the client waits for that. A client, which
+    checks only an input's depth, never loads it."""
+    import jsonschema.exceptions  # noqa: F401
 
 
 def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
     cached = _validators.get(id(schema))
     if cached is None or cached[0] is not schema:
+        from jsonschema import Draft202012Validator
+
         cached = (schema, Draft202012Validator(schema))
         _validators[id(schema)] = cached
     return cached[1]
@@ -62,6 +72,8 @@ def validate_input(tool_name: str, schema: Mapping[str, Any], args: Any) -> Mapp
     validator = _validator(schema)
     if validator.is_valid(args):
         return args
+    from jsonschema.exceptions import best_match
+
     error = best_match(validator.iter_errors(args))
     pointer = "".join(f"/{p}" for p in error.absolute_path)
     where = f"field {pointer!r}" if pointer else "the input"

@@ -50,6 +50,7 @@ from peon.policy import ApprovalRequest, Decision
 from peon.terminal_text import clean_terminal_text
 from peon.tool import OutputLimits, Tool, ToolContext
 from peon.truncation import HeadTail
+from peon.validation import load_validator
 from workers import linux
 from workers.channel import Channel, ChannelError
 from workers.reaper import REAPER
@@ -134,6 +135,7 @@ class Supervisor:
             # first call waits for its worker, and says so if none can start.
             self.pool.begin()
             await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
+            load_validator()  # the first call's admission would; the client has its answer by now
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
                 executor = group.create_task(self._execute_calls())

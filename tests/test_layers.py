@@ -141,3 +141,21 @@ def test_public_names_are_typed_and_lazy():
     assert facts["before"] == ["peon._packages"]
     assert facts["where"] == typed
     assert (ROOT / "peon" / "py.typed").is_file()
+
+
+def test_a_client_and_an_opening_supervisor_do_without_the_schema_validator(tmp_path):
+    """``jsonschema`` (tens of milliseconds to import) is loaded by a supervisor only after it answered
+    ``ready``, and never by a client, which checks only an input's depth."""
+    probe = ("import json, sys, peon\n"
+             f"with peon.Session({str(tmp_path)!r}, state_dir={str(tmp_path / 'state')!r}) as session:\n"
+             "    session.call('bash', {'command': 'true'})\n"
+             "    session.call('bash', {})\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'jsonschema')))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+    opening = ("import sys, supervisor.service\n"
+               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jsonschema'))\n")
+    proc = subprocess.run([sys.executable, "-P", "-c", opening], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
