@@ -68,3 +68,23 @@ def test_watchdog_samples_until_its_time_then_waits_to_be_cancelled():
     verdict, checks, pending = asyncio.run(scenario())
     assert verdict == "memory"
     assert checks == 0 and pending  # past ``until`` nothing is sampled and nothing is reported
+
+
+def test_a_member_that_left_its_group_before_the_group_was_killed_is_killed_all_the_same(tmp_path, monkeypatch):
+    """The group's SIGKILL misses a process that ran ``setsid`` between its listing and the ``killpg``:
+    played here by a ``killpg`` that reaches nobody. The next listing finds it alive and kills it itself."""
+    child = subprocess.Popen([sys.executable, "-c", ESCAPING_TREE], cwd=tmp_path, start_new_session=True)
+    missed: list[int] = []
+    try:
+        assert wait_for(lambda: written(tmp_path / "child.pid") and written(tmp_path / "grandchild.pid"))
+        grandchild = int((tmp_path / "grandchild.pid").read_text())
+        monkeypatch.setattr(proctree, "signal_group", lambda group, sig: missed.append(group))
+        assert proctree.kill_tree(child.pid, timeout=5.0) == []
+        assert missed == [grandchild]  # its group was "killed" once, and it was then killed by pid
+        assert wait_for(lambda: proctree.state(grandchild) in (None, "Z", "X"))
+    finally:
+        monkeypatch.undo()
+        grandchildren = [int((tmp_path / "grandchild.pid").read_text())] if written(tmp_path / "grandchild.pid") else []
+        for group in (child.pid, *grandchildren):
+            proctree.signal_group(group, signal.SIGKILL)
+        child.wait()

@@ -166,14 +166,17 @@ class _Killer:
         self.groups: set[int] = set()
 
     def kill(self, pid: int, group: int) -> None:
-        self.killed.add(pid)
-        if group in self.protected or group <= 1:
+        """``pid``, listed alive in ``group``. Listed alive again, it is signalled itself: between its
+        listing and the ``killpg`` it may have left that group (``setsid`` — a background ``setsid
+        sleep`` does it just as its shell exits), and the group's signal missed it."""
+        if pid in self.killed or group in self.protected or group <= 1:
             _signal(pid, signal.SIGKILL)
         elif group not in self.groups:
             self.groups.add(group)
             signal_group(group, signal.SIGKILL)
         else:  # it may have joined the group after the group was killed
             _signal(pid, signal.SIGKILL)
+        self.killed.add(pid)
 
 
 def groups_below(root: int, until: float) -> set[int]:
@@ -226,8 +229,7 @@ def kill_tree(root: int, *, include_root: bool = False, reap: Callable[[], objec
             if fields is None or fields[0] in _DEAD:
                 continue
             alive.append(pid)
-            if pid not in killer.killed:
-                killer.kill(pid, fields[2])
+            killer.kill(pid, fields[2])
         if not alive or time.monotonic() >= until:
             break
         time.sleep(delay)  # what was killed is exiting; list again once it had a moment
