@@ -39,7 +39,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from collections.abc import Awaitable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from setproctitle import setproctitle
 
@@ -57,10 +57,11 @@ from workers.reaper import REAPER
 
 from .audit import audit_entry, decision_entry, job_entry
 from .facts import gather
-from .forker import Forker
 from .jobs import Job, JobTable
-from .pool import WorkerPool
 from .session_state import SessionState
+
+if TYPE_CHECKING:
+    from .pool import WorkerPool
 
 
 STARTED_NOTICE_SECONDS = 0.05
@@ -126,23 +127,20 @@ class Supervisor:
         setproctitle(f"peon-supervisor {self.state.view.workspace}")
         state = self.state
         self.jobs = JobTable(state.config.jobs, state.config.limits.worker_grace_seconds, state.view.spill_dir)
-        self.pool = WorkerPool(
-            lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
-            state.containment, state.config.limits.worker_grace_seconds,
-        )
         try:
+            await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
             # The forkserver (a fresh interpreter) and the standbys start while the client goes on: the
             # first call waits for its worker, and says so if none can start.
-            self.pool.begin()
-            await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
-            load_validator()  # the first call's admission would; the client has its answer by now
+            self.pool = _begin_pool(state)
+            load_validator()  # the first call's admission would
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
                 executor = group.create_task(self._execute_calls())
                 await self.stopping.wait()  # the client closed, went away, or a signal came
                 await self._shutdown(reader, executor)
         finally:
-            await self.pool.close()
+            if self.pool is not None:
+                await self.pool.close()
             self.state.close()
         return 0
 
@@ -471,6 +469,18 @@ def input_size(value: Any, limit: int = 1 << 40) -> int:
         else:
             total += 8
     return total
+
+
+def _begin_pool(state: SessionState) -> WorkerPool:
+    """The session's worker pool, begun. Its machinery (``multiprocessing``, psutil, the worker's own
+    modules) is imported here, once the client has ``ready``, not before: answering it sooner."""
+    from .forker import Forker
+    from .pool import WorkerPool
+
+    pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
+                      state.containment, state.config.limits.worker_grace_seconds)
+    pool.begin()
+    return pool
 
 
 def main(argv: list[str] | None = None) -> None:
