@@ -41,8 +41,8 @@ from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
 from workers import proctree
+from workers.proctree import signal_name
 from workers.cgroup import Cgroup, session_cgroup_path
-from workers.reaper import signal_name
 
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields

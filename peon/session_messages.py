@@ -9,9 +9,10 @@ holds, for both sides and for type checkers.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from .policy import AnswerName, Scope
+if TYPE_CHECKING:  # annotations only: a client does not load the policy
+    from .policy import AnswerName, Scope
 
 ClientOp = Literal["start", "call", "cancel", "approval_answer", "close"]
 SupervisorOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request"]

@@ -159,3 +159,15 @@ def test_a_client_and_an_opening_supervisor_do_without_the_schema_validator(tmp_
     proc = subprocess.run([sys.executable, "-P", "-c", opening], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_what_a_client_loads_before_it_starts_its_supervisor():
+    """``Session()`` starts the supervisor first and only then loads the configuration code: everything
+    ``peon.session`` imports delays that start, so it loads no event loop, policy or validation library."""
+    probe = ("import json, sys, peon.session\n"
+             "print(json.dumps(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout))
+    assert loaded.isdisjoint({"asyncio", "peon.policy", "peon.config", "pydantic", "jsonschema"}), \
+        sorted(loaded & {"asyncio", "peon.policy", "peon.config", "pydantic", "jsonschema"})

@@ -127,6 +127,13 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)

@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Set as AbstractSet
 
-from .proctree import children, reap_all
+from .proctree import children, reap_all, signal_name
 
 
 class Reaper:
@@ -71,13 +71,6 @@ def describe_exitcode(code: int | None) -> str:
     if code < 0:
         return f"killed by {signal_name(-code)}"
     return f"exited with status {code}"
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 # One reaper per process: waitpid(-1) anywhere else would steal statuses from it.

@@ -51,7 +51,7 @@ from peon.truncation import BoundedText, HeadTail
 
 from . import proctree
 from .limits import ResourceLimits, probe_for, watch as watch_limits
-from .reaper import REAPER, signal_name, wait_children_gone
+from .reaper import REAPER, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1
@@ -325,7 +325,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             _kill_descendants()
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):
-        exit_code, sig = None, signal_name(os.WTERMSIG(status))
+        exit_code, sig = None, proctree.signal_name(os.WTERMSIG(status))
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
     clean = clean_terminal_text if getattr(limits_of_jobs(ctx), "clean_output", True) else None
