@@ -132,7 +132,7 @@ class Supervisor:
             # The forkserver (a fresh interpreter) and the standbys start while the client goes on: the
             # first call waits for its worker, and says so if none can start.
             self.pool = _begin_pool(state)
-            load_validator()  # the first call's admission would
+            load_validator()  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
                 executor = group.create_task(self._execute_calls())
