@@ -8,7 +8,6 @@ call was cancelled, or wait for it.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 
@@ -43,6 +42,8 @@ class CancelToken:
     """Set once when the call is cancelled; tools poll :attr:`cancelled` or ``await wait()``."""
 
     def __init__(self) -> None:
+        import asyncio  # here: a client loads this module (through the tool contract) and runs no event loop
+
         self._event = asyncio.Event()
         self.reason: str | None = None
         self.cancelled_at: float | None = None
