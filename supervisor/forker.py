@@ -9,8 +9,8 @@ on the forkserver: every call into ``multiprocessing`` runs on one dedicated thr
 
 What the standard library does, and what Peon adds (details and figures in docs/architecture.md):
 
-* ``multiprocessing.forkserver.ensure_running`` starts a fresh interpreter (``python -B -P -c ...``,
-  so nothing is imported from the workspace) that imports the preload modules — here
+* ``multiprocessing.forkserver.ensure_running`` starts a fresh interpreter (``python -P -c ...``,
+  the supervisor's own ``-P``, so nothing is imported from the workspace) that imports the preload modules — here
   :mod:`workers.forkserver`, which arms a parent-death signal, makes it non-dumpable and loads the
   tool modules — and forks a child per ``Process.start()``; the child unpickles the ``Process`` and
   runs :func:`workers.worker.serve`. ``Pipe`` ends and the pinned workspace root travel to it with

@@ -1,7 +1,7 @@
 """What the session's forkserver loads: the preload module of :mod:`multiprocessing.forkserver`.
 
 The supervisor starts its workers with ``multiprocessing.get_context("forkserver")``. The standard
-library's forkserver is a fresh interpreter started by the supervisor (``python -B -P -c 'from
+library's forkserver is a fresh interpreter started by the supervisor (``python -P -c 'from
 multiprocessing.forkserver import main; ...'``) that imports the modules named by
 ``set_forkserver_preload`` and then forks one child per ``Process.start()``. The supervisor names
 this module, and importing it *in that process* makes the forkserver Peon's. Promises:
