@@ -41,7 +41,6 @@ from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
 from workers import proctree
-from workers.proctree import signal_name
 from workers.cgroup import Cgroup, session_cgroup_path
 
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
@@ -583,7 +582,7 @@ class Session:
         if code is None:
             return "is not responding"
         if code < 0:
-            return f"was killed by {signal_name(-code)}"
+            return f"was killed by {proctree.signal_name(-code)}"
         return f"exited with status {code}"
 
     def _kill_supervisor(self) -> None:

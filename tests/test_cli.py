@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import signal
 import os
 import platform
 import re
+import signal
 import stat
 import subprocess
 import sys

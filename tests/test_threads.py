@@ -22,13 +22,12 @@ def test_a_session_reader_thread_leaves_ctrl_c_to_the_main_thread(session):
     reader = session._reader
     assert reader.is_alive()
     # The reader's mask, read from /proc: SigBlk of its task has SIGINT's bit set.
-    with open(f"/proc/self/task/{reader.native_id}/status") as status:
-        blocked = int(next(line for line in status if line.startswith("SigBlk:")).split()[1], 16)
-    assert blocked & (1 << (signal.SIGINT - 1))
+    assert _blocked(f"self/task/{reader.native_id}") & (1 << (signal.SIGINT - 1))
 
 
-def _blocked(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
+def _blocked(task: int | str) -> int:
+    """The blocked-signal mask (``SigBlk``) of ``/proc/<task>``: a pid, or ``self/task/<tid>``."""
+    with open(f"/proc/{task}/status") as status:
         return int(next(line for line in status if line.startswith("SigBlk:")).split()[1], 16)
 
 
