@@ -41,7 +41,11 @@ def test_a_session_opened_from_a_helper_thread_leaves_its_processes_signals_unbl
     thread.join(60)
     assert opened, "the session did not open from the helper thread"
     session = opened[0]
-    result = session.call("bash", {"command": "grep SigBlk: /proc/$PPID/status"})  # $PPID: the worker
+    # $PPID: the worker. It blocks every signal for a moment while it starts the command (glibc's
+    # posix_spawn, until bash has exec'd), so its mask is read until that moment has passed (2 s at most).
+    read_until_clear = ("for i in $(seq 100); do m=$(grep SigBlk: /proc/$PPID/status); "
+                        "case $m in *0000000000000000) break;; esac; sleep 0.02; done; echo $m")
+    result = session.call("bash", {"command": read_until_clear})
     assert result.ok and result.value["exit_code"] == 0, result
     assert int(result.value["output"].split()[1], 16) == 0, result.value["output"]
     title = f"peon-forkserver {session.workspace}"
