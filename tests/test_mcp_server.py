@@ -392,6 +392,7 @@ class RawServer:
                 self.proc.kill()
                 self.proc.wait()
             self.reader.join(5)
+            self.proc.stdout.close()
             self.stderr.close()
             assert not self.garbage, f"non-protocol bytes on stdout: {self.garbage!r}"
 
@@ -522,6 +523,24 @@ def test_initialize_is_answered_while_the_session_starts(raw_server, workspace, 
     assert called["id"] == 6 and called["result"]["structuredContent"]["output"] == "up\n", called
     writer.join(10)
     assert not (workspace / "cancelled-ran").exists()
+
+
+def test_what_waited_is_answered_when_stdin_closes_before_the_session_is_up(raw_server, workspace, tmp_path):
+    """A client that pipes its requests and closes stdin gets the answers that need no call; the call
+    that waited is cancelled with the rest of the session, so it never runs."""
+    server, gate = gated_server(raw_server, workspace, tmp_path, "ok")
+    assert server.initialize()["result"]["serverInfo"]["name"] == "peon"
+    server.request(2, "tools/list")
+    server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "touch call-ran"}})
+    server.request(4, "ping")
+    server.proc.stdin.close()
+    gate.touch()
+    listed = server.recv()
+    assert listed["id"] == 2 and any(t["name"] == "read" for t in listed["result"]["tools"]), listed
+    assert server.recv() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+    assert server.messages.get(timeout=30) is None  # and nothing for the call: stdout closes
+    assert server.proc.wait(30) == 0
+    assert not (workspace / "call-ran").exists()
 
 
 def test_a_session_that_cannot_start_answers_what_waited(raw_server, workspace, tmp_path):

@@ -19,7 +19,9 @@ Promises:
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
   one gets TERM → 2 s → KILL) and the cancelled request gets no response;
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
-  and every process it started is gone — before the server exits.
+  and every process it started is gone — before the server exits. Requests still waiting for the session
+  when stdin closes are answered first (a ``tools/list`` gets its list); a ``tools/call`` among them is
+  cancelled like every other call, so it never starts and gets no response.
 
 The protocol decisions live in the sans-I/O modules gathered by :mod:`peon.mcp.protocol`; this module only
 moves bytes and threads.
@@ -140,11 +142,12 @@ class StdioServer:
         decoder = LineDecoder(self._max_line)
         reason = "stdin closed"
         watched = [wake_r, started_r]
+        input_closed = False  # stdin ended while requests waited for the session: answer them, then stop
         try:
             while True:
                 # Until the session is up its line bound is unknown, but never below 1 MiB: reading
                 # pauses while a longer line is in progress, so no line is judged by a wrong bound.
-                reading = self._up or decoder.pending < PRESTART_READ_LIMIT
+                reading = not input_closed and (self._up or decoder.pending < PRESTART_READ_LIMIT)
                 ready, _, _ = select.select([*watched, self.in_fd] if reading else watched, [], [])
                 if wake_r in ready:
                     signum = os.read(wake_r, 1)
@@ -153,10 +156,15 @@ class StdioServer:
                 if started_r in ready:
                     watched.remove(started_r)  # (before stdin: what waited is answered before what follows)
                     self._starter.join()
-                    self._session_started(decoder)
+                    self._session_started(decoder, input_closed)
+                    if input_closed:
+                        break
                     continue
                 data = os.read(self.in_fd, READ_CHUNK)
                 if not data:
+                    if self._held and not self._up:
+                        input_closed = True
+                        continue
                     break
                 for line in decoder.feed(data):
                     self._handle_line(line)
@@ -179,11 +187,16 @@ class StdioServer:
         finally:
             os.write(started_w, b"s")
 
-    def _session_started(self, decoder: LineDecoder) -> None:
+    def _session_started(self, decoder: LineDecoder, input_closed: bool) -> None:
         """The session is up (or failed): adopt its tools and limits, then answer what waited, in order.
         A session that failed leaves the server answering every request that needs it with the reason,
-        until stdin closes; then :meth:`run` raises the failure."""
-        held, self._held, self._held_bytes = list(self._held), deque(), 0
+        until stdin closes; then :meth:`run` raises the failure. When stdin has closed already, the calls
+        that waited for a session that is up are dropped: the server is stopping, and stopping cancels
+        every call."""
+        held = [(message, size) for message, size in self._held
+                if not (input_closed and self._start_error is None
+                        and isinstance(message, p.Request) and message.method == "tools/call")]
+        self._held, self._held_bytes = deque(), 0
         self._up = True
         if self._start_error is not None:
             error = self._start_error
