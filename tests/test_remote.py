@@ -178,6 +178,8 @@ class CuttingProxy:
         self.marker = marker
         self.armed = False
         self.cuts = 0
+        self.connections: set[asyncio.Task] = set()
+        self.writers: set[asyncio.StreamWriter] = set()
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
@@ -192,7 +194,10 @@ class CuttingProxy:
         self.loop.run_forever()
 
     async def _handle(self, client_reader, client_writer) -> None:
+        self.connections.add(asyncio.current_task())
+        self.writers.add(client_writer)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self.writers.add(up_writer)
 
         async def upward():
             with contextlib.suppress(OSError):
@@ -212,13 +217,28 @@ class CuttingProxy:
                         client_writer.write(data)
                         await client_writer.drain()
 
-        await asyncio.gather(upward(), downward())
-        up_writer.close()
+        try:
+            await asyncio.gather(upward(), downward())
+        finally:
+            for writer in (up_writer, client_writer):
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+
+    async def _shutdown(self) -> None:
+        """Stop accepting, hang up every connection and let its task end, then stop the loop: nothing
+        is left pending or unclosed."""
+        self.server.close()
+        for writer in self.writers:
+            writer.transport.abort()
+        await asyncio.gather(*self.connections, return_exceptions=True)
+        await self.server.wait_closed()
+        self.loop.stop()
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._shutdown()))
         self.thread.join(10)
+        self.loop.close()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
