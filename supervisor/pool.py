@@ -151,10 +151,16 @@ class WorkerPool:
 
     # -- process start-up -------------------------------------------------------------------------
 
-    def begin(self) -> None:
-        """Start the forkserver and the standbys in the background: the session answers at once, and
-        its first call waits for the first standby (:meth:`wait_started`)."""
+    async def begin(self) -> None:
+        """Launch the forkserver, then start the standbys in the background: the first call waits for
+        the first standby (:meth:`wait_started`). Returns once the forkserver's interpreter is started
+        (not loaded): it loads its modules on its own, while the supervisor goes on. A launch that
+        fails is retried, and reported, by the first call."""
         self.forker = self.spawn_forker()
+        try:
+            await self.forker.wait_ready()
+        except Exception:  # start_worker launches it again, and its call says what fails
+            pass
         self._replenish()
         self._first = self._ready[0] if self._ready else None
 

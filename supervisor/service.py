@@ -130,8 +130,9 @@ class Supervisor:
         try:
             await self.client.send({"op": "ready", **self.state.describe(os.getpid())})
             # The forkserver (a fresh interpreter) and the standbys start while the client goes on: the
-            # first call waits for its worker, and says so if none can start.
-            self.pool = _begin_pool(state)
+            # first call waits for its worker, and says so if none can start. The validator loads once
+            # the forkserver is launched, so the two load their modules at the same time.
+            self.pool = await _begin_pool(state)
             load_validator()  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
@@ -471,7 +472,7 @@ def input_size(value: Any, limit: int = 1 << 40) -> int:
     return total
 
 
-def _begin_pool(state: SessionState) -> WorkerPool:
+async def _begin_pool(state: SessionState) -> WorkerPool:
     """The session's worker pool, begun. Its machinery (``multiprocessing``, psutil, the worker's own
     modules) is imported here, once the client has ``ready``, not before: answering it sooner."""
     from .forker import Forker
@@ -479,7 +480,7 @@ def _begin_pool(state: SessionState) -> WorkerPool:
 
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
                       state.containment, state.config.limits.worker_grace_seconds)
-    pool.begin()
+    await pool.begin()
     return pool
 
 
