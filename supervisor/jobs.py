@@ -19,7 +19,8 @@ Promises:
   dies takes its jobs along: their workers get the parent-death signal through the forkserver and
   the session's cgroup is killed;
 * at most :data:`MAX_JOB_RECORDS` job records are kept; past that, the oldest ended job is forgotten
-  (its output too).
+  (its output too). A record holds its job's state and output ring, not its call's result: what the
+  supervisor holds of a session's output stays within the store's bounds however many calls it makes.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ class Job:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     spawned: asyncio.Event = field(default_factory=asyncio.Event)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # The result, held only while a background call waits to answer with it (a job record outlives
+    # its call: holding every result would keep up to MAX_JOB_RECORDS outputs beside the store's).
     reply: dict[str, Any] | None = None
+    awaiting_reply: bool = False
     task: asyncio.Task[None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -136,7 +140,7 @@ class JobTable:
         return handle
 
     def finish(self, job: Job, reply: dict[str, Any]) -> None:
-        job.reply = reply
+        job.reply = reply if job.awaiting_reply else None
         value = reply.get("value") if reply.get("ok") else None
         if isinstance(value, dict):
             job.exit_code, job.signal = value.get("exit_code"), value.get("signal")

@@ -365,6 +365,7 @@ class Supervisor:
         more, or at its end if that comes first), with its ``job_id``; the job goes on in its own task."""
         jobs = self.jobs
         job = jobs.new(call.id, tool.name, _command_of(args), background=True)
+        job.awaiting_reply = True  # until this call is answered: a job that ends by then answers it
         message = {"id": job.id, "tool": tool.name, "args": args, "progress": False, "approved": approved,
                    "stream": "live"}
 
@@ -377,18 +378,21 @@ class Supervisor:
 
         jobs.start_background(job, lambda: self.running_pool.run(message, deadline, job.cancelled, no_progress,
                                                          jobs.on_event(job)), ended)
-        await _first(job.spawned.wait(), job.ended.wait(), call.cancelled.wait())
-        if job.spawned.is_set():
-            self._audit_job("job_started", job)
-        if call.cancelled.is_set() and not job.ended.is_set():
-            await jobs.stop(job.id)
-        wait = float(args.get("yield_seconds") or 0.0)
-        if wait > 0 and not job.ended.is_set():
-            await _first(job.ended.wait(), call.cancelled.wait(), asyncio.sleep(min(wait, deadline.remaining())))
-        if job.ended.is_set() and job.reply is not None:
-            if not job.reply.get("ok"):
-                return {k: v for k, v in job.reply.items() if k in ("ok", "error")}
-            value = job.reply.get("value") or {}
+        try:
+            await _first(job.spawned.wait(), job.ended.wait(), call.cancelled.wait())
+            if job.spawned.is_set():
+                self._audit_job("job_started", job)
+            if call.cancelled.is_set() and not job.ended.is_set():
+                await jobs.stop(job.id)
+            wait = float(args.get("yield_seconds") or 0.0)
+            if wait > 0 and not job.ended.is_set():
+                await _first(job.ended.wait(), call.cancelled.wait(), asyncio.sleep(min(wait, deadline.remaining())))
+        finally:
+            reply, job.reply, job.awaiting_reply = job.reply, None, False
+        if job.ended.is_set() and reply is not None:
+            if not reply.get("ok"):
+                return {k: v for k, v in reply.items() if k in ("ok", "error")}
+            value = reply.get("value") or {}
             return {"ok": True, "value": {**value, "job_id": job.id, "background": True, "state": job.state,
                                           "output_retained_bytes": job.ring.retained}}
         return {"ok": True, "value": self._running_job_value(job, float(deadline.at - time.monotonic()))}

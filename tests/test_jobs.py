@@ -156,6 +156,26 @@ def test_a_flooding_job_keeps_the_supervisor_bounded_and_pages_with_exact_offset
     assert session.call("job_stop", {"job_id": job}).value["state"] == "killed"
 
 
+def test_the_results_of_answered_calls_are_not_held_beside_the_output_store(open_session):
+    """A job record outlives its call; the call's result (up to limits.max_output_bytes of output) does not:
+    what the supervisor holds of many calls' output stays within the store's quota."""
+    calls, output = 150, 64 << 10
+    session = open_session({"approval": {"process": "allow"}, "limits": {"max_output_bytes": output},
+                            "jobs": {"output_buffer_bytes": output, "session_output_bytes": 1 << 20}})
+    command = f"head -c {output} /dev/zero | tr '\\0' x"
+    assert len(session.call("bash", {"command": command}).value["output"]) == output
+    supervisor = psutil.Process(session.supervisor_pid)
+    baseline = supervisor.memory_info().rss
+    for _ in range(calls):
+        result = session.call("bash", {"command": command})
+        assert result.ok and result.value["output_bytes"] == output, result.error
+    grown = supervisor.memory_info().rss - baseline
+    # Held results would be calls x 64 KiB = 9.4 MiB (measured: +12 MiB); the store keeps 1 MiB.
+    assert grown < 5 << 20, f"the supervisor grew by {grown / (1 << 20):.1f} MiB over {calls} answered calls"
+    records = session.call("job_list", {}).value
+    assert len(records["jobs"]) == calls + 1, records
+
+
 def test_a_foreground_flood_keeps_its_newest_bytes_in_an_unnamed_file_of_the_state_directory(open_session, tmp_path):
     quota = 4 << 20
     state_dir = tmp_path / "flood-state"
