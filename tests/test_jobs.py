@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import signal
 import socket
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 import peon
 from helpers import ALLOW_ALL, Leftovers, living, wait_for
+from supervisor.jobs import EndedJob, JobTable
 
 
 class Shared:
@@ -174,6 +177,27 @@ def test_the_results_of_answered_calls_are_not_held_beside_the_output_store(open
     assert grown < 5 << 20, f"the supervisor grew by {grown / (1 << 20):.1f} MiB over {calls} answered calls"
     records = session.call("job_list", {}).value
     assert len(records["jobs"]) == calls + 1, records
+
+
+def test_an_ended_job_keeps_a_compact_record_that_still_answers():
+    """Ended, a job's record drops what running needed (its events, its result) and keeps what job_list and
+    job_output read; whoever still holds the running job sees it end."""
+
+    async def scenario() -> None:
+        table = JobTable(SimpleNamespace(output_buffer_bytes=1024, session_output_bytes=4096, max_running=1,
+                                         clean_output=True), 1.0)
+        job = table.new("call-1", "bash", "echo hi", background=False)
+        table.on_event(job)({"op": "output", "id": job.id, "offset": 0, "data": b"hi\n"})
+        table.finish(job, {"ok": True, "value": {"exit_code": 0, "signal": None}})
+        assert isinstance(table.jobs[job.id], EndedJob) and job.ended.is_set() and job.reply is None
+        info = table.info(job.id)
+        assert (info.state, info.exit_code, info.command, info.output_bytes) == ("exited", 0, "echo hi", 3)
+        assert table.read(job.id, 0, 100).data == b"hi\n"
+        await asyncio.wait_for(table.wait(job.id, 3, 60), 5)  # at once: an ended job has nothing to wait for
+        assert (await table.stop(job.id)).state == "exited"
+        assert [record.job_id for record in table.list()] == [job.id]
+
+    asyncio.run(scenario())
 
 
 def test_a_foreground_flood_keeps_its_newest_bytes_in_an_unnamed_file_of_the_state_directory(open_session, tmp_path):
