@@ -29,7 +29,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,13 @@ def _iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-@dataclass
-class Job:
+@dataclass(slots=True)
+class JobRecord:
+    """What a session keeps of a job once it has ended: what ``job_list`` and ``job_output`` read, and
+    nothing to wait on. A session keeps up to :data:`MAX_JOB_RECORDS`; a running :class:`Job`'s four
+    asyncio events made a record about 5 KiB (1024 records: +5 MiB of supervisor RSS), this is about
+    1.5 KiB with its ring."""
+
     id: str
     call_id: str
     tool: str
@@ -64,6 +69,16 @@ class Job:
     signal: str | None = None
     timed_out: bool = False
     ended_at: float | None = None
+
+    def record(self) -> JobRecord:
+        """This job's record, without what only running needed."""
+        return JobRecord(*(getattr(self, f.name) for f in fields(JobRecord)))
+
+
+@dataclass
+class Job(JobRecord):
+    """A job while it runs (and for whoever still holds it after)."""
+
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     spawned: asyncio.Event = field(default_factory=asyncio.Event)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -79,32 +94,6 @@ class Job:
         self._changed = asyncio.Event()
 
 
-@dataclass(frozen=True, slots=True)
-class EndedJob:
-    """The record of a job that has ended: what ``job_list`` and ``job_output`` read, and nothing to wait
-    on. A session keeps up to :data:`MAX_JOB_RECORDS` of them; a :class:`Job`'s four asyncio events made
-    each about 5 KiB (1024 records: +5 MiB of supervisor RSS), this about 1.5 KiB with its ring."""
-
-    id: str
-    call_id: str
-    tool: str
-    command: str | None
-    background: bool
-    ring: OutputRing
-    started_at: float
-    state: JobState
-    exit_code: int | None
-    signal: str | None
-    timed_out: bool
-    ended_at: float | None
-    task: None = None
-
-    @classmethod
-    def of(cls, job: Job) -> EndedJob:
-        return cls(job.id, job.call_id, job.tool, job.command, job.background, job.ring, job.started_at,
-                   job.state, job.exit_code, job.signal, job.timed_out, job.ended_at)
-
-
 class JobTable:
     """Implements :class:`peon.jobs.JobsAccess` for the job tools."""
 
@@ -114,7 +103,7 @@ class JobTable:
         self.max_running = int(jobs_config.max_running)
         self.clean_output = bool(jobs_config.clean_output)
         self.grace_seconds = grace_seconds
-        self.jobs: OrderedDict[str, Job | EndedJob] = OrderedDict()
+        self.jobs: OrderedDict[str, Job | JobRecord] = OrderedDict()
         self._counter = 0
 
     # -- the supervisor's side ----------------------------------------------------------------------
@@ -179,11 +168,12 @@ class JobTable:
         job.ended.set()
         job.notify()
         if job.id in self.jobs:  # those who hold the job go on with it; the table keeps its record
-            self.jobs[job.id] = EndedJob.of(job)
+            self.jobs[job.id] = job.record()
 
     async def close(self) -> None:
         """Cancel every running job and wait until each has been answered."""
-        running = [job for job in self.jobs.values() if job.task is not None and not job.task.done()]
+        running = [job for job in self.jobs.values()
+                   if isinstance(job, Job) and job.task is not None and not job.task.done()]
         for job in running:
             job.cancelled.set()
         if running:
@@ -208,7 +198,7 @@ class JobTable:
 
     # -- JobsAccess ---------------------------------------------------------------------------------
 
-    def _job(self, job_id: str) -> Job | EndedJob:
+    def _job(self, job_id: str) -> Job | JobRecord:
         job = self.jobs.get(job_id)
         if job is None:
             raise ToolError(ErrorCode.UNKNOWN_JOB, f"this session has no job {job_id!r} (job_list lists its jobs)",
