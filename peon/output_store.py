@@ -17,6 +17,10 @@ the same quotas); one whose file fails a write or a read drops what it held and 
 (``dropped_before``). A file ring that is emptied by eviction closes its file; :meth:`OutputRing.close`
 closes it too. At most one file per ring is open, so a store holds at most
 ``per_session_bytes // spill_bytes + 2`` files with retained bytes.
+
+A ring's own cost stays small (a session keeps the rings of up to 1024 ended jobs): an empty ring holds
+no buffer, and a compacted one (:meth:`OutputRing.compact`, once its job has ended) keeps its chunks in a
+tuple, not in a deque (~0.6 KiB even when empty).
 """
 
 from __future__ import annotations
@@ -59,13 +63,16 @@ class Page:
 
 class OutputRing:
     """One job's newest output within ``quota`` bytes, with absolute offsets: chunks in memory, or
-    past ``spill_bytes`` (with a ``spill`` opener) a file holding the byte at offset ``o`` at ``o % quota``."""
+    past ``spill_bytes`` (with a ``spill`` opener) a file holding the byte at offset ``o`` at ``o % quota``.
+    The chunks are a deque while the ring changes; ``()`` while it is empty, a tuple once compacted."""
+
+    __slots__ = ("_chunks", "_spill", "_spill_bytes", "fd", "quota", "retained", "start", "total")
 
     def __init__(self, quota: int, spill_bytes: int | None = None, spill: Callable[[], int] | None = None):
         if quota < 0:
             raise ValueError("quota must not be negative")
         self.quota = quota
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[bytes] | tuple[bytes, ...] = ()
         self.start = 0  # absolute offset of the first retained byte
         self.total = 0  # absolute offset one past the last byte written
         self.retained = 0
@@ -87,6 +94,8 @@ class OutputRing:
             self.drop_oldest(self.retained)
             self.start = self.total - len(data)
         if data:
+            if not isinstance(self._chunks, deque):
+                self._chunks = deque(self._chunks)
             self._chunks.append(bytes(data))
             self.retained += len(data)
         self.drop_oldest(self.retained - self.quota)
@@ -98,7 +107,7 @@ class OutputRing:
         except OSError:
             self._spill = None  # no file: the ring stays in memory, within its quota
             return
-        self.fd, chunks, self._chunks = fd, self._chunks, deque()
+        self.fd, chunks, self._chunks = fd, self._chunks, ()
         position = self.start
         for chunk in chunks:  # the retained bytes at their places in the file (a wrap cannot happen: retained <= quota)
             if not self._pwrite(chunk, position):
@@ -142,6 +151,12 @@ class OutputRing:
             self.start, self.retained = self.total, 0
             os.close(fd)
 
+    def compact(self) -> None:
+        """Keep the chunks in a tuple, not a deque: for a ring no more is appended to (its job has ended).
+        An append or an eviction after it still works (the chunks go back into a deque)."""
+        if isinstance(self._chunks, deque):
+            self._chunks = tuple(self._chunks)
+
     def skip_to(self, offset: int) -> None:
         """Count everything before ``offset`` as written and already dropped (the writer kept only
         what follows); only forward."""
@@ -159,18 +174,21 @@ class OutputRing:
                 self.close()  # an empty file ring gives its file back
             return dropped
         dropped = 0
-        while count > 0 and self._chunks:
-            first = self._chunks[0]
-            if len(first) <= count:
-                self._chunks.popleft()
-                taken = len(first)
-            else:
-                self._chunks[0] = first[count:]
-                taken = count
-            count -= taken
-            dropped += taken
-        self.retained -= dropped
-        self.start += dropped
+        if count > 0 and self._chunks:
+            chunks = self._chunks if isinstance(self._chunks, deque) else deque(self._chunks)
+            while count > 0 and chunks:
+                first = chunks[0]
+                if len(first) <= count:
+                    chunks.popleft()
+                    taken = len(first)
+                else:
+                    chunks[0] = first[count:]
+                    taken = count
+                count -= taken
+                dropped += taken
+            self._chunks = chunks if chunks else ()  # an emptied ring gives its deque back
+            self.retained -= dropped
+            self.start += dropped
         if not self._chunks:
             self.start = self.total
         return dropped
