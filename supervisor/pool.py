@@ -164,6 +164,11 @@ class WorkerPool:
         self._replenish()
         self._first = self._ready[0] if self._ready else None
 
+    @property
+    def started(self) -> bool:
+        """Whether the first standby :meth:`begin` started is up or failed to start (no need to wait)."""
+        return self._first is None or self._first.done()
+
     async def wait_started(self) -> None:
         """Return once the first standby :meth:`begin` started is up, or failed to start (a call then
         starts a worker itself and reports what fails, :meth:`take`). The forkserver's launch is

@@ -294,7 +294,8 @@ class Supervisor:
                           f"{tool.name} was not run: its decision could not be written to the audit log "
                           f"{state.audit.path} ({exc}); Peon runs no call it cannot audit",
                           {"audit_log": str(state.audit.path)})
-        if not tool.served_by_supervisor:  # a call made as the session starts: its time starts with its worker
+        if not tool.served_by_supervisor and not self.running_pool.started:
+            # A call made as the session starts: its time starts with its worker.
             await _first(self.running_pool.wait_started(), call.cancelled.wait())
             if call.cancelled.is_set():
                 return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
