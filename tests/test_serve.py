@@ -446,9 +446,10 @@ def test_metrics_expose_the_counters(token_server):
     status, headers, body = token_server.server.get("/metrics", auth)
     assert status == 200 and headers["content-type"].startswith("text/plain")
     before = metric_values(body.decode())
-    for command in ("true", "sleep 5"):
+    # Only the second call is meant to reach its deadline (a loaded machine may take a while to start bash).
+    for command, timeout in (("true", 60), ("sleep 5", 1)):
         modern_post(token_server.port, 1, "tools/call", {"name": "bash", "arguments": {
-            "command": command, "timeout_seconds": 0.3}}, headers=auth)
+            "command": command, "timeout_seconds": timeout}}, headers=auth)
     modern_post(token_server.port, 2, "tools/call", {"name": "read", "arguments": {"path": "nope"}}, headers=auth)
     text = token_server.server.get("/metrics", auth)[2].decode()
     after = metric_values(text)
