@@ -20,10 +20,16 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
    The 4 KiB read is measured again with 100 ms between calls, an agent's rhythm (``--apart-calls``),
    against ``/bin/cat`` likewise: a call that finds its standby ready and the machine idle.
 
+   Why calls apart cost what they do: the same work done in this process back to back and after
+   10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
+   rate, ask the policy), the read done by the tool's own code, and a start of ``/bin/cat``. On a
+   machine whose caches go cold while a CPU idles, Python code that touches many objects slows down
+   far more than a process start does, and a call through Peon runs such code in three processes.
+
 3. The cost of ``read``'s ``sha256``: the in-process 4 KiB read with and without hashing, and a 16 MiB
    file (the largest that is hashed) read whole with and without hashing, as microseconds per MiB.
 
-Run: ``python bench/bench_read.py [--calls N] [--apart-calls N] [--resolver auto|openat2|walk]``
+Run: ``python bench/bench_read.py [--calls N] [--apart-calls N] [--idle-rounds N] [--resolver auto|openat2|walk]``
 """
 
 from __future__ import annotations
@@ -40,7 +46,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
+from peon.admission import admit
+from peon.config import load_config
+from peon.configview import ResolvedConfig
 from peon.paths import parse_file_path
+from peon.policy import ApprovalPolicy
+from peon.tool import SessionView
+from peon.tools import BUILTIN_TOOLS
+from peon.validation import load_validator
 from peon.tool import Tool, ToolRisk
 from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file
 from workers import fs
@@ -119,6 +132,41 @@ def hash_cost(ws: Path, resolver: fs.Resolver, rounds: int) -> tuple[float, floa
     return statistics.median(runs["hashing"]), statistics.median(runs["plain"])
 
 
+def admission_of_read(ws: Path, env: dict[str, str]):
+    """``admit`` of a 4 KiB read with the built-in tools and this benchmark's policy, as the supervisor runs it."""
+    load_validator()
+    resolved = ResolvedConfig(load_config(CONFIG, workspace=ws, env=env).to_wire())
+    view = SessionView(workspace=ws, config=resolved.config, env={"PATH": "/usr/bin:/bin"})
+    tools = {tool.name: tool for tool in (cls() for cls in BUILTIN_TOOLS)}
+    schemas = {name: tool.schema_for(view) for name, tool in tools.items()}
+    policy = ApprovalPolicy.from_loaded(resolved)
+
+    def run() -> None:
+        admission = admit(call_id="bench", tool_name="read", raw_args={"path": "small.txt"}, tools=tools,
+                          schemas=schemas, view=view, policy=policy)
+        assert admission.error is None, admission.error
+
+    return run
+
+
+def idle_penalty(cases: dict, rounds: int, idle: float = 0.01) -> dict[str, tuple[float, float]]:
+    """Median of each case back to back and after ``idle`` seconds of sleep, interleaved."""
+    hot: dict[str, list[float]] = {name: [] for name in cases}
+    cold: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            for _ in range(3):
+                fn()
+            started = time.perf_counter()
+            fn()
+            hot[name].append(time.perf_counter() - started)
+            time.sleep(idle)
+            started = time.perf_counter()
+            fn()
+            cold[name].append(time.perf_counter() - started)
+    return {name: (statistics.median(hot[name]), statistics.median(cold[name])) for name in cases}
+
+
 def describe(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
@@ -130,6 +178,8 @@ def main() -> None:
     parser.add_argument("--resolver", default="auto", choices=["auto", "openat2", "walk"])
     parser.add_argument("--apart-calls", type=int, default=50,
                         help="calls 100 ms apart, an agent's rhythm (default 50)")
+    parser.add_argument("--idle-rounds", type=int, default=40,
+                        help="rounds of in-process work back to back and after 10 ms idle (default 40)")
     options = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="peon-bench-read-") as tmp:
@@ -185,6 +235,11 @@ def main() -> None:
         }, options.calls)
         hashing, unhashed = hash_cost(ws, resolver, max(5, options.calls // 30))
         resolving = interleaved({"resolve": lambda: resolve_once(ws, small_path)}, options.calls)["resolve"]
+        idle = idle_penalty({
+            "admission of the read": admission_of_read(ws, env),
+            "the read in-process": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
+            "starting /bin/cat": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
+        }, options.idle_rounds)
         cases = {
             "4 KiB file": (runs["session 4k"], runs["plain 4k"], runs["in-process 4k"]),
             "64 KiB at 1 GiB of 2 GiB sparse": (runs["session slice"], runs["plain slice"], runs["in-process slice"]),
@@ -223,6 +278,8 @@ def main() -> None:
           f"files over {mib:.0f} MiB (the 2 GiB sparse file) are not hashed")
     print(f"resolving the path for approval (supervisor) and again before opening (worker): "
           f"{statistics.median(resolving) * 1e6:.1f} us each")
+    print("the same work back to back / after 10 ms idle: " + "; ".join(
+        f"{name} {hot * 1e6:.0f} / {cold * 1e6:.0f} us ({cold / hot:.1f}x)" for name, (hot, cold) in idle.items()))
     print(f"64 KiB slice / 4 KiB read through the session: {slice_med / small_med:.2f}x; "
           f"read above the no-op floor: 4 KiB {(small_med - f_med) * 1e6:+.0f} us, "
           f"64 KiB slice {(slice_med - f_med) * 1e6:+.0f} us")
