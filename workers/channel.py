@@ -45,9 +45,9 @@ class ChannelError(Exception):
 class _Socket:
     """The socket's receive side stays watched by the event loop between messages: ``sock_recv_into``
     registered and unregistered it for every message, and that ``epoll_ctl`` pair was 8% of the
-    supervisor's main thread (py-spy, back-to-back ``read`` calls). It is unwatched only when it
-    becomes readable while nobody waits to read (a reader holding back, or a peer's stray bytes), so a
-    ready socket never spins the loop, and when it is closed."""
+    supervisor's main thread (py-spy, back-to-back ``read`` calls). It is unwatched when it is closed,
+    and when it becomes readable while nobody waits to read (a reader holding back, or a peer's stray
+    bytes), so that a ready socket never spins the loop."""
 
     def __init__(self, sock: socket.socket):
         sock.setblocking(False)
