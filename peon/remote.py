@@ -418,7 +418,7 @@ class RemoteCallHandle(PendingResult):
     def cancel(self) -> None:
         """Cancel the call on the server; the result is ``cancelled``."""
         task = self._task
-        if task is not None and not self._done.is_set():
+        if task is not None and not self.done():
             self.session._loop.call_soon_threadsafe(task.cancel)
 
 

@@ -92,7 +92,7 @@ class CallHandle(PendingResult):
 
     def cancel(self) -> None:
         """Ask the supervisor to cancel: a queued call never starts; a running one gets TERM → 2 s → KILL."""
-        if not self._done.is_set():
+        if not self.done():
             self.session._send_quietly({"op": "cancel", "id": self.call_id})
 
 

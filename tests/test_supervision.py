@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 import peon
 from helpers import living, wait_for, written
+from peon.result import PendingResult, ToolResult
 from workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -130,6 +132,32 @@ def test_submit_result_timeout_and_threads(session):
     with pytest.raises(TimeoutError):
         handle.result(timeout=0.01)
     assert handle.result(timeout=30).value["output"] == "done\n"
+
+
+def test_a_pending_result_wakes_every_waiter_once_with_the_first_result():
+    """Pure: the handle a submit returns, waited on from many threads, with and without timeouts."""
+    pending = PendingResult("c1", "bash")
+    with pytest.raises(TimeoutError):
+        pending.result(timeout=0)
+    with pytest.raises(TimeoutError):
+        pending.result(timeout=-1)
+    got: list[ToolResult] = []
+    seen: list[ToolResult] = []
+    pending.add_done_callback(seen.append)
+    waiters = [threading.Thread(target=lambda: got.append(pending.result(timeout=30))) for _ in range(8)]
+    for waiter in waiters:
+        waiter.start()
+    assert not pending.done()
+    first, second = ToolResult("c1", "bash", True, value={"n": 1}), ToolResult("c1", "bash", True, value={"n": 2})
+    pending._resolve(first)
+    pending._resolve(second)  # ignored: the first result wins
+    for waiter in waiters:
+        waiter.join(30)
+    assert pending.done() and got == [first] * 8 and seen == [first]
+    assert pending.result() is first and pending.result(timeout=0) is first
+    late: list[ToolResult] = []
+    pending.add_done_callback(late.append)
+    assert late == [first]
 
 
 def test_non_json_inputs_are_refused_before_sending(session):
