@@ -73,19 +73,28 @@ def open_session(options: argparse.Namespace, **kwargs: Any) -> Session:
 
 
 def cmd_mcp(options: argparse.Namespace) -> int:
-    import peon
-    from peon.mcp.protocol import ServerIdentity
-    from peon.mcp.server import serve
+    from peon.launch import launch
 
+    # The supervisor's interpreter starts now, while this one loads the MCP server: the two start-ups
+    # overlap, and the session adopts the process (it starts its own if anything here differs).
     workspace = Path(options.workspace).expanduser().resolve()
-    identity = ServerIdentity(
-        name="peon", version=peon.__version__, title="Peon",
-        instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
-                      "and approved, runs in its own worker with bounded time and output, and everything it "
-                      "started is killed when it ends. Process tools are not sandboxed unless the session's "
-                      "OS sandbox is on (their approval details and results say so)."),
-    )
-    return serve(lambda approver: open_session(options, approver=approver), identity)
+    early = launch(workspace) if workspace.is_dir() else None
+    try:
+        import peon
+        from peon.mcp.protocol import ServerIdentity
+        from peon.mcp.server import serve
+
+        identity = ServerIdentity(
+            name="peon", version=peon.__version__, title="Peon",
+            instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
+                          "and approved, runs in its own worker with bounded time and output, and everything it "
+                          "started is killed when it ends. Process tools are not sandboxed unless the session's "
+                          "OS sandbox is on (their approval details and results say so)."),
+        )
+        return serve(lambda approver: open_session(options, approver=approver, launch=early), identity)
+    finally:
+        if early is not None:
+            early.abandon()  # never adopted: the session failed before it started its supervisor
 
 
 # -- peon serve ------------------------------------------------------------------------------------

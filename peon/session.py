@@ -29,10 +29,8 @@ import json
 import os
 import select
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -44,6 +42,7 @@ from workers import proctree
 from workers.cgroup import Cgroup, session_cgroup_path
 
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
+from .launch import Launch
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from .result import PendingResult, ToolResult
 from .session_messages import CallMessage, ClientMessage, StartMessage
@@ -109,9 +108,12 @@ class Session:
         tools: Iterable[Any] = (),
         env: Mapping[str, str] | None = None,
         approver: Approver | None = None,
+        launch: Launch | None = None,
     ):
         workspace = Path(workspace).expanduser()
         if not workspace.is_dir():
+            if launch is not None:
+                launch.abandon()
             raise SessionError(ErrorCode.NOT_FOUND, f"workspace {workspace} is not an existing directory")
         self.workspace = workspace.resolve()
         self.session_id = session_id or uuid.uuid4().hex
@@ -140,8 +142,8 @@ class Session:
         # The supervisor's interpreter starts (and imports) while the layers resolve here, so a bad file
         # is reported before the supervisor is told anything (it is then stopped and reaped); the
         # supervisor and its workers get the validated result as plain data (they never load the
-        # validation code).
-        self._spawn()
+        # validation code). A supervisor launched ahead for this workspace and environment is adopted.
+        self._spawn(launch)
         try:
             from .validation import check_depth  # loaded while the supervisor starts
             self._check_depth = check_depth
@@ -161,34 +163,22 @@ class Session:
         self._handshake()
 
     def _abandon_spawn(self) -> None:
-        """Stop a supervisor that was started but never told to open the session. Until its start
-        message it starts nothing, so killing it alone leaves nothing behind; it is reaped here."""
-        self._proc.kill()
-        self._proc.wait()
-        self._sock.close()
+        """Stop a supervisor that was started but never told to open the session (see :mod:`peon.launch`)."""
+        self._launch.kill()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
-        shutil.rmtree(self._runtime_dir, ignore_errors=True)
 
-    def _spawn(self) -> None:
-        # Where the supervisor's forkserver puts its socket: the client removes it once the supervisor is
-        # gone, however it went.
-        self._runtime_dir = tempfile.mkdtemp(prefix="peon-run-")
+    def _spawn(self, launch: Launch | None = None) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._reader_idle, self._linger_until = False, None
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        root = str(Path(__file__).resolve().parent.parent)
-        child_env = dict(self._env)  # the supervisor runs with the session's environment
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH")) if p)
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "supervisor", "--fd", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                cwd=self.workspace, env=child_env, start_new_session=True,
-            )
-        finally:
-            theirs.close()
-        self._sock = ours
+        if launch is not None and not (launch.matches(self.workspace, self._env) and launch.adopt()):
+            launch.abandon()  # started for another workspace or environment, or already gone
+            launch = None
+        if launch is None:
+            launch = Launch(self.workspace, self._env)
+            launch.adopt()
+        self._launch = launch
+        self._proc, self._sock, self._runtime_dir = launch.process, launch.sock, launch.runtime_dir
 
     def _handshake(self) -> None:
         self._reader = helper_thread(self._read_loop, name=f"peon-session-{self.session_id[:8]}")
