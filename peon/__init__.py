@@ -43,8 +43,8 @@ if TYPE_CHECKING:
         SessionView as SessionView,
         Tool as Tool,
         ToolContext as ToolContext,
-        ToolRisk as ToolRisk,
     )
+    from .risk import ToolRisk as ToolRisk
 
 ensure_own_packages()
 
@@ -55,7 +55,7 @@ _EXPORTS = {
     "ConfigError": "errors", "ErrorCode": "errors", "PeonError": "errors", "RegistrationError": "errors",
     "SessionError": "errors", "ToolError": "errors",
     "ErrorInfo": "result", "ToolResult": "result",
-    "RiskAssessment": "tool", "SessionView": "tool", "Tool": "tool", "ToolContext": "tool", "ToolRisk": "tool",
+    "RiskAssessment": "tool", "SessionView": "tool", "Tool": "tool", "ToolContext": "tool", "ToolRisk": "risk",
 }
 
 __all__ = [

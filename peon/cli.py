@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
-from peon.tool import RISK_NAMES
+from peon.risk import RISK_NAMES
 
 if TYPE_CHECKING:
     from peon.session import Session

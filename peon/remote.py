@@ -39,7 +39,7 @@ from typing import Any
 from .errors import ErrorCode, SessionError, ToolError
 from .mcp.elicitation import APPROVAL_META_KEY, MAX_REASON_CHARS
 from .mcp.tools import ERROR_META_KEY, RISK_META_KEY
-from .result import PendingResult, ToolResult
+from .result import PendingResult, ToolResult, new_call_id
 from .tool import RISK_NAMES
 from .serve.idempotency import IDEMPOTENCY_KEY
 from .threads import helper_thread
@@ -300,7 +300,7 @@ class AsyncRemoteSession:
     async def call(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None,
                    call_id: str | None = None) -> ToolResult:
         """Run one call on the server; cancelling the awaiting task cancels it there."""
-        call_id = call_id or uuid.uuid4().hex[:12]
+        call_id = call_id or new_call_id()
         if not isinstance(args, dict):
             return ToolResult.failure(call_id, name, ErrorCode.INVALID_INPUT,
                                       f"input for {name} must be a JSON object, got {type(args).__name__}")
@@ -453,7 +453,7 @@ class RemoteSession:
         return not self._closed and self._async.alive
 
     def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> RemoteCallHandle:
-        call_id = uuid.uuid4().hex[:12]
+        call_id = new_call_id()
         handle = RemoteCallHandle(self, call_id, name)
         if self._closed:
             handle._resolve(ToolResult.failure(call_id, name, ErrorCode.SESSION_CLOSED, "the session is closed"))

@@ -6,12 +6,19 @@ not ``ok`` with an :class:`ErrorInfo` whose ``code`` is one of :class:`~peon.err
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ErrorCode
+
+
+def new_call_id() -> str:
+    """A call's id: 12 hex digits, 48 random bits. (``uuid4`` made the same bits through an object that
+    cost ~50 µs more on a cold CPU, on every call's path.)"""
+    return os.urandom(6).hex()
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from workers.cgroup import Cgroup, session_cgroup_path
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .launch import Launch
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
-from .result import PendingResult, ToolResult
+from .result import PendingResult, ToolResult, new_call_id
 from .session_messages import CallMessage, ClientMessage, StartMessage
 from .threads import helper_thread
 
@@ -278,7 +278,7 @@ class Session:
     # -- calls --------------------------------------------------------------------------------------
 
     def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> CallHandle:
-        call_id = os.urandom(6).hex()  # uuid4's object costs ~50 µs more on a cold CPU, on every call's path
+        call_id = new_call_id()
         handle = CallHandle(self, call_id, name, on_progress)
         message: CallMessage = {"op": "call", "id": call_id, "tool": name, "args": args,
                                 "progress": on_progress is not None}

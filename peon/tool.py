@@ -20,24 +20,12 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 from collections.abc import Callable, Mapping
 
 from .cancel import CancelToken, Deadline
-
-
-class ToolRisk(str, Enum):
-    """Stable risk values, from least to most dangerous."""
-
-    READ_ONLY = "read_only"
-    FILESYSTEM = "filesystem"
-    PROCESS = "process"
-    DELEGATE = "delegate"
-
-
-RISK_NAMES: tuple[str, ...] = tuple(risk.value for risk in ToolRisk)  # the risk names, least dangerous first
+from .risk import RISK_NAMES as RISK_NAMES, ToolRisk as ToolRisk
 
 
 @dataclass(frozen=True)
