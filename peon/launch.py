@@ -12,7 +12,7 @@ Promises:
   no-op once a session has adopted the launch (:meth:`Launch.adopt`).
 * The module imports nothing of Peon's and no third-party package, so importing it costs a few
   milliseconds: ``peon mcp`` starts its supervisor while its own interpreter is still loading the MCP
-  server, and the two start-ups overlap (docs/architecture.md, "Starting a session").
+  server, and the two start-ups overlap (docs/architecture.md, "Processes", the client).
 """
 
 from __future__ import annotations
