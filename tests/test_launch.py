@@ -67,8 +67,10 @@ def test_a_session_that_cannot_start_kills_the_launch_it_adopted(workspace, tmp_
 
 
 def test_peon_mcp_serves_with_the_supervisor_it_launched_first(workspace, tmp_path, leftovers, monkeypatch):
-    env = leftovers.env()
-    monkeypatch.setattr(os, "environ", env)
+    for name, value in leftovers.env().items():  # the environment peon mcp runs with: tagged, a clean HOME
+        monkeypatch.setenv(name, value)
+    for name in [name for name in os.environ if name.startswith("XDG_")]:
+        monkeypatch.delenv(name)
     launched, served = [], []
     real_launch = peon.launch.launch
 
