@@ -94,7 +94,7 @@ def cmd_mcp(options: argparse.Namespace) -> int:
         return serve(lambda approver: open_session(options, approver=approver, launch=early), identity)
     finally:
         if early is not None:
-            early.abandon()  # never adopted: the session failed before it started its supervisor
+            early.abandon()  # a no-op once the session adopted it
 
 
 # -- peon serve ------------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ from workers import proctree
 from workers.cgroup import Cgroup, session_cgroup_path
 
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
-from .launch import Launch
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
+from .launch import Launch
 from .result import PendingResult, ToolResult, new_call_id
 from .session_messages import CallMessage, ClientMessage, StartMessage
 from .threads import helper_thread
