@@ -5,7 +5,8 @@ Promises:
 
 * :func:`launch` returns a :class:`Launch`: a fresh interpreter running ``python -P -m supervisor`` in a
   new session (its own process group), in the workspace, with the session's environment, stdin and
-  stdout on ``/dev/null`` and no descriptor of this process but its end of one socket. It starts
+  stdout on ``/dev/null``, this process's stderr, and no other descriptor of this process but its end
+  of one socket. It starts
   nothing and opens nothing until the session sends it the start message; when that socket closes
   first (this process died, or :meth:`Launch.abandon`), it exits.
 * :meth:`Launch.abandon` kills and reaps it and removes its runtime directory; it is idempotent, and a
