@@ -5,9 +5,10 @@ ends a receive that waits on it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from peon.framing import encode, frame
@@ -44,22 +45,31 @@ def _counting(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Counter[str], C
     return counts, undo
 
 
+@contextlib.contextmanager
+def _watched_pair(kind: type[Channel] | type[FrameChannel]) -> Iterator[tuple[Any, socket.socket, Counter[str]]]:
+    """A channel of ``kind`` over one end of a socket pair, the other end, and the counts of how the
+    running loop watches the channel's socket (:func:`_counting`); all closed and undone afterwards."""
+    ours, theirs = socket.socketpair()
+    channel = kind(ours)
+    counts, undo = _counting(asyncio.get_running_loop(), ours.fileno())
+    try:
+        yield channel, theirs, counts
+    finally:
+        undo()
+        channel.close()
+        theirs.close()
+
+
 def test_a_channel_is_watched_once_for_all_its_messages():
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair()
-        channel = FrameChannel(ours)
-        counts, undo = _counting(loop, ours.fileno())
-        try:
+        with _watched_pair(FrameChannel) as (channel, theirs, counts):
             for number in range(100):  # each message arrives while the receive waits for it
                 loop.call_later(0.001, theirs.send, frame(b"message %d" % number))
                 assert await channel.recv() == b"message %d" % number
             assert counts["add"] == 1 and counts["remove"] == 0, counts
             channel.close()
             assert counts["remove"] == 1, counts
-        finally:
-            undo()
-            theirs.close()
 
     asyncio.run(scenario())
 
@@ -67,10 +77,7 @@ def test_a_channel_is_watched_once_for_all_its_messages():
 def test_a_channel_nobody_reads_does_not_spin_the_loop():
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair()
-        channel = Channel(ours)
-        counts, undo = _counting(loop, ours.fileno())
-        try:
+        with _watched_pair(Channel) as (channel, theirs, counts):
             loop.call_later(0.001, theirs.send, encode({"op": "first"}))
             assert await channel.recv() == {"op": "first"}
             theirs.send(encode({"op": "second"}))  # readable, and nobody reads for a while
@@ -79,9 +86,6 @@ def test_a_channel_nobody_reads_does_not_spin_the_loop():
             assert await channel.recv() == {"op": "second"}
             theirs.close()
             assert await channel.recv() is None
-        finally:
-            undo()
-            channel.close()
 
     asyncio.run(scenario())
 
