@@ -171,6 +171,7 @@ class Session:
     def _spawn(self, launch: Launch | None = None) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._reader_idle, self._linger_until = False, None
+        self._reader_ended = False  # the channel to this supervisor has ended: it is gone or going
         if launch is not None and not (launch.matches(self.workspace, self._env) and launch.adopt()):
             launch.abandon()  # started for another workspace or environment, or already gone
             launch = None
@@ -266,7 +267,9 @@ class Session:
 
     @property
     def alive(self) -> bool:
-        return self._dead is None and not self._closing and self._proc.poll() is None
+        # Popen.poll() answers None while another thread waits on the process (the reader reaping a
+        # supervisor that died): the ended channel says it is gone before its status is known.
+        return self._dead is None and not self._closing and not self._reader_ended and self._proc.poll() is None
 
     @property
     def supervisor_pid(self) -> int:
@@ -387,6 +390,7 @@ class Session:
                 for line in decoder.feed(bytes(memoryview(chunk)[:n])):
                     self._dispatch_line(line)
         finally:
+            self._reader_ended = True  # before anything here waits on the process (see alive)
             with self._lock:  # no submit writes to the pipe once it is closed (its number may be reused)
                 self._reader_idle = False
                 for fd in (self._wake_r, self._wake_w):

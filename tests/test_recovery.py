@@ -32,6 +32,18 @@ def test_restart_after_supervisor_death(open_session, workspace, leftovers):
     assert not any((workspace / f"queued-{i}").exists() for i in range(3))
 
 
+def test_a_dead_supervisor_is_not_alive_while_another_thread_reaps_it(open_session):
+    """``Popen.poll()`` answers None while another thread waits on the process: a supervisor killed while
+    some thread reaps it must not read as alive (``peon serve`` reported ready and took a call then)."""
+    session = open_session()
+    assert session.alive
+    reaping = session._proc._waitpid_lock  # what a thread in Popen.wait() holds while it reaps
+    with reaping:
+        os.kill(session.supervisor_pid, signal.SIGKILL)
+        assert wait_for(lambda: not session.alive, 10), "a dead supervisor read as alive"
+    assert wait_for(lambda: session.call("read", {"path": "x"}).error.code == "supervisor_died", 10)
+
+
 def test_restart_of_a_running_supervisor_answers_its_calls(open_session, workspace):
     session = open_session()
     handle = session.submit("bash", {"command": "echo $$ > r.pid; sleep 1000"})
