@@ -34,6 +34,7 @@ from pathlib import Path
 import psutil
 
 import peon
+from figures import record
 from workers import proctree
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
@@ -83,6 +84,7 @@ def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls
     print(f"latency ({rhythm}): subprocess.run bash -lc true  median {r:.3f} ms  "
           f"(p90 {statistics.quantiles(raw_times, n=10)[-1]*1000:.3f})")
     print(f"latency ({rhythm}): ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
+    record("bash.apart" if gap else "bash.back_to_back", p, "ms", baseline=r, against="bash -lc true", calls=calls)
     d = statistics.median(denied_times) * 1000
     print(f"latency ({rhythm}): the same call denied, answered by the supervisor alone  median {d:.3f} ms; "
           f"the target leaves {0.2 * r:.3f} ms for all Peon adds to bash")
@@ -111,6 +113,7 @@ def bench_deadline(session: peon.Session, workspace: Path, runs: int) -> None:
     kind = session.info["containment"]["kind"]
     print(f"deadline->clean [{kind}]: fork loop of {count} processes: median {statistics.median(figures):.1f} ms, "
           f"max {max(figures):.1f} ms over {runs} runs (target < 100 ms; upper bound incl. dispatch)")
+    record(f"deadline_to_clean.{kind}", statistics.median(figures), "ms", max=max(figures), runs=runs)
 
 
 def bench_flood(session: peon.Session) -> None:
@@ -140,6 +143,7 @@ def bench_flood(session: peon.Session) -> None:
     print(f"flood: 1 GiB through a session in {elapsed:.2f} s (head alone to /dev/null: {base[1]} s)")
     print(f"flood: peak supervisor+worker RSS {peak_rss / (1 << 20):.1f} MiB, PSS {peak_pss / (1 << 20):.1f} MiB "
           f"(target RSS < 64 MiB)")
+    record("flood_rss", peak_rss / (1 << 20), "MiB", pss=peak_pss / (1 << 20))
 
 
 def bench_idle(session: peon.Session, seconds: float) -> None:
@@ -167,9 +171,10 @@ def bench_idle(session: peon.Session, seconds: float) -> None:
     time.sleep(seconds)
     after, client_after = used(), client_threads()
     names = ", ".join(proctree.cmdline(p.pid).split(" ")[0] for p in processes)
-    print(f"idle: {len(processes)} session processes ({names}) used {(after - before) * 1000:.0f} ms of CPU "
-          f"and the client's reader {(client_after - client_before) * 1000:.0f} ms in {seconds:g} s without calls "
-          f"(target 0)")
+    session_ms, reader_ms = (after - before) * 1000, (client_after - client_before) * 1000
+    print(f"idle: {len(processes)} session processes ({names}) used {session_ms:.0f} ms of CPU "
+          f"and the client's reader {reader_ms:.0f} ms in {seconds:g} s without calls (target 0)")
+    record("idle_cpu", session_ms + reader_ms, "ms", seconds=seconds)
 
 
 def main() -> None:

@@ -1,11 +1,11 @@
 """Where a call's CPU goes: CPU time per ``read`` call of a 4 KiB file, process by process.
 
 Runs ``--calls`` back-to-back ``session.call("read", ...)`` after a warm-up and prints, per call, the
-wall time and the CPU time (user + system) of the client, the supervisor, the forkserver and the
-workers (children reaped by the forkserver: ``cutime + cstime`` of its ``/proc/<pid>/stat``, which
-include each worker's fork, standby warm-up, call and exit). Next to the wall time it prints the
-time to start ``/bin/cat`` on the file, measured in the same run: on two cores a call whose
-processes use more than twice that in CPU cannot be as fast as starting ``cat``.
+wall time and the CPU time (user + system, and the system part alone) of the client, the supervisor,
+the forkserver and the workers (children reaped by the forkserver: ``cutime + cstime`` of its
+``/proc/<pid>/stat``, which include each worker's fork, standby warm-up, call and exit). Next to the
+wall time it prints the time to start ``/bin/cat`` on the file, measured in the same run: on two
+cores a call whose processes use more than twice that in CPU cannot be as fast as starting ``cat``.
 
 Run: ``python bench/bench_cpu.py [--calls N]``
 """
@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -65,11 +66,16 @@ def fork_floor(forks: int, flags: list[str], modules: list[str]) -> tuple[float,
     return wall, cpu, faults, count
 
 
-def own_and_reaped_cpu(pid: int) -> tuple[float, float]:
-    """(CPU seconds of ``pid`` itself, CPU seconds of the children it has reaped)."""
+class Cpu(NamedTuple):
+    user: float  # seconds
+    system: float  # seconds in the kernel: for a worker mostly its fork's page tables, copy-on-write faults and exit
+
+
+def own_and_reaped_cpu(pid: int) -> tuple[Cpu, Cpu]:
+    """(CPU of ``pid`` itself, CPU of the children it has reaped)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime) / TICKS, (cutime + cstime) / TICKS
+    utime, stime, cutime, cstime = (int(x) / TICKS for x in fields[11:15])
+    return Cpu(utime, stime), Cpu(cutime, cstime)
 
 
 def main() -> None:
@@ -94,9 +100,9 @@ def main() -> None:
             forkservers = [p.pid for p in psutil.Process(supervisor).children()
                            if "forkserver" in " ".join(p.cmdline())]
 
-            def sample() -> dict[str, float]:
+            def sample() -> dict[str, Cpu]:
                 me = psutil.Process().cpu_times()
-                figures = {"client": me.user + me.system}
+                figures = {"client": Cpu(me.user, me.system)}
                 figures["supervisor"], _ = own_and_reaped_cpu(supervisor)
                 if forkservers:
                     figures["forkserver"], figures["workers"] = own_and_reaped_cpu(forkservers[0])
@@ -111,13 +117,13 @@ def main() -> None:
     print(f"{args.calls} back-to-back read calls of a 4 KiB file (containment and sandbox as configured)")
     print(f"  wall per call (mean)           {1000 * wall:6.2f} ms; starting /bin/cat on it: "
           f"{1000 * statistics.median(cat):.2f} ms (median of 50)")
-    total = 0.0
+    total = kernel = 0.0
     for name in before:
-        spent = (after[name] - before[name]) / args.calls
-        total += spent
-        print(f"  CPU per call, {name:16s} {1000 * spent:6.2f} ms")
-    print(f"  CPU per call, all processes    {1000 * total:6.2f} ms "
-          f"({total / wall:.2f} cores busy while calls run back to back)")
+        user, system = ((a - b) / args.calls for a, b in zip(after[name], before[name], strict=True))
+        total, kernel = total + user + system, kernel + system
+        print(f"  CPU per call, {name:16s} {1000 * (user + system):6.2f} ms (in the kernel {1000 * system:.2f})")
+    print(f"  CPU per call, all processes    {1000 * total:6.2f} ms (in the kernel {1000 * kernel:.2f}; "
+          f"{total / wall:.2f} cores busy while calls run back to back)")
     cat_ms = 1000 * statistics.median(cat)
     print(f"the floor of a worker per call: fork + exit of a CPython process, median of {args.forks} "
           f"(the child's CPU and page faults at its first instruction)")

@@ -46,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
+from figures import record
 from peon.admission import admit
 from peon.config import load_config
 from peon.configview import ResolvedConfig
@@ -262,10 +263,14 @@ def main() -> None:
     print(f"{'/bin/cat of the 4 KiB file':<34} {c_med * 1e6:>9.0f} us {c_p90 * 1e6:>6.0f} us")
     print(f"read 4 KiB through the session / starting /bin/cat on it: {medians['4 KiB file'] / c_med:.2f}x "
           "(target <= 1.0)")
+    record("read.back_to_back", medians["4 KiB file"] * 1e3, "ms", baseline=c_med * 1e3, against="starting /bin/cat",
+           calls=options.calls)
     a_med, _ = describe(apart["session"])
     ac_med, _ = describe(apart["cat"])
     print(f"read 4 KiB 100 ms apart: {a_med * 1e6:.0f} us, /bin/cat {ac_med * 1e6:.0f} us: {a_med / ac_med:.2f}x "
           f"(target <= 1.0, {options.apart_calls} calls each)")
+    record("read.apart", a_med * 1e3, "ms", baseline=ac_med * 1e3, against="starting /bin/cat",
+           calls=options.apart_calls)
     f_med, f_p90 = describe(floor)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
     small_med, slice_med = medians.values()

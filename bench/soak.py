@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 import peon
+from figures import record
 from workers import proctree
 
 FORK_LOOP = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "forkloop.py").read_text()
@@ -161,6 +162,11 @@ def main() -> None:
             verdicts.append(growth / first[key] < 0.05)
         else:
             verdicts.append(growth <= 0)
+    grown = {key: last[key] - first[key] for key in first if key != "call"}
+    record("soak.descriptors", max(v for k, v in grown.items() if k.endswith("_fds")), "fds", calls=options.calls)
+    record("soak.processes", grown["tree_processes"], "processes", calls=options.calls)
+    record("soak.rss_percent", max(100 * v / first[k] for k, v in grown.items() if k.endswith("_rss")), "%",
+           calls=options.calls)
     print("soak: supervisor RSS by sample (MiB): "
           + " ".join(f"{s['supervisor_rss'] / 1024:.1f}" for s in samples))
     print(f"soak: {len(samples)} samples from call {first['call']} to {last['call']}; "

@@ -1,0 +1,161 @@
+"""Every speed and resource target of the core, measured in one run and printed in one table.
+
+Runs the benchmarks that measure them, one after the other, each in its own interpreter with its
+own output shown as it comes: ``bench_core.py`` (``bash true`` against ``bash -lc true``, deadline to
+clean, the 1 GiB flood, idle CPU), ``bench_read.py`` (``read`` against starting ``/bin/cat``),
+``bench_mcp.py`` (``peon mcp`` against server-filesystem and mcp-shell-server) and ``soak.py``
+(10,000 calls, no growth). Each records its figures through :mod:`figures`; then one table gives,
+per target, Peon's figure, the baseline measured in the same run, the ratio, the target and whether
+it is met. A peer that is not installed, or a containment this machine lacks, is shown as not
+measured, with the reason.
+
+Run: ``python bench/targets.py`` (about 12 minutes on 2 cores; ``--quick`` for a short check with
+fewer calls, ``--soak-calls 0`` to leave the soak out). Exit status 0 when every benchmark ran,
+whatever the verdicts; 1 when one of them failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from figures import ENV
+
+BENCH = Path(__file__).resolve().parent
+
+Comparison = Literal["<=", "<", ">="]
+Verdict = Literal["met", "not met", "not measured"]
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str  # the figure's key, as its benchmark records it
+    label: str
+    compare: Comparison
+    bound: float
+    on_ratio: bool  # the bound applies to value / baseline, not to the value itself
+
+    def judge(self, figure: Mapping[str, Any] | None) -> tuple[Verdict, float | None]:
+        """The verdict on ``figure`` (``None``: not recorded) and the number it was judged on."""
+        if figure is None:
+            return "not measured", None
+        number = figure["value"]
+        if self.on_ratio:
+            if not figure.get("baseline"):
+                return "not measured", None
+            number = figure["value"] / figure["baseline"]
+        held = {"<=": number <= self.bound, "<": number < self.bound, ">=": number >= self.bound}[self.compare]
+        return ("met" if held else "not met"), number
+
+
+TARGETS = (
+    Target("bash.back_to_back", "Session.call bash true, back to back", "<=", 1.2, True),
+    Target("bash.apart", "Session.call bash true, 100 ms apart", "<=", 1.2, True),
+    Target("read.back_to_back", "Session.call read 4 KiB, back to back", "<=", 1.0, True),
+    Target("read.apart", "Session.call read 4 KiB, 100 ms apart", "<=", 1.0, True),
+    Target("mcp.read", "peon mcp tools/call read 1 KiB", "<=", 1.0, True),
+    Target("mcp.bash", "peon mcp tools/call bash true", "<=", 0.8, True),
+    Target("mcp.read_rate", "peon mcp read, back to back (calls/s)", ">=", 1.0, True),
+    Target("mcp.start", "peon mcp start to first tools/list", "<=", 1.0, True),
+    Target("deadline_to_clean.cgroup", "deadline to clean, 300-process fork loop, cgroup", "<", 100, False),
+    Target("deadline_to_clean.process-tree", "the same, process-tree containment", "<", 100, False),
+    Target("flood_rss", "1 GiB flood, supervisor + worker RSS", "<", 64, False),
+    Target("idle_cpu", "idle session, CPU of all its processes", "<=", 0, False),
+    Target("soak.descriptors", "soak: descriptors gained after warm-up", "<=", 0, False),
+    Target("soak.processes", "soak: processes gained after warm-up", "<=", 0, False),
+    Target("soak.rss_percent", "soak: largest RSS growth after warm-up", "<", 5, False),
+)
+
+
+def read_figures(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The recorded figures by key (a key recorded twice: the later one)."""
+    figures = {}
+    for line in lines:
+        if line.strip():
+            entry = json.loads(line)
+            figures[entry["key"]] = entry
+    return figures
+
+
+def number(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def bound(target: Target, unit: str) -> str:
+    return f"{target.compare} {target.bound:.1f}x" if target.on_ratio else f"{target.compare} {target.bound:g} {unit}"
+
+
+def table(figures: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The summary, one line per target."""
+    lines = [f"{'target':<50} {'Peon':>12} {'baseline':>34} {'ratio':>6}  {'target':<15} verdict"]
+    met = 0
+    for target in TARGETS:
+        figure = figures.get(target.key)
+        verdict, judged = target.judge(figure)
+        met += verdict == "met"
+        if figure is None:
+            lines.append(f"{target.label:<50} {'—':>12} {'':>34} {'':>6}  {bound(target, ''):<15} not measured")
+            continue
+        mine = f"{number(figure['value'])} {figure['unit']}"
+        base = ratio = ""
+        if figure.get("against"):
+            base = (f"{number(figure['baseline'])} {figure['unit']} {figure['against']}" if figure.get("baseline")
+                    else f"{figure['against']}: absent")
+        if target.on_ratio and judged is not None:
+            ratio = f"{judged:.2f}"
+        lines.append(f"{target.label:<50} {mine:>12} {base[-34:]:>34} {ratio:>6}  {bound(target, figure['unit']):<15} "
+                     f"{verdict}")
+    lines.append(f"{met} of {len(TARGETS)} targets met")
+    return lines
+
+
+def runs(quick: bool, soak_calls: int) -> list[list[str]]:
+    """The benchmark commands: the ones docs/operations.md quotes, or shorter ones for ``--quick``."""
+    commands = [
+        ["bench_core.py", "--calls", "50" if quick else "200", "--deadline-runs", "3" if quick else "5",
+         "--apart-calls", "20" if quick else "50"],
+        ["bench_read.py", "--calls", "50" if quick else "200", "--apart-calls", "20" if quick else "50"],
+        ["bench_mcp.py", "--rounds", "1" if quick else "3", "--calls", "50" if quick else "200",
+         "--starts", "4" if quick else "10"],
+    ]
+    if soak_calls:
+        commands.append(["soak.py", "--calls", str(soak_calls), "--warmup", str(min(4000, soak_calls // 2))])
+    return commands
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls and a 1,000-call soak: a check, not a figure")
+    parser.add_argument("--soak-calls", type=int, help="calls of the soak (default 10000; 1000 with --quick; 0: none)")
+    options = parser.parse_args()
+    soak_calls = options.soak_calls if options.soak_calls is not None else 1000 if options.quick else 10_000
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="peon-bench-targets-") as tmp:
+        recorded = Path(tmp) / "figures.jsonl"
+        recorded.touch()
+        env = dict(os.environ, **{ENV: str(recorded)})
+        started = time.monotonic()
+        for script, *args in runs(options.quick, soak_calls):
+            print(f"\n+ {Path(sys.executable).name} bench/{script} {' '.join(args)}", flush=True)
+            if subprocess.run([sys.executable, str(BENCH / script), *args], env=env).returncode != 0:
+                failed.append(script)
+        figures = read_figures(recorded.read_text(encoding="utf-8").splitlines())
+    print(f"\nevery target, one run ({time.monotonic() - started:.0f} s; {os.cpu_count()} cores; "
+          f"load average {os.getloadavg()[0]:.2f})")
+    print("\n".join(table(figures)))
+    if failed:
+        print(f"failed: {', '.join(failed)} (their figures are missing above)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

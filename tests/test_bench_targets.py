@@ -1,0 +1,91 @@
+"""bench/targets.py: the one table of every target, and how benchmarks hand it their figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import figures
+    import targets
+
+    return figures, targets
+
+
+def test_a_figure_is_recorded_only_where_the_environment_names_a_file(bench, tmp_path, monkeypatch):
+    figures, _ = bench
+    monkeypatch.delenv(figures.ENV, raising=False)
+    figures.record("bash.apart", 9.0, "ms", baseline=4.5, against="bash -lc true")
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / "figures.jsonl"
+    monkeypatch.setenv(figures.ENV, str(out))
+    figures.record("bash.apart", 9.0, "ms", baseline=4.5, against="bash -lc true", calls=50)
+    figures.record("flood_rss", 62.5, "MiB", pss=43.0)
+    lines = out.read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"key": "bash.apart", "value": 9.0, "unit": "ms", "baseline": 4.5, "against": "bash -lc true", "calls": 50},
+        {"key": "flood_rss", "value": 62.5, "unit": "MiB", "baseline": None, "against": None, "pss": 43.0},
+    ]
+
+
+def test_targets_are_judged_on_the_ratio_to_the_baseline_of_the_same_run_or_on_the_value(bench):
+    _, targets = bench
+    by_key = {t.key: t for t in targets.TARGETS}
+    bash = by_key["bash.back_to_back"]  # ratio <= 1.2
+    assert bash.judge({"value": 6.0, "baseline": 5.0}) == ("met", pytest.approx(1.2))
+    assert bash.judge({"value": 6.1, "baseline": 5.0})[0] == "not met"
+    assert bash.judge({"value": 6.0, "baseline": None}) == ("not measured", None)  # the peer or baseline is absent
+    assert bash.judge(None) == ("not measured", None)
+    rate = by_key["mcp.read_rate"]  # higher is better
+    assert rate.judge({"value": 700.0, "baseline": 676.0})[0] == "met"
+    assert rate.judge({"value": 101.0, "baseline": 676.0})[0] == "not met"
+    deadline = by_key["deadline_to_clean.cgroup"]  # value < 100 ms
+    assert deadline.judge({"value": 99.9, "baseline": None}) == ("met", 99.9)
+    assert deadline.judge({"value": 100.0, "baseline": None})[0] == "not met"
+    assert by_key["idle_cpu"].judge({"value": 0.0})[0] == "met"
+    assert by_key["idle_cpu"].judge({"value": 10.0})[0] == "not met"
+
+
+def test_the_table_has_a_line_per_target_and_says_what_was_not_measured(bench):
+    _, targets = bench
+    figures = targets.read_figures([
+        json.dumps({"key": "bash.back_to_back", "value": 7.78, "unit": "ms", "baseline": 4.52,
+                    "against": "bash -lc true"}),
+        json.dumps({"key": "mcp.bash", "value": 14.4, "unit": "ms", "baseline": None, "against": "mcp-shell-server"}),
+        json.dumps({"key": "flood_rss", "value": 62.6, "unit": "MiB", "baseline": None, "against": None}),
+        "",
+    ])
+    lines = targets.table(figures)
+    assert len(lines) == len(targets.TARGETS) + 2  # the heading and the count
+    by_label = {line[:50].rstrip(): line for line in lines[1:-1]}
+    bash = by_label["Session.call bash true, back to back"]
+    assert "7.78 ms" in bash and "4.52 ms bash -lc true" in bash and " 1.72 " in bash and bash.endswith("not met")
+    assert by_label["peon mcp tools/call bash true"].endswith("not measured")
+    assert "mcp-shell-server: absent" in by_label["peon mcp tools/call bash true"]
+    assert by_label["1 GiB flood, supervisor + worker RSS"].endswith(" met")
+    assert by_label["soak: processes gained after warm-up"].endswith("not measured")
+    assert lines[-1] == f"1 of {len(targets.TARGETS)} targets met"
+
+
+def test_every_benchmark_run_takes_the_options_it_is_given(bench):
+    """The commands targets.py runs name options their scripts accept (each script's own --help)."""
+    _, targets = bench
+    options: dict[str, set[str]] = {}
+    for quick in (False, True):
+        for script, *args in targets.runs(quick, soak_calls=1000):
+            options.setdefault(script, set()).update(a for a in args if a.startswith("--"))
+    assert len(options) == 4
+    for script, named in options.items():
+        usage = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
+                               timeout=60)
+        assert usage.returncode == 0, usage.stderr
+        assert {option for option in named if option not in usage.stdout} == set(), script
