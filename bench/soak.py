@@ -149,11 +149,12 @@ def main() -> None:
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     first, last = samples[0], samples[-1]
     verdicts = []
+    grown = {}
     for key in first:
         if key == "call":
             continue
         peak = max(s[key] for s in samples)
-        growth = last[key] - first[key]
+        growth = grown[key] = last[key] - first[key]
         unit = " KiB" if key.endswith("rss") else ""
         pct = f" ({100 * growth / first[key]:+.1f} %)" if key.endswith("rss") else ""
         print(f"soak: {key:16s} after warm-up {first[key]}{unit}, max {peak}{unit}, end {last[key]}{unit}, "
@@ -162,7 +163,6 @@ def main() -> None:
             verdicts.append(growth / first[key] < 0.05)
         else:
             verdicts.append(growth <= 0)
-    grown = {key: last[key] - first[key] for key in first if key != "call"}
     record("soak.descriptors", max(v for k, v in grown.items() if k.endswith("_fds")), "fds", calls=options.calls)
     record("soak.processes", grown["tree_processes"], "processes", calls=options.calls)
     record("soak.rss_percent", max(100 * v / first[k] for k, v in grown.items() if k.endswith("_rss")), "%",

@@ -9,7 +9,7 @@ per target, Peon's figure, the baseline measured in the same run, the ratio, the
 it is met. A peer that is not installed, or a containment this machine lacks, is shown as not
 measured, with the reason.
 
-Run: ``python bench/targets.py`` (about 12 minutes on 2 cores; ``--quick`` for a short check with
+Run: ``python bench/targets.py`` (about 7 minutes on 2 cores; ``--quick`` for a short check with
 fewer calls, ``--soak-calls 0`` to leave the soak out). Exit status 0 when every benchmark ran,
 whatever the verdicts; 1 when one of them failed.
 """
