@@ -6,8 +6,9 @@ clean, the 1 GiB flood, idle CPU), ``bench_read.py`` (``read`` against starting 
 ``bench_mcp.py`` (``peon mcp`` against server-filesystem and mcp-shell-server) and ``soak.py``
 (10,000 calls, no growth). Each records its figures through :mod:`figures`; then one table gives,
 per target, Peon's figure, the baseline measured in the same run, the ratio, the target and whether
-it is met. A peer that is not installed, or a containment this machine lacks, is shown as not
-measured, with the reason.
+it is met. A peer that is not installed (``bench/install_peers``) is named as absent; a figure that
+no benchmark recorded — cgroup containment on a machine without it, the soak left out, a benchmark
+that failed — is shown as not measured.
 
 Run: ``python bench/targets.py`` (about 7 minutes on 2 cores; ``--quick`` for a short check with
 fewer calls, ``--soak-calls 0`` to leave the soak out). Exit status 0 when every benchmark ran,
