@@ -11,7 +11,8 @@ no benchmark recorded — cgroup containment on a machine without it, the soak l
 that failed — is shown as not measured.
 
 Run: ``python bench/targets.py`` (about 7 minutes on 2 cores; ``--quick`` for a short check with
-fewer calls, ``--soak-calls 0`` to leave the soak out). Exit status 0 when every benchmark ran,
+fewer calls, ``--soak-calls 0`` to leave the soak out, ``--profile`` to end with
+``profile_call.py``'s account of where a call's CPU goes). Exit status 0 when every benchmark ran,
 whatever the verdicts; 1 when one of them failed.
 """
 
@@ -119,7 +120,7 @@ def table(figures: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def runs(quick: bool, soak_calls: int) -> list[list[str]]:
+def runs(quick: bool, soak_calls: int, profile: bool = False) -> list[list[str]]:
     """The benchmark commands: the ones docs/operations.md quotes, or shorter ones for ``--quick``."""
     commands = [
         ["bench_core.py", "--calls", "50" if quick else "200", "--deadline-runs", "3" if quick else "5",
@@ -130,6 +131,8 @@ def runs(quick: bool, soak_calls: int) -> list[list[str]]:
     ]
     if soak_calls:
         commands.append(["soak.py", "--calls", str(soak_calls), "--warmup", str(min(4000, soak_calls // 2))])
+    if profile:
+        commands.append(["profile_call.py", "--calls", "100" if quick else "300"])
     return commands
 
 
@@ -137,6 +140,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and a 1,000-call soak: a check, not a figure")
     parser.add_argument("--soak-calls", type=int, help="calls of the soak (default 10000; 1000 with --quick; 0: none)")
+    parser.add_argument("--profile", action="store_true", help="end with a perf profile of back-to-back calls")
     options = parser.parse_args()
     soak_calls = options.soak_calls if options.soak_calls is not None else 1000 if options.quick else 10_000
     failed = []
@@ -145,7 +149,7 @@ def main() -> int:
         recorded.touch()
         env = dict(os.environ, **{ENV: str(recorded)})
         started = time.monotonic()
-        for script, *args in runs(options.quick, soak_calls):
+        for script, *args in runs(options.quick, soak_calls, options.profile):
             print(f"\n+ {Path(sys.executable).name} bench/{script} {' '.join(args)}", flush=True)
             if subprocess.run([sys.executable, str(BENCH / script), *args], env=env).returncode != 0:
                 failed.append(script)

@@ -81,9 +81,9 @@ def test_every_benchmark_run_takes_the_options_it_is_given(bench):
     _, targets = bench
     options: dict[str, set[str]] = {}
     for quick in (False, True):
-        for script, *args in targets.runs(quick, soak_calls=1000):
+        for script, *args in targets.runs(quick, soak_calls=1000, profile=True):
             options.setdefault(script, set()).update(a for a in args if a.startswith("--"))
-    assert len(options) == 4
+    assert len(options) == 5
     for script, named in options.items():
         usage = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
                                timeout=60)
