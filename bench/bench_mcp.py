@@ -8,13 +8,16 @@ against the peer and the target:
 1. ``tools/call read`` of a 1 KiB file, back to back — Peon ≤ 1.0x ``@modelcontextprotocol/server-filesystem``
    ``read_text_file``;
 2. ``tools/call bash {"command": "true"}`` — Peon ≤ 0.8x PyPI ``mcp-shell-server`` ``shell_execute``
-   (``["true"]``; it runs the argv directly, Peon runs ``/bin/bash -lc``);
+   (``["true"]``; it runs the argv directly, Peon runs ``/bin/bash -lc``, so a ``bash -lc true`` started
+   here with the servers' environment is timed too: the floor of Peon's figure);
 3. back-to-back ``read`` throughput, calls/s — Peon ≥ server-filesystem (sequential: each call waits
    for the previous answer, as an agent does; also with 8 calls in flight);
 4. process start to the first ``tools/list`` answer — Peon ≤ server-filesystem.
 
 Peon's own share of a call is the MCP figure minus ``Session.call`` of the same tool measured in the
-same run (the supervisor↔worker path), so the front end's cost and the core's are reported apart.
+same run (the supervisor↔worker path), so the front end's cost and the core's are reported apart. A
+``tools/call`` that the supervisor answers alone (invalid arguments: no worker) is timed as the floor
+of Peon's ``read``; ``bench/targets.py`` prints each floor's ratio beside the target.
 
 The peers are pinned and installed by ``bench/install_peers`` (server-filesystem from
 ``bench/js/package-lock.json``; mcp-shell-server from ``bench/peers/requirements.txt`` into its own
@@ -54,6 +57,7 @@ BENCH = Path(__file__).resolve().parent
 FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
 SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
 PEON = Path(sys.executable).parent / "peon"
+RAW_BASH = "bash -lc true"  # started by this process: the floor of Peon's bash
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
 
@@ -221,6 +225,8 @@ async def one_round(ours: Server, peers: list[Server], workspace: Path, env: dic
             await with_client(server, workspace, reads_of(server, args, figures))
         if server.bash:
             await with_client(server, workspace, bashes_of(server, args, figures))
+    raw = await asyncio.to_thread(raw_bash, env, args.calls)
+    figures.add(RAW_BASH, "bash", statistics.median(raw))
     session = await asyncio.to_thread(peon.Session, workspace, ALLOW, env=env)
     try:
         for what in ("read", "bash"):
@@ -268,6 +274,21 @@ def bashes_of(server: Server, args: argparse.Namespace, figures: Figures) -> Cal
     return bashes
 
 
+def raw_bash(env: dict[str, str], calls: int) -> list[float]:
+    """``/bin/bash -lc true`` started from here, as Peon's ``bash`` starts it: no MCP, no Peon."""
+    def start() -> None:
+        subprocess.run(["/bin/bash", "-lc", "true"], env=env, check=True)
+
+    for _ in range(min(20, calls)):
+        start()
+    times = []
+    for _ in range(calls):
+        begun = time.perf_counter()
+        start()
+        times.append(time.perf_counter() - begun)
+    return times
+
+
 async def timed(request: Callable[[], Awaitable[Any]], calls: int) -> list[float]:
     for _ in range(min(20, calls)):
         await request()
@@ -283,26 +304,30 @@ def report(figures: Figures, ours: Server, peers: list[Server], rounds: int) -> 
     print(f"\nmedians over {rounds} round(s)")
 
     def line(label: str, what: str, fmt: Callable[[float], str]) -> None:
-        for name in [ours.name, *(p.name for p in peers), "Session.call"]:
+        for name in [ours.name, *(p.name for p in peers), "Session.call", RAW_BASH]:
             value = figures.median(name, what)
             if value is not None:
                 print(f"  {label:<38} {name:<18} {fmt(value)}")
 
-    def ratio(what: str, peer: str, target: str, key: str | None = None, unit: str = "ms") -> None:
-        """Print the ratio; record the figure as ``key`` for bench/targets.py (in ``unit``: seconds are ms)."""
+    def ratio(what: str, peer: str, target: str, key: str | None = None, unit: str = "ms",
+              **floors: float | None) -> None:
+        """Print the ratio; record the figure as ``key`` for bench/targets.py (in ``unit``: seconds are ms),
+        with the ``floors`` measured (seconds, recorded as ms)."""
         mine, theirs = figures.median(ours.name, what), figures.median(peer, what)
         scale = 1000 if unit == "ms" else 1
         if key is not None and mine is not None:
-            record(key, mine * scale, unit, baseline=None if theirs is None else theirs * scale, against=peer)
+            record(key, mine * scale, unit, baseline=None if theirs is None else theirs * scale, against=peer,
+                   **{name: value * 1000 for name, value in floors.items() if value is not None})
         if mine is None or theirs is None:
             print(f"  ratio {what}: {peer} absent")
             return
         print(f"  ratio {what}: peon / {peer} = {mine / theirs:.2f}  (target {target})")
 
     line("tools/call read 1 KiB (per call)", "read", ms)
-    ratio("read", "server-filesystem", "<= 1.0", "mcp.read")
+    ratio("read", "server-filesystem", "<= 1.0", "mcp.read",
+          supervisor_only=figures.median(ours.name, "supervisor_only"))
     line("tools/call bash true (per call)", "bash", ms)
-    ratio("bash", "mcp-shell-server", "<= 0.8", "mcp.bash")
+    ratio("bash", "mcp-shell-server", "<= 0.8", "mcp.bash", bash_lc=figures.median(RAW_BASH, "bash"))
     line("read, back to back (calls/s)", "read_seq_rate", lambda v: f"{v:.1f} calls/s")
     ratio("read_seq_rate", "server-filesystem", ">= 1.0", "mcp.read_rate", "calls/s")
     line("read, 8 in flight (calls/s)", "read_rate_8", lambda v: f"{v:.1f} calls/s")

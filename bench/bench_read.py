@@ -18,7 +18,9 @@ still validated, approved and run in a worker). Through a session a read also re
 twice (in the supervisor, for rating and approval, and in the worker, to insist on what was approved).
 
    The 4 KiB read is measured again with 100 ms between calls, an agent's rhythm (``--apart-calls``),
-   against ``/bin/cat`` likewise: a call that finds its standby ready and the machine idle.
+   against ``/bin/cat`` likewise: a call that finds its standby ready and the machine idle; the no-op
+   floor too. ``bench/targets.py`` takes each floor as the best the target could be: a read through
+   its own worker costs at least what a call that does nothing there costs.
 
    Why calls apart cost what they do: the same work done in this process back to back and after
    10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
@@ -220,9 +222,10 @@ def main() -> None:
                 "in-process 4k": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
                 "in-process slice": lambda: read_in_process(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
             }, options.calls)
-            apart: dict[str, list[float]] = {"session": [], "cat": []}
+            apart: dict[str, list[float]] = {"session": [], "cat": [], "floor": []}
             for _ in range(options.apart_calls):  # the standby is ready and the machine idle when each comes
                 for name, call in (("session", lambda: session.call("read", small_args)),
+                                   ("floor", lambda: session.call("bench_noop", {})),
                                    ("cat", lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE,
                                                                   check=True))):
                     time.sleep(0.1)
@@ -263,15 +266,16 @@ def main() -> None:
     print(f"{'/bin/cat of the 4 KiB file':<34} {c_med * 1e6:>9.0f} us {c_p90 * 1e6:>6.0f} us")
     print(f"read 4 KiB through the session / starting /bin/cat on it: {medians['4 KiB file'] / c_med:.2f}x "
           "(target <= 1.0)")
+    f_med, f_p90 = describe(floor)
     record("read.back_to_back", medians["4 KiB file"] * 1e3, "ms", baseline=c_med * 1e3, against="starting /bin/cat",
-           calls=options.calls)
+           calls=options.calls, floor=f_med * 1e3)
     a_med, _ = describe(apart["session"])
     ac_med, _ = describe(apart["cat"])
+    af_med, _ = describe(apart["floor"])
     print(f"read 4 KiB 100 ms apart: {a_med * 1e6:.0f} us, /bin/cat {ac_med * 1e6:.0f} us: {a_med / ac_med:.2f}x "
-          f"(target <= 1.0, {options.apart_calls} calls each)")
+          f"(target <= 1.0, {options.apart_calls} calls each); the no-op floor {af_med * 1e6:.0f} us")
     record("read.apart", a_med * 1e3, "ms", baseline=ac_med * 1e3, against="starting /bin/cat",
-           calls=options.apart_calls)
-    f_med, f_p90 = describe(floor)
+           calls=options.apart_calls, floor=af_med * 1e3)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
     small_med, slice_med = medians.values()
     h_med, _ = describe(sha["with"])
