@@ -73,7 +73,49 @@ def test_the_table_has_a_line_per_target_and_says_what_was_not_measured(bench):
     assert "mcp-shell-server: absent" in by_label["peon mcp tools/call bash true"]
     assert by_label["1 GiB flood, supervisor + worker RSS"].endswith(" met")
     assert by_label["soak: processes gained after warm-up"].endswith("not measured")
-    assert lines[-1] == f"1 of {len(targets.TARGETS)} targets met"
+    assert lines[-1] == f"1 of {len(targets.TARGETS)} targets met; 0 out of reach: missed even by the floor alone"
+
+
+def test_a_target_its_floor_alone_misses_is_out_of_reach_and_the_floor_is_spelled_out(bench):
+    """The floor's ratio: added to the baseline (bash), a whole call (read), or a cap on calls/s taken
+    from another figure of the same run (MCP read rate); a floor within the bound leaves "not met"."""
+    _, targets = bench
+    figures = targets.read_figures([json.dumps(entry) for entry in (
+        {"key": "bash.back_to_back", "value": 8.0, "unit": "ms", "baseline": 5.0, "against": "bash -lc true",
+         "supervisor_only": 1.5},
+        {"key": "bash.apart", "value": 8.0, "unit": "ms", "baseline": 5.0, "against": "bash -lc true",
+         "supervisor_only": 0.5},
+        {"key": "read.back_to_back", "value": 7.0, "unit": "ms", "baseline": 1.6, "against": "starting /bin/cat",
+         "floor": 6.4},
+        {"key": "read.apart", "value": 4.0, "unit": "ms", "baseline": 2.0, "against": "starting /bin/cat"},
+        {"key": "mcp.read_rate", "value": 100.0, "unit": "calls/s", "baseline": 800.0, "against": "server-filesystem"},
+        {"key": "mcp.start", "value": 300.0, "unit": "ms", "baseline": 350.0, "against": "server-filesystem"},
+    )])
+    lines = targets.table(figures)
+    by_label = {line[:50].rstrip(): line for line in lines[1:len(targets.TARGETS) + 1]}
+
+    bash = by_label["Session.call bash true, back to back"]  # (5.0 + 1.5) / 5.0 = 1.30 > 1.2
+    assert " 1.60   1.30 " in bash and bash.endswith("out of reach")
+    assert by_label["Session.call bash true, 100 ms apart"].endswith(" not met")  # (5.0 + 0.5) / 5.0 = 1.10
+    read = by_label["Session.call read 4 KiB, back to back"]  # 6.4 / 1.6 = 4.00 > 1.0
+    assert " 4.38   4.00 " in read and read.endswith("out of reach")
+    assert by_label["Session.call read 4 KiB, 100 ms apart"].endswith(" not met")  # no floor recorded
+    rate = by_label["peon mcp read, back to back (calls/s)"]  # 1000 / 6.4 ms = 156 calls/s of 800: 0.20
+    assert " 0.12   0.20 " in rate and rate.endswith("out of reach")
+    assert by_label["peon mcp start to first tools/list"].endswith(" met")  # no floor: judged as before
+
+    count = len(targets.TARGETS) + 1
+    assert lines[count] == f"1 of {len(targets.TARGETS)} targets met; 3 out of reach: missed even by the floor alone"
+    assert lines[count + 2:] == [
+        "  Session.call bash true, back to back: 1.30x, a call answered by the supervisor alone (no worker) 1.50 ms"
+        " + bash -lc true 5.00 ms",
+        "  Session.call bash true, 100 ms apart: 1.10x, a call answered by the supervisor alone (no worker) 0.50 ms"
+        " + bash -lc true 5.00 ms",
+        "  Session.call read 4 KiB, back to back: 4.00x, a call doing nothing in its own worker 6.40 ms,"
+        " starting /bin/cat 1.60 ms",
+        "  peon mcp read, back to back (calls/s): 0.20x, a call doing nothing in its own worker (Session.call,"
+        " back to back) 6.40 ms: at most 156 calls/s, server-filesystem 800 calls/s",
+    ]
 
 
 def test_every_benchmark_run_takes_the_options_it_is_given(bench):
