@@ -24,6 +24,9 @@ The peers are pinned and installed by ``bench/install_peers`` (server-filesystem
 virtualenv, since it needs ``mcp<2`` and the client here is ``mcp`` 2.x). An absent peer is skipped with
 a line saying so; Peon's figures are printed anyway.
 
+The servers' stderr (banners, request logs) goes to a file of the run and is printed only if the run
+fails.
+
 Run: ``python bench/bench_mcp.py [--rounds 3] [--calls 200] [--starts 10] [--profile DIR]``
 (``--profile`` records ``py-spy`` flame graphs of ``peon mcp`` during the read loop, from the ``bench``
 extra.)
@@ -48,7 +51,7 @@ from typing import Any
 
 import psutil
 from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import peon
 from figures import record
@@ -74,6 +77,14 @@ class Server:
 
     def params(self, cwd: Path) -> StdioServerParameters:
         return StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=str(cwd))
+
+
+# Where every server's stderr goes (banners, per-request logs): a file of the run, not the report.
+SERVER_LOG: dict[str, Any] = {"file": sys.stderr}
+
+
+def connect(server: Server, cwd: Path) -> Client:
+    return Client(stdio_client(server.params(cwd), errlog=SERVER_LOG["file"]), mode="legacy")
 
 
 def ms(seconds: float) -> str:
@@ -112,7 +123,7 @@ async def pipelined(client: Client, tool: str, arguments: dict[str, Any], calls:
 async def start_to_answers(server: Server, cwd: Path) -> tuple[float, float]:
     """Seconds from spawning the server to its ``initialize`` answer and to its first ``tools/list`` answer."""
     start = time.perf_counter()
-    async with Client(server.params(cwd), mode="legacy") as client:
+    async with connect(server, cwd) as client:
         initialized = time.perf_counter() - start
         listed = await client.list_tools()
         elapsed = time.perf_counter() - start
@@ -139,7 +150,7 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 
 async def with_client(server: Server, cwd: Path, body: Callable[[Client], Awaitable[Any]]) -> Any:
-    async with Client(server.params(cwd), mode="legacy") as client:
+    async with connect(server, cwd) as client:
         await client.list_tools()
         return await body(client)
 
@@ -366,13 +377,25 @@ async def main() -> None:
               f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
               f"{args.rounds} rounds x {args.calls} calls, {args.starts} starts")
         figures = Figures()
-        for round_no in range(args.rounds):
-            await one_round(ours, peers, workspace, env, args, figures, round_no)
-            print(f"round {round_no + 1}: " + ", ".join(
-                f"{server}/{what} {values[-1]:.1f}/s" if what.startswith("read_") and "rate" in what else
-                f"{server}/{what} {values[-1] * 1000:.2f} ms" for (server, what), values in figures.values.items()))
-        if args.profile:
-            await profile_read_loop(ours, workspace, args)
+        log_path = Path(tmp) / "servers.log"
+        with log_path.open("w+", encoding="utf-8", errors="replace") as log:
+            SERVER_LOG["file"] = log
+            try:
+                for round_no in range(args.rounds):
+                    await one_round(ours, peers, workspace, env, args, figures, round_no)
+                    print(f"round {round_no + 1}: " + ", ".join(
+                        f"{server}/{what} {values[-1]:.1f}/s" if what.startswith("read_") and "rate" in what else
+                        f"{server}/{what} {values[-1] * 1000:.2f} ms"
+                        for (server, what), values in figures.values.items()))
+                if args.profile:
+                    await profile_read_loop(ours, workspace, args)
+            except BaseException:
+                log.seek(0)
+                tail = log.read()[-4000:]
+                print(f"the servers' stderr (last {len(tail)} characters):\n{tail}", file=sys.stderr)
+                raise
+            finally:
+                SERVER_LOG["file"] = sys.stderr
         report(figures, ours, peers, args.rounds)
         print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
