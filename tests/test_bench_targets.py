@@ -118,6 +118,31 @@ def test_a_target_its_floor_alone_misses_is_out_of_reach_and_the_floor_is_spelle
     ]
 
 
+def test_a_floor_of_two_parts_adds_the_part_measured_by_another_figure_when_it_was(bench):
+    """MCP bash: bash -lc true plus the supervisor-only answer through peon mcp (recorded with MCP read);
+    without that figure the floor is bash -lc true alone."""
+    _, targets = bench
+    bash = {"key": "mcp.bash", "value": 8.0, "unit": "ms", "baseline": 3.0, "against": "mcp-shell-server",
+            "bash_lc": 2.0}
+    read = {"key": "mcp.read", "value": 5.0, "unit": "ms", "baseline": 0.8, "against": "server-filesystem",
+            "supervisor_only": 0.7}
+
+    def mcp_bash(*entries: dict) -> tuple[str, list[str]]:
+        lines = targets.table(targets.read_figures([json.dumps(entry) for entry in entries]))
+        line = next(line for line in lines if line.startswith("peon mcp tools/call bash true"))
+        return line, [line for line in lines if line.startswith("  peon mcp tools/call bash true")]
+
+    line, floors = mcp_bash(bash, read)  # (2.0 + 0.7) / 3.0 = 0.90 > 0.8
+    assert " 2.67   0.90 " in line and line.endswith("out of reach")
+    assert floors == ["  peon mcp tools/call bash true: 0.90x, /bin/bash -lc true alone, as the bash tool starts it"
+                      " 2.00 ms + a call answered by the supervisor alone (no worker), through peon mcp 0.70 ms,"
+                      " mcp-shell-server 3.00 ms"]
+    line, floors = mcp_bash(bash)  # 2.0 / 3.0 = 0.67 <= 0.8: the floor leaves room
+    assert " 2.67   0.67 " in line and line.endswith(" not met")
+    assert floors == ["  peon mcp tools/call bash true: 0.67x, /bin/bash -lc true alone, as the bash tool starts it"
+                      " 2.00 ms, mcp-shell-server 3.00 ms"]
+
+
 def test_every_benchmark_run_takes_the_options_it_is_given(bench):
     """The commands targets.py runs name options their scripts accept (each script's own --help)."""
     _, targets = bench
