@@ -204,10 +204,11 @@ class FrameChannel(_Socket):
         await self.send_bytes(frame(payload))
 
 
-def socket_of(connection: Any) -> socket.socket:
+def socket_of(connection: Any, *, close: bool = True) -> socket.socket:
     """The socket of a ``multiprocessing.connection.Connection`` made by ``Pipe(duplex=True)`` (a
-    duplicate, close-on-exec); the connection is closed."""
+    duplicate, close-on-exec); the connection is closed unless ``close`` is false."""
     try:
         return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(connection.fileno()))
     finally:
-        connection.close()
+        if close:
+            connection.close()

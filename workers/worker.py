@@ -19,7 +19,7 @@ Promise:
   and the supervisor kills the worker if even that does not end it.
 
 Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby prepares everything
-(descriptors, session, event loop) and then waits for its ``call`` with
+(descriptors, session, event loop), starts its loop and then waits for its ``call`` with
 ``Connection.recv_bytes``; from then on the channel is a :class:`~workers.channel.FrameChannel` on
 the same socket, carrying ``progress`` messages and the ``result`` (:mod:`workers.messages`). After
 its result it waits (bounded) for the supervisor to close the channel, so its exit costs nothing on
@@ -38,6 +38,7 @@ import json
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -122,12 +123,7 @@ def serve(start: WorkerStart) -> NoReturn:
     try:
         session, tools, loop = _prepare(start)
         code = EXIT_INTERNAL_ERROR
-        try:
-            data = start.connection.recv_bytes(MAX_MESSAGE_BYTES)  # the standby waits here
-        except (EOFError, OSError):
-            code = 0  # retired while on standby
-        else:
-            code = loop.run_until_complete(_serve_one(start.connection, data, session, tools))
+        code = loop.run_until_complete(_wait_and_serve(start.connection, session, tools))
     except BaseException:
         traceback.print_exc(file=sys.stderr)
     finally:
@@ -213,9 +209,24 @@ def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
 # -- the call ----------------------------------------------------------------------------------------
 
 
-async def _serve_one(connection: Any, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
+async def _wait_and_serve(connection: Any, session: SessionView, tools: dict[str, Tool]) -> int:
+    """The standby's wait for its call, from inside the running loop, so that starting the loop is not
+    on the call's path; the wait itself blocks (``Connection.recv_bytes``): nothing else runs in a
+    standby. 0 when it is retired (its channel closes) before a call."""
+    sock = socket_of(connection, close=False)  # made now; non-blocking only once the call is in
+    try:
+        data = connection.recv_bytes(MAX_MESSAGE_BYTES)  # the standby waits here
+    except (EOFError, OSError):
+        sock.close()
+        return 0
+    finally:
+        connection.close()
+    return await _serve_one(sock, data, session, tools)
+
+
+async def _serve_one(sock: socket.socket, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
     global CURRENT_CHANNEL
-    channel = CURRENT_CHANNEL = FrameChannel(socket_of(connection))
+    channel = CURRENT_CHANNEL = FrameChannel(sock)
     try:
         return await _serve_call(channel, data, session, tools)
     finally:  # a worker's exit would close it; a warm-up round in the forkserver or a standby must
@@ -508,7 +519,7 @@ async def _warm_up_round(session: SessionView, tools: Iterable[Tool], processes:
     served: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(tools, processes)}
     try:
         async with asyncio.timeout(5.0), asyncio.TaskGroup() as group:
-            group.create_task(_serve_one(theirs, encode_json(call), session, served))
+            group.create_task(_serve_one(socket_of(theirs), encode_json(call), session, served))
             while (message := await supervisor_side.recv()) is not None and b'"result"' not in message[:32]:
                 pass  # its output, then its result
             supervisor_side.close()  # and the linger ends; the group waits for the serving task
