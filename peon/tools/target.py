@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath
-from peon.secret_paths import SecretMatch, classify_secret, secret_patterns
+from peon.secret_paths import SecretMatch, secret_match
 from peon.tool import SessionView
 from workers import fs
 
@@ -74,11 +74,10 @@ def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Targ
                else fs.target_error(typed, access == "create", resolution.kind))
     if problem is not None:
         raise problem
-    patterns = secret_patterns(session.env)  # one look at the user's list for both paths
-    typed_match = classify_secret(typed.parts, patterns)
+    typed_match = secret_match(typed.parts, session.env)
     resolved_parts = tuple(resolution.path.split("/"))
-    resolved_match = (typed_match if resolved_parts == tuple(typed.parts)  # not redirected: the same answer
-                      else classify_secret(resolved_parts, patterns))
+    resolved_match = (typed_match if resolved_parts == typed.parts  # not redirected: the same answer
+                      else secret_match(resolved_parts, session.env))
     return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None)
 
 
