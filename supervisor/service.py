@@ -181,10 +181,16 @@ class Supervisor:
                 self.calls[call.id] = call
                 self.held_bytes += call.size
                 self.queue.put_nowait(call)
+                if self.pool is not None and self._needs_worker(call.tool):
+                    self.pool.wake()
             elif op == "cancel":
                 await self._cancel(str(message.get("id")))
             elif op == "approval_answer":
                 self.opened.approval_answer(message)
+
+    def _needs_worker(self, tool_name: str) -> bool:
+        tool = self.opened.tools.get(tool_name)
+        return tool is not None and not tool.served_by_supervisor
 
     async def _cancel(self, call_id: str) -> None:
         call = self.calls.get(call_id)

@@ -39,6 +39,37 @@ def test_process_titles_and_standby(session, workspace):
     handle.result(timeout=30)
 
 
+def _cpu_ns(pid: int) -> int:
+    """Time ``pid`` has spent on a CPU, in nanoseconds (``/proc/<pid>/schedstat``)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def test_a_call_after_a_pause_wakes_a_standby_that_warms_up_and_keeps_waiting(session, workspace):
+    (workspace / "note.txt").write_text("hello\n")
+    assert wait_for(lambda: len(workers_of(session, "peon-worker standby")) == 2, 10)
+    standbys = workers_of(session, "peon-worker standby")
+    time.sleep(0.2)  # a pause: the pool is idle, its standbys sleep and use no CPU
+    before = sum(_cpu_ns(pid) for pid in standbys)
+    # A call that admission refuses still wakes a standby (the wake goes out as the call arrives),
+    # which runs one warm-up round and goes back to waiting.
+    r = session.call("read", {})
+    assert not r.ok and r.error.code == "invalid_input"
+    assert wait_for(lambda: sum(_cpu_ns(pid) for pid in standbys) - before > 100_000, 10)
+    assert wait_for(lambda: sorted(workers_of(session, "peon-worker standby")) == sorted(standbys), 10)
+    # A wake that finds no waiting standby ends nothing: the forkserver ignores it, a worker in its
+    # call handles it and goes on.
+    [forkserver] = workers_of(session, "peon-forkserver")
+    os.kill(forkserver, signal.SIGUSR1)
+    handle = session.submit("bash", {"command": "touch started; sleep 0.5; echo done"})
+    assert wait_for(lambda: (workspace / "started").exists(), 10)
+    [busy] = workers_of(session, f"peon-worker bash {handle.call_id}")
+    os.kill(busy, signal.SIGUSR1)
+    assert handle.result(timeout=30).value["output"] == "done\n"
+    assert session.call("read", {"path": "note.txt"}).ok
+    assert forkserver in workers_of(session, "peon-forkserver")
+
+
 def test_worker_killed_mid_call_is_a_clear_error_and_the_session_goes_on(session, workspace):
     handle = session.submit("bash", {"command": "sleep 1000 & echo $! > child.pid; wait"})
     assert wait_for(lambda: written(workspace / "child.pid"), 10)

@@ -44,6 +44,7 @@ from setproctitle import setproctitle
 from peon.tool import SessionView, Tool
 
 from . import linux, worker
+from .messages import WAKE_SIGNAL
 from .runner import audit_descriptors
 from .worker import load_tools, session_from_wire
 
@@ -62,6 +63,9 @@ def _become_forkserver() -> None:
         return
     info = json.loads(spec)
     linux.unblock_signals()
+    # Ignored until a worker sets its handler: a wake that reaches a worker still preparing is lost,
+    # not fatal. Nothing but the warm-up's /bin/true is started from here with it ignored.
+    signal.signal(WAKE_SIGNAL, signal.SIG_IGN)
     linux.set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
         os._exit(1)

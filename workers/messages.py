@@ -26,6 +26,7 @@ of the call id, the call id (ASCII), the offset as 8 bytes big-endian, then the 
 from __future__ import annotations
 
 import json
+import signal
 import struct
 from typing import Any, Literal, TypedDict
 
@@ -60,6 +61,14 @@ class CallMessage(TypedDict):
 class CancelMessage(TypedDict):
     op: Literal["cancel"]
     reason: str
+
+
+# The pool's wake, sent to a standby when a call arrives after a pause: the standby runs one warm-up
+# round while the supervisor admits the call, so that the call meets warm caches. A signal, not a
+# message: a message on the channel is a synchronous wake-up, which queued the standby on the
+# supervisor's own core until the supervisor slept (every time, measured); a signal lets the
+# scheduler run it on the idle core (it did whenever the standby had last run there).
+WAKE_SIGNAL = signal.SIGUSR1
 
 
 class ErrorInfo(TypedDict, total=False):

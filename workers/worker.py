@@ -37,6 +37,7 @@ import importlib
 import json
 import multiprocessing
 import os
+import select
 import signal
 import socket
 import sys
@@ -60,7 +61,7 @@ from peon.skills import SkillRecord
 
 from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
-from .messages import MAX_OUTPUT_CHUNK, CallMessage, ErrorInfo, ResultMessage, encode_output
+from .messages import MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output
 from .reaper import REAPER
 from .runner import CANCEL_GRACE_SECONDS
 
@@ -136,6 +137,7 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     signal.signal(signal.SIGTERM, _on_parent_gone)
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    signal.signal(WAKE_SIGNAL, _on_wake)
     linux.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != start.forkserver_pid:  # the forkserver died before the death signal was armed
         os._exit(EXIT_PARENT_GONE)
@@ -211,17 +213,35 @@ def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
 
 async def _wait_and_serve(connection: Any, session: SessionView, tools: dict[str, Tool]) -> int:
     """The standby's wait for its call, from inside the running loop, so that starting the loop is not
-    on the call's path; the wait itself blocks (``Connection.recv_bytes``): nothing else runs in a
-    standby. 0 when it is retired (its channel closes) before a call."""
+    on the call's path; the wait itself blocks: nothing else runs in a standby but one warm-up round
+    per wake (:data:`~workers.messages.WAKE_SIGNAL`). 0 when it is retired (its channel closes)
+    before a call."""
     sock = socket_of(connection, close=False)  # made now; non-blocking only once the call is in
+    wakes, woken = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    previous = signal.set_wakeup_fd(woken, warn_on_full_buffer=False)  # the signal writes a byte here
+    waiting = select.poll()
+    waiting.register(connection.fileno(), select.POLLIN)
+    waiting.register(wakes, select.POLLIN)
     try:
-        data = connection.recv_bytes(MAX_MESSAGE_BYTES)  # the standby waits here
+        while all(fd == wakes for fd, _ in waiting.poll()):  # the standby waits here
+            os.read(wakes, 64)
+            await _warm_up_rounds(session, tools.values(), 1, processes=False)
+        data = connection.recv_bytes(MAX_MESSAGE_BYTES)
     except (EOFError, OSError):
         sock.close()
         return 0
     finally:
+        signal.set_wakeup_fd(previous)
+        os.close(wakes)
+        os.close(woken)
         connection.close()
     return await _serve_one(sock, data, session, tools)
+
+
+def _on_wake(signum: int, frame: Any) -> None:
+    """Nothing: while a standby waits, the wake is the byte the signal writes to its wakeup pipe.
+    The handler stays for the worker's whole life, so that a late wake never ends it (and a command
+    it starts gets the default disposition back at ``exec``)."""
 
 
 async def _serve_one(sock: socket.socket, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
@@ -542,11 +562,15 @@ def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterab
     and 18. For ``bash`` with ``true`` a warm-up that started ``/bin/true`` cut the faults from 674
     to 89 but the call only from 5.9 to 5.5 ms, while it cost each standby about 1.4 ms more CPU
     (``bench/bench_cpu.py``): a standby's warm-up starts no process."""
+    loop.run_until_complete(_warm_up_rounds(session, tools, rounds, processes=processes))
+
+
+async def _warm_up_rounds(session: SessionView, tools: Iterable[Tool], rounds: int, *, processes: bool) -> None:
     global CURRENT_CHANNEL
     title = getproctitle()
     try:
         for _ in range(rounds):
-            loop.run_until_complete(_warm_up_round(session, tools, processes))
+            await _warm_up_round(session, tools, processes)
     except Exception as exc:  # a warm-up that fails costs speed, nothing else
         print(f"peon-worker: warm-up skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
