@@ -142,7 +142,8 @@ class Tool(abc.ABC):
     async def warm_up(self, ctx: ToolContext, *, processes: bool) -> None:
         """Run this tool's code path once with no effect on the workspace or anything outside the
         worker (e.g. read one of Peon's own files). A standby worker calls it while it waits for its
-        call, so the pages the path writes are copied from the forkserver then, not on the call's path;
+        call (as it starts, and again when a call after a pause wakes it), so the pages the path writes
+        are copied from the forkserver then, and its caches are warm, not on the call's path;
         the forkserver calls it before it forks, so its bytecode is specialized once. ``processes``: the
         warm-up may start a process (e.g. ``/bin/true``) — the forkserver's may, a standby's may not (a
         process start costs a standby more CPU than the pages it saves the call). Errors are ignored.
