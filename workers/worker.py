@@ -19,7 +19,8 @@ Promise:
   and the supervisor kills the worker if even that does not end it.
 
 Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby prepares everything
-(descriptors, session, event loop), starts its loop and then waits for its ``call`` with
+(descriptors, session, event loop), starts its loop and then waits for its ``call`` (a poll of its
+channel and of the pipe a wake signal writes to: each wake runs one warm-up round) and reads it with
 ``Connection.recv_bytes``; from then on the channel is a :class:`~workers.channel.FrameChannel` on
 the same socket, carrying ``progress`` messages and the ``result`` (:mod:`workers.messages`). After
 its result it waits (bounded) for the supervisor to close the channel, so its exit costs nothing on
