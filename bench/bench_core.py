@@ -7,7 +7,8 @@
    alone (a second session whose policy denies ``process``: validated, rated, approved, audited and
    answered, no worker): what a call costs before any worker is involved, against the budget the
    target leaves (0.2x the raw start). ``bench/targets.py`` takes it as the floor of the target: the
-   ratio a call would reach if everything else Peon does cost nothing.
+   ratio a call would reach if everything else Peon does cost nothing. Back to back, the three take
+   turns in blocks of consecutive calls (:mod:`rhythm`); 100 ms apart, call by call.
 2. Deadline to clean: a capped fork loop (300 processes, some escaping with setsid) runs into its
    deadline; the time from the deadline until the call has returned and no process of the loop is
    alive. Measured from the client, so it includes dispatch overhead. Target: < 100 ms, with cgroup
@@ -36,6 +37,7 @@ import psutil
 
 import peon
 from figures import record
+from rhythm import back_to_back
 from workers import proctree
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
@@ -58,37 +60,43 @@ def rss_and_pss(pids: list[int]) -> tuple[int, int]:
 
 
 def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls: int, gap: float = 0.0) -> None:
-    for _ in range(20):
-        session.call("bash", {"command": "true"})
-        denying.call("bash", {"command": "true"})
-        subprocess.run(["/bin/bash", "-lc", "true"], env=env)
-    peon_times, raw_times, denied_times = [], [], []
-    for _ in range(calls):  # interleaved so all see the same machine conditions
-        time.sleep(gap)
-        t = time.perf_counter()
-        denied = denying.call("bash", {"command": "true"})
-        denied_times.append(time.perf_counter() - t)
-        assert not denied.ok and denied.error is not None and denied.error.code == "denied", denied
-        time.sleep(gap)
-        t = time.perf_counter()
+    def denied() -> None:
+        reply = denying.call("bash", {"command": "true"})
+        assert not reply.ok and reply.error is not None and reply.error.code == "denied", reply
+
+    def through_peon() -> None:
         result = session.call("bash", {"command": "true"})
-        peon_times.append(time.perf_counter() - t)
         assert result.ok and result.value["exit_code"] == 0, result
-        time.sleep(gap)
-        t = time.perf_counter()
+
+    def raw() -> None:
         subprocess.run(["/bin/bash", "-lc", "true"], env=env)
-        raw_times.append(time.perf_counter() - t)
+
+    cases = {"denied": denied, "peon": through_peon, "raw": raw}
+    for _ in range(20):
+        for run in cases.values():
+            run()
+    if not gap:  # in alternating blocks: each timed call right after one of its own kind
+        runs = back_to_back(cases, calls)
+    else:  # taking turns call by call, each after the pause
+        runs = {name: [] for name in cases}
+        for _ in range(calls):
+            for name, run in cases.items():
+                time.sleep(gap)
+                t = time.perf_counter()
+                run()
+                runs[name].append(time.perf_counter() - t)
+    peon_times, raw_times, denied_times = runs["peon"], runs["raw"], runs["denied"]
     p, r = statistics.median(peon_times) * 1000, statistics.median(raw_times) * 1000
-    rhythm = "back to back" if not gap else f"{gap * 1000:.0f} ms apart"
-    print(f"latency ({rhythm}): session.call bash true  median {p:.3f} ms  "
+    pace = "back to back" if not gap else f"{gap * 1000:.0f} ms apart"
+    print(f"latency ({pace}): session.call bash true  median {p:.3f} ms  "
           f"(p90 {statistics.quantiles(peon_times, n=10)[-1]*1000:.3f})")
-    print(f"latency ({rhythm}): subprocess.run bash -lc true  median {r:.3f} ms  "
+    print(f"latency ({pace}): subprocess.run bash -lc true  median {r:.3f} ms  "
           f"(p90 {statistics.quantiles(raw_times, n=10)[-1]*1000:.3f})")
-    print(f"latency ({rhythm}): ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
+    print(f"latency ({pace}): ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
     d = statistics.median(denied_times) * 1000
     record("bash.apart" if gap else "bash.back_to_back", p, "ms", baseline=r, against="bash -lc true", calls=calls,
            supervisor_only=d)
-    print(f"latency ({rhythm}): the same call denied, answered by the supervisor alone  median {d:.3f} ms; "
+    print(f"latency ({pace}): the same call denied, answered by the supervisor alone  median {d:.3f} ms; "
           f"the target leaves {0.2 * r:.3f} ms for all Peon adds to bash")
 
 

@@ -158,7 +158,8 @@ async def with_client(server: Server, cwd: Path, body: Callable[[Client], Awaita
 async def interleaved(client: Client, session: peon.Session, tool: str, arguments: dict[str, Any], calls: int,
                       block: int = 10) -> tuple[list[float], list[float]]:
     """The same call through ``peon mcp`` and through ``Session.call`` (the supervisor↔worker path the
-    front end sits on), alternating in blocks so both see the same machine."""
+    front end sits on), alternating in blocks so both see the same machine; the first call of each
+    block follows the other path's calls, and is not counted (see ``rhythm.py``)."""
     def direct(count: int) -> list[float]:
         times = []
         for _ in range(count):
@@ -174,12 +175,14 @@ async def interleaved(client: Client, session: peon.Session, tool: str, argument
     through_mcp: list[float] = []
     through_session: list[float] = []
     while len(through_mcp) < calls:
+        mcp_block = []
         for _ in range(block):
             start = time.perf_counter()
             result = await client.call_tool(tool, arguments)
-            through_mcp.append(time.perf_counter() - start)
+            mcp_block.append(time.perf_counter() - start)
             assert not result.is_error, result
-        through_session += await asyncio.to_thread(direct, block)
+        through_mcp += mcp_block[1:]
+        through_session += (await asyncio.to_thread(direct, block))[1:]
     return through_mcp, through_session
 
 

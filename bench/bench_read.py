@@ -4,7 +4,8 @@ measured in the same run.
 1. A 4 KiB file: median of ``session.call("read", {"path": "small.txt"})`` against
    ``subprocess.run(["/bin/cat", path], stdout=PIPE)`` (the cost of one tiny process start: target
    ratio <= 1.0 — a read through Peon, in its own dedicated worker, costs no more) and against
-   ``open(path, "rb").seek(0).read()`` of the same file.
+   ``open(path, "rb").seek(0).read()`` of the same file. The cases take turns in blocks of consecutive
+   calls (:mod:`rhythm`): each timed call comes right after one of its own kind.
 2. A 64 KiB slice at offset 1 GiB of a 2 GiB sparse file (the slice holds text, the rest is a hole):
    median of ``session.call("read", {"path": "sparse.bin", "offset": 1 GiB, "limit": 64 KiB})`` against
    ``open().seek(1 GiB).read(64 KiB)``.
@@ -49,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
 from figures import record
+from rhythm import back_to_back
 from peon.admission import admit
 from peon.config import load_config
 from peon.configview import ResolvedConfig
@@ -83,16 +85,6 @@ class NoopTool(Tool):
         return {}
 
 
-def interleaved(cases: dict, calls: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(calls):
-        for name, fn in cases.items():
-            started = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - started)
-    return samples
-
-
 def plain_read(path: Path, offset: int, length: int | None) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
@@ -124,7 +116,7 @@ def hash_cost(ws: Path, resolver: fs.Resolver, rounds: int) -> tuple[float, floa
     path = parse_file_path("hashed.bin")
     root = fs.open_root(ws)
     try:
-        runs = interleaved({
+        runs = back_to_back({
             "hashing": lambda: fs.read_window(root, path, resolver, lambda total: (0, total),
                                               hash_max_bytes=SHA256_MAX_FILE_BYTES),
             "plain": lambda: fs.read_window(root, path, resolver, lambda total: (0, total)),
@@ -211,8 +203,8 @@ def main() -> None:
                     assert result.ok and result.value["bytes"] == size, result
             small_path, slice_path = parse_file_path("small.txt"), parse_file_path("sparse.bin")
             max_bytes = session.info["config"]["limits"]["read_max_bytes"]
-            # Interleaved, so that load from elsewhere on the machine falls on every case alike.
-            runs = interleaved({
+            # In alternating blocks of consecutive calls (rhythm.py): load from elsewhere falls on all alike.
+            runs = back_to_back({
                 "session 4k": lambda: session.call("read", small_args),
                 "session slice": lambda: session.call("read", slice_args),
                 "floor": lambda: session.call("bench_noop", {}),
@@ -233,12 +225,12 @@ def main() -> None:
                     call()
                     apart[name].append(time.perf_counter() - started)
         # Away from session calls, whose background work (the next standby worker) slows what follows.
-        sha = interleaved({
+        sha = back_to_back({
             "with": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
             "without": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver, -1),
         }, options.calls)
         hashing, unhashed = hash_cost(ws, resolver, max(5, options.calls // 30))
-        resolving = interleaved({"resolve": lambda: resolve_once(ws, small_path)}, options.calls)["resolve"]
+        resolving = back_to_back({"resolve": lambda: resolve_once(ws, small_path)}, options.calls)["resolve"]
         idle = idle_penalty({
             "admission of the read": admission_of_read(ws, env),
             "the read in-process": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),

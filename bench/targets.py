@@ -14,9 +14,11 @@ Each per-call target also has a floor, measured in the same run: the part of suc
 shape does not let it skip — a call answered by the supervisor alone (validated, rated, approved,
 audited, no worker), a call that does nothing in a dedicated worker of its own, or the
 ``/bin/bash -lc`` the ``bash`` tool is specified to start (through ``peon mcp``, plus the supervisor's
-answer, measured by another benchmark: a :class:`Part`). The table gives the ratio a call would reach
-if everything beyond its floor cost nothing; a target that even this misses is "out of reach": no
-faster code meets it while every call keeps that shape.
+answer, measured by another benchmark: a :class:`Part`). A call back to back — ``bash``, or a call
+through ``peon mcp`` — also does at least what a no-op call in its own worker does back to back
+(``bench_read.py``'s floor), so those targets have both floors, and the more binding one counts. The
+table gives the ratio a call would reach if everything beyond its floor cost nothing; a target that
+even this misses is "out of reach": no faster code meets it while every call keeps that shape.
 
 Run: ``python bench/targets.py`` (about 7 minutes on 2 cores; ``--quick`` for a short check with
 fewer calls, ``--soak-calls 0`` to leave the soak out, ``--profile`` to end with
@@ -93,6 +95,9 @@ class Floor:
 
 SUPERVISOR_ONLY = "a call answered by the supervisor alone (no worker)"
 NO_OP = "a call doing nothing in its own worker"
+# A call back to back does at least what such a call does back to back (its worker's fork, warm-up and
+# exit, on the same two cores): bench_read.py records it as the floor of read.back_to_back.
+NO_OP_BACK_TO_BACK = Floor("floor", f"{NO_OP} (Session.call, back to back)", "whole", figure="read.back_to_back")
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ class Target:
     compare: Comparison
     bound: float
     on_ratio: bool  # the bound applies to value / baseline, not to the value itself
-    floor: Floor | None = None
+    floors: tuple[Floor, ...] = ()
 
     def judge(self, figure: Mapping[str, Any] | None) -> tuple[Verdict, float | None]:
         """The verdict on ``figure`` (``None``: not recorded) and the number it was judged on."""
@@ -119,26 +124,32 @@ class Target:
         return {"<=": number <= self.bound, "<": number < self.bound, ">=": number >= self.bound}[self.compare]
 
     def at_best(self, figures: Figures) -> tuple[float, str] | None:
-        """The floor's ratio and what makes it up (see :class:`Floor`), when it was measured."""
+        """The ratio of the most binding of its floors that were measured, and what makes it up (see
+        :class:`Floor`)."""
         own = figures.get(self.key)
-        return None if self.floor is None or own is None else self.floor.at_best(own, figures)
+        measured = [best for floor in self.floors if own is not None
+                    and (best := floor.at_best(own, figures)) is not None]
+        if not measured:
+            return None
+        return (min if self.compare == ">=" else max)(measured, key=lambda best: best[0])
 
 
 TARGETS = (
     Target("bash.back_to_back", "Session.call bash true, back to back", "<=", 1.2, True,
-           Floor("supervisor_only", SUPERVISOR_ONLY, "added")),
+           (Floor("supervisor_only", SUPERVISOR_ONLY, "added"), NO_OP_BACK_TO_BACK)),
     Target("bash.apart", "Session.call bash true, 100 ms apart", "<=", 1.2, True,
-           Floor("supervisor_only", SUPERVISOR_ONLY, "added")),
+           (Floor("supervisor_only", SUPERVISOR_ONLY, "added"),)),
     Target("read.back_to_back", "Session.call read 4 KiB, back to back", "<=", 1.0, True,
-           Floor("floor", NO_OP, "whole")),
-    Target("read.apart", "Session.call read 4 KiB, 100 ms apart", "<=", 1.0, True, Floor("floor", NO_OP, "whole")),
+           (Floor("floor", NO_OP, "whole"),)),
+    Target("read.apart", "Session.call read 4 KiB, 100 ms apart", "<=", 1.0, True, (Floor("floor", NO_OP, "whole"),)),
     Target("mcp.read", "peon mcp tools/call read 1 KiB", "<=", 1.0, True,
-           Floor("supervisor_only", f"{SUPERVISOR_ONLY}, through peon mcp", "whole")),
+           (Floor("supervisor_only", f"{SUPERVISOR_ONLY}, through peon mcp", "whole"), NO_OP_BACK_TO_BACK)),
     Target("mcp.bash", "peon mcp tools/call bash true", "<=", 0.8, True,
-           Floor("bash_lc", "/bin/bash -lc true alone, as the bash tool starts it", "whole",
-                 plus=Part("supervisor_only", "mcp.read", f"{SUPERVISOR_ONLY}, through peon mcp"))),
+           (Floor("bash_lc", "/bin/bash -lc true alone, as the bash tool starts it", "whole",
+                  plus=Part("supervisor_only", "mcp.read", f"{SUPERVISOR_ONLY}, through peon mcp")),
+            NO_OP_BACK_TO_BACK)),
     Target("mcp.read_rate", "peon mcp read, back to back (calls/s)", ">=", 1.0, True,
-           Floor("floor", f"{NO_OP} (Session.call, back to back)", "rate", figure="read.back_to_back")),
+           (Floor("floor", f"{NO_OP} (Session.call, back to back)", "rate", figure="read.back_to_back"),)),
     Target("mcp.start", "peon mcp start to first tools/list", "<=", 1.0, True),
     Target("deadline_to_clean.cgroup", "deadline to clean, 300-process fork loop, cgroup", "<", 100, False),
     Target("deadline_to_clean.process-tree", "the same, process-tree containment", "<", 100, False),

@@ -1,4 +1,5 @@
-"""bench/targets.py: the one table of every target, and how benchmarks hand it their figures."""
+"""bench/targets.py: the one table of every target, how benchmarks hand it their figures, and how they
+time calls back to back (bench/rhythm.py)."""
 
 from __future__ import annotations
 
@@ -76,11 +77,18 @@ def test_the_table_has_a_line_per_target_and_says_what_was_not_measured(bench):
     assert lines[-1] == f"1 of {len(targets.TARGETS)} targets met; 0 out of reach: missed even by the floor alone"
 
 
+def judged(targets, *entries: dict) -> tuple[list[str], dict[str, str]]:
+    """The table of these recorded figures, and its target lines by label."""
+    lines = targets.table(targets.read_figures([json.dumps(entry) for entry in entries]))
+    return lines, {line[:50].rstrip(): line for line in lines[1:len(targets.TARGETS) + 1]}
+
+
 def test_a_target_its_floor_alone_misses_is_out_of_reach_and_the_floor_is_spelled_out(bench):
     """The floor's ratio: added to the baseline (bash), a whole call (read), or a cap on calls/s taken
     from another figure of the same run (MCP read rate); a floor within the bound leaves "not met"."""
     _, targets = bench
-    figures = targets.read_figures([json.dumps(entry) for entry in (
+    lines, by_label = judged(
+        targets,
         {"key": "bash.back_to_back", "value": 8.0, "unit": "ms", "baseline": 5.0, "against": "bash -lc true",
          "supervisor_only": 1.5},
         {"key": "bash.apart", "value": 8.0, "unit": "ms", "baseline": 5.0, "against": "bash -lc true",
@@ -90,9 +98,7 @@ def test_a_target_its_floor_alone_misses_is_out_of_reach_and_the_floor_is_spelle
         {"key": "read.apart", "value": 4.0, "unit": "ms", "baseline": 2.0, "against": "starting /bin/cat"},
         {"key": "mcp.read_rate", "value": 100.0, "unit": "calls/s", "baseline": 800.0, "against": "server-filesystem"},
         {"key": "mcp.start", "value": 300.0, "unit": "ms", "baseline": 350.0, "against": "server-filesystem"},
-    )])
-    lines = targets.table(figures)
-    by_label = {line[:50].rstrip(): line for line in lines[1:len(targets.TARGETS) + 1]}
+    )
 
     bash = by_label["Session.call bash true, back to back"]  # (5.0 + 1.5) / 5.0 = 1.30 > 1.2
     assert " 1.60   1.30 " in bash and bash.endswith("out of reach")
@@ -156,3 +162,41 @@ def test_every_benchmark_run_takes_the_options_it_is_given(bench):
                                timeout=60)
         assert usage.returncode == 0, usage.stderr
         assert {option for option in named if option not in usage.stdout} == set(), script
+
+
+def test_a_target_with_several_floors_is_bounded_by_the_most_binding_one_measured(bench):
+    """Back to back, a bash or MCP call does at least what a no-op call does back to back in its own
+    worker (bench_read.py's floor): where that binds harder than the supervisor's answer, it decides."""
+    _, targets = bench
+    bash_figure = {"key": "bash.back_to_back", "value": 8.0, "unit": "ms", "baseline": 2.5,
+                   "against": "bash -lc true", "supervisor_only": 0.3}
+    no_op_figure = {"key": "read.back_to_back", "value": 5.0, "unit": "ms", "baseline": 1.0,
+                    "against": "starting /bin/cat", "floor": 4.5}
+    read_figure = {"key": "mcp.read", "value": 6.0, "unit": "ms", "baseline": 0.8, "against": "server-filesystem",
+                   "supervisor_only": 0.7}
+    lines, by_label = judged(targets, bash_figure, no_op_figure, read_figure)
+    bash = by_label["Session.call bash true, back to back"]  # (2.5 + 0.3) / 2.5 = 1.12, but 4.5 / 2.5 = 1.80
+    assert " 3.20   1.80 " in bash and bash.endswith("out of reach")
+    read = by_label["peon mcp tools/call read 1 KiB"]  # 0.7 / 0.8 = 0.88, but 4.5 / 0.8 = 5.62
+    assert " 7.50   5.62 " in read and read.endswith("out of reach")
+    assert "  Session.call bash true, back to back: 1.80x, a call doing nothing in its own worker (Session.call," \
+           " back to back) 4.50 ms, bash -lc true 2.50 ms" in lines
+    # Without the no-op figure, the supervisor's answer alone bounds them, and leaves room.
+    _, by_label = judged(targets, bash_figure, read_figure)
+    assert by_label["Session.call bash true, back to back"].endswith("not met")
+    assert by_label["peon mcp tools/call read 1 KiB"].endswith("not met")
+
+
+def test_back_to_back_cases_take_turns_in_blocks_and_the_first_run_of_each_block_is_not_counted(monkeypatch):
+    """bench/rhythm.py: each counted run comes right after a run of the same case."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import rhythm
+
+    order: list[str] = []
+    runs = rhythm.back_to_back({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, calls=5, block=3)
+    assert {name: len(times) for name, times in runs.items()} == {"a": 5, "b": 5}
+    # Blocks of three (one uncounted, two counted) until five are counted: the last block holds one.
+    assert "".join(order) == "aaa" "bbb" "aaa" "bbb" "aa" "bb"
+    assert all(t >= 0 for times in runs.values() for t in times)
+    with pytest.raises(ValueError, match="at least 2 runs"):
+        rhythm.back_to_back({"a": lambda: None}, calls=1, block=1)
