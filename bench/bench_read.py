@@ -59,7 +59,6 @@ from peon.policy import ApprovalPolicy
 from peon.tool import SessionView
 from peon.tools import BUILTIN_TOOLS
 from peon.validation import load_validator
-from peon.tool import Tool, ToolRisk
 from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file
 from workers import fs
 
@@ -68,21 +67,6 @@ SMALL = 4096
 SLICE = 64 * 1024
 OFFSET = 1 << 30
 SPARSE_SIZE = 2 << 30
-
-
-class NoopTool(Tool):
-    """The per-call floor: validated, approved and executed in a worker, doing nothing."""
-
-    name = "bench_noop"
-    description = "Return an empty object."
-    risk = ToolRisk.READ_ONLY
-    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
-
-    def approval_summary(self, args):
-        return "nothing"
-
-    async def execute(self, args, ctx):
-        return {}
 
 
 def plain_read(path: Path, offset: int, length: int | None) -> bytes:
@@ -194,7 +178,7 @@ def main() -> None:
                    PYTHONPATH=os.pathsep.join(p for p in (bench_dir, os.environ.get("PYTHONPATH")) if p))
         resolver = fs.choose_resolver(options.resolver)
         with peon.Session(ws, CONFIG, state_dir=Path(tmp) / "state", env=env,
-                          tools=["bench_read:NoopTool"]) as session:
+                          tools=["noop_tool:NoopTool"]) as session:
             small_args = {"path": "small.txt"}
             slice_args = {"path": "sparse.bin", "offset": OFFSET, "limit": SLICE}
             for args, size in ((small_args, SMALL), (slice_args, SLICE)):  # warm up, and check the answers
