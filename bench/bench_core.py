@@ -37,7 +37,7 @@ import psutil
 
 import peon
 from figures import record
-from rhythm import back_to_back
+from rhythm import apart, back_to_back
 from workers import proctree
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
@@ -75,16 +75,7 @@ def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls
     for _ in range(20):
         for run in cases.values():
             run()
-    if not gap:  # in alternating blocks: each timed call right after one of its own kind
-        runs = back_to_back(cases, calls)
-    else:  # taking turns call by call, each after the pause
-        runs = {name: [] for name in cases}
-        for _ in range(calls):
-            for name, run in cases.items():
-                time.sleep(gap)
-                t = time.perf_counter()
-                run()
-                runs[name].append(time.perf_counter() - t)
+    runs = apart(cases, calls, gap) if gap else back_to_back(cases, calls)
     peon_times, raw_times, denied_times = runs["peon"], runs["raw"], runs["denied"]
     p, r = statistics.median(peon_times) * 1000, statistics.median(raw_times) * 1000
     pace = "back to back" if not gap else f"{gap * 1000:.0f} ms apart"

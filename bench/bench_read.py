@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
 from figures import record
-from rhythm import back_to_back
+from rhythm import apart, back_to_back
 from peon.admission import admit
 from peon.config import load_config
 from peon.configview import ResolvedConfig
@@ -198,16 +198,11 @@ def main() -> None:
                 "in-process 4k": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
                 "in-process slice": lambda: read_in_process(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
             }, options.calls)
-            apart: dict[str, list[float]] = {"session": [], "cat": [], "floor": []}
-            for _ in range(options.apart_calls):  # the standby is ready and the machine idle when each comes
-                for name, call in (("session", lambda: session.call("read", small_args)),
-                                   ("floor", lambda: session.call("bench_noop", {})),
-                                   ("cat", lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE,
-                                                                  check=True))):
-                    time.sleep(0.1)
-                    started = time.perf_counter()
-                    call()
-                    apart[name].append(time.perf_counter() - started)
+            spaced = apart({  # the standby is ready and the machine idle when each comes
+                "session": lambda: session.call("read", small_args),
+                "floor": lambda: session.call("bench_noop", {}),
+                "cat": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
+            }, options.apart_calls, 0.1)
         # Away from session calls, whose background work (the next standby worker) slows what follows.
         sha = back_to_back({
             "with": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
@@ -245,9 +240,9 @@ def main() -> None:
     f_med, f_p90 = describe(floor)
     record("read.back_to_back", medians["4 KiB file"] * 1e3, "ms", baseline=c_med * 1e3, against="starting /bin/cat",
            calls=options.calls, floor=f_med * 1e3)
-    a_med, _ = describe(apart["session"])
-    ac_med, _ = describe(apart["cat"])
-    af_med, _ = describe(apart["floor"])
+    a_med, _ = describe(spaced["session"])
+    ac_med, _ = describe(spaced["cat"])
+    af_med, _ = describe(spaced["floor"])
     print(f"read 4 KiB 100 ms apart: {a_med * 1e6:.0f} us, /bin/cat {ac_med * 1e6:.0f} us: {a_med / ac_med:.2f}x "
           f"(target <= 1.0, {options.apart_calls} calls each); the no-op floor {af_med * 1e6:.0f} us")
     record("read.apart", a_med * 1e3, "ms", baseline=ac_med * 1e3, against="starting /bin/cat",

@@ -200,3 +200,13 @@ def test_back_to_back_cases_take_turns_in_blocks_and_the_first_run_of_each_block
     assert all(t >= 0 for times in runs.values() for t in times)
     with pytest.raises(ValueError, match="at least 2 runs"):
         rhythm.back_to_back({"a": lambda: None}, calls=1, block=1)
+
+
+def test_cases_timed_apart_take_turns_call_by_call(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import rhythm
+
+    order: list[str] = []
+    runs = rhythm.apart({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, calls=3, gap=0.001)
+    assert {name: len(times) for name, times in runs.items()} == {"a": 3, "b": 3}
+    assert "".join(order) == "ababab"
