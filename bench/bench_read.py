@@ -23,6 +23,12 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
    floor too. ``bench/targets.py`` takes each floor as the best the target could be: a read through
    its own worker costs at least what a call that does nothing there costs.
 
+   Two more floors from nothing of Peon's (:mod:`bare_worker`): the 4 KiB file read by a bare
+   ``multiprocessing`` worker per call (the ``forkserver`` context, one standby ahead — the machinery
+   the design card names, with no validation, approval, audit, cgroup or event loop), back to back and
+   apart, and back to back by a worker forked by hand (``os.fork`` of this process, whose RSS is
+   printed beside it).
+
    Why calls apart cost what they do: the same work done in this process back to back and after
    10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
    rate, ask the policy), the read done by the tool's own code, and a start of ``/bin/cat``. On a
@@ -49,6 +55,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
+import bare_worker
+import psutil
 from figures import record
 from rhythm import apart, back_to_back
 from peon.admission import admit
@@ -185,6 +193,9 @@ def main() -> None:
                 for _ in range(20):
                     result = session.call("read", args)
                     assert result.ok and result.value["bytes"] == size, result
+            bare, forked = bare_worker.MultiprocessingReader(small), bare_worker.ForkReader(small)
+            assert bare() == forked() == small.read_bytes()
+            rss = psutil.Process().memory_info().rss
             small_path, slice_path = parse_file_path("small.txt"), parse_file_path("sparse.bin")
             max_bytes = session.info["config"]["limits"]["read_max_bytes"]
             # In alternating blocks of consecutive calls (rhythm.py): load from elsewhere falls on all alike.
@@ -192,17 +203,22 @@ def main() -> None:
                 "session 4k": lambda: session.call("read", small_args),
                 "session slice": lambda: session.call("read", slice_args),
                 "floor": lambda: session.call("bench_noop", {}),
+                "bare multiprocessing": bare,
+                "bare fork": forked,
                 "plain 4k": lambda: plain_read(small, 0, None),
                 "cat 4k": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
                 "plain slice": lambda: plain_read(sparse, OFFSET, SLICE),
                 "in-process 4k": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
                 "in-process slice": lambda: read_in_process(ws, slice_path, OFFSET, SLICE, max_bytes, resolver),
             }, options.calls)
+            forked.close()
             spaced = apart({  # the standby is ready and the machine idle when each comes
                 "session": lambda: session.call("read", small_args),
                 "floor": lambda: session.call("bench_noop", {}),
+                "bare multiprocessing": bare,
                 "cat": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
             }, options.apart_calls, 0.1)
+            bare.close()
         # Away from session calls, whose background work (the next standby worker) slows what follows.
         sha = back_to_back({
             "with": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
@@ -221,6 +237,7 @@ def main() -> None:
         }
         floor = runs["floor"]
         cat = runs["cat 4k"]
+        bare_mp, bare_fork = describe(runs["bare multiprocessing"])[0], describe(runs["bare fork"])[0]
 
     print(f"read latency, {options.calls} calls per case, resolver {resolver.value}, "
           f"sparse file {SPARSE_SIZE >> 30} GiB with {allocated >> 10} KiB allocated")
@@ -239,15 +256,20 @@ def main() -> None:
           "(target <= 1.0)")
     f_med, f_p90 = describe(floor)
     record("read.back_to_back", medians["4 KiB file"] * 1e3, "ms", baseline=c_med * 1e3, against="starting /bin/cat",
-           calls=options.calls, floor=f_med * 1e3)
+           calls=options.calls, floor=f_med * 1e3, bare_multiprocessing=bare_mp * 1e3, bare_fork=bare_fork * 1e3)
     a_med, _ = describe(spaced["session"])
     ac_med, _ = describe(spaced["cat"])
     af_med, _ = describe(spaced["floor"])
+    ab_med, _ = describe(spaced["bare multiprocessing"])
     print(f"read 4 KiB 100 ms apart: {a_med * 1e6:.0f} us, /bin/cat {ac_med * 1e6:.0f} us: {a_med / ac_med:.2f}x "
-          f"(target <= 1.0, {options.apart_calls} calls each); the no-op floor {af_med * 1e6:.0f} us")
+          f"(target <= 1.0, {options.apart_calls} calls each); the no-op floor {af_med * 1e6:.0f} us, "
+          f"a bare multiprocessing worker {ab_med * 1e6:.0f} us")
     record("read.apart", a_med * 1e3, "ms", baseline=ac_med * 1e3, against="starting /bin/cat",
-           calls=options.apart_calls, floor=af_med * 1e3)
+           calls=options.apart_calls, floor=af_med * 1e3, bare_multiprocessing=ab_med * 1e3)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
+    print(f"nothing of Peon's, one worker per call reading the 4 KiB file, back to back: bare multiprocessing "
+          f"{bare_mp * 1e6:.0f} us ({bare_mp / c_med:.2f}x /bin/cat), os.fork of this process ({rss >> 20} MiB RSS) "
+          f"{bare_fork * 1e6:.0f} us ({bare_fork / c_med:.2f}x)")
     small_med, slice_med = medians.values()
     h_med, _ = describe(sha["with"])
     n_med, _ = describe(sha["without"])

@@ -1,0 +1,170 @@
+"""What one dedicated worker per call costs with nothing of Peon's in it: the floors of the design.
+
+Each reader here serves ``read`` of one file the way a session serves a call — by a process started for
+that call alone, one standby started ahead — and does nothing else: no validation, rating, approval,
+audit, cgroup, event loop or warm-up.
+
+* :class:`MultiprocessingReader`: the standby is a ``multiprocessing`` ``Process`` of the ``forkserver``
+  context (this module preloaded: the forkserver holds nothing else), the request and the bytes go
+  over a ``Pipe``. This is the machinery the design card names, alone.
+* :class:`ForkReader`: the standby is an ``os.fork()`` of the calling process, with two pipes, reaped
+  with ``waitpid``: a worker forked by hand.
+
+A call returns with the reply; then a thread starts the next standby and reaps the served worker, as a
+session's forker thread does, and the next call waits for that standby. Back to back, each call so
+pays the whole cycle; apart, only the call.
+
+When :meth:`close` returns, no worker either started is alive (``multiprocessing``'s forkserver lives
+until this process exits).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import multiprocessing
+from multiprocessing import forkserver
+import os
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MAX_REPLY = 1 << 20
+
+
+def serve_one(connection: Any) -> None:
+    """A standby's whole life: one request (a path), its bytes back, exit."""
+    try:
+        path = connection.recv_bytes(4096)
+    except EOFError:  # retired before a call
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        connection.send_bytes(os.read(fd, MAX_REPLY))
+    finally:
+        os.close(fd)
+        connection.close()
+
+
+@contextlib.contextmanager
+def _no_main_module() -> Iterator[None]:
+    """Start a ``Process`` as a session's supervisor does (it runs as a package's ``__main__``, which
+    ``multiprocessing`` leaves alone): from a script, a ``forkserver`` child would run the whole script
+    again before its target."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+class _Reader:
+    """One standby ahead, replaced by a thread after each call."""
+
+    def __init__(self, path: Path):
+        self.path = os.fsencode(path)
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bare-worker")
+        self._standby = self._thread.submit(self._start)
+
+    def __call__(self) -> bytes:
+        standby = self._standby.result()
+        data = self._serve(standby)
+        self._standby = self._thread.submit(self._replace, standby)
+        return data
+
+    def _replace(self, served: Any) -> Any:
+        standby = self._start()
+        self._retire(served)
+        return standby
+
+    def close(self) -> None:
+        self._retire(self._standby.result())
+        self._thread.shutdown()
+
+    def _start(self) -> Any:
+        raise NotImplementedError
+
+    def _serve(self, standby: Any) -> bytes:
+        raise NotImplementedError
+
+    def _retire(self, standby: Any) -> None:
+        """Close its channel (a standby that never served then exits) and reap it."""
+        raise NotImplementedError
+
+
+class MultiprocessingReader(_Reader):
+    def __init__(self, path: Path):
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload([__name__])
+        # The forkserver imports its preload before it takes this process's sys.path (Python 3.11):
+        # without this module's directory in its environment, every worker would import the module anew.
+        python_path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.dirname(__file__), python_path)))
+        try:
+            forkserver.ensure_running()
+        finally:
+            if python_path is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = python_path
+        super().__init__(path)
+
+    def _start(self) -> tuple[Any, Any]:
+        ours, theirs = self.context.Pipe()
+        process = self.context.Process(target=serve_one, args=(theirs,), name="bare-worker")
+        with _no_main_module():
+            process.start()
+        theirs.close()
+        return process, ours
+
+    def _serve(self, standby: tuple[Any, Any]) -> bytes:
+        _, connection = standby
+        connection.send_bytes(self.path)
+        return bytes(connection.recv_bytes(MAX_REPLY))
+
+    def _retire(self, standby: tuple[Any, Any]) -> None:
+        process, connection = standby
+        connection.close()
+        process.join()
+
+
+class ForkReader(_Reader):
+    def _start(self) -> tuple[int, int, int]:
+        request_r, request_w = os.pipe2(os.O_CLOEXEC)
+        reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                low, high = sorted((request_r, reply_w))  # nothing else of this process's: no pipe of
+                os.closerange(3, low)  # another worker may stay open here
+                os.closerange(low + 1, high)
+                os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+                path = os.read(request_r, 4096)
+                if path:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    os.write(reply_w, os.read(fd, MAX_REPLY))
+                    os.close(reply_w)  # the reply ends here, not at this process's exit
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(request_r)
+        os.close(reply_w)
+        return pid, request_w, reply_r
+
+    def _serve(self, standby: tuple[int, int, int]) -> bytes:
+        _, request, reply = standby
+        os.write(request, self.path)
+        chunks = []
+        while chunk := os.read(reply, MAX_REPLY):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _retire(self, standby: tuple[int, int, int]) -> None:
+        pid, request, reply = standby
+        os.close(request)
+        os.close(reply)
+        os.waitpid(pid, 0)
