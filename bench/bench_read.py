@@ -33,7 +33,9 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
    10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
    rate, ask the policy), the read done by the tool's own code, and a start of ``/bin/cat``. On a
    machine whose caches go cold while a CPU idles, Python code that touches many objects slows down
-   far more than a process start does, and a call through Peon runs such code in three processes.
+   far more than a process start does, and a call through Peon runs such code in three processes. A
+   loop of 2,000 additions (small code, no data to speak of) is timed likewise: what idling does to
+   this machine's CPU itself.
 
 3. The cost of ``read``'s ``sha256``: the in-process 4 KiB read with and without hashing, and a 16 MiB
    file (the largest that is hashed) read whole with and without hashing, as microseconds per MiB.
@@ -136,6 +138,13 @@ def admission_of_read(ws: Path, env: dict[str, str]):
     return run
 
 
+def busy_loop() -> int:
+    total = 0
+    for i in range(2000):
+        total += i
+    return total
+
+
 def idle_penalty(cases: dict, rounds: int, idle: float = 0.01) -> dict[str, tuple[float, float]]:
     """Median of each case back to back and after ``idle`` seconds of sleep, interleaved."""
     hot: dict[str, list[float]] = {name: [] for name in cases}
@@ -230,6 +239,7 @@ def main() -> None:
             "admission of the read": admission_of_read(ws, env),
             "the read in-process": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
             "starting /bin/cat": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
+            "a loop of 2,000 additions": busy_loop,  # the machine's own: small code, no data
         }, options.idle_rounds)
         cases = {
             "4 KiB file": (runs["session 4k"], runs["plain 4k"], runs["in-process 4k"]),
