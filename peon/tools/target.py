@@ -67,9 +67,15 @@ class Target:
         return out
 
 
+def resolve_for(root: int, typed: WorkspacePath, access: Access) -> fs.Resolution:
+    """``typed`` resolved beneath ``root`` as ``access`` needs it: the one resolution the supervisor
+    approves and the worker insists on."""
+    return fs.resolve(root, typed, follow_final=access != "create", must_exist=access == "read")
+
+
 def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Target:
     with fs.workspace_root(session) as root:
-        resolution = fs.resolve(root, typed, follow_final=access != "create", must_exist=access == "read")
+        resolution = resolve_for(root, typed, access)
     problem = (fs.read_target_error(typed, resolution.kind) if access == "read"
                else fs.target_error(typed, access == "create", resolution.kind))
     if problem is not None:
@@ -105,7 +111,7 @@ def approved_expectation(approved: Mapping[str, Any], typed: WorkspacePath, acce
         raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL,
                         f"path {typed.shown}: the call does not carry the approved resolution of its path "
                         "(path, file_id, directory_id); nothing was done", {"rule": "approved_details"})
-    resolution = fs.resolve(root, typed, follow_final=access != "create", must_exist=access == "read")
+    resolution = resolve_for(root, typed, access)
     if resolution.path != path:
         raise fs.changed_since_approval(typed, f"it was approved as {path!r} but now resolves to {resolution.path!r}")
     expected = fs.Expected(directory, resolution.name, file)
