@@ -123,11 +123,11 @@ def hash_cost(ws: Path, resolver: fs.Resolver, rounds: int) -> tuple[float, floa
 
 def admission_of_read(ws: Path, env: dict[str, str]):
     """``admit`` of a 4 KiB read with the built-in tools and this benchmark's policy, as the supervisor runs it."""
-    load_validator()
     resolved = ResolvedConfig(load_config(CONFIG, workspace=ws, env=env).to_wire())
     view = SessionView(workspace=ws, config=resolved.config, env={"PATH": "/usr/bin:/bin"})
     tools = {tool.name: tool for tool in (cls() for cls in BUILTIN_TOOLS)}
     schemas = {name: tool.schema_for(view) for name, tool in tools.items()}
+    load_validator(schemas.values())
     policy = ApprovalPolicy.from_loaded(resolved)
 
     def run() -> None:

@@ -133,7 +133,7 @@ class Supervisor:
             # first call waits for its worker, and says so if none can start. The validator loads once
             # the forkserver is launched, so the two load their modules at the same time.
             self.pool = await _begin_pool(state)
-            load_validator()  # now, not before ready: the first call's admission needs it
+            load_validator(state.schemas.values())  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
                 executor = group.create_task(self._execute_calls())
