@@ -16,7 +16,8 @@ one is reported and replaced by a fresh standby. A worker is a :class:`WorkerHan
 than the call executor: whoever holds one sends it messages and consumes what it sends.
 
 Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`supervisor.forker`);
-the supervisor watches each through a pidfd and its ``Process.sentinel``, and kills trees by process
+the supervisor watches each through a pidfd and its ``Process.sentinel``, looks at a standby's state
+(stopped, zombie) as a call takes it (:class:`workers.proctree.StateWatch`), and kills trees by process
 tree and cgroup; the orphans of a worker that dies are reparented to the supervisor (a subreaper)
 and killed here.
 """
@@ -31,8 +32,6 @@ import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
-
-import psutil
 
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
@@ -64,7 +63,7 @@ WAKE_AFTER_IDLE_SECONDS = 0.01
 
 
 class WorkerHandle:
-    """One worker: its ``multiprocessing.Process``, a pidfd, its cgroup slot and its channel.
+    """One worker: its ``multiprocessing.Process``, a pidfd, its ``stat`` file, its cgroup slot and its channel.
 
     ``exited`` resolves with its exit code (``-N``: killed by signal N) once it has exited, or with
     None when its status cannot be known (its forkserver is gone or stopped)."""
@@ -76,10 +75,10 @@ class WorkerHandle:
         self.slot = started.slot
         self.channel = FrameChannel(started.channel)
         self.call_id: str | None = None
-        try:  # made now, off the call's path: reading its status later is one read of /proc/<pid>/stat
-            self.inspect: psutil.Process | int = psutil.Process(self.pid)
-        except psutil.Error:
-            self.inspect = self.pid
+        try:  # opened now, off the call's path: looking at its state later is one pread
+            self.watch: proctree.StateWatch | None = proctree.StateWatch(self.pid)
+        except OSError:  # it is gone already: take() discards it
+            self.watch = None
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int | None] = loop.create_future()
         self._sentinel = self.process.sentinel
@@ -123,6 +122,8 @@ class WorkerHandle:
         ``multiprocessing`` does not know its status yet (try again later)."""
         loop = asyncio.get_running_loop()
         self.channel.close()
+        if self.watch is not None:
+            self.watch.close()
         if self._status_timer is not None:
             self._status_timer.cancel()
         if self.pidfd >= 0:
@@ -227,8 +228,8 @@ class WorkerPool:
                 if loop.time() >= until or fresh_starts >= 2:
                     raise
                 continue
-            status = proctree.status(worker.inspect)  # psutil
-            if worker.exited.done() or status in (None, "zombie", "dead", "stopped", "tracing-stop"):
+            state = worker.watch.state() if worker.watch is not None else None
+            if worker.exited.done() or state in (None, "Z", "X", "x", "T", "t"):
                 # It died, or was stopped, while it waited.
                 self.containment.kill_tree(worker.pid, worker.slot)
                 self._spawn_background(self._finish(worker))

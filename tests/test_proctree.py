@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from helpers import wait_for, written
 from workers import limits, proctree
 
@@ -88,3 +90,32 @@ def test_a_member_that_left_its_group_before_the_group_was_killed_is_killed_all_
         for group in (child.pid, *grandchildren):
             proctree.signal_group(group, signal.SIGKILL)
         child.wait()
+
+
+def test_a_state_watch_reads_a_process_through_its_stopping_its_end_and_a_misleading_name(tmp_path):
+    # The executable's name becomes the process name: ")" and a state letter in it must not be read
+    # as the state.
+    fake = tmp_path / "a) T b"
+    fake.symlink_to("/bin/sleep")
+    child = subprocess.Popen([str(fake), "30"])
+    try:
+        watch = proctree.StateWatch(child.pid)
+        assert wait_for(lambda: watch.state() == "S", 10), watch.state()
+        os.kill(child.pid, signal.SIGSTOP)
+        assert wait_for(lambda: watch.state() == "T", 10), watch.state()
+        os.kill(child.pid, signal.SIGKILL)
+        assert wait_for(lambda: watch.state() == "Z", 10), watch.state()  # dead, not yet reaped
+        child.wait(timeout=10)
+        assert watch.state() is None  # reaped: whatever reuses the pid, this descriptor says gone
+        watch.close()
+        assert watch.state() is None
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
+def test_a_state_watch_of_a_process_that_is_gone_cannot_be_made():
+    child = subprocess.Popen(["/bin/true"])
+    child.wait(timeout=10)
+    with pytest.raises(OSError):
+        proctree.StateWatch(child.pid)
