@@ -9,12 +9,16 @@ audit, cgroup, event loop or warm-up.
   over a ``Pipe``. This is the machinery the design card names, alone.
 * :class:`ForkReader`: the standby is an ``os.fork()`` of the calling process, with two pipes, reaped
   with ``waitpid``: a worker forked by hand.
+* :class:`SupervisedReader`: the design's whole path. The caller hands the request to a bare
+  supervisor — a ``multiprocessing`` ``Process`` that owns its own forkserver and serves each request
+  by a :class:`MultiprocessingReader` of its own — and gets the bytes back from it: four hops between
+  processes per call, as a call through a session's supervisor takes, and nothing else.
 
 A call returns with the reply; then a thread starts the next standby and reaps the served worker, as a
 session's forker thread does, and the next call waits for that standby. Back to back, each call so
 pays the whole cycle; apart, only the call.
 
-When :meth:`close` returns, no worker either started is alive (``multiprocessing``'s forkserver lives
+When :meth:`close` returns, no worker or supervisor it started is alive (``multiprocessing``'s forkserver lives
 until this process exits).
 """
 
@@ -34,8 +38,27 @@ from typing import Any
 MAX_REPLY = 1 << 20
 
 
+def supervise(connection: Any, path: bytes) -> None:
+    """A bare supervisor's whole life: relay each request to a worker of its own, its bytes back, until
+    the caller closes the channel; then retire the standby, stop its forkserver and exit."""
+    reader = MultiprocessingReader(Path(os.fsdecode(path)))
+    try:
+        while True:
+            try:
+                request = connection.recv_bytes(4096)
+            except EOFError:
+                return
+            connection.send_bytes(reader.serve(request))  # the reply first, then the next standby
+            reader.refill()
+    finally:
+        reader.close()
+        connection.close()
+        forkserver._forkserver._stop()  # it would outlive this process, reparented, until it saw the EOF
+
+
 def serve_one(connection: Any) -> None:
-    """A standby's whole life: one request (a path), its bytes back, exit."""
+    """A standby's whole life: one request (a path), its bytes back, exit once retired. As a session's
+    worker does, it exits only when its channel closes (bounded), not on the path of the reply."""
     try:
         path = connection.recv_bytes(4096)
     except EOFError:  # retired before a call
@@ -45,6 +68,9 @@ def serve_one(connection: Any) -> None:
         connection.send_bytes(os.read(fd, MAX_REPLY))
     finally:
         os.close(fd)
+    try:
+        connection.poll(10.0)
+    finally:
         connection.close()
 
 
@@ -70,10 +96,18 @@ class _Reader:
         self._standby = self._thread.submit(self._start)
 
     def __call__(self) -> bytes:
-        standby = self._standby.result()
-        data = self._serve(standby)
-        self._standby = self._thread.submit(self._replace, standby)
+        data = self.serve(self.path)
+        self.refill()
         return data
+
+    def serve(self, path: bytes) -> bytes:
+        """One call, by the standby (waiting for it if it is still being started)."""
+        self._served = self._standby.result()
+        return self._serve(self._served, path)
+
+    def refill(self) -> None:
+        """Start the next standby and retire the one that served, in the thread."""
+        self._standby = self._thread.submit(self._replace, self._served)
 
     def _replace(self, served: Any) -> Any:
         standby = self._start()
@@ -87,7 +121,7 @@ class _Reader:
     def _start(self) -> Any:
         raise NotImplementedError
 
-    def _serve(self, standby: Any) -> bytes:
+    def _serve(self, standby: Any, path: bytes) -> bytes:
         raise NotImplementedError
 
     def _retire(self, standby: Any) -> None:
@@ -120,9 +154,9 @@ class MultiprocessingReader(_Reader):
         theirs.close()
         return process, ours
 
-    def _serve(self, standby: tuple[Any, Any]) -> bytes:
+    def _serve(self, standby: tuple[Any, Any], path: bytes) -> bytes:
         _, connection = standby
-        connection.send_bytes(self.path)
+        connection.send_bytes(path)
         return bytes(connection.recv_bytes(MAX_REPLY))
 
     def _retire(self, standby: tuple[Any, Any]) -> None:
@@ -148,6 +182,7 @@ class ForkReader(_Reader):
                     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                     os.write(reply_w, os.read(fd, MAX_REPLY))
                     os.close(reply_w)  # the reply ends here, not at this process's exit
+                    os.read(request_r, 1)  # which waits for its retirement (the request's end closing)
                 code = 0
             finally:
                 os._exit(code)
@@ -155,9 +190,9 @@ class ForkReader(_Reader):
         os.close(reply_w)
         return pid, request_w, reply_r
 
-    def _serve(self, standby: tuple[int, int, int]) -> bytes:
+    def _serve(self, standby: tuple[int, int, int], path: bytes) -> bytes:
         _, request, reply = standby
-        os.write(request, self.path)
+        os.write(request, path)
         chunks = []
         while chunk := os.read(reply, MAX_REPLY):
             chunks.append(chunk)
@@ -168,3 +203,25 @@ class ForkReader(_Reader):
         os.close(request)
         os.close(reply)
         os.waitpid(pid, 0)
+
+
+class SupervisedReader:
+    """The request through a bare supervisor process to a bare worker of its own, and the bytes back."""
+
+    def __init__(self, path: Path):
+        context = multiprocessing.get_context("forkserver")
+        self._connection, theirs = context.Pipe()
+        self._supervisor = context.Process(target=supervise, args=(theirs, os.fsencode(path)),
+                                           name="bare-supervisor")
+        with _no_main_module():
+            self._supervisor.start()
+        theirs.close()
+        self.path = os.fsencode(path)
+
+    def __call__(self) -> bytes:
+        self._connection.send_bytes(self.path)
+        return bytes(self._connection.recv_bytes(MAX_REPLY))
+
+    def close(self) -> None:
+        self._connection.close()
+        self._supervisor.join()

@@ -27,7 +27,9 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
    ``multiprocessing`` worker per call (the ``forkserver`` context, one standby ahead — the machinery
    the design card names, with no validation, approval, audit, cgroup or event loop), back to back and
    apart, and back to back by a worker forked by hand (``os.fork`` of this process, whose RSS is
-   printed beside it).
+   printed beside it). And the design's whole path: the request handed to a bare supervisor process
+   that has it served by a bare worker of its own, as a session's supervisor does (four hops between
+   processes, nothing else), back to back and apart.
 
    Why calls apart cost what they do: the same work done in this process back to back and after
    10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
@@ -203,7 +205,8 @@ def main() -> None:
                     result = session.call("read", args)
                     assert result.ok and result.value["bytes"] == size, result
             bare, forked = bare_worker.MultiprocessingReader(small), bare_worker.ForkReader(small)
-            assert bare() == forked() == small.read_bytes()
+            supervised = bare_worker.SupervisedReader(small)
+            assert bare() == forked() == supervised() == small.read_bytes()
             rss = psutil.Process().memory_info().rss
             small_path, slice_path = parse_file_path("small.txt"), parse_file_path("sparse.bin")
             max_bytes = session.info["config"]["limits"]["read_max_bytes"]
@@ -214,6 +217,7 @@ def main() -> None:
                 "floor": lambda: session.call("bench_noop", {}),
                 "bare multiprocessing": bare,
                 "bare fork": forked,
+                "bare supervisor": supervised,
                 "plain 4k": lambda: plain_read(small, 0, None),
                 "cat 4k": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
                 "plain slice": lambda: plain_read(sparse, OFFSET, SLICE),
@@ -225,9 +229,11 @@ def main() -> None:
                 "session": lambda: session.call("read", small_args),
                 "floor": lambda: session.call("bench_noop", {}),
                 "bare multiprocessing": bare,
+                "bare supervisor": supervised,
                 "cat": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
             }, options.apart_calls, 0.1)
             bare.close()
+            supervised.close()
         # Away from session calls, whose background work (the next standby worker) slows what follows.
         sha = back_to_back({
             "with": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
@@ -248,6 +254,7 @@ def main() -> None:
         floor = runs["floor"]
         cat = runs["cat 4k"]
         bare_mp, bare_fork = describe(runs["bare multiprocessing"])[0], describe(runs["bare fork"])[0]
+        bare_sup = describe(runs["bare supervisor"])[0]
 
     print(f"read latency, {options.calls} calls per case, resolver {resolver.value}, "
           f"sparse file {SPARSE_SIZE >> 30} GiB with {allocated >> 10} KiB allocated")
@@ -266,20 +273,24 @@ def main() -> None:
           "(target <= 1.0)")
     f_med, f_p90 = describe(floor)
     record("read.back_to_back", medians["4 KiB file"] * 1e3, "ms", baseline=c_med * 1e3, against="starting /bin/cat",
-           calls=options.calls, floor=f_med * 1e3, bare_multiprocessing=bare_mp * 1e3, bare_fork=bare_fork * 1e3)
+           calls=options.calls, floor=f_med * 1e3, bare_multiprocessing=bare_mp * 1e3, bare_fork=bare_fork * 1e3,
+           bare_supervised=bare_sup * 1e3)
     a_med, _ = describe(spaced["session"])
     ac_med, _ = describe(spaced["cat"])
     af_med, _ = describe(spaced["floor"])
     ab_med, _ = describe(spaced["bare multiprocessing"])
+    as_med, _ = describe(spaced["bare supervisor"])
     print(f"read 4 KiB 100 ms apart: {a_med * 1e6:.0f} us, /bin/cat {ac_med * 1e6:.0f} us: {a_med / ac_med:.2f}x "
           f"(target <= 1.0, {options.apart_calls} calls each); the no-op floor {af_med * 1e6:.0f} us, "
-          f"a bare multiprocessing worker {ab_med * 1e6:.0f} us")
+          f"a bare multiprocessing worker {ab_med * 1e6:.0f} us, through a bare supervisor {as_med * 1e6:.0f} us")
     record("read.apart", a_med * 1e3, "ms", baseline=ac_med * 1e3, against="starting /bin/cat",
-           calls=options.apart_calls, floor=af_med * 1e3, bare_multiprocessing=ab_med * 1e3)
+           calls=options.apart_calls, floor=af_med * 1e3, bare_multiprocessing=ab_med * 1e3,
+           bare_supervised=as_med * 1e3)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
     print(f"nothing of Peon's, one worker per call reading the 4 KiB file, back to back: bare multiprocessing "
           f"{bare_mp * 1e6:.0f} us ({bare_mp / c_med:.2f}x /bin/cat), os.fork of this process ({rss >> 20} MiB RSS) "
-          f"{bare_fork * 1e6:.0f} us ({bare_fork / c_med:.2f}x)")
+          f"{bare_fork * 1e6:.0f} us ({bare_fork / c_med:.2f}x), through a bare supervisor "
+          f"{bare_sup * 1e6:.0f} us ({bare_sup / c_med:.2f}x)")
     small_med, slice_med = medians.values()
     h_med, _ = describe(sha["with"])
     n_med, _ = describe(sha["without"])

@@ -142,6 +142,41 @@ def test_a_target_the_designs_floor_misses_is_out_of_reach_one_only_peons_floor_
     ]
 
 
+SUPERVISED = "a bare supervisor process having the file read by a bare worker per call, nothing of Peon's"
+
+
+def test_the_designs_whole_path_a_bare_supervisor_and_its_worker_is_a_floor_of_the_design_too(bench):
+    """The design's floor is the most binding of the bare worker alone and the bare supervisor handing the
+    read to a bare worker of its own (four hops, as a call through a session takes): here it turns bash
+    100 ms apart from "not met" to "out of reach", while read 100 ms apart stays Peon's to close."""
+    _, targets = bench
+    lines, by_label = judged(
+        targets,
+        {"key": "bash.apart", "value": 7.0, "unit": "ms", "baseline": 3.5, "against": "bash -lc true",
+         "supervisor_only": 1.2},
+        {"key": "read.apart", "value": 2.6, "unit": "ms", "baseline": 1.5, "against": "starting /bin/cat",
+         "floor": 2.1, "bare_multiprocessing": 0.45, "bare_supervised": 1.35},
+        {"key": "read.back_to_back", "value": 5.0, "unit": "ms", "baseline": 0.9, "against": "starting /bin/cat",
+         "floor": 5.0, "bare_multiprocessing": 3.0, "bare_supervised": 3.6},
+    )
+    bash = by_label["Session.call bash true, 100 ms apart"]  # (3.5 + 1.35) / 3.5 = 1.39 > 1.2; 0.45: 1.13
+    assert " 2.00   1.39  1.34 " in bash and bash.endswith("out of reach")
+    read = by_label["Session.call read 4 KiB, 100 ms apart"]  # 1.35 / 1.5 = 0.90 <= 1.0: Peon's floor misses
+    assert " 1.73   0.90  1.40 " in read and read.endswith(" not met")
+    assert (f"  Session.call bash true, 100 ms apart: 1.39x, {SUPERVISED} (100 ms apart) 1.35 ms + bash -lc true"
+            " 3.50 ms") in lines
+    assert f"  Session.call bash true, 100 ms apart: 1.13x, {BARE} (100 ms apart) 0.45 ms + bash -lc true 3.50 ms" \
+        in lines
+    rate = {"key": "mcp.read_rate", "value": 100.0, "unit": "calls/s", "baseline": 800.0,
+            "against": "server-filesystem"}
+    lines, by_label = judged(targets, rate, {"key": "read.back_to_back", "value": 5.0, "unit": "ms", "baseline": 0.9,
+                                             "against": "starting /bin/cat", "bare_multiprocessing": 3.0,
+                                             "bare_supervised": 3.6})
+    assert (f"  peon mcp read, back to back (calls/s): 0.35x, {SUPERVISED} (back to back) 3.60 ms: at most"
+            " 278 calls/s, server-filesystem 800 calls/s") in lines
+    assert " 0.12   0.35 " in by_label["peon mcp read, back to back (calls/s)"]  # 1000 / 3.6 = 278 of 800
+
+
 def test_a_floor_of_two_parts_adds_the_part_measured_by_another_figure_when_it_was(bench):
     """MCP bash: Peon's floor is bash -lc true plus the supervisor-only answer through peon mcp (recorded
     with MCP read), and without that figure bash -lc true alone; the design's is bash -lc true plus the
@@ -237,8 +272,9 @@ def test_cases_timed_apart_take_turns_call_by_call(monkeypatch):
 
 
 def test_a_bare_worker_per_call_serves_each_call_and_leaves_no_worker_behind(tmp_path):
-    """bench/bare_worker.py, the design's floor: both readers return the file's bytes call after call,
-    each from a process of its own, and when closed no worker they started is alive. Run in an
+    """bench/bare_worker.py, the design's floors: every reader returns the file's bytes call after call,
+    each from a process of its own, and when closed no worker (nor the bare supervisor, nor its
+    forkserver) it started is alive. Run in an
     interpreter of its own: multiprocessing's forkserver is one per process."""
     (tmp_path / "f.txt").write_bytes(b"0123456789abcdef" * 256)
     script = f"""
@@ -248,13 +284,20 @@ import psutil
 sys.path.insert(0, {str(BENCH)!r})
 import bare_worker
 path = Path({str(tmp_path / "f.txt")!r})
-readers = [bare_worker.MultiprocessingReader(path), bare_worker.ForkReader(path)]
+readers = [bare_worker.MultiprocessingReader(path), bare_worker.ForkReader(path), bare_worker.SupervisedReader(path)]
+supervisor = readers[2]._supervisor.pid
+below: set = set()
 for reader in readers:
     try:
         replies = [reader() for _ in range(5)]
+        if reader is readers[2]:  # its forkserver and its standby, a worker of its own
+            below = {{p.pid for p in psutil.Process(supervisor).children(recursive=True)}}
+            assert len(below) >= 2, below
     finally:
         reader.close()
     assert replies == [path.read_bytes()] * 5, reader
+assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+               for pid in below | {{supervisor}})
 helpers = (multiprocessing.forkserver._forkserver._forkserver_pid,
            multiprocessing.resource_tracker._resource_tracker._pid)
 left = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in helpers]
