@@ -12,7 +12,8 @@ word and writes the error. So the fast path can only ever say yes where ``jsonsc
 (``tests/test_validation_fast_path.py`` checks that on every built-in schema), and it is only a speed:
 a call's admission after the machine idled took 131 µs in ``jsonschema``'s ``is_valid`` and 8 µs in
 the compiled code (a 4 KiB ``read``'s input, median of 60 after 100 ms of sleep each;
-docs/architecture.md, "What a call costs").
+docs/architecture.md, "What a call costs"). ``jsonschema`` is imported the first time a process needs
+it: a session whose tools all have fast paths and whose inputs are all valid never loads it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
 FastCheck = Callable[[Any], Any]  # raises on what it refuses
-_validators: dict[int, tuple[Mapping[str, Any], Draft202012Validator, FastCheck | None]] = {}
+# By the schema's id, with the schema itself (an id can be reused once a schema is gone).
+_fast_checks: dict[int, tuple[Mapping[str, Any], FastCheck | None]] = {}
+_validators: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
 
 # Keywords whose meaning in draft 7 (what fastjsonschema compiles by default) is their meaning in
 # 2020-12, and which both libraries apply alike. The rest (``$ref``, ``format``, ``items`` as an array,
@@ -95,25 +98,32 @@ def _compile_fast(schema: Mapping[str, Any]) -> FastCheck | None:
 
 
 def load_validator(schemas: Iterable[Mapping[str, Any]] = ()) -> None:
-    """Import the schema validator (``jsonschema``) and make the validators of ``schemas`` (compiling
-    their fast paths). The first validation of a schema does it anyway. A supervisor calls this once
-    it has answered ``ready``: importing the supervisor took 294 ms with it and 215 ms without
-    (medians of 20 on the development machine), and the client waits for that. A client, which
-    checks only an input's depth, never loads it."""
-    import jsonschema.exceptions  # noqa: F401
-
+    """Make the validators of ``schemas``: the compiled fast check where a schema has one, and
+    ``jsonschema``'s only for a schema without (an extension tool's, say), importing it then. The first
+    validation of a schema does it anyway. A supervisor calls this once it has answered ``ready``:
+    importing the supervisor took 294 ms with ``jsonschema`` and 215 ms without (medians of 20 on the
+    development machine), and the client waits for that. ``jsonschema`` and what it imports also hold
+    about 6.5 MiB of a process's memory, which a session of built-in tools called with valid inputs
+    never needs. A client, which checks only an input's depth, loads neither."""
     for schema in schemas:
-        _validator(schema)
+        if _fast_check(schema) is None:
+            _validator(schema)
 
 
-def _validator(schema: Mapping[str, Any]) -> tuple[Mapping[str, Any], Draft202012Validator, FastCheck | None]:
+def _fast_check(schema: Mapping[str, Any]) -> FastCheck | None:
+    cached = _fast_checks.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        cached = _fast_checks[id(schema)] = (schema, _compile_fast(schema))
+    return cached[1]
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
     cached = _validators.get(id(schema))
     if cached is None or cached[0] is not schema:
         from jsonschema import Draft202012Validator
 
-        cached = (schema, Draft202012Validator(schema), _compile_fast(schema))
-        _validators[id(schema)] = cached
-    return cached
+        cached = _validators[id(schema)] = (schema, Draft202012Validator(schema))
+    return cached[1]
 
 
 def preview(value: Any, limit: int = 80) -> str:
@@ -147,13 +157,14 @@ def validate_input(tool_name: str, schema: Mapping[str, Any], args: Any) -> Mapp
             f"input for {tool_name} must be a JSON object, got {json_type(args)}",
             {"rule": "type", "pointer": "", "expected": "object"},
         )
-    _, validator, fast = _validator(schema)
+    fast = _fast_check(schema)
     if fast is not None:
         try:
             fast(args)
             return args
         except Exception:  # JsonSchemaValueException, or anything its code raises on odd input: ask jsonschema
             pass
+    validator = _validator(schema)
     if validator.is_valid(args):
         return args
     from jsonschema.exceptions import best_match
