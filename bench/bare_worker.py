@@ -129,30 +129,48 @@ class _Reader:
         raise NotImplementedError
 
 
+def _forkserver_context() -> Any:
+    """This process's ``forkserver`` context, its forkserver running with this module preloaded."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    # The forkserver imports its preload before it takes this process's sys.path (Python 3.11):
+    # without this module's directory in its environment, every worker would import the module anew.
+    python_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.dirname(__file__), python_path)))
+    try:
+        forkserver.ensure_running()
+    finally:
+        if python_path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = python_path
+    return context
+
+
+def _start_process(context: Any, name: str, target: Any, *args: Any) -> tuple[Any, Any]:
+    """A started ``Process`` running ``target(connection, *args)``, and our end of that connection."""
+    ours, theirs = context.Pipe()
+    process = context.Process(target=target, args=(theirs, *args), name=name)
+    with _no_main_module():
+        process.start()
+    theirs.close()
+    return process, ours
+
+
+def _retire_process(started: tuple[Any, Any]) -> None:
+    """Close our end of its connection (it then exits) and join it."""
+    process, connection = started
+    connection.close()
+    process.join()
+
+
 class MultiprocessingReader(_Reader):
     def __init__(self, path: Path):
-        self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload([__name__])
-        # The forkserver imports its preload before it takes this process's sys.path (Python 3.11):
-        # without this module's directory in its environment, every worker would import the module anew.
-        python_path = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.dirname(__file__), python_path)))
-        try:
-            forkserver.ensure_running()
-        finally:
-            if python_path is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = python_path
+        self.context = _forkserver_context()
         super().__init__(path)
 
     def _start(self) -> tuple[Any, Any]:
-        ours, theirs = self.context.Pipe()
-        process = self.context.Process(target=serve_one, args=(theirs,), name="bare-worker")
-        with _no_main_module():
-            process.start()
-        theirs.close()
-        return process, ours
+        return _start_process(self.context, "bare-worker", serve_one)
 
     def _serve(self, standby: tuple[Any, Any], path: bytes) -> bytes:
         _, connection = standby
@@ -160,9 +178,7 @@ class MultiprocessingReader(_Reader):
         return bytes(connection.recv_bytes(MAX_REPLY))
 
     def _retire(self, standby: tuple[Any, Any]) -> None:
-        process, connection = standby
-        connection.close()
-        process.join()
+        _retire_process(standby)
 
 
 class ForkReader(_Reader):
@@ -209,19 +225,13 @@ class SupervisedReader:
     """The request through a bare supervisor process to a bare worker of its own, and the bytes back."""
 
     def __init__(self, path: Path):
-        context = multiprocessing.get_context("forkserver")
-        self._connection, theirs = context.Pipe()
-        self._supervisor = context.Process(target=supervise, args=(theirs, os.fsencode(path)),
-                                           name="bare-supervisor")
-        with _no_main_module():
-            self._supervisor.start()
-        theirs.close()
         self.path = os.fsencode(path)
+        self._supervisor, self._connection = _start_process(_forkserver_context(), "bare-supervisor", supervise,
+                                                            self.path)
 
     def __call__(self) -> bytes:
         self._connection.send_bytes(self.path)
         return bytes(self._connection.recv_bytes(MAX_REPLY))
 
     def close(self) -> None:
-        self._connection.close()
-        self._supervisor.join()
+        _retire_process((self._supervisor, self._connection))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Iterable, Mapping
 
 from .errors import ErrorCode, ToolError
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 FastCheck = Callable[[Any], Any]  # raises on what it refuses
 # By the schema's id, with the schema itself (an id can be reused once a schema is gone).
-_fast_checks: dict[int, tuple[Mapping[str, Any], FastCheck | None]] = {}
-_validators: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+_fast_checks: dict[int, tuple[Mapping[str, Any], Any]] = {}
+_validators: dict[int, tuple[Mapping[str, Any], Any]] = {}
 
 # Keywords whose meaning in draft 7 (what fastjsonschema compiles by default) is their meaning in
 # 2020-12, and which both libraries apply alike. The rest (``$ref``, ``format``, ``items`` as an array,
@@ -110,20 +110,25 @@ def load_validator(schemas: Iterable[Mapping[str, Any]] = ()) -> None:
             _validator(schema)
 
 
-def _fast_check(schema: Mapping[str, Any]) -> FastCheck | None:
-    cached = _fast_checks.get(id(schema))
+def _cached(cache: dict[int, tuple[Mapping[str, Any], Any]], schema: Mapping[str, Any],
+            make: Callable[[Mapping[str, Any]], Any]) -> Any:
+    cached = cache.get(id(schema))
     if cached is None or cached[0] is not schema:
-        cached = _fast_checks[id(schema)] = (schema, _compile_fast(schema))
+        cached = cache[id(schema)] = (schema, make(schema))
     return cached[1]
+
+
+def _fast_check(schema: Mapping[str, Any]) -> FastCheck | None:
+    return cast("FastCheck | None", _cached(_fast_checks, schema, _compile_fast))
 
 
 def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
-    cached = _validators.get(id(schema))
-    if cached is None or cached[0] is not schema:
+    def make(schema: Mapping[str, Any]) -> Draft202012Validator:
         from jsonschema import Draft202012Validator
 
-        cached = _validators[id(schema)] = (schema, Draft202012Validator(schema))
-    return cached[1]
+        return Draft202012Validator(schema)
+
+    return cast("Draft202012Validator", _cached(_validators, schema, make))
 
 
 def preview(value: Any, limit: int = 80) -> str:

@@ -274,8 +274,8 @@ def test_cases_timed_apart_take_turns_call_by_call(monkeypatch):
 def test_a_bare_worker_per_call_serves_each_call_and_leaves_no_worker_behind(tmp_path):
     """bench/bare_worker.py, the design's floors: every reader returns the file's bytes call after call,
     each from a process of its own, and when closed no worker (nor the bare supervisor, nor its
-    forkserver) it started is alive. Run in an
-    interpreter of its own: multiprocessing's forkserver is one per process."""
+    forkserver) it started is alive. Run in an interpreter of its own: multiprocessing's forkserver is
+    one per process."""
     (tmp_path / "f.txt").write_bytes(b"0123456789abcdef" * 256)
     script = f"""
 import multiprocessing.forkserver, multiprocessing.resource_tracker, os, sys
