@@ -4,9 +4,12 @@ module of its own so a front end can take it before it loads anything else.
 Promises:
 
 * :func:`launch` returns a :class:`Launch`: a fresh interpreter running ``python -P -m supervisor`` in a
-  new session (its own process group), in the workspace, with the session's environment, stdin and
-  stdout on ``/dev/null``, this process's stderr, and no other descriptor of this process but its end
-  of one socket. It starts
+  new session (its own process group), in ``/``, with the session's environment, stdin and stdout on
+  ``/dev/null``, this process's stderr, and no other descriptor of this process but its end of one
+  socket. Not in the workspace: ``multiprocessing`` starts every forkserver and worker in its parent's
+  working directory by path, so a workspace renamed while a worker started made that worker fail its
+  ``chdir`` (and a symlink put in its place would have been entered instead); the session's processes
+  use the pinned workspace descriptor, and every command gets its own directory. It starts
   nothing and opens nothing until the session sends it the start message; when that socket closes
   first (this process died, or :meth:`Launch.abandon`), it exits.
 * :meth:`Launch.abandon` kills and reaps it and removes its runtime directory; it is idempotent, and a
@@ -46,7 +49,7 @@ class Launch:
             self.process = subprocess.Popen(
                 [sys.executable, "-P", "-m", "supervisor", "--fd", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                cwd=workspace, env=child_env, start_new_session=True,
+                cwd="/", env=child_env, start_new_session=True,
             )
         except BaseException:
             ours.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 
+import psutil
+
 HOSTNAME = "hostname"
 
 
@@ -34,3 +36,23 @@ def test_a_renamed_workspace_replaced_by_a_symlink_redirects_nothing(fs_session,
     assert created.ok, created
     assert (moved / "new.txt").read_text() == "new\n" and not (target / "new.txt").exists()
     assert written.value["sha256"] == hashlib.sha256(b"rewritten\n").hexdigest()
+
+
+def test_the_sessions_processes_work_in_the_root_directory_not_the_workspace(fs_session, workspace):
+    """``multiprocessing`` starts each forkserver and worker by ``chdir`` to its parent's working
+    directory by path: in the workspace, a worker starting while the workspace was renamed failed (and
+    one starting after a symlink took its place went through it). The supervisor, its forkserver and
+    its workers work in ``/``; commands still start in the workspace."""
+    (workspace / "a.txt").write_text("a\n")
+    assert fs_session.call("read", {"path": "a.txt"}).ok
+    supervisor = psutil.Process(fs_session.info["pid"])
+    cwds = {}
+    for process in (supervisor, *supervisor.children(recursive=True)):
+        try:  # the worker that served the call may be exiting
+            cwds[process.cmdline()[0].split()[0]] = process.cwd()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, IndexError):
+            continue
+    assert {"peon-supervisor", "peon-forkserver", "peon-worker"} <= cwds.keys(), cwds
+    assert set(cwds.values()) == {"/"}, cwds
+    ran = fs_session.call("bash", {"command": "pwd"})
+    assert ran.ok and ran.value["output"].strip() == str(workspace.resolve()), ran
