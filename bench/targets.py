@@ -123,6 +123,12 @@ SUPERVISED_BACK_TO_BACK = Floor("design", "bare_supervised", f"{SUPERVISED} (bac
 SUPERVISED_APART = Floor("design", "bare_supervised", f"{SUPERVISED} (100 ms apart)", "whole", figure="read.apart")
 
 
+def design_floors(rhythm: Literal["back to back", "apart"], **changes: Any) -> tuple[Floor, ...]:
+    """The design's floors of a target of that rhythm, bare worker then bare supervisor, each changed alike."""
+    floors = (BARE_APART, SUPERVISED_APART) if rhythm == "apart" else (BARE_BACK_TO_BACK, SUPERVISED_BACK_TO_BACK)
+    return tuple(dataclasses.replace(floor, **changes) for floor in floors)
+
+
 @dataclass(frozen=True)
 class Target:
     key: str  # the figure's key, as its benchmark records it
@@ -163,32 +169,25 @@ class Target:
 
 TARGETS = (
     Target("bash.back_to_back", "Session.call bash true, back to back", "<=", 1.2, True,
-           (dataclasses.replace(BARE_BACK_TO_BACK, bounds="added"),
-            dataclasses.replace(SUPERVISED_BACK_TO_BACK, bounds="added"),
+           (*design_floors("back to back", bounds="added"),
             Floor("peon", "supervisor_only", SUPERVISOR_ONLY, "added"), NO_OP_BACK_TO_BACK)),
     Target("bash.apart", "Session.call bash true, 100 ms apart", "<=", 1.2, True,
-           (dataclasses.replace(BARE_APART, bounds="added"), dataclasses.replace(SUPERVISED_APART, bounds="added"),
-            Floor("peon", "supervisor_only", SUPERVISOR_ONLY, "added"))),
+           (*design_floors("apart", bounds="added"), Floor("peon", "supervisor_only", SUPERVISOR_ONLY, "added"))),
     Target("read.back_to_back", "Session.call read 4 KiB, back to back", "<=", 1.0, True,
-           (dataclasses.replace(BARE_BACK_TO_BACK, figure=None),
-            dataclasses.replace(SUPERVISED_BACK_TO_BACK, figure=None),
-            Floor("peon", "floor", NO_OP, "whole"))),
+           (*design_floors("back to back", figure=None), Floor("peon", "floor", NO_OP, "whole"))),
     Target("read.apart", "Session.call read 4 KiB, 100 ms apart", "<=", 1.0, True,
-           (dataclasses.replace(BARE_APART, figure=None), dataclasses.replace(SUPERVISED_APART, figure=None),
-            Floor("peon", "floor", NO_OP, "whole"))),
+           (*design_floors("apart", figure=None), Floor("peon", "floor", NO_OP, "whole"))),
     Target("mcp.read", "peon mcp tools/call read 1 KiB", "<=", 1.0, True,
-           (BARE_BACK_TO_BACK, SUPERVISED_BACK_TO_BACK,
+           (*design_floors("back to back"),
             Floor("peon", "supervisor_only", f"{SUPERVISOR_ONLY}, through peon mcp", "whole"),
             NO_OP_BACK_TO_BACK)),
     Target("mcp.bash", "peon mcp tools/call bash true", "<=", 0.8, True,
-           (dataclasses.replace(BARE_BACK_TO_BACK, plus=Part("bash_lc", "mcp.bash", BASH_LC)),
-            dataclasses.replace(SUPERVISED_BACK_TO_BACK, plus=Part("bash_lc", "mcp.bash", BASH_LC)),
+           (*design_floors("back to back", plus=Part("bash_lc", "mcp.bash", BASH_LC)),
             Floor("peon", "bash_lc", BASH_LC, "whole",
                   plus=Part("supervisor_only", "mcp.read", f"{SUPERVISOR_ONLY}, through peon mcp")),
             NO_OP_BACK_TO_BACK)),
     Target("mcp.read_rate", "peon mcp read, back to back (calls/s)", ">=", 1.0, True,
-           (dataclasses.replace(BARE_BACK_TO_BACK, bounds="rate"),
-            dataclasses.replace(SUPERVISED_BACK_TO_BACK, bounds="rate"),
+           (*design_floors("back to back", bounds="rate"),
             dataclasses.replace(NO_OP_BACK_TO_BACK, bounds="rate"))),
     Target("mcp.start", "peon mcp start to first tools/list", "<=", 1.0, True),
     Target("deadline_to_clean.cgroup", "deadline to clean, 300-process fork loop, cgroup", "<", 100, False),
