@@ -278,7 +278,7 @@ def test_a_bare_worker_per_call_serves_each_call_and_leaves_no_worker_behind(tmp
     one per process."""
     (tmp_path / "f.txt").write_bytes(b"0123456789abcdef" * 256)
     script = f"""
-import multiprocessing.forkserver, multiprocessing.resource_tracker, os, sys
+import multiprocessing.forkserver, multiprocessing.resource_tracker, os, sys, time
 from pathlib import Path
 import psutil
 sys.path.insert(0, {str(BENCH)!r})
@@ -290,8 +290,11 @@ below: set = set()
 for reader in readers:
     try:
         replies = [reader() for _ in range(5)]
-        if reader is readers[2]:  # its forkserver and its standby, a worker of its own
-            below = {{p.pid for p in psutil.Process(supervisor).children(recursive=True)}}
+        if reader is readers[2]:  # its forkserver and its standby (started after the reply), its own
+            deadline = time.monotonic() + 30
+            while len(below) < 2 and time.monotonic() < deadline:
+                below = {{p.pid for p in psutil.Process(supervisor).children(recursive=True)}}
+                time.sleep(0.01)
             assert len(below) >= 2, below
     finally:
         reader.close()

@@ -6,6 +6,7 @@ target. The target here is a directory of our own holding a file named like the 
 from __future__ import annotations
 
 import hashlib
+import time
 
 import psutil
 
@@ -46,12 +47,15 @@ def test_the_sessions_processes_work_in_the_root_directory_not_the_workspace(fs_
     (workspace / "a.txt").write_text("a\n")
     assert fs_session.call("read", {"path": "a.txt"}).ok
     supervisor = psutil.Process(fs_session.info["pid"])
-    cwds = {}
-    for process in (supervisor, *supervisor.children(recursive=True)):
-        try:  # the worker that served the call may be exiting
-            cwds[process.cmdline()[0].split()[0]] = process.cwd()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, IndexError):
-            continue
+    cwds: dict[str, str] = {}
+    deadline = time.monotonic() + 30  # the next standby starts after the reply
+    while not {"peon-supervisor", "peon-forkserver", "peon-worker"} <= cwds.keys() and time.monotonic() < deadline:
+        for process in (supervisor, *supervisor.children(recursive=True)):
+            try:  # the worker that served the call may be exiting
+                cwds[process.cmdline()[0].split()[0]] = process.cwd()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, IndexError):
+                continue
+        time.sleep(0.01)
     assert {"peon-supervisor", "peon-forkserver", "peon-worker"} <= cwds.keys(), cwds
     assert set(cwds.values()) == {"/"}, cwds
     ran = fs_session.call("bash", {"command": "pwd"})
