@@ -6,9 +6,10 @@ target. The target here is a directory of our own holding a file named like the 
 from __future__ import annotations
 
 import hashlib
-import time
 
 import psutil
+
+from helpers import wait_for
 
 HOSTNAME = "hostname"
 
@@ -48,15 +49,18 @@ def test_the_sessions_processes_work_in_the_root_directory_not_the_workspace(fs_
     assert fs_session.call("read", {"path": "a.txt"}).ok
     supervisor = psutil.Process(fs_session.info["pid"])
     cwds: dict[str, str] = {}
-    deadline = time.monotonic() + 30  # the next standby starts after the reply
-    while not {"peon-supervisor", "peon-forkserver", "peon-worker"} <= cwds.keys() and time.monotonic() < deadline:
+    roles = {"peon-supervisor", "peon-forkserver", "peon-worker"}
+
+    def every_role_seen() -> bool:
         for process in (supervisor, *supervisor.children(recursive=True)):
             try:  # the worker that served the call may be exiting
                 cwds[process.cmdline()[0].split()[0]] = process.cwd()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, IndexError):
                 continue
-        time.sleep(0.01)
-    assert {"peon-supervisor", "peon-forkserver", "peon-worker"} <= cwds.keys(), cwds
+        return roles <= cwds.keys()
+
+    wait_for(every_role_seen, 30)  # the next standby starts after the reply
+    assert roles <= cwds.keys(), cwds
     assert set(cwds.values()) == {"/"}, cwds
     ran = fs_session.call("bash", {"command": "pwd"})
     assert ran.ok and ran.value["output"].strip() == str(workspace.resolve()), ran
