@@ -27,9 +27,9 @@ from peon.policy import ApprovalPolicy, ApprovalRequest, Decision
 from peon.rules import GitFacts, ShellFacts
 from peon.shell import _analyze_cached, analyze
 from peon.tool import ToolRisk
-from supervisor.audit import AuditLog, decision_entry
-from supervisor.facts import gather
-from supervisor.grants import GrantStore
+from peon.supervisor.audit import AuditLog, decision_entry
+from peon.supervisor.facts import gather
+from peon.supervisor.grants import GrantStore
 
 TYPICAL = "cd src && make -j4 2>&1 | tail -20"
 LONG = " && ".join(f"git diff --stat HEAD~{i} -- src/file{i}.py 2>&1 | tail -{i + 1}" for i in range(50))

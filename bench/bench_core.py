@@ -38,7 +38,7 @@ import psutil
 import peon
 from figures import record
 from rhythm import apart, back_to_back
-from workers import proctree
+from peon.workers import proctree
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 

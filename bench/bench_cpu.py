@@ -54,7 +54,7 @@ for _ in range(int(sys.argv[1])):
     os.close(w)
 print(json.dumps([statistics.median(wall), statistics.median(cpu), statistics.median(faults), len(sys.modules)]))
 """
-FORKSERVER_MODULES = ["workers.forkserver", "workers.worker", "workers.runner", "peon.tools",
+FORKSERVER_MODULES = ["peon.workers.forkserver", "peon.workers.worker", "peon.workers.runner", "peon.tools",
                       "multiprocessing.forkserver"]
 
 

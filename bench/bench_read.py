@@ -72,7 +72,7 @@ from peon.tool import SessionView
 from peon.tools import BUILTIN_TOOLS
 from peon.validation import load_validator
 from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file
-from workers import fs
+from peon.workers import fs
 
 CONFIG = {"approval": {"read_only": "allow", "filesystem": "allow"}}
 SMALL = 4096

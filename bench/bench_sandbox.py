@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
-from workers import landlock as ll
-from workers import proctree, sandbox
+from peon.workers import landlock as ll
+from peon.workers import proctree, sandbox
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
@@ -163,7 +163,7 @@ def main_calls(calls: int) -> None:
 HELPER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from workers import landlock as ll
+from peon.workers import landlock as ll
 abi = ll.abi_version().abi
 ruleset = ll.Ruleset(abi, ll.fs_rights(abi))
 ruleset.allow_beneath("/", ll.FS_READ)
@@ -175,7 +175,7 @@ os.execv(sys.argv[3], sys.argv[3:])
 
 def main_strategies(calls: int) -> None:
     import peon.tools  # noqa: F401  (a worker-sized interpreter)
-    from workers.sandbox_plan import SandboxPlan
+    from peon.workers.sandbox_plan import SandboxPlan
 
     abi = ll.abi_version().abi
     if abi < 1:

@@ -25,7 +25,7 @@ import psutil
 
 import peon
 from figures import record
-from workers import proctree
+from peon.workers import proctree
 
 FORK_LOOP = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "forkloop.py").read_text()
 CONFIG = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "ask", "delegate": "deny"}}

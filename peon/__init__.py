@@ -17,8 +17,6 @@ the ``TYPE_CHECKING`` imports below, so every public name has its real type (the
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._packages import ensure_own_packages
-
 if TYPE_CHECKING:
     from . import approvers as approvers
     from .aio import AsyncSession as AsyncSession
@@ -45,8 +43,6 @@ if TYPE_CHECKING:
         ToolContext as ToolContext,
     )
     from .risk import ToolRisk as ToolRisk
-
-ensure_own_packages()
 
 _EXPORTS = {
     "AsyncSession": "aio", "CallHandle": "session", "Session": "session",

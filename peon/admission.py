@@ -6,7 +6,7 @@ either a stable error (``unknown_tool``, ``invalid_input``) or the validated inp
 :class:`~peon.policy.Verdict` — with no I/O of its own. The only facts from outside come through the
 ``facts`` function it is given, and only for the questions the policy asks (most calls ask none), so
 the whole decision is unit-testable without a supervisor. Asking an approver, auditing and running
-the call are the supervisor's I/O (:mod:`supervisor.service`).
+the call are the supervisor's I/O (:mod:`peon.supervisor.service`).
 """
 
 from __future__ import annotations

@@ -347,7 +347,7 @@ def probe_subreaper() -> dict[str, Any]:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child only reports through its exit status
         try:
-            from workers import linux
+            from peon.workers import linux
 
             linux.set_child_subreaper()
             os._exit(0 if linux.is_child_subreaper() else 1)
@@ -360,7 +360,7 @@ def probe_subreaper() -> dict[str, Any]:
 
 
 def probe_openat2() -> dict[str, Any]:
-    from workers.fs import openat2_available
+    from peon.workers.fs import openat2_available
 
     try:
         value = openat2_available()
@@ -413,7 +413,7 @@ def agent_facts(workspace: Path, config: Mapping[str, Any], env: Mapping[str, st
 
 def cmd_doctor(options: argparse.Namespace) -> int:
     from peon.errors import ConfigError, PeonError
-    from workers import cgroup
+    from peon.workers import cgroup
 
     facts: dict[str, Any] = {
         "python": {"version": platform.python_version(), "executable": sys.executable},
@@ -497,7 +497,7 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
 def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
     """The session's sandbox decision, and what this machine offers for each kind, with known fixes."""
     from peon.errors import PeonError
-    from workers import sandbox
+    from peon.workers import sandbox
 
     try:
         simulate = sandbox.Simulation.parse(os.environ.get(sandbox.SIMULATE_ENV, ""))
@@ -559,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from peon.serve.options import add_arguments as add_serve_arguments  # argparse only, no HTTP stack
 
-    serve = commands.add_parser("serve", help="serve the tools over MCP Streamable HTTP (pip install 'peon[serve]')")
+    serve = commands.add_parser("serve", help="serve the tools over MCP Streamable HTTP "
+                                "(the serve extra: pip install 'peon-runtime[serve]')")
     common(serve, allow=True)
     add_serve_arguments(serve)
     serve.set_defaults(run=cmd_serve)

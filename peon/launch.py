@@ -3,7 +3,7 @@ module of its own so a front end can take it before it loads anything else.
 
 Promises:
 
-* :func:`launch` returns a :class:`Launch`: a fresh interpreter running ``python -P -m supervisor`` in a
+* :func:`launch` returns a :class:`Launch`: a fresh interpreter running ``python -P -m peon.supervisor`` in a
   new session (its own process group), in ``/``, with the session's environment, stdin and stdout on
   ``/dev/null``, this process's stderr, and no other descriptor of this process but its end of one
   socket. Not in the workspace: ``multiprocessing`` starts every forkserver and worker in its parent's
@@ -47,7 +47,7 @@ class Launch:
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH")) if p)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-P", "-m", "supervisor", "--fd", str(theirs.fileno())],
+                [sys.executable, "-P", "-m", "peon.supervisor", "--fd", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 cwd="/", env=child_env, start_new_session=True,
             )

@@ -7,7 +7,7 @@ Promises:
   with a sentence naming the rule and the value. ``.`` and empty components are dropped and ``..``
   removes the component before it *lexically*, before any symlink is looked at; a ``..`` that would
   climb above the root is refused. Nothing here decides containment on disk: the components are
-  resolved beneath the workspace's directory descriptor by :mod:`workers.fs`, which refuses symlinks
+  resolved beneath the workspace's directory descriptor by :mod:`peon.workers.fs`, which refuses symlinks
   that leave.
 * :func:`normalize_workspace_path` is the one rule for the normal form of a workspace path (``a/b``,
   ``.`` for the root) wherever paths are compared, e.g. approval rules against the resolved path a

@@ -150,7 +150,7 @@ class Registry:
         return self._origins[name]
 
     def import_paths(self) -> list[str]:
-        """Paths that load every registered tool in another interpreter (see workers.forkserver)."""
+        """Paths that load every registered tool in another interpreter (see peon.workers.forkserver)."""
         return list(self._import_paths.values())
 
     def __iter__(self) -> Iterator[Tool]:

@@ -1,5 +1,6 @@
 """The embedding API over the network: :class:`RemoteSession` and :class:`AsyncRemoteSession` drive a
-``peon serve`` through the official MCP SDK's Streamable HTTP client (``pip install 'peon[remote]'``).
+``peon serve`` through the official MCP SDK's Streamable HTTP client (the ``remote`` extra:
+``pip install 'peon-runtime[remote]'``).
 
 They mirror :class:`peon.Session` and :class:`peon.AsyncSession` — ``call``, ``submit``, ``cancel``,
 ``tools()``, ``with`` — so an application moves a workload to a remote sandbox by changing the line that
@@ -65,8 +66,10 @@ def _sdk() -> Any:
         from mcp.shared.exceptions import MCPError
         from mcp_types import ElicitResult, Implementation
     except ImportError as exc:
+        from peon.install_hint import extra_command
+
         raise SessionError(ErrorCode.CONNECTION_LOST, f"RemoteSession needs the remote extra ({exc.name} is not "
-                           "installed): pip install 'peon[remote]'") from None
+                           f"installed): {extra_command('remote')}") from None
     return httpx2, Client, streamable_http_client, MCPError, ElicitResult, Implementation
 
 

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
-from workers import proctree
-from workers.cgroup import Cgroup, session_cgroup_path
+from peon.workers import proctree
+from peon.workers.cgroup import Cgroup, session_cgroup_path
 
 from .errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
 from .framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields

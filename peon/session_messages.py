@@ -101,7 +101,7 @@ class StartedMessage(TypedDict):
 class ProgressMessage(TypedDict, total=False):
     op: Literal["progress"]
     id: str
-    elapsed_ms: int  # as the worker reported it (workers.messages.ProgressMessage)
+    elapsed_ms: int  # as the worker reported it (peon.workers.messages.ProgressMessage)
     output_bytes: int
 
 

@@ -43,7 +43,7 @@ class SessionView:
 
     ``config`` is the resolved :class:`~peon.config.PeonConfig`; ``env`` is the environment the
     session's processes run with; ``skills`` maps skill names to their discovery records;
-    ``sandbox`` is the session's OS sandbox decision (:func:`workers.sandbox.session_status`).
+    ``sandbox`` is the session's OS sandbox decision (:func:`peon.workers.sandbox.session_status`).
     ``root_fd`` is an ``O_PATH`` descriptor of the workspace, opened once when the session started
     (close-on-exec, valid in the supervisor and in every worker; -1 where there is none): resolve
     workspace files beneath it, never by reopening ``workspace`` by path.

@@ -5,5 +5,3 @@ state), executes calls one at a time in the order they arrive, hands each to a d
 survives the death of any worker. It is a child subreaper: whatever a dying worker orphans is
 reparented to it and killed. When it exits, no worker and no process a call started is left alive.
 """
-
-PEON_PACKAGE = "supervisor"

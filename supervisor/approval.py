@@ -1,4 +1,4 @@
-"""The supervisor's approval hook: what the service asks to decide a call (see :mod:`supervisor.gate`).
+"""The supervisor's approval hook: what the service asks to decide a call (see :mod:`peon.supervisor.gate`).
 
 Promise: the service depends only on this protocol; the pure policy it applies is :mod:`peon.policy`.
 """

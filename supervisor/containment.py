@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peon.errors import ConfigError
-from workers import cgroup, proctree
-from workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
-from workers.reaper import REAPER
+from peon.workers import cgroup, proctree
+from peon.workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
+from peon.workers.reaper import REAPER
 
 
 @dataclass

@@ -11,9 +11,9 @@ What the standard library does, and what Peon adds (details and figures in docs/
 
 * ``multiprocessing.forkserver.ensure_running`` starts a fresh interpreter (``python -P -c ...``,
   the supervisor's own ``-P``, so nothing is imported from the workspace) that imports the preload modules — here
-  :mod:`workers.forkserver`, which arms a parent-death signal, makes it non-dumpable and loads the
+  :mod:`peon.workers.forkserver`, which arms a parent-death signal, makes it non-dumpable and loads the
   tool modules — and forks a child per ``Process.start()``; the child unpickles the ``Process`` and
-  runs :func:`workers.worker.serve`. ``Pipe`` ends and the pinned workspace root travel to it with
+  runs :func:`peon.workers.worker.serve`. ``Pipe`` ends and the pinned workspace root travel to it with
   ``SCM_RIGHTS`` (``reduction.DupFd``).
 * The forkserver reports each child's pid, then its exit status, on the ``Process.sentinel`` pipe;
   Peon also watches each worker and the forkserver through pidfds, because a stopped forkserver
@@ -46,11 +46,11 @@ from typing import Any, TypeVar
 from collections.abc import Callable
 
 from peon.framing import encode_json
-from workers import forkserver as worker_forkserver
-from workers import proctree
-from workers.channel import socket_of
-from workers.reaper import REAPER
-from workers.worker import InheritedFd, WorkerStart, serve
+from peon.workers import forkserver as worker_forkserver
+from peon.workers import proctree
+from peon.workers.channel import socket_of
+from peon.workers.reaper import REAPER
+from peon.workers.worker import InheritedFd, WorkerStart, serve
 
 from .containment import Containment, WorkerSlot
 
@@ -179,7 +179,7 @@ class Forker:
             spec.update(session=self.session_json.decode(), tools=list(self.tool_paths))
         # Kept in the supervisor's environment: multiprocessing may start a forkserver on its own.
         os.environ[worker_forkserver.ENV] = json.dumps(spec)
-        self.context.set_forkserver_preload(["workers.forkserver"])
+        self.context.set_forkserver_preload(["peon.workers.forkserver"])
         tracker: Any = resource_tracker._resource_tracker
         if tracker._fd is None:  # no tracker process: nothing here uses named semaphores or shared memory
             tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)

@@ -37,8 +37,8 @@ from typing import Any
 from peon.errors import ErrorCode, ToolError
 from peon.jobs import JobInfo, JobState
 from peon.output_store import OutputRing, OutputStore, Page, open_spill_file
-from workers.messages import OutputMessage, ProtocolError, WorkerMessage
-from workers.runner import CANCEL_GRACE_SECONDS
+from peon.workers.messages import OutputMessage, ProtocolError, WorkerMessage
+from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 MAX_JOB_RECORDS = 1024
 STOP_MARGIN_SECONDS = 5.0  # past the cancel grace and the worker grace, how long stop waits for the pool

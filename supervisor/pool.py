@@ -3,7 +3,7 @@
 Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (a standby, started before the call
 arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
 worker's result, or an error saying how the worker failed — crashed, killed by the OOM killer, hung
-past deadline + grace, broke the channel's protocol (:mod:`workers.messages`), or could not be
+past deadline + grace, broke the channel's protocol (:mod:`peon.workers.messages`), or could not be
 started in time. It returns by the call's deadline + ``limits.worker_grace_seconds`` (+ the cancel
 grace after a cancel) whatever the worker or the forkserver do. When it returns an error, the worker
 and its whole tree are already dead. When it returns a worker's result, the worker is still exiting
@@ -15,9 +15,9 @@ In Erlang/OTP terms the pool supervises *temporary* children: a worker is never 
 one is reported and replaced by a fresh standby. A worker is a :class:`WorkerHandle`, usable by more
 than the call executor: whoever holds one sends it messages and consumes what it sends.
 
-Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`supervisor.forker`);
+Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`peon.supervisor.forker`);
 the supervisor watches each through a pidfd and its ``Process.sentinel``, looks at a standby's state
-(stopped, zombie) as a call takes it (:class:`workers.proctree.StateWatch`), and kills trees by process
+(stopped, zombie) as a call takes it (:class:`peon.workers.proctree.StateWatch`), and kills trees by process
 tree and cgroup; the orphans of a worker that dies are reparented to the supervisor (a subreaper)
 and killed here.
 """
@@ -36,9 +36,9 @@ from typing import Any
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
 from peon.framing import encode_json
-from workers import proctree
-from workers.channel import ChannelError, FrameChannel
-from workers.messages import (
+from peon.workers import proctree
+from peon.workers.channel import ChannelError, FrameChannel
+from peon.workers.messages import (
     CallMessage,
     CancelMessage,
     WAKE_SIGNAL,
@@ -47,8 +47,8 @@ from workers.messages import (
     WorkerMessage,
     parse_worker_message,
 )
-from workers.reaper import describe_exitcode
-from workers.runner import CANCEL_GRACE_SECONDS
+from peon.workers.reaper import describe_exitcode
+from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
 from .forker import Forker, ForkerGone, StartedWorker

@@ -14,7 +14,7 @@ queued never starts. When the client closes the session, its channel reaches EOF
 gets ``SIGTERM``, queued calls fail with ``session_closed``, the running call is cancelled, every
 worker tree is killed and the supervisor exits — nothing it started outlives it.
 
-Jobs (:mod:`supervisor.jobs`): a call of a tool that keeps its output is a job whose output goes to
+Jobs (:mod:`peon.supervisor.jobs`): a call of a tool that keeps its output is a job whose output goes to
 the session's output store, and its result carries the ``job_id``. A background call (``bash`` with
 ``background: true``) is admitted, approved and audited like any call, checked against
 ``jobs.max_running`` before anyone is asked, and answered once its command has started (``yield_seconds``
@@ -51,9 +51,9 @@ from peon.terminal_text import clean_terminal_text
 from peon.tool import OutputLimits, Tool, ToolContext
 from peon.truncation import HeadTail
 from peon.validation import load_validator
-from workers import linux
-from workers.channel import Channel, ChannelError
-from workers.reaper import REAPER
+from peon.workers import linux
+from peon.workers.channel import Channel, ChannelError
+from peon.workers.reaper import REAPER
 
 from .audit import audit_entry, decision_entry, job_entry
 from .facts import gather
@@ -496,7 +496,7 @@ async def _begin_pool(state: SessionState) -> WorkerPool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m supervisor")
+    parser = argparse.ArgumentParser(prog="python -m peon.supervisor")
     parser.add_argument("--fd", type=int, required=True, help="the connected socket to the client")
     options = parser.parse_args(argv)
     linux.unblock_signals()

@@ -22,9 +22,9 @@ from peon.policy import ApprovalPolicy
 from peon.registry import Registry, build_registry
 from peon.tool import SessionView, Tool
 from peon.tools import BUILTIN_TOOLS
-from workers import sandbox
-from workers.cgroup import session_cgroup_name
-from workers.limits import ResourceLimits
+from peon.workers import sandbox
+from peon.workers.cgroup import session_cgroup_name
+from peon.workers.limits import ResourceLimits
 
 from . import containment as containment_mod
 from .approval import ApprovalHook

@@ -14,9 +14,9 @@ Promises:
   each ``SKILL.md`` are read, and discovery stops after :data:`DISCOVERY_BUDGET_SECONDS`;
 * no symlink is followed out of its root, and nothing outside it is ever opened for reading (not even
   a device or FIFO): the project root and its ``SKILL.md`` files are resolved beneath the workspace's
-  descriptor by the rules of every workspace path (:func:`workers.skills.open_project_skill_file`:
+  descriptor by the rules of every workspace path (:func:`peon.workers.skills.open_project_skill_file`:
   relative symlinks that stay inside are followed, absolute ones and ones that climb out are refused),
-  a user skill by ``O_PATH`` resolution under its root (:func:`workers.skills.open_skill_file`).
+  a user skill by ``O_PATH`` resolution under its root (:func:`peon.workers.skills.open_skill_file`).
   ``read_skill`` checks again, against the canonical path recorded here, when it runs.
 """
 
@@ -45,8 +45,8 @@ from peon.errors import ErrorCode, ToolError
 from peon.paths import parse_workspace_path
 from peon.tool import SessionView
 from peon.userdir import user_peon_dir
-from workers import fs
-from workers.skills import Outside, is_within, open_project_skill_file, open_skill_file, read_prefix
+from peon.workers import fs
+from peon.workers.skills import Outside, is_within, open_project_skill_file, open_skill_file, read_prefix
 
 __all__ = ["Discovery", "SkillRecord", "discover", "load_skill", "project_skill_root", "user_skill_root"]
 

@@ -60,7 +60,7 @@ def open_session(workspace, tmp_path, leftovers):
 @pytest.fixture(params=["openat2", "walk"])
 def resolver_env(request):
     """The environment that selects each of the file tools' two path resolvers."""
-    from workers import fs
+    from peon.workers import fs
 
     if request.param == "openat2" and not fs.openat2_available():
         pytest.skip("openat2 is not available on this kernel")

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from workers import cgroup
+from peon.workers import cgroup
 
 CGROUP_SUPPORT = cgroup.probe()
 # Tests of the runtime run with every risk allowed; approval tests pass their own [approval] table.

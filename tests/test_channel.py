@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from peon.framing import encode, frame
-from workers.channel import Channel, FrameChannel
+from peon.workers.channel import Channel, FrameChannel
 
 
 def _counting(loop: asyncio.AbstractEventLoop, fd: int) -> tuple[Counter[str], Callable[[], None]]:

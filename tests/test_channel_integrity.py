@@ -20,7 +20,7 @@ import pytest
 
 import peon.session
 from helpers import living, wait_for
-from workers import proctree
+from peon.workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEST_TOOLS = {"env": {"PYTHONPATH": str(FIXTURES)},
@@ -233,7 +233,7 @@ def test_workers_are_multiprocessing_processes_of_a_lean_forkserver(tool_session
     assert proctree.cmdline(forkserver).startswith("peon-forkserver")
     heavy = [m for m in facts["modules"]
              if m.split(".")[0] in ("pydantic", "pydantic_core", "jsonschema")
-             or m in ("peon.config", "peon.validation") or m.split(".")[0] == "supervisor"]
+             or m in ("peon.config", "peon.validation") or m.startswith("peon.supervisor")]
     assert heavy == [], heavy
     assert facts["root_fd"] > 2 and facts["root_fd"] in facts["fds"]
     assert facts["inheritable"] == []  # what arrived with SCM_RIGHTS is close-on-exec too

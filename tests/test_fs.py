@@ -1,4 +1,4 @@
-"""workers.fs directly, with both resolvers: containment, file kinds, ranges, atomic installs, temp files."""
+"""peon.workers.fs directly, with both resolvers: containment, file kinds, ranges, atomic installs, temp files."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 from peon.errors import ToolError
 from peon.paths import TEMP_PREFIX, parse_file_path
-from workers import fs, linux
+from peon.workers import fs, linux
 
 RESOLVERS = [fs.Resolver.OPENAT2, fs.Resolver.WALK]
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,7 +219,7 @@ MAGIC_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from peon.errors import ToolError
     from peon.paths import parse_file_path
-    from workers import fs
+    from peon.workers import fs
     ws = sys.argv[1]
     os.mkdir(os.path.join(ws, "proc"))
     subprocess.run(["mount", "-t", "proc", "proc", os.path.join(ws, "proc")], check=True)
@@ -273,7 +273,7 @@ OS_ERROR_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from peon.errors import ToolError
     from peon.paths import parse_file_path
-    from workers import fs
+    from peon.workers import fs
     ws = sys.argv[1]
     small = os.path.join(ws, "small")
     os.mkdir(small)

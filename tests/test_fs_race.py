@@ -16,7 +16,7 @@ import pytest
 
 from peon.errors import ToolError
 from peon.paths import parse_file_path
-from workers import fs, linux
+from peon.workers import fs, linux
 
 RESOLVERS = ["openat2", "walk"]
 BUDGET_SECONDS = 8.0  # per scenario; the loops stop early when they run out of time

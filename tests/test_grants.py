@@ -16,7 +16,7 @@ import peon
 from helpers import wait_for
 from peon.tool import ToolRisk
 from peon.policy import ApprovalRequest
-from supervisor.grants import GrantStore
+from peon.supervisor.grants import GrantStore
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 

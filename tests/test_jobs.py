@@ -17,7 +17,7 @@ import pytest
 
 import peon
 from helpers import ALLOW_ALL, Leftovers, living, wait_for
-from supervisor.jobs import JobRecord, JobTable
+from peon.supervisor.jobs import JobRecord, JobTable
 
 
 class Shared:
@@ -366,7 +366,7 @@ def test_approval_shows_the_resolved_directory_and_background(open_session, work
 
 
 def test_output_messages_are_checked_like_every_worker_message():
-    from workers.messages import MAX_OUTPUT_CHUNK, ProtocolError, encode_output, parse_worker_message
+    from peon.workers.messages import MAX_OUTPUT_CHUNK, ProtocolError, encode_output, parse_worker_message
 
     message = parse_worker_message(encode_output("c", 7, b"\x00\xffhi"), "c")
     assert message == {"op": "output", "id": "c", "offset": 7, "data": b"\x00\xffhi"}

@@ -20,7 +20,9 @@ import pytest
 import peon
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("peon", "workers", "supervisor")
+# The three layers: the folder each is in, and the package it is installed as (supervisor/ and workers/ are
+# installed inside Peon's namespace; peon/supervisor and peon/workers are links to them, not read twice).
+LAYERS = {"peon": "peon", "workers": "peon.workers", "supervisor": "peon.supervisor"}
 
 # What workers/ may import from peon/: the contract (errors, the Tool interface, paths, framing, bounds,
 # cancellation, the configuration view, skill records). Never a front end, a tool, or the config loader.
@@ -31,17 +33,24 @@ CONTRACT = frozenset({
 
 # Loaded by none of the worker-side modules: heavy validation libraries, the configuration loader, and
 # every module of the supervisor.
-HEAVY_ROOTS = ("pydantic", "pydantic_core", "jsonschema", "supervisor")
+HEAVY_ROOTS = ("pydantic", "pydantic_core", "jsonschema")
+HEAVY_PACKAGES = ("peon.supervisor",)
 HEAVY_MODULES = ("peon.config", "peon.validation")
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    names = [*LAYERS[folder].split("."), *parts]
+    return ".".join(names[:-1] if names[-1] == "__init__" else names)
+
+
+def _files(folder: Path) -> list[Path]:
+    """The modules beneath ``folder``, not through the links to the other layers' folders."""
+    return [p for p in folder.rglob("*.py") if not any((ROOT / q).is_symlink() for q in p.relative_to(ROOT).parents)]
 
 
 def modules() -> list[tuple[str, Path]]:
-    return sorted((module_name(p), p) for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+    return sorted((module_name(p), p) for folder in LAYERS for p in _files(ROOT / folder))
 
 
 def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
@@ -70,12 +79,16 @@ def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
 
 
 def _top(module: str) -> str:
+    """The layer a module belongs to: ``supervisor``, ``workers`` or ``peon`` (or another top-level name)."""
+    for layer in ("supervisor", "workers"):
+        if module == f"peon.{layer}" or module.startswith(f"peon.{layer}."):
+            return layer
     return module.split(".")[0]
 
 
 def test_every_package_module_is_seen():
     names = {name for name, _ in modules()}
-    assert {"peon.tool", "workers.worker", "workers.forkserver", "supervisor.service"} <= names
+    assert {"peon.tool", "peon.workers.worker", "peon.workers.forkserver", "peon.supervisor.service"} <= names
 
 
 def test_nothing_imports_the_supervisor():
@@ -103,7 +116,7 @@ def test_the_contract_is_what_workers_use():
 
 def worker_side_modules() -> list[str]:
     tools = sorted(module_name(p) for p in (ROOT / "peon" / "tools").glob("*.py"))
-    return ["workers.forkserver", "workers.worker", *tools]
+    return ["peon.workers.forkserver", "peon.workers.worker", *tools]
 
 
 @pytest.mark.parametrize("module", worker_side_modules())
@@ -114,7 +127,8 @@ def test_worker_side_imports_stay_lean(module):
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, f"importing {module} failed:\n{proc.stderr}"
     loaded = json.loads(proc.stdout)
-    heavy = [m for m in loaded if _top(m) in HEAVY_ROOTS or m in HEAVY_MODULES]
+    heavy = [m for m in loaded if _top(m) in HEAVY_ROOTS or m in HEAVY_MODULES
+             or any(m == h or m.startswith(h + ".") for h in HEAVY_PACKAGES)]
     assert heavy == [], f"importing {module} loads {heavy}"
 
 
@@ -140,7 +154,7 @@ def test_public_names_are_typed_and_lazy():
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
     assert sorted(facts["all"]) == sorted(typed)
-    assert facts["before"] == ["peon._packages"]
+    assert facts["before"] == []
     assert facts["where"] == typed
     assert (ROOT / "peon" / "py.typed").is_file()
 
@@ -156,7 +170,7 @@ def test_a_client_and_an_opening_supervisor_do_without_the_schema_validator(tmp_
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
-    opening = ("import sys, supervisor.service\n"
+    opening = ("import sys, peon.supervisor.service\n"
                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jsonschema'))\n")
     proc = subprocess.run([sys.executable, "-P", "-c", opening], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workers.messages import ProtocolError, parse_worker_message
+from peon.workers.messages import ProtocolError, parse_worker_message
 
 CALL = "c0ffee"
 

@@ -13,7 +13,7 @@ import pytest
 
 import peon.session
 from helpers import CGROUP_SUPPORT, living, wait_for
-from workers import proctree
+from peon.workers import proctree
 
 PPID = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "  # the parent of a pid (titles have spaces)
 FAST = {"limits": {"worker_grace_seconds": 0.5, "worker_start_seconds": 1.0}}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import living, wait_for, written
-from workers import proctree
+from peon.workers import proctree
 
 
 def pids_in(workspace, name: str) -> list[int]:

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from helpers import wait_for, written
-from workers import limits, proctree
+from peon.workers import limits, proctree
 
 # A child in a new session that forks a grandchild into a session of its own, then both sleep.
 ESCAPING_TREE = """

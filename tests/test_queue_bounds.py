@@ -62,7 +62,7 @@ class RawSupervisorClient:
     def __init__(self, workspace: Path, state_dir: Path, env: dict, config: dict):
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)
-        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "supervisor", "--fd", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "peon.supervisor", "--fd", str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], cwd=workspace, start_new_session=True,
                                      env={**env, "PYTHONPATH": root}, stdin=subprocess.DEVNULL)
         theirs.close()

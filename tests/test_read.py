@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from peon.errors import ToolError
 from peon.paths import parse_file_path
 from peon.tools.read import CONTEXT_BYTES, decode_range, select_range
-from workers import fs
+from peon.workers import fs
 from helpers import expect_error, expect_ok
 
 TEXT = "aé€😀z".encode()  # a@0, é@1-2, €@3-5, 😀@6-9, z@10; 11 bytes

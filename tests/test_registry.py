@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -120,17 +118,6 @@ def test_registration_failure_stops_the_session_with_a_clear_error(workspace, tm
     with pytest.raises(RegistrationError, match="already registered"):
         peon.Session(workspace, {"approval": {"process": "allow"}}, env=leftovers.env({"PYTHONPATH": str(FIXTURES)}),
                      tools=["peon_test_tools:DuplicateBash"], state_dir=tmp_path / "s")
-
-
-def test_shadowing_supervisor_package_fails_loudly(tmp_path):
-    fake = tmp_path / "supervisor"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("# someone else's supervisor\n")
-    proc = subprocess.run([sys.executable, "-c", "import peon"],
-                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "is not Peon's" in proc.stderr and "shadows it" in proc.stderr
 
 
 def test_validation_errors_are_stable(session):

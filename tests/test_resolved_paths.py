@@ -22,7 +22,7 @@ from peon.paths import parse_file_path
 from peon.tool import SessionView
 from peon.tools import target as target_module
 from peon.tools.target import approval_target, approved_expectation
-from workers import fs
+from peon.workers import fs
 
 HOOK = "#!/bin/sh\nexit 0\n"
 
@@ -348,7 +348,7 @@ def test_non_utf8_symlink_targets_give_stable_codes(fs_session, workspace, tmp_p
 
 @pytest.mark.parametrize("resolver", ["walk", "openat2"])
 def test_non_utf8_targets_in_the_lower_layer(workspace, resolver):
-    """workers.fs itself: errors for such targets carry only valid text in their details."""
+    """peon.workers.fs itself: errors for such targets carry only valid text in their details."""
     if resolver == "openat2" and not fs.openat2_available():
         pytest.skip("openat2 is not available on this kernel")
     base = os.fsencode(workspace)

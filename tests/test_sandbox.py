@@ -18,8 +18,8 @@ from peon.errors import SessionError
 from sandbox_helpers import (
     Peers, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed, splice,
 )
-from workers import landlock as ll
-from workers import proctree
+from peon.workers import landlock as ll
+from peon.workers import proctree
 
 ABI = ll.abi_version().abi
 needs = {abi: pytest.mark.skipif(abi > ABI, reason=f"needs Landlock ABI {abi}; this kernel has ABI {ABI} "

@@ -15,8 +15,8 @@ from helpers import ALLOW_ALL, Leftovers, living, wait_for
 from peon.config import merge
 from peon.errors import SessionError
 from sandbox_helpers import Peers, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed
-from workers import proctree
-from workers.sandbox import probe_bwrap
+from peon.workers import proctree
+from peon.workers.sandbox import probe_bwrap
 
 SUPPORT = probe_bwrap(os.environ, network=False)
 pytestmark = pytest.mark.skipif(not SUPPORT.works, reason=f"bwrap unusable here: {SUPPORT.detail}")

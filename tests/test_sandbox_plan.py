@@ -13,9 +13,9 @@ from peon.config import load_config
 from peon.errors import ConfigError, ErrorCode, PeonError, ToolError
 from peon.tool import SessionView, ToolRisk
 from peon.tools.bash import BashTool
-from workers import landlock as ll
-from workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
-from workers.sandbox_plan import SandboxPlan, bwrap_argv, landlock_rules, unenforced
+from peon.workers import landlock as ll
+from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
+from peon.workers.sandbox_plan import SandboxPlan, bwrap_argv, landlock_rules, unenforced
 
 PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
 

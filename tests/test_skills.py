@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from peon.skills import SkillProblem, check_skill, parse_front_matter, split_front_matter
-from supervisor import skills
-from supervisor.skills import discover
+from peon.supervisor import skills
+from peon.supervisor.skills import discover
 
 DESCRIPTION = "Checks a release before it ships."
 
@@ -469,15 +469,15 @@ def test_a_swapped_parent_directory_is_detected(skill_session, roots, workspace,
 
 
 def test_the_file_tools_load_nothing_from_the_supervisor():
-    """read_skill reads through workers.skills (checked in a fresh interpreter: no supervisor module is
+    """read_skill reads through peon.workers.skills (checked in a fresh interpreter: no supervisor module is
     loaded; the bare package is imported by peon's own installation check), and write imports nothing
     from read."""
     import ast
     import subprocess
     import sys
 
-    code = ("import sys, peon.tools.read_skill, peon.tools.read, peon.tools.write, peon.skills, workers.skills, "
-            "workers.fs; print(sorted(m for m in sys.modules if m.startswith('supervisor.')))")
+    code = ("import sys, peon.tools.read_skill, peon.tools.read, peon.tools.write, peon.skills, peon.workers.skills, "
+            "peon.workers.fs; print(sorted(m for m in sys.modules if m.startswith('peon.supervisor')))")
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     tree = ast.parse((Path(__file__).parent.parent / "peon" / "tools" / "write.py").read_text())

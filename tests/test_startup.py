@@ -16,7 +16,7 @@ import peon
 import peon.session
 from helpers import CGROUP_SUPPORT, wait_for
 from peon.errors import SessionError
-from workers import cgroup
+from peon.workers import cgroup
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_cgroup = pytest.mark.skipif(not CGROUP_SUPPORT.available,

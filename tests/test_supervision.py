@@ -14,7 +14,7 @@ import pytest
 import peon
 from helpers import living, wait_for, written
 from peon.result import PendingResult, ToolResult
-from workers import proctree
+from peon.workers import proctree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -226,7 +226,7 @@ def test_a_released_worker_handle_wakes_every_waiter_without_cancelling_it():
     import socket
     from types import SimpleNamespace
 
-    from supervisor.pool import WorkerHandle
+    from peon.supervisor.pool import WorkerHandle
 
     async def scenario():
         sentinel_r, sentinel_w = os.pipe()

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from peon.paths import TEMP_PREFIX
-from workers.proctree import descendants
+from peon.workers.proctree import descendants
 
 SIZE = 6 << 20  # large enough that writing and fsyncing takes a while
 ROUNDS = 20  # per mode

@@ -3,5 +3,3 @@
 Promise: a worker runs exactly one call. When it reports the call's result, no process the call
 started is alive. A worker may crash; its supervisor survives that and cleans up after it.
 """
-
-PEON_PACKAGE = "workers"

@@ -10,7 +10,7 @@ is ever buffered or sent.
   reader can answer the message it could not read; the stream goes on after it.
 * :class:`FrameChannel` — the frames of :mod:`multiprocessing.connection` (a worker's channel, made
   with ``multiprocessing.Pipe``; a worker may read it with ``Connection.recv_bytes``). It carries
-  bytes; :mod:`workers.messages` says what they must hold. A frame over the bound is a
+  bytes; :mod:`peon.workers.messages` says what they must hold. A frame over the bound is a
   :class:`ChannelError` and ends the stream: a peer that sends one is broken.
 
 ``multiprocessing.connection.Connection`` itself has blocking methods only; these classes give the

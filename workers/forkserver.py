@@ -124,7 +124,7 @@ def _receive_close_on_exec() -> None:
 
 def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
     """Serve a few calls of a tool that runs ``/bin/true``, here, before forking any worker
-    (see :func:`workers.worker.warm_up`)."""
+    (see :func:`peon.workers.worker.warm_up`)."""
     if SESSION is None:  # a session too large for the environment: each worker builds its own
         return
     audit_descriptors(report=False)  # multiprocessing's own descriptors here: this process never execs

@@ -249,7 +249,7 @@ def kill_tree(root: int, *, include_root: bool = False, reap: Callable[[], objec
 
     With ``include_root``, ``root`` is stopped first so it can neither start nor reap anything while
     its tree is killed. A ``root`` that is not a subreaper loses the orphans of what dies below it to
-    the next subreaper up: its caller sweeps those (see ``supervisor.containment.sweep_orphans``)."""
+    the next subreaper up: its caller sweeps those (see ``peon.supervisor.containment.sweep_orphans``)."""
     killer = _Killer(root)
     if include_root:
         _signal(root, signal.SIGSTOP)

@@ -8,7 +8,7 @@ In order:
 * the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe,
   and it inherits no other descriptor: every descriptor of the worker is close-on-exec, which
   :func:`audit_descriptors` checks (and enforces) right before each spawn;
-* with ``ProcessSpec.sandbox`` set, the OS sandbox (:mod:`workers.sandbox`) starts the child inside
+* with ``ProcessSpec.sandbox`` set, the OS sandbox (:mod:`peon.workers.sandbox`) starts the child inside
   itself, or raises and nothing is started; everything below holds for what it started;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
   :data:`CANCEL_GRACE_SECONDS` to exit, then ``SIGKILL`` for every remaining member;
@@ -25,7 +25,7 @@ In order:
   store); when it is backed up the pipe is not read until it drains, so the command blocks instead of
   memory growing; ``ctx.output.spawned()`` is called once the command has started;
 * progress reports carry the newest output lines (``jobs.progress_lines``, cleaned and shortened);
-* when the call's processes exceed a resource limit (:mod:`workers.limits`) the group gets ``SIGKILL``
+* when the call's processes exceed a resource limit (:mod:`peon.workers.limits`) the group gets ``SIGKILL``
   at once and the result names the limit.
 
 A worker runs one call, so "every descendant of the worker" is exactly what this call started. The
@@ -262,7 +262,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     cancel_wait = asyncio.create_task(ctx.cancel.wait())
     limits = ctx.session.config.limits
     probe = probe_for(ResourceLimits(limits.memory_max_bytes, limits.max_processes), os.getpid())
-    # The watchdog stops sampling when the tree is listed ahead of the deadline: see workers.limits.
+    # The watchdog stops sampling when the tree is listed ahead of the deadline: see peon.workers.limits.
     limit_hit = asyncio.create_task(watch_limits(probe, until=ctx.deadline.at - PRE_LIST_SECONDS))
     timed_out = cancelled = False
     exceeded: str | None = None

@@ -6,7 +6,7 @@ Promises:
   nothing, why and what is known to fix it; they never raise;
 * :func:`session_status` turns the ``[sandbox]`` configuration, the workspace and the session's
   environment into the session's decision, made once when the session starts: off; on, with the
-  :class:`~workers.sandbox_plan.SandboxPlan` every sandboxed call of the session gets and the
+  :class:`~peon.workers.sandbox_plan.SandboxPlan` every sandboxed call of the session gets and the
   configured restrictions this kernel cannot enforce (``not_enforced``); or, with ``mode =
   "required"``, :class:`SandboxUnavailable` (``sandbox_unavailable``) naming the missing feature —
   never a session that silently runs unsandboxed. Paths are decided resolved (``realpath``);
@@ -21,7 +21,7 @@ Promises:
   a command run by root), and the worker makes itself non-dumpable, so nothing in the domain can
   ptrace the worker through the spawning thread during its last microseconds;
 * a :class:`BwrapConfinement` starts ``bwrap`` with the plan's options around the command
-  (:func:`~workers.sandbox_plan.bwrap_argv`); the runner's process group, cancel grace, deadline and
+  (:func:`~peon.workers.sandbox_plan.bwrap_argv`); the runner's process group, cancel grace, deadline and
   sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command;
 * a sandboxed command inherits no descriptor of the worker's but the runner's stdin and output pipe.
 

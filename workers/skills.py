@@ -8,7 +8,7 @@ Promises:
   nothing, so no file outside the root — not even a FIFO or a device — is ever opened for reading.
 * :func:`open_skill` opens the ``SKILL.md`` of a discovered :class:`~peon.skills.SkillRecord` and
   insists that it is still the file discovery recorded. A project skill is resolved beneath the
-  session's pinned workspace root (:func:`workers.fs.workspace_root`) from its workspace-relative path
+  session's pinned workspace root (:func:`peon.workers.fs.workspace_root`) from its workspace-relative path
   ``.peon/skills/<name>/SKILL.md``: a symlink that leaves the workspace is refused before anything is
   opened, even if the workspace itself was renamed or replaced since the session started. A user skill
   lives outside the workspace and is opened with :func:`open_skill_file` under its root. Either way the

@@ -21,8 +21,8 @@ Promise:
 Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby prepares everything
 (descriptors, session, event loop), starts its loop and then waits for its ``call`` (a poll of its
 channel and of the pipe a wake signal writes to: each wake runs one warm-up round) and reads it with
-``Connection.recv_bytes``; from then on the channel is a :class:`~workers.channel.FrameChannel` on
-the same socket, carrying ``progress`` messages and the ``result`` (:mod:`workers.messages`). After
+``Connection.recv_bytes``; from then on the channel is a :class:`~peon.workers.channel.FrameChannel` on
+the same socket, carrying ``progress`` messages and the ``result`` (:mod:`peon.workers.messages`). After
 its result it waits (bounded) for the supervisor to close the channel, so its exit costs nothing on
 the path of the reply.
 
@@ -142,7 +142,7 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     linux.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != start.forkserver_pid:  # the forkserver died before the death signal was armed
         os._exit(EXIT_PARENT_GONE)
-    forkserver: Any = sys.modules.get("workers.forkserver")
+    forkserver: Any = sys.modules.get("peon.workers.forkserver")
     if not getattr(forkserver, "ARMED", False):
         raise RuntimeError("this worker's forkserver did not arm its parent-death signal; refusing to serve")
     linux.set_child_subreaper()
@@ -215,7 +215,7 @@ def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
 async def _wait_and_serve(connection: Any, session: SessionView, tools: dict[str, Tool]) -> int:
     """The standby's wait for its call, from inside the running loop, so that starting the loop is not
     on the call's path; the wait itself blocks: nothing else runs in a standby but one warm-up round
-    per wake (:data:`~workers.messages.WAKE_SIGNAL`). 0 when it is retired (its channel closes)
+    per wake (:data:`~peon.workers.messages.WAKE_SIGNAL`). 0 when it is retired (its channel closes)
     before a call."""
     sock = socket_of(connection, close=False)  # made now; non-blocking only once the call is in
     wakes, woken = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)

@@ -67,8 +67,10 @@ def command(options: argparse.Namespace) -> int:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        print(f"peon: peon serve needs the serve extra ({exc.name} is not installed): "
-              "pip install 'peon[serve]'", file=sys.stderr)
+        from peon.install_hint import extra_command
+
+        print(f"peon: peon serve needs the serve extra ({exc.name} is not installed): {extra_command('serve')}",
+              file=sys.stderr)
         return 2
 
     import peon

@@ -30,7 +30,7 @@ Promises:
   program that is not there) and again in the worker right before the start;
 * everything else — stdin ``/dev/null``, no controlling terminal, the command environment (pagers,
   editors and prompts off), bounded output, TERM → grace → KILL on cancel, KILL at the deadline, no
-  descendant outliving the call — is the shared process runner's (:mod:`workers.runner`), exactly as
+  descendant outliving the call — is the shared process runner's (:mod:`peon.workers.runner`), exactly as
   for ``bash``; a non-zero exit, a timeout or a cancel is a result, not an error.
 
 The risk is ``delegate``: the child agent may read, write, run commands, use inherited credentials and
@@ -54,8 +54,8 @@ from peon.errors import ErrorCode, ToolError
 from peon.shorten import shorten
 from peon.utf8 import lone_surrogate
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from workers import sandbox
-from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
+from peon.workers import sandbox
+from peon.workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
 from .launch import FileIdentity, LaunchRefused, Program, find_in_path, pinned, resolve_program
 from .process import (

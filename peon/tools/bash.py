@@ -1,20 +1,20 @@
 """``bash``: run a command with ``/bin/bash -lc`` in the workspace. Risk: process.
 
-Promise: the command runs under the shared process runner (:mod:`workers.runner`): new session and
+Promise: the command runs under the shared process runner (:mod:`peon.workers.runner`): new session and
 process group (no controlling terminal), stdin ``/dev/null``, bounded combined output, TERM → 2 s →
 KILL on cancel, KILL at the deadline, and nothing it started is alive when the result is returned. Its
 environment is :func:`peon.environment.command_environment`'s (pagers, editors and prompts that would
 wait on a person are off). A non-zero exit, a timeout and a cancel are results (with ``exit_code``,
 ``signal``, ``timed_out``, ``cancelled``), not errors.
 
-When the session's OS sandbox is on (``[sandbox]``, :mod:`workers.sandbox`), the call is assessed
+When the session's OS sandbox is on (``[sandbox]``, :mod:`peon.workers.sandbox`), the call is assessed
 ``sandboxed``, its approval details carry a ``"sandbox"`` object saying exactly what the command may
 write, read and reach (kind, paths, network, isolation, Landlock ABI), and the worker runs the command
 inside exactly that sandbox — or fails ``sandbox_unavailable`` without starting anything. The result's
 ``sandbox`` field says which sandbox it ran in (``null``: none).
 
 ``cwd`` (workspace-relative) is resolved beneath the pinned workspace root with ``read``'s rules
-(:func:`workers.fs.resolve`: symlinks that stay inside are followed, leaving is ``outside_workspace``)
+(:func:`peon.workers.fs.resolve`: symlinks that stay inside are followed, leaving is ``outside_workspace``)
 when the call is approved; the approval shows the resolved directory and its identity, and the worker
 opens it again beneath the root, insists on the same device and inode (else
 ``changed_since_approval``) and starts the command there with ``fchdir`` on that descriptor — the
@@ -38,8 +38,8 @@ from peon.environment import command_environment
 from peon.errors import ErrorCode, ToolError
 from peon.paths import parse_workspace_path
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from workers import fs, sandbox
-from workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
+from peon.workers import fs, sandbox
+from peon.workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
 from .process import (
     NO_NUL_PATTERN,

@@ -34,7 +34,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath, parse_file_path
 from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.truncation import utf8_prefix_end
-from workers import fs
+from peon.workers import fs
 
 from .target import Target, approval_target, approved_expectation, resolve_for
 

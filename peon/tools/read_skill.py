@@ -8,7 +8,7 @@ Promises:
   followed — to the canonical path recorded at discovery, a regular file inside the skill's original
   root (a project skill is resolved beneath the session's pinned workspace root); a skill directory
   swapped for a symlink after discovery (or a file moved away) is ``skill_moved``, and nothing outside
-  the root is opened for reading (see :mod:`workers.skills`);
+  the root is opened for reading (see :mod:`peon.workers.skills`);
 * at most ``skills.max_skill_bytes`` are returned, cut at a UTF-8 character boundary, with
   ``truncated``, ``size_bytes`` and ``returned_bytes``; bytes that are not UTF-8 become U+FFFD and set
   ``invalid_utf8``.
@@ -27,7 +27,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.tool import SessionView, Tool, ToolContext, ToolRisk
 from peon.paths import printable
 from peon.truncation import decode, utf8_prefix_end
-from workers.skills import Moved, NotRegular, Outside, open_skill, read_prefix
+from peon.workers.skills import Moved, NotRegular, Outside, open_skill, read_prefix
 
 NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+)*$"
 

@@ -4,7 +4,7 @@ insisted on in the worker.
 Promises:
 
 * :func:`approval_target` resolves the typed path beneath the session's workspace root exactly as the
-  worker will (:func:`workers.fs.resolve`: symlinks that stay inside are followed, leaving is refused;
+  worker will (:func:`peon.workers.fs.resolve`: symlinks that stay inside are followed, leaving is refused;
   for ``create`` the last component is never followed and only its directory must exist) and rates the
   secret-like heuristic on the typed **and** the resolved path — either one matching makes the call
   secret-like. A call that cannot succeed (``not_found``, ``outside_workspace``, ``already_exists``...)
@@ -30,7 +30,7 @@ from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath
 from peon.secret_paths import SecretMatch, secret_match
 from peon.tool import SessionView
-from workers import fs
+from peon.workers import fs
 
 Access = Literal["read", "create", "replace"]
 
