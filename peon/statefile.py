@@ -19,6 +19,7 @@ Descriptors are close-on-exec, so none of them can reach a command.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -117,3 +118,24 @@ def regular_status(path: str | os.PathLike[str]) -> os.stat_result | None:
     if not stat.S_ISREG(info.st_mode):
         raise RefusedFile(Path(path), f"is {kind_of(info.st_mode)}, not a regular file")
     return info
+
+
+# A bracket outside a string, or a whole string (skipped, so brackets inside it do not count). Possessive, and an
+# unterminated string runs to the end: every match succeeds where it starts, so the scan is linear.
+_JSON_NESTING = re.compile(rb'"(?:[^"\\]++|\\[\s\S]?)*+(?:"|\Z)|[\[\]{}]')
+
+
+def check_json_depth(data: bytes, max_depth: int) -> None:
+    """Raise ``ValueError`` when ``data`` (JSON text) nests arrays and objects deeper than ``max_depth``.
+
+    Checked before parsing, in one linear pass, so a hostile state file is refused with the same sentence on
+    every interpreter (how deep :func:`json.loads` may recurse differs between Python versions)."""
+    depth = 0
+    for match in _JSON_NESTING.finditer(data):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > max_depth:
+                raise ValueError(f"JSON nested too deeply (more than {max_depth} levels)")
+        elif token in (b"]", b"}"):
+            depth -= 1

@@ -32,12 +32,13 @@ from pathlib import Path
 
 from peon.policy import SCOPES, ApprovalRequest, Scope
 from peon.shorten import shorten
-from peon.statefile import RefusedFile, read_regular_file
+from peon.statefile import RefusedFile, check_json_depth, read_regular_file
 
 FILE_NAME = "grants.json"
 FORMAT_VERSION = 1
 # A grant takes a few hundred bytes; a file this large is not one Peon wrote.
 MAX_FILE_BYTES = 8 << 20
+MAX_DEPTH = 64  # a grants file is three levels deep; more is not a file Peon wrote
 MAX_SUMMARY_CHARS = 200
 
 
@@ -102,7 +103,9 @@ class GrantStore:
 
     def _load(self) -> list[Grant]:
         try:
-            data = json.loads(read_regular_file(self.path, max_bytes=MAX_FILE_BYTES, follow_symlinks=False))
+            text = read_regular_file(self.path, max_bytes=MAX_FILE_BYTES, follow_symlinks=False)
+            check_json_depth(text, MAX_DEPTH)
+            data = json.loads(text)
             if not isinstance(data, dict):
                 raise ValueError(f"expected a JSON object, got {type(data).__name__}")
             if data.get("version") != FORMAT_VERSION:

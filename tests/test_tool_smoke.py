@@ -1,0 +1,59 @@
+"""One real call of every built-in tool through a session — real supervisor, workers and processes.
+
+This file is part of the subset `.ci/run` also runs on every other Python interpreter it finds (with the
+protocol, approval and file tests), so each tool is seen working end to end on each interpreter. A built-in tool
+without a case here fails :func:`test_every_builtin_tool_has_a_case`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import install_fake_agents
+from peon.tools import BUILTIN_TOOLS
+
+SKILL = "---\nname: greet\ndescription: Say hello politely.\n---\nSay hello.\n"
+
+
+def _job(session) -> str:
+    started = session.call("bash", {"command": "echo started; sleep 30", "background": True})
+    assert started.ok, started.error
+    return started.value["job_id"]
+
+
+CASES = {
+    "bash": lambda s, ws: (s.call("bash", {"command": "echo hi; exit 3"}),
+                           lambda v: v["exit_code"] == 3 and v["output"] == "hi\n"),
+    "read": lambda s, ws: (s.call("read", {"path": "notes.txt"}), lambda v: v["content"] == "héllo\n"),
+    "write": lambda s, ws: (s.call("write", {"path": "new.txt", "content": "x\n", "mode": "create"}),
+                            lambda v: (ws / "new.txt").read_text() == "x\n"),
+    "read_skill": lambda s, ws: (s.call("read_skill", {"name": "greet"}), lambda v: "Say hello." in str(v)),
+    "agent_claude": lambda s, ws: (s.call("agent_claude", {"prompt": "smoke"}), lambda v: v["exit_code"] == 0),
+    "agent_codex": lambda s, ws: (s.call("agent_codex", {"prompt": "smoke"}), lambda v: v["exit_code"] == 0),
+    "agent_pi": lambda s, ws: (s.call("agent_pi", {"prompt": "smoke"}), lambda v: v["exit_code"] == 0),
+    "job_list": lambda s, ws: (s.call("job_list", {}), lambda v: isinstance(v["jobs"], list)),
+    "job_output": lambda s, ws: (s.call("job_output", {"job_id": _job(s), "wait_seconds": 5}),
+                                 lambda v: "started" in v["output"]),
+    "job_stop": lambda s, ws: (s.call("job_stop", {"job_id": _job(s)}), lambda v: v["state"] != "running"),
+}
+
+
+def test_every_builtin_tool_has_a_case():
+    assert sorted(t.name for t in BUILTIN_TOOLS) == sorted(CASES)
+
+
+@pytest.mark.parametrize("tool", sorted(CASES))
+def test_one_real_call(tool, open_session, workspace, tmp_path):
+    (workspace / "notes.txt").write_text("héllo\n")
+    skill = workspace / ".peon" / "skills" / "greet"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(SKILL)
+    agents = install_fake_agents(tmp_path / "bin")
+    session = open_session(env={"PATH": f"{agents}{os.pathsep}/usr/bin{os.pathsep}/bin",
+                                "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    result, check = CASES[tool](session, Path(workspace))
+    assert result.ok, result.error
+    assert check(result.value), result.value
