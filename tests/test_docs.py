@@ -12,6 +12,7 @@ Each fenced block is checked by its language:
 * ``sh``/``bash`` — every ``peon`` command line in it (also after ``--`` in another program's
   command, as in ``claude mcp add ... -- peon mcp ...``) is parsed by ``peon``'s own argument parser, and
   the JSON input of ``peon call TOOL JSON`` is validated against the tool's schema;
+* ``ini`` — parsed; a systemd unit's ``ExecStart`` that runs ``peon`` is checked by the parser;
 * ``python`` — compiled;
 * ``text``, ``markdown`` — samples (output, a file's layout): not checked.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import configparser
 import contextlib
 import io
 import json
@@ -62,7 +64,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[^\s`]*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>run|file|input|sample)\b\s*(?P<arg>[^>]*?)\s*-->\s*$")
 SAMPLES = {"text", "markdown"}
-CHECKED = {"sh", "bash", "toml", "json", "python"}
+CHECKED = {"sh", "bash", "toml", "json", "python", "ini"}
 # Pages other changes are rewriting while this test was written: their blocks are checked like every
 # other, but a failure there is reported as an expected failure until their owners mark or fix it.
 # Empty this set once those changes have landed.
@@ -266,11 +268,24 @@ def check_shell(block: Block) -> None:
             check_peon_line(argv, block.where)
 
 
+def check_ini(block: Block) -> None:
+    parser = configparser.ConfigParser(interpolation=None, strict=False, comment_prefixes=("#", ";"))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys are case-sensitive
+    try:
+        parser.read_string(block.text)
+    except configparser.Error as exc:
+        raise AssertionError(f"{block.where}: not an INI file: {exc}") from None
+    if parser.has_option("Service", "ExecStart"):
+        check_shell(Block(block.page, block.line, "sh", parser.get("Service", "ExecStart").lstrip("-@:+!") + "\n",
+                          None))
+
+
 def check_python(block: Block) -> None:
     compile(block.text, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)  # snippets may await
 
 
-CHECKS = {"toml": check_toml, "json": check_json, "sh": check_shell, "bash": check_shell, "python": check_python}
+CHECKS = {"toml": check_toml, "json": check_json, "sh": check_shell, "bash": check_shell, "python": check_python,
+          "ini": check_ini}
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.where for block in BLOCKS])
@@ -308,6 +323,8 @@ def test_the_checks_catch_what_they_are_for():
         check_json(Block("x.md", 1, "json", '{"mcpServers": {"p": {"command": "peon", "args": ["mcp", "-x"]}}}', None))
     with pytest.raises(AssertionError, match="not a valid read input"):
         check_json(Block("x.md", 1, "json", '{"path": 1}', ("input", "read")))
+    with pytest.raises(AssertionError, match="refused by peon's parser"):
+        check_ini(Block("x.md", 1, "ini", "[Service]\nExecStart=/opt/peon/bin/peon serve --prot 1\n", None))
     assert list(simple_commands("A=1 peon tools --json | head; echo 'peon x'\n")) == [
         ["peon", "tools", "--json"], ["head"], ["echo", "peon x"]]
 
