@@ -410,7 +410,7 @@ def page(printed: list[str], figures: Figures, footprint: Footprint | None, fact
 
 
 def runs(quick: bool, soak_calls: int, profile: bool = False) -> list[list[str]]:
-    """The benchmark commands: the ones docs/operations.md quotes, or shorter ones for ``--quick``."""
+    """The benchmark commands: the ones docs/performance.md is measured with, or shorter ones for ``--quick``."""
     commands = [
         ["bench_core.py", "--calls", "50" if quick else "200", "--deadline-runs", "3" if quick else "5",
          "--apart-calls", "20" if quick else "50"],
