@@ -19,7 +19,7 @@ Each fenced block is checked by its language:
 A block without a language fails: an output sample says so with ``text``. An HTML comment on the
 line before a block adds to its check:
 
-* ``<!-- docs-test: run -->`` (``sh``) — run. The blocks a page marks so, and its ``file`` blocks, run
+* ``<!-- docs-test: run -->`` (``sh``, ``python``) — run. The blocks a page marks so, and its ``file`` blocks, run
   in order as one script (what a person types in one terminal) with ``bash -e -o pipefail`` in a
   fresh home directory, offline; the script must succeed. ``pip install peon-runtime`` installs the
   wheel built from this tree (no index, no download; the dependencies come from the test's own
@@ -339,8 +339,11 @@ def page_script(page: str) -> str | None:
         if block.page != page or not block.marker:
             continue
         kind, argument = block.marker
-        if kind == "run":
-            assert block.lang in ("sh", "bash"), f"{block.where}: only sh blocks run"
+        if kind == "run" and block.lang == "python":
+            assert "PEON_DOCS_EOF" not in block.text
+            parts.append(f"echo '>>> {block.where}' >&2\npython - <<'PEON_DOCS_EOF'\n{block.text}PEON_DOCS_EOF\n")
+        elif kind == "run":
+            assert block.lang in ("sh", "bash"), f"{block.where}: only sh and python blocks run"
             parts.append(f"echo '>>> {block.where}' >&2\n{block.text}")
         elif kind == "file":
             assert "PEON_DOCS_EOF" not in block.text
@@ -378,9 +381,10 @@ def sandbox_required_works(home: Path) -> str | None:
 
 
 @pytest.mark.parametrize("page", RUNNING_PAGES)
-def test_the_commands_of_a_page_run(page, wheelhouse, tmp_path, leftovers):
+def test_the_commands_of_a_page_run(page, request, tmp_path, leftovers):
     script = page_script(page)
     assert script
+    wheelhouse = request.getfixturevalue("wheelhouse") if "pip install" in script else tmp_path
     home = tmp_path / "home"
     home.mkdir()
     if "sandbox" in script and (reason := sandbox_required_works(tmp_path)):
