@@ -27,6 +27,8 @@ line before a block adds to its check:
 * ``<!-- docs-test: file PATH -->`` — the block is the content of PATH (``~`` is the home directory)
   and is written there at its place in the page's script;
 * ``<!-- docs-test: input TOOL -->`` (``json``) — the block is an input of TOOL;
+* ``<!-- docs-test: output -->`` (``text``) — what the last block that runs before it prints: each of
+  its lines is a line of that output, in order, ``…`` standing for what varies;
 * ``<!-- docs-test: sample -->`` — an illustration in a checked language (a sketch with ``...``): not
   checked.
 """
@@ -62,7 +64,7 @@ from peon.errors import PeonError
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[^\s`]*)\s*$")
-MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>run|file|input|sample)\b\s*(?P<arg>[^>]*?)\s*-->\s*$")
+MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>run|file|input|sample|output)\b\s*(?P<arg>[^>]*?)\s*-->\s*$")
 SAMPLES = {"text", "markdown"}
 CHECKED = {"sh", "bash", "toml", "json", "python", "ini"}
 # Pages other changes are rewriting while this test was written: their blocks are checked like every
@@ -325,6 +327,10 @@ def test_the_checks_catch_what_they_are_for():
         check_json(Block("x.md", 1, "json", '{"path": 1}', ("input", "read")))
     with pytest.raises(AssertionError, match="refused by peon's parser"):
         check_ini(Block("x.md", 1, "ini", "[Service]\nExecStart=/opt/peon/bin/peon serve --prot 1\n", None))
+    printed = ["dev server: job-1 running", "noise", "fetched: <h1>Hi</h1>", "log: [06/Dec/2026 07:30:00] GET"]
+    check_output(Block("x.md", 1, "text", "dev server: job-1 running\nlog: […] GET\n", ("output", "")), printed)
+    with pytest.raises(AssertionError, match="is not in what the block printed"):
+        check_output(Block("x.md", 1, "text", "fetched: <h1>Hi</h1>\ndev server: job-1 running\n", None), printed)
     assert list(simple_commands("A=1 peon tools --json | head; echo 'peon x'\n")) == [
         ["peon", "tools", "--json"], ["head"], ["echo", "peon x"]]
 
@@ -341,16 +347,61 @@ def page_script(page: str) -> str | None:
         kind, argument = block.marker
         if kind == "run" and block.lang == "python":
             assert "PEON_DOCS_EOF" not in block.text
-            parts.append(f"echo '>>> {block.where}' >&2\npython - <<'PEON_DOCS_EOF'\n{block.text}PEON_DOCS_EOF\n")
+            parts.append(f"{announce(block)}python - <<'PEON_DOCS_EOF'\n{block.text}PEON_DOCS_EOF\n")
         elif kind == "run":
             assert block.lang in ("sh", "bash"), f"{block.where}: only sh and python blocks run"
-            parts.append(f"echo '>>> {block.where}' >&2\n{block.text}")
+            parts.append(f"{announce(block)}{block.text}")
         elif kind == "file":
             assert "PEON_DOCS_EOF" not in block.text
             target = argument.replace("~", "$HOME", 1) if argument.startswith("~") else shlex.quote(argument)
             parts.append(f'mkdir -p "$(dirname "{target}")"\ncat > "{target}" <<\'PEON_DOCS_EOF\'\n'
                          f"{block.text}PEON_DOCS_EOF\n")
     return "\n".join(parts) if parts else None
+
+
+def announce(block: Block) -> str:
+    """The script's line that starts ``block``'s part of stdout and stderr."""
+    return f"echo '{RUN_MARK}{block.where}'; echo '{RUN_MARK}{block.where}' >&2\n"
+
+
+RUN_MARK = ">>> docs-test "
+
+
+def outputs_by_block(stdout: str) -> dict[str, list[str]]:
+    """The lines each run block printed, by its place (``page:line``)."""
+    parts: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(RUN_MARK):
+            current = parts.setdefault(line[len(RUN_MARK):], [])
+        else:
+            current.append(line.rstrip())
+    return parts
+
+
+def expected_outputs(page: str) -> list[tuple[Block, Block]]:
+    """(run block, the output sample marked ``output`` after it) of a page."""
+    pairs, last_run = [], None
+    for block in BLOCKS:
+        if block.page != page or not block.marker:
+            continue
+        if block.marker[0] == "run":
+            last_run = block
+        elif block.marker[0] == "output":
+            assert last_run is not None, f"{block.where}: an output sample before any block that runs"
+            pairs.append((last_run, block))
+    return pairs
+
+
+def check_output(sample: Block, printed: list[str]) -> None:
+    """Each line of the sample is a line the block printed, in order (others may come between); an
+    ellipsis (…) in a sample line stands for anything that varies (a date, a path, a version)."""
+    remaining = iter(printed)
+    for wanted in (line.rstrip() for line in sample.text.splitlines() if line.strip()):
+        pattern = re.compile(".*".join(re.escape(part) for part in wanted.split("…")))
+        if not any(pattern.fullmatch(line) for line in remaining):
+            raise AssertionError(f"{sample.where}: the sample line {wanted!r} is not in what the block printed "
+                                 f"(in order):\n" + "\n".join(printed[-40:]))
 
 
 RUNNING_PAGES = sorted({block.page for block in BLOCKS if block.marker and block.marker[0] == "run"})
@@ -366,6 +417,21 @@ def wheelhouse(tmp_path_factory) -> Path:
                            env={**os.environ, "PIP_NO_INDEX": "1"})
     assert built.returncode == 0, built.stdout + built.stderr
     return out
+
+
+def without_peon(path: str) -> str:
+    """``path`` without the directories that hold a ``peon`` command."""
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and not (Path(d) / "peon").exists())
+
+
+def dependencies(directory: Path) -> Path:
+    """A directory of this environment's installed packages except Peon, for ``PYTHONPATH``."""
+    directory.mkdir()
+    for source in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        for entry in Path(source).iterdir():
+            if not entry.name.startswith(("peon", "__editable__", "_peon")) and not (directory / entry.name).exists():
+                (directory / entry.name).symlink_to(entry)
+    return directory
 
 
 def sandbox_required_works(home: Path) -> str | None:
@@ -395,13 +461,23 @@ def test_the_commands_of_a_page_run(page, request, tmp_path, leftovers):
     env = quiet_env(home)
     for name in [name for name in env if name.startswith(("PIP_", "VIRTUAL_ENV", "PYTHON"))]:
         del env[name]
-    env.update({
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
-        # Offline: the wheel of this tree instead of the index, the test's own packages as dependencies.
-        "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_NO_DEPS": "1",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": sysconfig.get_paths()["purelib"],
-    })
+    if "pip install" in script:
+        # The page installs Peon itself: its shell finds this interpreter as python3 but no peon at all until
+        # the page has installed one, and pip finds the wheel of this tree instead of the index and this
+        # environment's packages, without Peon, as the dependencies.
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        for name in ("python3", "python"):
+            (tools / name).symlink_to(os.path.realpath(sys.executable))
+        env.update({"PATH": os.pathsep.join([str(tools), without_peon(env.get("PATH", os.defpath))]),
+                    "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_NO_DEPS": "1",
+                    "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": str(dependencies(tmp_path / "deps"))})
+    else:  # the page uses the Peon under test
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
     env = leftovers.env(env)
     ran = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], capture_output=True, text=True,
                          timeout=600, cwd=home, env=env)
     assert ran.returncode == 0, f"{page} failed (exit {ran.returncode}):\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
+    printed = outputs_by_block(ran.stdout)
+    for run, sample in expected_outputs(page):
+        check_output(sample, printed.get(run.where, []))
