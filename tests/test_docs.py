@@ -476,8 +476,21 @@ def test_the_commands_of_a_page_run(page, request, tmp_path, leftovers):
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
     env = leftovers.env(env)
     ran = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], capture_output=True, text=True,
-                         timeout=600, cwd=home, env=env)
+                         stdin=subprocess.DEVNULL, timeout=600, cwd=home, env=env)
     assert ran.returncode == 0, f"{page} failed (exit {ran.returncode}):\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
     printed = outputs_by_block(ran.stdout)
     for run, sample in expected_outputs(page):
         check_output(sample, printed.get(run.where, []))
+
+
+def test_the_operators_guide_says_what_every_error_code_means_and_what_to_do():
+    from peon.errors import ErrorCode
+
+    rows = {}
+    for line in (ROOT / "docs" / "operations.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("| `") else []
+        if len(cells) == 3 and re.fullmatch(r"`[a-z_0-9]+`", cells[0]):
+            rows[cells[0].strip("`")] = cells[1:]
+    missing = sorted(code.value for code in ErrorCode if code.value not in rows)
+    assert not missing, f"docs/operations.md's troubleshooting table lacks {', '.join(missing)}"
+    assert all(meaning and action for meaning, action in rows.values())
