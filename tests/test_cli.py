@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pexpect
@@ -263,22 +264,25 @@ def test_doctor_reports_a_session_that_cannot_start_and_fails(leftovers, workspa
     assert "a session cannot start here" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_doctor_without_a_writable_temp_directory_says_so_without_a_traceback(leftovers, workspace, tmp_path):
-    # Every candidate of tempfile (TMPDIR, /tmp, /var/tmp, /usr/tmp, the current directory) read-only, in a
-    # mount namespace of this test's own (root or not: -r maps the user to root inside it).
+def test_doctor_without_a_writable_temp_directory_says_so_without_a_traceback(leftovers):
+    # Every candidate of tempfile (TMPDIR, /tmp, /var/tmp, /usr/tmp, the current directory) unusable: an empty
+    # read-only tmpfs over /tmp and /var/tmp, in a mount namespace of this test's own (-r: as any user), with
+    # the workspace outside them.
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -rm (a private mount namespace) is not permitted here")
-    readonly = tmp_path / "readonly"
-    readonly.mkdir()
-    mounts = " && ".join(f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"
-                         for d in ("/tmp", "/var/tmp", "/usr/tmp") if os.path.isdir(d) and not os.path.islink(d))
-    script = f"{mounts} && cd /tmp && exec \"$@\""
-    env = isolated_env(leftovers, workspace, {"TMPDIR": str(readonly / "absent")})
-    runs = {}
-    for args in (["doctor"], ["call", "bash", '{"command": "true"}']):
-        runs[args[0]] = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *PEON, *args,
-                                        "--workspace", str(workspace)],
-                                       capture_output=True, text=True, timeout=90, env=env)
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("the workspace needs a writable directory outside /tmp: /dev/shm is not")
+    hidden = [d for d in ("/tmp", "/var/tmp", "/usr/tmp") if os.path.isdir(d) and not os.path.islink(d)]
+    script = " && ".join(f"mount -t tmpfs -o ro tmpfs {d}" for d in hidden) + ' && cd /tmp && exec "$@"'
+    with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="peon-test-") as base:
+        workspace = Path(base) / "ws"
+        workspace.mkdir()
+        env = isolated_env(leftovers, workspace, {"TMPDIR": f"{base}/absent"})
+        runs = {}
+        for args in (["doctor"], ["call", "bash", '{"command": "true"}']):
+            runs[args[0]] = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *PEON, *args,
+                                            "--workspace", str(workspace)],
+                                           capture_output=True, text=True, timeout=90, env=env)
     doctor = runs["doctor"]
     assert doctor.returncode == 1, (doctor.stdout, doctor.stderr)
     assert "Traceback" not in doctor.stderr
@@ -381,7 +385,7 @@ def test_a_call_on_a_terminal_prints_output_then_a_status_line(leftovers, worksp
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0  # the call succeeded; the command's status is in the line
-    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output · job job-1\n",
+    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output\n",
                         child.before.replace("\r\n", "\n"))
     child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo hi"}', "--allow", "process", "--json")
     child.expect(pexpect.EOF)
