@@ -403,8 +403,13 @@ def page(printed: list[str], figures: Figures, footprint: Footprint | None, fact
             per = footprint.pss_kib + footprint.client_pss_kib
             lines += [f"On this machine's {facts['memory']}, memory alone would hold about **{total // per}"
                       " idle agent sessions**; the commands the agents run need their own memory on top, so plan",
-                      "for those first. An idle session uses no CPU (the idle figure above), so CPU is shared only",
-                      "by calls that run: one core serves one call at a time per session."]
+                      "for those first."]
+        idle = figures.get("idle_cpu")
+        if idle is not None:
+            used = "no CPU at all" if idle["value"] <= 0 else f"{number(idle['value'])} {idle['unit']} of CPU"
+            lines.append(f"An idle session used {used} in this run's idle window (the idle figure above).")
+        lines += ["A session runs one call at a time, its background jobs beside it, so the CPU a host needs",
+                  "follows the calls that run at once, not the number of sessions."]
         lines.append("")
     return "\n".join(lines)
 
