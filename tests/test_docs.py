@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -200,9 +201,12 @@ def quiet_env(home: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "PEON_"))}
     if home is not None:
         env["HOME"] = str(home)
-    else:
-        env["XDG_CONFIG_HOME"] = "/nonexistent-peon-docs-test"
+    else:  # no user configuration; the session's state in a directory of this test run's own
+        env.update(XDG_CONFIG_HOME="/nonexistent-peon-docs-test", XDG_STATE_HOME=_STATE.name)
     return env
+
+
+_STATE = tempfile.TemporaryDirectory(prefix="peon-docs-test-")
 
 
 def check_tool_input(tool: str, value: Any, where: str) -> None:
