@@ -4,6 +4,9 @@
 #   docker build -t peon:0.1.0 .
 #   docker run --rm -p 127.0.0.1:8765:8765 -e PEON_SERVE_TOKEN="$(openssl rand -hex 32)" \
 #       -v "$PWD:/workspace" peon:0.1.0
+#
+# Podman and Buildah: build with `--format docker`. HEALTHCHECK exists only in the Docker image format; the
+# default OCI format drops it (podman run --health-cmd gives it back; docs/deploy.md).
 FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -38,7 +41,8 @@ WORKDIR /workspace
 VOLUME ["/workspace", "/state"]
 EXPOSE 8765
 
-# /healthz needs no token; the interpreter is the only HTTP client in a slim image.
+# /healthz needs no token; the interpreter is the only HTTP client in a slim image. Kept only in the Docker
+# image format (podman/buildah: --format docker).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=2).status != 200)"]
 

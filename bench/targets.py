@@ -29,10 +29,16 @@ The table shows the most binding of each kind; a target that even the design's f
 reach": no implementation of one dedicated worker per call meets it on this machine. One that only
 Peon's floor misses is not met until Peon's own part of a call gets cheaper.
 
+After the benchmarks it measures one session at rest (its supervisor, forkserver and two standby
+workers, after a few calls): the memory a session costs, in PSS (shared pages divided among the
+processes sharing them) and RSS. ``--write-page docs/performance.md`` then writes the user's page of
+these figures (:func:`page`, pure): the table as printed, the machine, the exact command, and what
+each figure means for a user — how many agents a host holds, what a session costs at rest.
+
 Run: ``python bench/targets.py`` (about 7 minutes on 2 cores; ``--quick`` for a short check with
 fewer calls, ``--soak-calls 0`` to leave the soak out, ``--profile`` to end with
-``profile_call.py``'s account of where a call's CPU goes). Exit status 0 when every benchmark ran,
-whatever the verdicts; 1 when one of them failed.
+``profile_call.py``'s account of where a call's CPU goes, ``--write-page PATH`` to write the page).
+Exit status 0 when every benchmark ran, whatever the verdicts; 1 when one of them failed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ import argparse
 import dataclasses
 import json
 import os
+import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -255,8 +263,159 @@ def table(figures: Figures) -> list[str]:
     return lines
 
 
+# -- what a session costs, and the page ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One session at rest: its processes below the client, and their memory in KiB."""
+
+    processes: dict[str, int]  # role -> count (supervisor, forkserver, standby)
+    pss_kib: int  # shared pages divided among the processes sharing them: what the host pays
+    rss_kib: int  # every page each process maps, shared ones counted in each
+    client_pss_kib: int  # the embedding process's own Peon client (a Session in a fresh interpreter)
+
+
+def measure_footprint() -> Footprint:
+    """Open one session, make a few calls, wait until it is at rest, and measure its processes."""
+    import psutil
+
+    import peon
+    from peon.workers import proctree
+
+    roles = {"peon-supervisor": "supervisor", "peon-forkserver": "forkserver", "peon-worker standby": "standby"}
+    with tempfile.TemporaryDirectory(prefix="peon-bench-footprint-") as tmp:
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir()
+        (workspace / "file.txt").write_text("x" * 4096)
+        env = {"HOME": tmp, "PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"}
+        with peon.Session(workspace, {"approval": {"process": "allow"}}, env=env,
+                          state_dir=Path(tmp) / "state") as session:
+            for _ in range(5):
+                assert session.call("read", {"path": "file.txt"}).ok
+                assert session.call("bash", {"command": "true"}).ok
+            sup = session.supervisor_pid
+            until = time.monotonic() + 10
+            while True:  # at rest: the forkserver and its two standbys below the supervisor, nothing else
+                below = proctree.descendants(sup)
+                kinds = [roles.get(proctree.cmdline(pid).split(" /")[0].strip(), "other") for pid in below]
+                if sorted(kinds) == ["forkserver", "standby", "standby"] or time.monotonic() > until:
+                    break
+                time.sleep(0.02)
+            pss = rss = 0
+            counts: dict[str, int] = {}
+            for pid in [sup, *below]:
+                info = psutil.Process(pid).memory_full_info()
+                pss, rss = pss + info.pss // 1024, rss + info.rss // 1024
+                role = "supervisor" if pid == sup else roles.get(proctree.cmdline(pid).split(" /")[0].strip(), "other")
+                counts[role] = counts.get(role, 0) + 1
+            client = psutil.Process().memory_full_info().pss // 1024
+    return Footprint(counts, pss, rss, client)
+
+
+def machine() -> dict[str, str]:
+    """The facts about this machine that the figures depend on."""
+    facts = {"cores": str(os.cpu_count()), "kernel": f"Linux {platform.release()} {platform.machine()}",
+             "python": f"{platform.python_implementation()} {platform.python_version()}"}
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+        facts["cpu"] = cpu
+    except (OSError, StopIteration):
+        pass
+    try:
+        total = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemTotal:"))
+        facts["memory"] = f"{total / (1 << 20):.1f} GiB"
+        facts["memory_kib"] = str(total)
+    except (OSError, StopIteration, ValueError):
+        pass
+    return facts
+
+
+# What each target's figure means to someone running agents on Peon, by key.
+MEANINGS = {
+    "bash.back_to_back": "what an agent's shell command costs on top of starting `bash -lc` itself, when calls "
+                         "come one after another (a test loop, a build script driven by an agent)",
+    "bash.apart": "the same for calls 100 ms apart, the usual rhythm of an agent that thinks between calls",
+    "read.back_to_back": "a 4 KiB file read through Peon (isolated worker, path checks, audit) against "
+                         "starting `cat`, calls one after another",
+    "read.apart": "the same, calls 100 ms apart",
+    "mcp.read": "one `read` through `peon mcp`, what an MCP client such as Claude Code waits for, against "
+                "the reference filesystem server",
+    "mcp.bash": "one `bash` call through `peon mcp` against a plain MCP shell server without isolation",
+    "mcp.read_rate": "how many calls per second one `peon mcp` session sustains",
+    "mcp.start": "how long an MCP client waits before it can list Peon's tools",
+    "deadline_to_clean.cgroup": "how long after a call's timeout every process it started (a 300-process fork "
+                                "loop) is gone, with cgroup containment",
+    "deadline_to_clean.process-tree": "the same without cgroups (containers without a delegated cgroup)",
+    "flood_rss": "the memory Peon itself holds while a command prints 1 GiB (output is kept as head, tail and a "
+                 "bounded store, so a flood does not grow it)",
+    "idle_cpu": "the CPU a session costs while it waits for its agent (the target: none at all)",
+    "soak.descriptors": "descriptors leaked over thousands of mixed calls (the target: none)",
+    "soak.processes": "processes left behind over thousands of mixed calls (the target: none)",
+    "soak.rss_percent": "how much the session's processes grew over thousands of mixed calls",
+}
+
+
+def page(printed: list[str], figures: Figures, footprint: Footprint | None, facts: Mapping[str, str],
+         command: str, seconds: float, quick: bool) -> str:
+    """The user's performance page: the table as printed, the machine, the command, what the figures mean."""
+    lines = [
+        "# Performance",
+        "",
+        "<!-- generated by bench/targets.py --write-page; regenerate it rather than editing it -->",
+        "",
+        "Every speed and resource target of Peon, measured in one run of one command on one machine, each",
+        "against a baseline measured in the same run (a ratio, so the figures hold across machines better than",
+        "the milliseconds do). A figure is a median unless its line says otherwise.",
+        "",
+    ]
+    if quick:
+        lines += ["**This page comes from a short run (`--quick`): a check that the figures are plausible, not",
+                  "figures to quote.**", ""]
+    lines += ["## The machine and the command", "", "| | |", "|---|---|"]
+    for key in ("cpu", "cores", "memory", "kernel", "python"):
+        if key in facts:
+            lines.append(f"| {key} | {facts[key]} |")
+    lines += [f"| run | {seconds:.0f} s |", "", "```sh", command, "```", "",
+              "## The table", "",
+              "Columns: Peon's figure; the baseline and what it is; their ratio; the ratio a call would reach",
+              "if it cost nothing beyond the design's floor (a bare `multiprocessing` worker per call) and beyond",
+              "Peon's own floor; the target; the verdict. \"out of reach\" means even the design's floor misses",
+              "the target on this machine.", "",
+              "```text", *printed, "```", "",
+              "## What the figures mean for you", ""]
+    for target in TARGETS:
+        figure = figures.get(target.key)
+        shown = "not measured" if figure is None else f"{number(figure['value'])} {figure['unit']}"
+        lines.append(f"* **{target.label}** ({shown}): {MEANINGS.get(target.key, '')}.")
+    lines.append("")
+    if footprint is not None:
+        lines += ["### Memory per session, agents per host", "",
+                  f"A session at rest ({', '.join(f'{n} {role}' for role, n in sorted(footprint.processes.items()))})"
+                  f" costs the host **{footprint.pss_kib / 1024:.0f} MiB** (PSS: pages shared between its processes"
+                  f" counted once; {footprint.rss_kib / 1024:.0f} MiB RSS, shared pages counted in each).",
+                  f"The client in the agent's own process (`peon mcp`, `peon serve` or your application) adds about"
+                  f" {footprint.client_pss_kib / 1024:.0f} MiB.", ""]
+        total = int(facts.get("memory_kib", "0"))
+        if total:
+            per = footprint.pss_kib + footprint.client_pss_kib
+            lines += [f"On this machine's {facts['memory']}, memory alone would hold about **{total // per}"
+                      " idle agent sessions**; the commands the agents run need their own memory on top, so plan",
+                      "for those first."]
+        idle = figures.get("idle_cpu")
+        if idle is not None:
+            used = "no CPU at all" if idle["value"] <= 0 else f"{number(idle['value'])} {idle['unit']} of CPU"
+            lines.append(f"An idle session used {used} in this run's idle window (the idle figure above).")
+        lines += ["A session runs one call at a time, its background jobs beside it, so the CPU a host needs",
+                  "follows the calls that run at once, not the number of sessions."]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def runs(quick: bool, soak_calls: int, profile: bool = False) -> list[list[str]]:
-    """The benchmark commands: the ones docs/operations.md quotes, or shorter ones for ``--quick``."""
+    """The benchmark commands: the ones docs/performance.md is measured with, or shorter ones for ``--quick``."""
     commands = [
         ["bench_core.py", "--calls", "50" if quick else "200", "--deadline-runs", "3" if quick else "5",
          "--apart-calls", "20" if quick else "50"],
@@ -276,6 +435,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer calls and a 1,000-call soak: a check, not a figure")
     parser.add_argument("--soak-calls", type=int, help="calls of the soak (default 10000; 1000 with --quick; 0: none)")
     parser.add_argument("--profile", action="store_true", help="end with a perf profile of back-to-back calls")
+    parser.add_argument("--write-page", metavar="PATH", type=Path,
+                        help="write the performance page (the table, the machine, the command, what it means) there")
     options = parser.parse_args()
     soak_calls = options.soak_calls if options.soak_calls is not None else 1000 if options.quick else 10_000
     failed = []
@@ -289,11 +450,26 @@ def main() -> int:
             if subprocess.run([sys.executable, str(BENCH / script), *args], env=env).returncode != 0:
                 failed.append(script)
         figures = read_figures(recorded.read_text(encoding="utf-8").splitlines())
-    print(f"\nevery target, one run ({time.monotonic() - started:.0f} s; {os.cpu_count()} cores; "
-          f"load average {os.getloadavg()[0]:.2f})")
-    print("\n".join(table(figures)))
+    footprint = None
+    try:
+        footprint = measure_footprint()
+    except Exception as exc:  # a figure that could not be taken is reported, not a crash of the whole run
+        print(f"session footprint: not measured ({type(exc).__name__}: {exc})")
+        failed.append("session footprint")
+    else:
+        print(f"\nsession at rest: {footprint.pss_kib / 1024:.1f} MiB PSS, {footprint.rss_kib / 1024:.1f} MiB RSS "
+              f"({footprint.processes}); client {footprint.client_pss_kib / 1024:.1f} MiB PSS")
+    seconds = time.monotonic() - started
+    printed = [f"every target, one run ({seconds:.0f} s; {os.cpu_count()} cores; "
+               f"load average {os.getloadavg()[0]:.2f})", *table(figures)]
     if failed:
-        print(f"failed: {', '.join(failed)} (their figures are missing above)")
+        printed.append(f"failed: {', '.join(failed)} (their figures are missing above)")
+    print("\n" + "\n".join(printed))
+    if options.write_page:
+        command = shlex.join(["python", "bench/targets.py", *sys.argv[1:]])
+        options.write_page.write_text(page(printed, figures, footprint, machine(), command, seconds, options.quick),
+                                      encoding="utf-8")
+        print(f"wrote {options.write_page}")
     return 1 if failed else 0
 
 

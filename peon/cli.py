@@ -6,14 +6,18 @@ Promises:
   ends with one clear sentence on stderr and exit status 2, never a traceback;
 * ``peon call`` exits 0 when the call succeeded and 1 when it failed; it prints the result as JSON when
   stdout is not a terminal or with ``--json``, and for a person on a terminal the output followed by
-  one status line (exit status, duration, truncation, job) — :func:`render_result`, pure;
+  one status line (exit status, duration, truncation) — :func:`render_result`, pure; it names no job,
+  since a one-shot call's jobs and their retained output end with its session;
 * when a person is at the terminal (stdin or stderr is one, and there is a controlling terminal) the
   approval prompt is asked on ``/dev/tty``, also when stdout is piped (``peon call ... | jq``); it
   offers only "allow once" and "deny", since the session ends with the call;
 * Ctrl-C while the session starts stops ``peon call`` cleanly (exit 130, no traceback, nothing left
   running) once the session is up; a second Ctrl-C does not wait;
 * ``peon doctor`` resolves each agent exactly as its adapter does, and exits 0 when a session can
-  start, 2 when the configuration is invalid or refused, 1 when the session fails for another reason;
+  start, 2 when the configuration is invalid or refused, 1 when the session fails for another reason
+  (no writable temporary directory included: a fact it shows, with the fix, never a traceback);
+* an operating-system error that stops a command (no temporary directory, no such interpreter) is one
+  sentence on stderr and exit status 1;
 * every session a command opens is closed, with everything it started, before the command exits.
 """
 
@@ -270,8 +274,6 @@ def render_result(result: Mapping[str, Any]) -> tuple[str, str]:
         return json.dumps(value, indent=2, ensure_ascii=False) + "\n", ""
     if body and not body.endswith("\n"):
         body += "\n"
-    if isinstance(value.get("job_id"), str):
-        status.append(f"job {value['job_id']}")
     return body + f"── {tool}: " + " · ".join(status) + "\n", ""
 
 
@@ -359,6 +361,17 @@ def probe_subreaper() -> dict[str, Any]:
             "PR_SET_CHILD_SUBREAPER failed; orphaned descendants would escape to init"}
 
 
+def probe_tempdir() -> dict[str, Any]:
+    """Where a session would put its runtime directory (the forkserver's socket), or why nowhere."""
+    import tempfile
+
+    try:
+        directory = tempfile.gettempdir()
+    except OSError as exc:  # no candidate (TMPDIR, /tmp, /var/tmp, /usr/tmp, the current directory) is writable
+        return {"writable": False, "detail": f"{exc.strerror or exc}; set TMPDIR to a writable directory"}
+    return {"writable": True, "detail": directory}
+
+
 def probe_openat2() -> dict[str, Any]:
     from peon.workers.fs import openat2_available
 
@@ -420,6 +433,7 @@ def cmd_doctor(options: argparse.Namespace) -> int:
         "kernel": {"release": platform.release(), "machine": platform.machine()},
         "subreaper": probe_subreaper(),
         "openat2": probe_openat2(),
+        "tempdir": probe_tempdir(),
     }
     support = cgroup.probe()
     facts["cgroup_v2"] = {"available": support.available, "detail": support.reason}
@@ -441,6 +455,10 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     except PeonError as exc:
         facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
         session_sandbox = {"error": f"{exc.code.value}: {exc.message}"}
+        code = 1
+    except OSError as exc:  # the session could not even be launched (no temporary directory, ...)
+        facts["containment"] = {"error": describe_os_error(exc)}
+        session_sandbox = {"error": describe_os_error(exc)}
         code = 1
     facts["agents"] = agents
     facts["sandbox"] = sandbox_facts(session_sandbox)
@@ -471,6 +489,8 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
     o2 = facts["openat2"]
     shown = o2["available"] if isinstance(o2["available"], str) else ("yes" if o2["available"] else "no")
     print(f"openat2      {shown}: {o2['detail']}")
+    tmp = facts["tempdir"]
+    print(f"temp dir     {'yes' if tmp['writable'] else 'no'}: {tmp['detail']}")
     print_sandbox(facts["sandbox"])
     print("agents")
     for name, agent in facts["agents"].items():
@@ -589,6 +609,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def describe_os_error(exc: OSError) -> str:
+    """One sentence for an operating-system error that stopped a command, with the fix when one is known."""
+    text = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    if "temporary directory" in text:
+        text += " (set TMPDIR to a writable directory)"
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     options = build_parser().parse_args(argv)
     from peon.errors import ConfigError, ErrorCode, PeonError
@@ -610,6 +638,9 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         # The reader of stdout went away: say nothing more there (not even at exit, when Python flushes).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    except OSError as exc:
+        print(f"peon: {describe_os_error(exc)}", file=sys.stderr)
         code = 1
     sys.exit(code)
 

@@ -8,9 +8,11 @@ Promises:
 * it is the session's environment with the ``[environment]`` table applied on top: a string value
   replaces whatever the session inherited — so an inherited ``EDITOR=vim`` or ``PAGER=less`` cannot make
   a command wait on a person — and ``false`` leaves the inherited value (or its absence) untouched.
-  The shipped defaults turn pagers into ``cat``, make editors fail at once (``false``) and switch off
-  credential and confirmation prompts; the user's configuration (never a project's) may change any of
-  them, and its explicit settings win;
+  The shipped defaults turn pagers into ``cat``, make editors fail at once (``false``), make vi/vim run
+  directly quit instead of reading keys from stderr (Peon's output pipe: vim takes its keys from there
+  when stdin is not a terminal, and would wait for the deadline) and switch off credential and
+  confirmation prompts; the user's configuration (never a project's) may change any of them, and its
+  explicit settings win;
 * ``PATH`` keeps only its absolute entries, in order: an empty or relative entry means "look in the
   current directory", which for every command is the workspace, so a repository could otherwise
   supply the ``git``, ``node`` or ``claude`` that runs. When no absolute entry is left (or the session

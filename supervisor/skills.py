@@ -79,9 +79,13 @@ def _canonical_root(root: str, origin: str, workspace: str, workspace_fd: int,
             resolution = fs.resolve(workspace_fd, parse_workspace_path(PROJECT_SKILL_DIR), follow_final=True,
                                     must_exist=False)
         except ToolError as exc:
-            reason = ("the project skill root resolves outside the workspace" if exc.code is ErrorCode.OUTSIDE_WORKSPACE
-                      else "the project skill root cannot be resolved")
-            report.append({"path": root, "reason": f"{reason}: {exc.message}"})
+            if exc.code is ErrorCode.NOT_FOUND:  # a link on the way leads nowhere; fs's sentence speaks of write
+                reason = f"the project skill root cannot be resolved: there is no {exc.details.get('at')!r}"
+            else:
+                reason = ("the project skill root resolves outside the workspace"
+                          if exc.code is ErrorCode.OUTSIDE_WORKSPACE else "the project skill root cannot be resolved")
+                reason = f"{reason}: {exc.message}"
+            report.append({"path": root, "reason": reason})
             return None
         if resolution.kind is None:
             return None

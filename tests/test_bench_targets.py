@@ -310,3 +310,27 @@ print("left", left)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "left []"
+
+
+def test_the_performance_page_has_the_table_the_machine_the_command_and_what_it_means(bench):
+    _, targets = bench
+    figures = targets.read_figures([json.dumps({"key": "flood_rss", "value": 62.6, "unit": "MiB", "baseline": None,
+                                                "against": None})])
+    printed = ["every target, one run (400 s; 2 cores; load average 0.10)", *targets.table(figures)]
+    footprint = targets.Footprint({"supervisor": 1, "forkserver": 1, "standby": 2}, pss_kib=48 * 1024,
+                                  rss_kib=100 * 1024, client_pss_kib=16 * 1024)
+    facts = {"cpu": "Example CPU", "cores": "2", "memory": "8.0 GiB", "memory_kib": str(8 << 20),
+             "kernel": "Linux 6.1 x86_64", "python": "CPython 3.12.1"}
+    text = targets.page(printed, figures, footprint, facts, "python bench/targets.py --write-page docs/performance.md",
+                        400.0, quick=False)
+    assert text.startswith("# Performance\n")
+    assert "```sh\npython bench/targets.py --write-page docs/performance.md\n```" in text
+    assert "```text\n" + "\n".join(printed) + "\n```" in text  # the table exactly as the run printed it
+    assert "| cpu | Example CPU |" in text and "| memory | 8.0 GiB |" in text
+    for target in targets.TARGETS:  # every figure is explained, measured or not
+        assert f"* **{target.label}** (" in text and targets.MEANINGS[target.key]
+    assert "**1 GiB flood, supervisor + worker RSS** (62.6 MiB)" in text
+    assert "costs the host **48 MiB**" in text
+    assert "about **128 idle agent sessions**" in text  # 8 GiB / (48 + 16) MiB
+    assert "--quick" not in text
+    assert "short run (`--quick`)" in targets.page(printed, figures, None, facts, "c", 1.0, quick=True)

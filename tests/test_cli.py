@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pexpect
@@ -202,6 +203,15 @@ def test_skills_lists_discovered_skills_and_skip_reasons(leftovers, workspace):
     assert len(report["skipped"]) == 1 and report["skipped"][0]["reason"]
 
 
+def test_skills_names_what_is_missing_in_its_own_words(leftovers, workspace):
+    (workspace / ".peon").symlink_to("missing-dir")  # the project skill root's way leads nowhere
+    proc = peon(leftovers, workspace, "skills", "--json")
+    assert proc.returncode == 0, proc.stderr
+    [skipped] = json.loads(proc.stdout)["skipped"]
+    assert "there is no 'missing-dir'" in skipped["reason"]
+    assert "write" not in skipped["reason"]  # the write tool's wording is no skill's business
+
+
 def test_skills_says_when_there_are_none(leftovers, workspace):
     proc = peon(leftovers, workspace, "skills")
     assert proc.returncode == 0 and "No skills discovered." in proc.stdout
@@ -239,7 +249,8 @@ def test_doctor_reports_the_facts(leftovers, workspace, tmp_path):
 
     text = peon(leftovers, workspace, "doctor", env=env)
     assert text.returncode == 0, text.stderr
-    for label in ("python", "kernel", "containment", "cgroup v2", "subreaper", "openat2", "agents", "config layers"):
+    for label in ("python", "kernel", "containment", "cgroup v2", "subreaper", "openat2", "temp dir", "agents",
+                  "config layers"):
         assert label in text.stdout
     assert str(fake) in text.stdout
 
@@ -251,6 +262,33 @@ def test_doctor_reports_a_session_that_cannot_start_and_fails(leftovers, workspa
     assert proc.returncode == 2, proc.stderr  # an invalid configuration, as for every other command
     assert "session failed to start" in proc.stdout and "nonsense" in proc.stdout
     assert "a session cannot start here" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_doctor_without_a_writable_temp_directory_says_so_without_a_traceback(leftovers):
+    # Every candidate of tempfile (TMPDIR, /tmp, /var/tmp, /usr/tmp, the current directory) unusable: an empty
+    # read-only tmpfs over /tmp and /var/tmp, in a mount namespace of this test's own (-r: as any user), with
+    # the workspace outside them.
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -rm (a private mount namespace) is not permitted here")
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("the workspace needs a writable directory outside /tmp: /dev/shm is not")
+    hidden = [d for d in ("/tmp", "/var/tmp", "/usr/tmp") if os.path.isdir(d) and not os.path.islink(d)]
+    script = " && ".join(f"mount -t tmpfs -o ro tmpfs {d}" for d in hidden) + ' && cd /tmp && exec "$@"'
+    with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="peon-test-") as base:
+        workspace = Path(base) / "ws"
+        workspace.mkdir()
+        env = isolated_env(leftovers, workspace, {"TMPDIR": f"{base}/absent"})
+        runs = {}
+        for args in (["doctor"], ["call", "bash", '{"command": "true"}']):
+            runs[args[0]] = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *PEON, *args,
+                                            "--workspace", str(workspace)],
+                                           capture_output=True, text=True, timeout=90, env=env)
+    doctor = runs["doctor"]
+    assert doctor.returncode == 1, (doctor.stdout, doctor.stderr)
+    assert "Traceback" not in doctor.stderr
+    assert "temp dir     no:" in doctor.stdout and "set TMPDIR to a writable directory" in doctor.stdout
+    assert "a session cannot start here" in doctor.stderr
+    assert_clean_failure(runs["call"], 1, "No usable temporary directory", "set TMPDIR")
 
 
 def test_doctor_fails_when_the_project_configuration_is_refused(leftovers, workspace):
@@ -324,8 +362,9 @@ def test_render_result_for_people():
     value.update(output="head…tail\n", output_bytes=8 << 20, output_kept_bytes=65536, truncated=True,
                  timed_out=True, timeout_seconds=0.5, exit_code=None, signal="SIGKILL", job_id="j1")
     out, _ = render_result({"tool": "bash", "ok": True, "value": value})
+    # No "job j1": a one-shot call's session, and the job holding its retained output, end with the command.
     assert out == ("head…tail\n── bash: timed out after 0.5 s · killed by SIGKILL · 1.2 s · output truncated: "
-                   "64.0 KiB of 8.0 MiB shown, the middle left out · job j1\n")
+                   "64.0 KiB of 8.0 MiB shown, the middle left out\n")
     read = {"content": "text", "total_bytes": 4, "truncated": True}
     assert render_result({"tool": "read", "ok": True,
                           "value": read}) == ("text\n── read: 4 bytes in total · truncated\n", "")
@@ -346,7 +385,7 @@ def test_a_call_on_a_terminal_prints_output_then_a_status_line(leftovers, worksp
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0  # the call succeeded; the command's status is in the line
-    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output · job job-1\n",
+    assert re.fullmatch(r"hi\n── bash: exit 3 · \d+\.\d s · 3 bytes of output\n",
                         child.before.replace("\r\n", "\n"))
     child = spawn(leftovers, workspace, "call", "bash", '{"command": "echo hi"}', "--allow", "process", "--json")
     child.expect(pexpect.EOF)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -58,6 +59,7 @@ def test_the_shipped_defaults_turn_off_what_waits_on_a_person():
     for name in ("EDITOR", "VISUAL", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR"):
         assert environment[name] == "false", name
     assert (environment["GIT_TERMINAL_PROMPT"], environment["SSH_ASKPASS_REQUIRE"]) == ("0", "never")
+    assert "cquit" in environment["VIMINIT"] and "ttyin" in environment["VIMINIT"]
 
 
 def test_the_user_may_change_the_table_and_a_project_may_not(tmp_path):
@@ -156,6 +158,20 @@ def test_commands_have_no_controlling_terminal_and_stdin_is_dev_null(open_sessio
                                          "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] && echo session-leader"})
     assert r.ok, r.error
     assert r.value["output"].splitlines() == ["not a tty", "no-tty", "/dev/null", "0", "session-leader"]
+
+
+@pytest.mark.skipif(not shutil.which("vim"), reason="vim is not installed")
+def test_vi_run_directly_fails_instead_of_waiting_and_scripted_vim_still_edits(open_session, workspace):
+    (workspace / "notes.txt").write_text("hello\n")
+    session = open_session(env={"VIMINIT": WAITS_FOREVER})  # an inherited VIMINIT is replaced too
+    started = time.monotonic()
+    r = session.call("bash", {"command": "vim notes.txt", "timeout_seconds": 60})
+    assert r.ok, r.error
+    assert r.value["timed_out"] is False and r.value["exit_code"] == 1, r.value
+    assert time.monotonic() - started < 30  # a hang guard: it would wait 60 s otherwise
+    r = session.call("bash", {"command": "vim +'%s/hello/bye/' +wq notes.txt && vim -es +'%s/bye/ciao/' +wq notes.txt"
+                                         " && cat notes.txt", "timeout_seconds": 60})
+    assert r.ok and r.value["exit_code"] == 0 and r.value["output"].endswith("ciao\n"), r.value
 
 
 class _NeedsPassword(http.server.BaseHTTPRequestHandler):
