@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import socket
 import subprocess
 import sys
@@ -218,7 +217,7 @@ class Session:
             launch = Launch(self.workspace, self._env)
             launch.adopt()
         self._launch = launch
-        self._proc, self._sock, self._runtime_dir = launch.process, launch.sock, launch.runtime_dir
+        self._proc, self._sock = launch.process, launch.sock
 
     def _handshake(self) -> None:
         self._reading = _Reading(self._sock, self.max_message_bytes)
@@ -230,7 +229,6 @@ class Session:
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
             "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
-            "runtime_dir": self._runtime_dir,
         }
         self._send(start)
         if not self._ready.wait(START_TIMEOUT_SECONDS):
@@ -681,14 +679,13 @@ class Session:
         self._contain_leftovers()
 
     def _contain_leftovers(self) -> None:
-        """Once the supervisor is gone, remove its runtime directory (the forkserver's socket) and, if it
-        died, kill what is left of its session: every process in its cgroup with everything below it (a
-        descendant may have moved itself to another cgroup), then the cgroup.
+        """Once the supervisor is gone, if it died, kill what is left of its session: every process in its
+        cgroup with everything below it (a descendant may have moved itself to another cgroup), then the
+        cgroup.
         Workers kill their own trees too, when their forkserver dies. Several threads may get here at
         once (the reader seeing the end of the channel, ``close()`` giving up on a slow supervisor):
         one cleans, and the cgroup code tolerates a tree that vanishes."""
         with self._contain_lock:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
             path = (self.info.get("containment") or {}).get("cgroup")
             candidate = Path(path) if path else session_cgroup_path(self.session_id, self._proc.pid)
             if candidate is None or not candidate.is_dir():

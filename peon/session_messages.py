@@ -30,7 +30,6 @@ class StartMessage(TypedDict):
     env: dict[str, str]  # the session's environment, exactly (an empty one stays empty)
     approver: bool  # without one, "ask" is denied at once
     started_notices: bool  # send "started" with the time a running call must be answered by
-    runtime_dir: str | None  # where the forkserver's socket lives (the client removes it)
 
 
 class CallMessage(TypedDict):
