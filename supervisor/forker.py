@@ -46,6 +46,7 @@ import io
 import json
 import multiprocessing
 import os
+import select
 import signal
 import socket
 import sys
@@ -453,6 +454,9 @@ class Forker:
         pid = SERVER.pid
         if pid is None or pid in self._killed or pid in self._dead:
             return
+        if pid == self.pid and self._pidfd >= 0 and _exited(self._pidfd):  # gone, maybe reaped: not ours to signal
+            self._dead.add(pid)
+            return
         self._killed.add(pid)
         reason = f": {why}" if why else ""
         print(f"peon-supervisor: killing the forkserver (pid {pid}) and its workers{reason}", file=sys.stderr)
@@ -487,9 +491,16 @@ def _hand_late(loop: asyncio.AbstractEventLoop, done: Future[T], on_late: Callab
         pass
 
 
+def _exited(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has exited (its pidfd is readable then)."""
+    return bool(select.select([pidfd], [], [], 0)[0])
+
+
 def _discard(late: StartedWorker, containment: Containment) -> None:
-    """A worker whose start was given up on (its forkserver was killed): make sure it is dead, free it."""
-    containment.kill_tree(late.pid, late.slot)
+    """A worker whose start was given up on (its forkserver was killed): make sure it is dead, free it.
+    One already gone is not signalled (its pid may be reused)."""
+    if late.pidfd >= 0 and not _exited(late.pidfd):
+        containment.kill_tree(late.pid, late.slot)
     late.channel.close()
     if late.pidfd >= 0:
         os.close(late.pidfd)

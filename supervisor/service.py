@@ -318,18 +318,25 @@ class Supervisor:
             if call.progress:
                 await self.client.send({**message, "op": "progress", "id": call.id})
 
-        # A call still running after a moment tells the client when it must be answered; past that the
-        # client takes the supervisor for stopped (a quick call costs no message for it).
-        started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
-        notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
-                  if self.started_notices else None)
+        # A call still running a moment after its worker took it (its deadline starts then) tells the
+        # client when it must be answered; past that the client takes the supervisor for stopped (a
+        # quick call costs no message for it).
+        notice: asyncio.TimerHandle | None = None
+
+        def taken() -> None:
+            nonlocal notice
+            if self.started_notices:
+                started = {"op": "started", "id": call.id,
+                           "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
+                notice = asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
+
         reply: dict[str, Any] = _error(ErrorCode.TOOL_FAILED, f"{tool.name} did not complete")
         try:
             reply = await self.running_pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                                  "progress": call.progress, "approved": request.details,
                                                  "stream": "end" if job is not None else None},
                                                 deadline, call.cancelled, forward_progress,
-                                                self.jobs.on_event(job) if job is not None else None)
+                                                self.jobs.on_event(job) if job is not None else None, taken)
         finally:
             if notice is not None:
                 notice.cancel()
