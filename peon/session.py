@@ -665,7 +665,11 @@ class Session:
         if code is None:
             return "is not responding"
         if code < 0:
-            return f"was killed by {proctree.signal_name(-code)}"
+            return (f"was killed by {proctree.signal_name(-code)}, sent by another process (this client "
+                    "sends none but to a supervisor it gave up on); call Session.restart() or open a new session")
+        if code > 128 and proctree.signal_name(code - 128).startswith("SIG"):
+            return (f"closed the session on {proctree.signal_name(code - 128)} (exit status {code}), sent by "
+                    "another process (this client sends none); call Session.restart() or open a new session")
         return f"exited with status {code}"
 
     def _kill_supervisor(self) -> None:

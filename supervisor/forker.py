@@ -80,6 +80,9 @@ LAUNCH_TIMEOUT_SECONDS = 60.0  # starting the forkserver itself: a fresh interpr
 # within this (one pread of its stat file per look).
 STOPPED_CHECK_SECONDS = 0.05
 STOPPED_STATES = ("T", "t")
+# Signals that stop a process with their default action: one pending counts as stopped (the stop takes
+# effect only once the process is next scheduled, which a loaded machine may delay).
+STOPPING_SIGNALS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 T = TypeVar("T")
 
 
@@ -94,6 +97,7 @@ class StartedWorker:
     pidfd: int
     channel: socket.socket
     slot: WorkerSlot
+    forkserver: int | None = None  # the forkserver that forked it
 
 
 class ChannelForkServer(mp_forkserver.ForkServer):
@@ -275,12 +279,13 @@ class Forker:
         self.context = multiprocessing.get_context("forkserver")
         self.pid: int | None = None  # of the current forkserver
         self._pidfd = -1
+        self._status_fd = -1  # the current forkserver's /proc status, opened once (one pread per look)
         self._gone: asyncio.Future[None] | None = None  # resolves when the current forkserver exits
         self.starting = 0  # worker starts in flight: their pids are not known to the pool yet
         self._proven: int | None = None  # the forkserver that forked a worker: it has finished loading
         self._spawning = threading.Lock()  # held while a forkserver is being started and recorded
         self._dead: set[int] = set()  # forkservers seen to exit (their pidfds turned readable)
-        self._killed: set[int] = set()  # forkservers killed here: never signalled again (the pid may be reused)
+        self._killed: dict[int, str] = {}  # forkservers killed here, and why: never signalled again (pids are reused)
         self.replaced_stopped = 0  # forkservers found stopped and replaced
         SERVER.is_gone = lambda pid: pid in self._dead or pid in self._killed or not _forkserver_alive(pid)
 
@@ -301,10 +306,20 @@ class Forker:
         return {int(pid) for pid in pids if pid is not None}
 
     def stopped(self) -> bool:
-        """Whether the current forkserver is stopped (``SIGSTOP``, ``SIGTSTP``, traced): it forks nothing
-        and reports no exit until it is replaced."""
+        """Whether the current forkserver is stopped (``SIGSTOP``, ``SIGTSTP``, traced), or has a stop
+        signal pending: it forks nothing and reports no exit until it is replaced."""
         pid = SERVER.pid
-        return pid is not None and pid not in self._killed and proctree.state(pid) in STOPPED_STATES
+        if pid is None or pid in self._killed:
+            return False
+        try:
+            if pid == self.pid and self._status_fd >= 0:
+                data = os.pread(self._status_fd, 4096, 0)
+            else:
+                with open(f"/proc/{pid}/status", "rb") as f:
+                    data = f.read(4096)
+        except OSError:
+            return False
+        return stopped_by_status(data)
 
     # -- the forker thread ---------------------------------------------------------------------------
 
@@ -324,7 +339,7 @@ class Forker:
                         return waiting.result()
                     if future.running() and self.stopped():
                         self.replaced_stopped += 1
-                        self.kill(why="it was stopped (state T) while a worker start waited on it")
+                        self.kill(why="it was stopped (by another process) while a worker start waited on it")
         except TimeoutError:
             self.kill(why="it did not answer a worker start in time")
             raise ForkerGone("the forkserver did not answer in time; it was killed and will be replaced") from None
@@ -386,7 +401,7 @@ class Forker:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:  # it died at once; the sentinel will say how
             pidfd = -1
-        return forkserver_pid, StartedWorker(process, pid, pidfd, channel, slot)
+        return forkserver_pid, StartedWorker(process, pid, pidfd, channel, slot, forkserver_pid)
 
     # -- the event loop's side -----------------------------------------------------------------------
 
@@ -433,6 +448,10 @@ class Forker:
             self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             return
+        try:
+            self._status_fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._status_fd = -1
         loop = asyncio.get_running_loop()
         self._gone = loop.create_future()
         loop.add_reader(self._pidfd, self._unwatch)
@@ -445,6 +464,9 @@ class Forker:
             os.close(self._pidfd)
             self._pidfd = -1
             REAPER.reap()
+        if self._status_fd >= 0:
+            os.close(self._status_fd)
+            self._status_fd = -1
         if self._gone is not None and not self._gone.done():
             self._gone.set_result(None)
 
@@ -457,10 +479,23 @@ class Forker:
         if pid == self.pid and self._pidfd >= 0 and _exited(self._pidfd):  # gone, maybe reaped: not ours to signal
             self._dead.add(pid)
             return
-        self._killed.add(pid)
+        self._killed[pid] = why or "the session was closing"
         reason = f": {why}" if why else ""
         print(f"peon-supervisor: killing the forkserver (pid {pid}) and its workers{reason}", file=sys.stderr)
         proctree.kill_tree(pid, include_root=True, timeout=5.0)
+
+    def fate(self, pid: int | None) -> str | None:
+        """What became of the forkserver ``pid``, for a worker whose exit status it did not report."""
+        if pid is None:
+            return None
+        if pid in self._killed:
+            return f"the supervisor killed its forkserver (pid {pid}) and every worker with it, as {self._killed[pid]}"
+        if pid in self._dead or not _forkserver_alive(pid):
+            return (f"its forkserver (pid {pid}) ended — not by Peon's hand, so another process killed it — "
+                    "and a worker ends with its forkserver")
+        if proctree.state(pid) in STOPPED_STATES:
+            return f"its forkserver (pid {pid}) is stopped (SIGSTOP, by another process) and reports nothing"
+        return None
 
     async def close(self) -> None:
         """Stop the forkserver and wait until it is gone."""
@@ -489,6 +524,25 @@ def _hand_late(loop: asyncio.AbstractEventLoop, done: Future[T], on_late: Callab
         loop.call_soon_threadsafe(on_late, done.result())
     except RuntimeError:  # the loop is closed: the session is over, its processes with it
         pass
+
+
+def stopped_by_status(status: bytes) -> bool:
+    """Whether a ``/proc/<pid>/status`` text says the process is stopped or has a stop signal pending
+    (sans I/O)."""
+    pending = 0
+    state = b""
+    for line in status.splitlines():
+        key, _, value = line.partition(b":")
+        if key == b"State":
+            state = value.strip()[:1]
+        elif key in (b"SigPnd", b"ShdPnd"):
+            try:
+                pending |= int(value.strip(), 16)
+            except ValueError:
+                pass
+    if state.decode("ascii", "replace") in STOPPED_STATES:
+        return True
+    return any(pending & (1 << (sig - 1)) for sig in STOPPING_SIGNALS)
 
 
 def _exited(pidfd: int) -> bool:

@@ -78,6 +78,7 @@ class WorkerHandle:
         self.pid = started.pid
         self.pidfd = started.pidfd
         self.slot = started.slot
+        self.forkserver: int | None = getattr(started, "forkserver", None)
         self.channel = FrameChannel(started.channel)
         self.call_id: str | None = None
         try:  # opened now, off the call's path: looking at its state later is one pread
@@ -236,7 +237,7 @@ class WorkerPool:
             if self.forker is not None and self.forker.stopped():
                 # Its forkserver was stopped (by a command): it is replaced now, and its workers die
                 # with it — this one must not be handed a call first.
-                self.forker.kill(why="it was stopped (state T) when a call took one of its workers")
+                self.forker.kill(why="it was stopped (by another process) when a call took one of its workers")
                 self._replenish()
             state = worker.watch.state() if worker.watch is not None else None
             if worker.exited.done() or state in (None, "Z", "X", "x", "T", "t"):
@@ -387,10 +388,17 @@ class WorkerPool:
         if self.containment.oom_killed(worker.slot):
             return _failure(ErrorCode.WORKER_OOM, f"the worker for {tool} was {how} by the out-of-memory killer")
         hint = " (the out-of-memory killer or another process)" if how == "killed by SIGKILL" else ""
+        fate = self.forker.fate(worker.forkserver) if self.forker is not None else None
+        if code is None:  # the forkserver reports each worker's status: say what became of it
+            how = "exited"
+            hint = " (its exit status was not reported)"
+        if fate:
+            hint = f" ({fate})"
         return _failure(
             ErrorCode.WORKER_CRASHED,
-            f"the worker for {tool} {how}{hint} before reporting a result",
-            {"status": how},
+            f"the worker for {tool} {how}{hint} before reporting a result; {tool} did not complete, and the "
+            "next call gets a new worker",
+            {"status": how, **({"forkserver": fate} if fate else {})},
         )
 
     # -- clean-up ---------------------------------------------------------------------------------

@@ -96,6 +96,15 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self._detached: set[asyncio.Task] = set()  # started notices and job-tool calls served beside the queue
         self.started_notices = False
+        self.stopped_by: signal.Signals | None = None  # the signal that ended the session, if one did
+
+    def stop_on_signal(self, sig: signal.Signals) -> None:
+        """A signal ends the session like a close; the supervisor then exits with 128 + its number, so
+        its client can say what happened."""
+        if self.stopped_by is None:
+            self.stopped_by = sig
+            print(f"peon-supervisor: received {sig.name}; closing the session", file=sys.stderr)
+        self.stopping.set()
 
     @property
     def opened(self) -> SessionState:
@@ -442,8 +451,9 @@ class Supervisor:
         for call in list(self.calls.values()):
             if not call.started:
                 call.cancelled.set()
+                why = f" (the supervisor received {self.stopped_by.name})" if self.stopped_by else ""
                 await self._reply(call, _error(ErrorCode.SESSION_CLOSED,
-                                               f"the session closed before {call.tool} started"))
+                                               f"the session closed before {call.tool} started{why}"))
             else:
                 call.cancelled.set()  # the running call gets TERM, grace, KILL like any cancel
         running = [call for call in self.calls.values() if call.started]
@@ -523,6 +533,12 @@ async def _main(sock: socket.socket) -> int:
     loop = asyncio.get_running_loop()
     REAPER.install(loop)
     supervisor = Supervisor(Channel(sock))
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, supervisor.stopping.set)
-    return await supervisor.run()
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for sig in handled:
+        loop.add_signal_handler(sig, supervisor.stop_on_signal, sig)
+    try:
+        code = await supervisor.run()
+    finally:  # before the loop closes its wake-up socket, which a late signal would otherwise write to
+        for sig in (*handled, signal.SIGCHLD):
+            loop.remove_signal_handler(sig)
+    return 128 + supervisor.stopped_by if supervisor.stopped_by is not None and code == 0 else code

@@ -37,4 +37,23 @@ def test_a_call_after_its_forkserver_was_stopped_gets_its_whole_time(open_sessio
     stderr = capfd.readouterr().err
     assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
     kills = re.findall(rf"killing the forkserver \(pid {stopped}\)[^\n]*", stderr)
-    assert len(kills) == 1 and "stopped (state T)" in kills[0], stderr
+    assert len(kills) == 1 and "it was stopped" in kills[0], stderr
+
+
+def test_a_stop_signal_still_pending_counts_as_stopped():
+    """A stop takes effect only when the process is next scheduled: a call must not be handed a worker
+    of a forkserver that is about to stop (sans I/O, on /proc/<pid>/status text)."""
+    from peon.supervisor.forker import stopped_by_status
+
+    def status(state: str, shdpnd: int = 0, sigpnd: int = 0) -> bytes:
+        return (f"Name:\tpython\nState:\t{state}\nSigPnd:\t{sigpnd:016x}\nShdPnd:\t{shdpnd:016x}\n"
+                f"SigBlk:\t0000000000000000\n").encode()
+
+    stop, chld = 1 << (19 - 1), 1 << (17 - 1)
+    assert stopped_by_status(status("T (stopped)"))
+    assert stopped_by_status(status("t (tracing stop)"))
+    assert stopped_by_status(status("S (sleeping)", shdpnd=stop))
+    assert stopped_by_status(status("R (running)", sigpnd=1 << (20 - 1)))  # SIGTSTP
+    assert not stopped_by_status(status("S (sleeping)", shdpnd=chld))
+    assert not stopped_by_status(status("S (sleeping)"))
+    assert not stopped_by_status(b"")
