@@ -56,6 +56,7 @@ from peon.workers.reaper import describe_exitcode
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
+from .containment import start_time as containment_start_time
 from .forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
 
 STANDBY_WORKERS = 2  # started ahead: back-to-back calls never wait for a start-up
@@ -148,8 +149,11 @@ class WorkerHandle:
 
 class WorkerPool:
     def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
-                 standbys: int = STANDBY_WORKERS):
+                 standbys: int = STANDBY_WORKERS, on_worker: Callable[[dict[str, Any]], None] | None = None):
         self.spawn_forker = spawn_forker
+        # Told of each worker as it starts and once it is gone (pid and start time): whoever outlives the
+        # supervisor (its client) can then kill the trees of workers that could not kill their own.
+        self.on_worker = on_worker
         self.containment = containment
         self.grace_seconds = grace_seconds
         self.standbys = standbys
@@ -202,7 +206,18 @@ class WorkerPool:
         handle = WorkerHandle(started)
         self.live[handle.pid] = handle
         self._close_pending()
+        self._announce(handle, started=True)
         return handle
+
+    def _announce(self, worker: WorkerHandle, started: bool) -> None:
+        if self.on_worker is None:
+            return
+        if not started:
+            self.on_worker({"op": "worker_gone", "pid": worker.pid})
+            return
+        start_time = containment_start_time(worker.pid)
+        if start_time is not None:
+            self.on_worker({"op": "worker", "pid": worker.pid, "start_time": start_time})
 
     def _replenish(self) -> None:
         while len(self._ready) < self.standbys and not self._closing:
@@ -426,7 +441,8 @@ class WorkerPool:
         except Exception:
             traceback.print_exc(file=sys.stderr)
         finally:
-            self.live.pop(worker.pid, None)
+            if self.live.pop(worker.pid, None) is not None:
+                self._announce(worker, started=False)
             if not worker.close():
                 self._unclosed.append(worker)
 

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from setproctitle import setproctitle
@@ -141,7 +141,10 @@ class Supervisor:
             # The forkserver (a fresh interpreter) and the standbys start while the client goes on: the
             # first call waits for its worker, and says so if none can start. The validator loads once
             # the forkserver is launched, so the two load their modules at the same time.
-            self.pool = await _begin_pool(state)
+            # In process-tree containment the client learns each worker's pid and start time, to kill the
+            # trees of workers that outlive this process (a stopped worker runs no parent-death handler).
+            tracked = state.containment.kind == "process-tree"
+            self.pool = await _begin_pool(state, self._notify if tracked else None)
             load_validator(state.schemas.values())  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
@@ -500,14 +503,15 @@ def input_size(value: Any, limit: int = 1 << 40) -> int:
     return total
 
 
-async def _begin_pool(state: SessionState) -> WorkerPool:
+async def _begin_pool(state: SessionState,
+                      on_worker: Callable[[dict[str, Any]], None] | None = None) -> WorkerPool:
     """The session's worker pool, begun. Its machinery (``multiprocessing``, psutil, the worker's own
     modules) is imported here, once the client has ``ready``, not before: answering it sooner."""
     from .forker import Forker
     from .pool import WorkerPool
 
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
-                      state.containment, state.config.limits.worker_grace_seconds)
+                      state.containment, state.config.limits.worker_grace_seconds, on_worker=on_worker)
     await pool.begin()
     return pool
 
