@@ -15,7 +15,9 @@ replace, receiving the next worker's descriptors and answering its calls. Peon's
 such socket: :class:`ChannelForkServer` (a ``multiprocessing.forkserver.ForkServer``) starts it with one
 end of a ``socketpair`` passed as an inherited descriptor (``util.spawnv_passfds``), sends each request's
 descriptors over it (``SCM_RIGHTS``), and accepts an answer only with the kernel's credentials of the
-forkserver it started (``SCM_CREDENTIALS``). Nothing of the session has a name in the file system or
+forkserver it started (``SCM_CREDENTIALS``; ``SO_PEERCRED`` of a socket pair names its creator on both
+ends, so it is the forkserver's check that its channel came from its supervisor, and this side's
+check is the credentials on each answer). Nothing of the session has a name in the file system or
 the abstract namespace, and there is no runtime directory.
 
 What stays the standard library's (details and figures in docs/architecture.md):
