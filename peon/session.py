@@ -704,8 +704,9 @@ class Session:
         if code is None:
             return "is not responding"
         if code < 0:
-            return (f"was killed by {proctree.signal_name(-code)}, sent by another process (this client "
-                    "sends none but to a supervisor it gave up on); call Session.restart() or open a new session")
+            sender = "another process or the out-of-memory killer" if -code == 9 else "another process"
+            return (f"was killed by {proctree.signal_name(-code)}, sent by {sender} (this client sends none but "
+                    "to a supervisor it gave up on); call Session.restart() or open a new session")
         if code > 128 and proctree.signal_name(code - 128).startswith("SIG"):
             return (f"closed the session on {proctree.signal_name(code - 128)} (exit status {code}), sent by "
                     "another process (this client sends none); call Session.restart() or open a new session")
