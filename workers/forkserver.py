@@ -179,6 +179,8 @@ def _say(message: str) -> None:
 def main(channel_fd: int, alive_r: int) -> None:
     """Serve fork requests from the supervisor on the inherited channel until it closes the channel,
     or it and every worker closed the alive pipe (modelled on ``multiprocessing.forkserver.main``)."""
+    for fd in (channel_fd, alive_r):  # inherited, so inheritable: never again (nothing here execs, but still)
+        os.set_inheritable(fd, False)
     channel = socket.socket(fileno=channel_fd)
     supervisor = SUPERVISOR_PID
     if supervisor is None or peer_credentials(channel)[:2] != (supervisor, os.getuid()):
