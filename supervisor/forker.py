@@ -206,6 +206,8 @@ class ChannelForkServer(mp_forkserver.ForkServer):
         if len(data) != size or flags & socket.MSG_TRUNC:
             raise OSError(f"the forkserver answered {len(data)} bytes, not a pid")
         (pid,) = worker_forkserver.PID.unpack(data)
+        if pid == worker_forkserver.FORK_FAILED:
+            raise OSError("the forkserver could not fork (the process or memory limit?); see its stderr")
         if pid <= 0:
             raise OSError("the forkserver refused the request")
         return int(pid)

@@ -71,10 +71,11 @@ SUPERVISOR_PID: int | None = None  # the supervisor that started this forkserver
 # The channel's wire format. A request is REQUEST with the worker's descriptors (SCM_RIGHTS): the
 # status pipe's read end for the child, its write end for the forkserver, then what the child gets
 # (the alive pipe, the resource tracker's descriptor, the Process's own). An answer is the child's
-# pid as a signed 64-bit integer, or REFUSED.
+# pid as a signed 64-bit integer, or REFUSED, or FORK_FAILED.
 REQUEST = b"peon-fork-request"
 PID = struct.Struct("q")
 REFUSED = -1
+FORK_FAILED = -2  # fork(2) failed (the process limit, memory): the request was valid
 MAX_FDS = 256  # per request, as the standard library's forkserver
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 WARM_UP_ROUNDS = 10
@@ -224,7 +225,14 @@ def main(channel_fd: int, alive_r: int) -> None:
                 _answer(channel, REFUSED)
                 continue
             child_r, child_w, *fds = request.fds
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                for fd in request.fds:
+                    os.close(fd)
+                _say(f"could not fork a worker: {exc.strerror}")
+                _answer(channel, FORK_FAILED)
+                continue
             if pid == 0:
                 code = 1
                 try:  # nothing of the forkserver's stays open in a worker: not the channel, above all
