@@ -12,8 +12,9 @@ Promises:
   use the pinned workspace descriptor, and every command gets its own directory. It starts
   nothing and opens nothing until the session sends it the start message; when that socket closes
   first (this process died, or :meth:`Launch.abandon`), it exits.
-* :meth:`Launch.abandon` kills and reaps it and removes its runtime directory; it is idempotent, and a
-  no-op once a session has adopted the launch (:meth:`Launch.adopt`).
+* :meth:`Launch.abandon` kills and reaps it; it is idempotent, and a no-op once a session has adopted
+  the launch (:meth:`Launch.adopt`). A launch creates nothing in the file system: no runtime directory,
+  no socket with a name (the supervisor reaches its forkserver over an inherited socket pair).
 * The module imports nothing of Peon's and no third-party package, so importing it costs a few
   milliseconds: ``peon mcp`` starts its supervisor while its own interpreter is still loading the MCP
   server, and the two start-ups overlap (docs/architecture.md, "Processes", the client).
@@ -22,11 +23,9 @@ Promises:
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,9 +37,6 @@ class Launch:
     def __init__(self, workspace: Path, env: Mapping[str, str]):
         self.workspace = workspace
         self.env = dict(env)
-        # Where the supervisor's forkserver puts its socket: the session removes it once the supervisor is
-        # gone, however it went.
-        self.runtime_dir = tempfile.mkdtemp(prefix="peon-run-")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         root = str(Path(__file__).resolve().parent.parent)
         child_env = dict(self.env)  # the supervisor runs with the session's environment
@@ -53,7 +49,6 @@ class Launch:
             )
         except BaseException:
             ours.close()
-            shutil.rmtree(self.runtime_dir, ignore_errors=True)
             raise
         finally:
             theirs.close()
@@ -83,7 +78,6 @@ class Launch:
         self.process.kill()
         self.process.wait()
         self.sock.close()
-        shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
 def launch(workspace: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Launch:

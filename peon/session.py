@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import socket
 import subprocess
 import sys
@@ -63,6 +62,9 @@ CLOSE_TIMEOUT_SECONDS = 20.0
 ANSWER_MARGIN_SECONDS = 5.0
 LIVENESS_CHECK_SECONDS = 1.0  # while calls are pending: how often the client looks at its supervisor
 LIVENESS_CHECK_MS = int(LIVENESS_CHECK_SECONDS * 1000)
+# The most workers the client tracks at once (process-tree containment); a supervisor has a few
+# (standbys, the running call, jobs.max_running jobs): the bound only caps what a broken one could send.
+MAX_TRACKED_WORKERS = 4096
 
 Approver = Callable[[dict[str, Any]], Any]
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -177,6 +179,9 @@ class Session:
         self._linger_until: float | None = None
         self._next_look = 0.0  # when the reader next looks at the supervisor's state
         self._contain_lock = threading.Lock()
+        # The supervisor's workers (pid -> start time), in process-tree containment: killed by the client
+        # if they outlive their supervisor (a stopped worker runs no parent-death handler).
+        self._workers: dict[int, float] = {}
         self.info: dict[str, Any] = {}
         # The supervisor's interpreter starts (and imports) while the layers resolve here, so a bad file
         # is reported before the supervisor is told anything (it is then stopped and reaped); the
@@ -218,7 +223,7 @@ class Session:
             launch = Launch(self.workspace, self._env)
             launch.adopt()
         self._launch = launch
-        self._proc, self._sock, self._runtime_dir = launch.process, launch.sock, launch.runtime_dir
+        self._proc, self._sock = launch.process, launch.sock
 
     def _handshake(self) -> None:
         self._reading = _Reading(self._sock, self.max_message_bytes)
@@ -230,7 +235,6 @@ class Session:
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
             "approver": self.approver is not None,
             "started_notices": True,  # say by when a running call must be answered (see _check_overdue)
-            "runtime_dir": self._runtime_dir,
         }
         self._send(start)
         if not self._ready.wait(START_TIMEOUT_SECONDS):
@@ -589,12 +593,45 @@ class Session:
             with self._lock:
                 if str(message.get("id")) in self._handles and isinstance(message.get("answer_by"), (int, float)):
                     self._answer_by[str(message.get("id"))] = float(message["answer_by"])
+        elif op in ("worker", "worker_gone"):
+            self._track_worker(message)
         elif op == "progress":
             handle = self._handles.get(str(message.get("id")))
             if handle is not None and handle.on_progress is not None:
                 handle.on_progress({k: v for k, v in message.items() if k not in ("op", "id")})
         elif op == "approval_request":
             helper_thread(self._answer_approval, args=(message,)).start()
+
+    def _track_worker(self, message: dict[str, Any]) -> None:
+        """Record a worker the supervisor started (``worker``: its pid and start time) or forget one that
+        is gone (``worker_gone``). Anything malformed is ignored; the table is bounded."""
+        pid, start_time = message.get("pid"), message.get("start_time")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            return
+        with self._lock:
+            if message.get("op") == "worker_gone":
+                self._workers.pop(pid, None)
+            elif isinstance(start_time, (int, float)) and not isinstance(start_time, bool):
+                if len(self._workers) >= MAX_TRACKED_WORKERS:
+                    self._workers.pop(next(iter(self._workers)))
+                self._workers[pid] = float(start_time)
+
+    def _kill_tracked_workers(self) -> None:
+        """Kill the tree of every worker the supervisor told of and did not see go, if it is still the
+        process it named (same pid, same start time: a reused pid is never signalled)."""
+        with self._lock:
+            workers, self._workers = self._workers, {}
+        if not workers:
+            return
+        import psutil  # only here, once a supervisor is gone
+
+        for pid, start_time in workers.items():
+            try:
+                if psutil.Process(pid).create_time() != start_time:
+                    continue
+            except psutil.Error:
+                continue
+            proctree.kill_tree(pid, include_root=True, timeout=2.0)
 
     def _answer_approval(self, request: dict[str, Any]) -> None:
         """Ask the approver (in this thread) and send its answer; any failure is sent as a denial."""
@@ -667,7 +704,12 @@ class Session:
         if code is None:
             return "is not responding"
         if code < 0:
-            return f"was killed by {proctree.signal_name(-code)}"
+            sender = "another process or the out-of-memory killer" if -code == 9 else "another process"
+            return (f"was killed by {proctree.signal_name(-code)}, sent by {sender} (this client sends none but "
+                    "to a supervisor it gave up on); call Session.restart() or open a new session")
+        if code > 128 and proctree.signal_name(code - 128).startswith("SIG"):
+            return (f"closed the session on {proctree.signal_name(code - 128)} (exit status {code}), sent by "
+                    "another process (this client sends none); call Session.restart() or open a new session")
         return f"exited with status {code}"
 
     def _kill_supervisor(self) -> None:
@@ -681,14 +723,15 @@ class Session:
         self._contain_leftovers()
 
     def _contain_leftovers(self) -> None:
-        """Once the supervisor is gone, remove its runtime directory (the forkserver's socket) and, if it
-        died, kill what is left of its session: every process in its cgroup with everything below it (a
-        descendant may have moved itself to another cgroup), then the cgroup.
+        """Once the supervisor is gone, if it died, kill what is left of its session: every worker it told
+        of that is still alive, with its tree (process-tree containment), and every process in its
+        cgroup with everything below it (a descendant may have moved itself to another cgroup), then the
+        cgroup.
         Workers kill their own trees too, when their forkserver dies. Several threads may get here at
         once (the reader seeing the end of the channel, ``close()`` giving up on a slow supervisor):
         one cleans, and the cgroup code tolerates a tree that vanishes."""
         with self._contain_lock:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            self._kill_tracked_workers()
             path = (self.info.get("containment") or {}).get("cgroup")
             candidate = Path(path) if path else session_cgroup_path(self.session_id, self._proc.pid)
             if candidate is None or not candidate.is_dir():

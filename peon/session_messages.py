@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # annotations only: a client does not load the policy
     from .policy import AnswerName, Scope
 
 ClientOp = Literal["start", "call", "cancel", "approval_answer", "close"]
-SupervisorOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request"]
+SupervisorOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request", "worker", "worker_gone"]
 
 
 # -- from the client ------------------------------------------------------------------------------
@@ -30,7 +30,6 @@ class StartMessage(TypedDict):
     env: dict[str, str]  # the session's environment, exactly (an empty one stays empty)
     approver: bool  # without one, "ask" is denied at once
     started_notices: bool  # send "started" with the time a running call must be answered by
-    runtime_dir: str | None  # where the forkserver's socket lives (the client removes it)
 
 
 class CallMessage(TypedDict):
@@ -96,6 +95,19 @@ class StartedMessage(TypedDict):
     op: Literal["started"]
     id: str
     answer_by: float  # time.monotonic() by which the supervisor must have answered
+
+
+class WorkerMessage(TypedDict):
+    """A worker started (process-tree containment): the client kills its tree if it outlives the supervisor."""
+
+    op: Literal["worker"]
+    pid: int
+    start_time: float  # psutil's create_time: with the pid, names one process
+
+
+class WorkerGoneMessage(TypedDict):
+    op: Literal["worker_gone"]
+    pid: int
 
 
 class ProgressMessage(TypedDict, total=False):

@@ -169,6 +169,17 @@ def choose(mode: str, session_name: str, limits: ResourceLimits) -> Containment:
     return ProcessTreeContainment(f"cgroup v2 unavailable: {support.reason}")
 
 
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started (psutil's ``create_time``: the same number in every process of the machine),
+    None if it is gone. With its pid it names one process: a pid reused later has another start time."""
+    import psutil  # off the call's path: a worker's start, a client's clean-up
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
 def sweep_orphans(known: set[int]) -> list[int]:
     """Kill the tree of every child of this process that is not ``known`` (orphans reparented to this
     subreaper, or a process a command made someone else fork); return the pids that were swept."""

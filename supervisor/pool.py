@@ -4,8 +4,12 @@ Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (a standby, start
 arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
 worker's result, or an error saying how the worker failed — crashed, killed by the OOM killer, hung
 past deadline + grace, broke the channel's protocol (:mod:`peon.workers.messages`), or could not be
-started in time. It returns by the call's deadline + ``limits.worker_grace_seconds`` (+ the cancel
-grace after a cancel) whatever the worker or the forkserver do. When it returns an error, the worker
+started in time. The call's time starts when its worker takes it: the wait for a worker is bounded on
+its own by ``limits.worker_start_seconds`` (past it the call is answered ``worker_crashed``, saying
+why, and never runs), its deadline is moved by the time waited, and a result says how long it waited
+(``waited_for_worker_ms``, when it waited at all). It returns by that deadline +
+``limits.worker_grace_seconds`` (+ the cancel grace after a cancel) whatever the worker or the
+forkserver do. When it returns an error, the worker
 and its whole tree are already dead. When it returns a worker's result, the worker is still exiting
 (it waits for its channel to close); that, its containment's release and the next standby's start
 happen right after the reply, off the call's path. :meth:`WorkerPool.close` kills every worker the
@@ -28,6 +32,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -51,7 +56,8 @@ from peon.workers.reaper import describe_exitcode
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
-from .forker import Forker, ForkerGone, StartedWorker
+from .containment import start_time as containment_start_time
+from .forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
 
 STANDBY_WORKERS = 2  # started ahead: back-to-back calls never wait for a start-up
 EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
@@ -73,6 +79,7 @@ class WorkerHandle:
         self.pid = started.pid
         self.pidfd = started.pidfd
         self.slot = started.slot
+        self.forkserver: int | None = getattr(started, "forkserver", None)
         self.channel = FrameChannel(started.channel)
         self.call_id: str | None = None
         try:  # opened now, off the call's path: looking at its state later is one pread
@@ -142,8 +149,11 @@ class WorkerHandle:
 
 class WorkerPool:
     def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
-                 standbys: int = STANDBY_WORKERS):
+                 standbys: int = STANDBY_WORKERS, on_worker: Callable[[dict[str, Any]], None] | None = None):
         self.spawn_forker = spawn_forker
+        # Told of each worker as it starts and once it is gone (pid and start time): whoever outlives the
+        # supervisor (its client) can then kill the trees of workers that could not kill their own.
+        self.on_worker = on_worker
         self.containment = containment
         self.grace_seconds = grace_seconds
         self.standbys = standbys
@@ -196,7 +206,18 @@ class WorkerPool:
         handle = WorkerHandle(started)
         self.live[handle.pid] = handle
         self._close_pending()
+        self._announce(handle, started=True)
         return handle
+
+    def _announce(self, worker: WorkerHandle, started: bool) -> None:
+        if self.on_worker is None:
+            return
+        if not started:
+            self.on_worker({"op": "worker_gone", "pid": worker.pid})
+            return
+        start_time = containment_start_time(worker.pid)
+        if start_time is not None:
+            self.on_worker({"op": "worker", "pid": worker.pid, "start_time": start_time})
 
     def _replenish(self) -> None:
         while len(self._ready) < self.standbys and not self._closing:
@@ -223,15 +244,21 @@ class WorkerPool:
                     worker = await asyncio.shield(task)
             except TimeoutError:
                 self._ready.appendleft(task)  # still starting: the next call may have it
-                raise ForkerGone("no worker started before the call's deadline") from None
+                raise ForkerGone("none started in time") from None
             except ForkerGone:
                 if loop.time() >= until or fresh_starts >= 2:
                     raise
                 continue
+            if self.forker is not None and self.forker.stopped():
+                # Its forkserver was stopped (by a command): it is replaced now, and its workers die
+                # with it — this one must not be handed a call first.
+                self.forker.kill(why="it was stopped (by another process) when a call took one of its workers")
+                self._replenish()
             state = worker.watch.state() if worker.watch is not None else None
             if worker.exited.done() or state in (None, "Z", "X", "x", "T", "t"):
                 # It died, or was stopped, while it waited.
-                self.containment.kill_tree(worker.pid, worker.slot)
+                if state not in (None, "Z", "X", "x"):
+                    self.containment.kill_tree(worker.pid, worker.slot)
                 self._spawn_background(self._finish(worker))
                 continue
             return worker
@@ -265,16 +292,27 @@ class WorkerPool:
         cancelled: asyncio.Event,
         on_progress: Callable[[dict[str, Any]], Awaitable[None]],
         on_event: Callable[[WorkerMessage], None] | None = None,
+        on_taken: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Run ``call`` in a fresh worker. With ``call["stream"]`` the worker sends its command's output
-        and start (``output``, ``spawned``) to ``on_event``, which may raise :class:`ProtocolError`."""
+        and start (``output``, ``spawned``) to ``on_event``, which may raise :class:`ProtocolError`.
+        ``deadline`` is moved by the time the call waited for its worker; ``on_taken`` is called then."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
+        start_seconds = self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
+        asked = time.monotonic()
         try:
-            worker = await self.take(deadline.at)
+            worker = await self.take(loop.time() + start_seconds)
         except ForkerGone as exc:
             loop.call_soon(self._replenish)
-            return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {tool}: {exc}")
+            return _failure(ErrorCode.WORKER_CRASHED,
+                            f"{tool} did not run: no worker could be started for it within "
+                            f"limits.worker_start_seconds ({start_seconds:g} s): {exc}",
+                            {"reason": "no_worker", "waited_for_worker_ms": int((time.monotonic() - asked) * 1000)})
+        waited = time.monotonic() - asked
+        deadline.at += waited  # the call's time starts with its worker
+        if on_taken is not None:
+            on_taken()
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
@@ -291,6 +329,9 @@ class WorkerPool:
         else:
             await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
             loop.call_soon(self._replenish)
+        waited_ms = int(waited * 1000)
+        if waited_ms and reply.get("ok") and isinstance(reply.get("value"), dict):
+            reply["value"] = {**reply["value"], "waited_for_worker_ms": waited_ms}
         return reply
 
     def _after_call(self, worker: WorkerHandle) -> None:
@@ -362,10 +403,17 @@ class WorkerPool:
         if self.containment.oom_killed(worker.slot):
             return _failure(ErrorCode.WORKER_OOM, f"the worker for {tool} was {how} by the out-of-memory killer")
         hint = " (the out-of-memory killer or another process)" if how == "killed by SIGKILL" else ""
+        fate = self.forker.fate(worker.forkserver) if self.forker is not None else None
+        if code is None:  # the forkserver reports each worker's status: say what became of it
+            how = "exited"
+            hint = " (its exit status was not reported)"
+        if fate:
+            hint = f" ({fate})"
         return _failure(
             ErrorCode.WORKER_CRASHED,
-            f"the worker for {tool} {how}{hint} before reporting a result",
-            {"status": how},
+            f"the worker for {tool} {how}{hint} before reporting a result; {tool} did not complete, and the "
+            "next call gets a new worker",
+            {"status": how, **({"forkserver": fate} if fate else {})},
         )
 
     # -- clean-up ---------------------------------------------------------------------------------
@@ -393,7 +441,8 @@ class WorkerPool:
         except Exception:
             traceback.print_exc(file=sys.stderr)
         finally:
-            self.live.pop(worker.pid, None)
+            if self.live.pop(worker.pid, None) is not None:
+                self._announce(worker, started=False)
             if not worker.close():
                 self._unclosed.append(worker)
 
@@ -408,8 +457,8 @@ class WorkerPool:
 
     def _sweep_strays(self) -> None:
         """Kill what no worker should have left: orphans reparented to the supervisor, and children
-        of the forkserver that are not workers of this pool (a command can connect to the
-        forkserver's socket and have it fork)."""
+        of the forkserver that are not workers of this pool (none should exist: only the supervisor
+        can ask it to fork)."""
         known = self.forker.known_pids() if self.forker is not None else set()
         sweep_orphans(known)
         forker = self.forker

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from setproctitle import setproctitle
@@ -96,6 +96,15 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self._detached: set[asyncio.Task] = set()  # started notices and job-tool calls served beside the queue
         self.started_notices = False
+        self.stopped_by: signal.Signals | None = None  # the signal that ended the session, if one did
+
+    def stop_on_signal(self, sig: signal.Signals) -> None:
+        """A signal ends the session like a close; the supervisor then exits with 128 + its number, so
+        its client can say what happened."""
+        if self.stopped_by is None:
+            self.stopped_by = sig
+            print(f"peon-supervisor: received {sig.name}; closing the session", file=sys.stderr)
+        self.stopping.set()
 
     @property
     def opened(self) -> SessionState:
@@ -132,7 +141,10 @@ class Supervisor:
             # The forkserver (a fresh interpreter) and the standbys start while the client goes on: the
             # first call waits for its worker, and says so if none can start. The validator loads once
             # the forkserver is launched, so the two load their modules at the same time.
-            self.pool = await _begin_pool(state)
+            # In process-tree containment the client learns each worker's pid and start time, to kill the
+            # trees of workers that outlive this process (a stopped worker runs no parent-death handler).
+            tracked = state.containment.kind == "process-tree"
+            self.pool = await _begin_pool(state, self._notify if tracked else None)
             load_validator(state.schemas.values())  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
@@ -318,18 +330,25 @@ class Supervisor:
             if call.progress:
                 await self.client.send({**message, "op": "progress", "id": call.id})
 
-        # A call still running after a moment tells the client when it must be answered; past that the
-        # client takes the supervisor for stopped (a quick call costs no message for it).
-        started = {"op": "started", "id": call.id, "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
-        notice = (asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
-                  if self.started_notices else None)
+        # A call still running a moment after its worker took it (its deadline starts then) tells the
+        # client when it must be answered; past that the client takes the supervisor for stopped (a
+        # quick call costs no message for it).
+        notice: asyncio.TimerHandle | None = None
+
+        def taken() -> None:
+            nonlocal notice
+            if self.started_notices:
+                started = {"op": "started", "id": call.id,
+                           "answer_by": deadline.at + state.config.limits.worker_grace_seconds}
+                notice = asyncio.get_running_loop().call_later(STARTED_NOTICE_SECONDS, self._notify, started)
+
         reply: dict[str, Any] = _error(ErrorCode.TOOL_FAILED, f"{tool.name} did not complete")
         try:
             reply = await self.running_pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                                  "progress": call.progress, "approved": request.details,
                                                  "stream": "end" if job is not None else None},
                                                 deadline, call.cancelled, forward_progress,
-                                                self.jobs.on_event(job) if job is not None else None)
+                                                self.jobs.on_event(job) if job is not None else None, taken)
         finally:
             if notice is not None:
                 notice.cancel()
@@ -435,8 +454,9 @@ class Supervisor:
         for call in list(self.calls.values()):
             if not call.started:
                 call.cancelled.set()
+                why = f" (the supervisor received {self.stopped_by.name})" if self.stopped_by else ""
                 await self._reply(call, _error(ErrorCode.SESSION_CLOSED,
-                                               f"the session closed before {call.tool} started"))
+                                               f"the session closed before {call.tool} started{why}"))
             else:
                 call.cancelled.set()  # the running call gets TERM, grace, KILL like any cancel
         running = [call for call in self.calls.values() if call.started]
@@ -483,14 +503,15 @@ def input_size(value: Any, limit: int = 1 << 40) -> int:
     return total
 
 
-async def _begin_pool(state: SessionState) -> WorkerPool:
+async def _begin_pool(state: SessionState,
+                      on_worker: Callable[[dict[str, Any]], None] | None = None) -> WorkerPool:
     """The session's worker pool, begun. Its machinery (``multiprocessing``, psutil, the worker's own
     modules) is imported here, once the client has ``ready``, not before: answering it sooner."""
     from .forker import Forker
     from .pool import WorkerPool
 
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
-                      state.containment, state.config.limits.worker_grace_seconds)
+                      state.containment, state.config.limits.worker_grace_seconds, on_worker=on_worker)
     await pool.begin()
     return pool
 
@@ -516,6 +537,12 @@ async def _main(sock: socket.socket) -> int:
     loop = asyncio.get_running_loop()
     REAPER.install(loop)
     supervisor = Supervisor(Channel(sock))
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, supervisor.stopping.set)
-    return await supervisor.run()
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for sig in handled:
+        loop.add_signal_handler(sig, supervisor.stop_on_signal, sig)
+    try:
+        code = await supervisor.run()
+    finally:  # before the loop closes its wake-up socket, which a late signal would otherwise write to
+        for sig in (*handled, signal.SIGCHLD):
+            loop.remove_signal_handler(sig)
+    return 128 + supervisor.stopped_by if supervisor.stopped_by is not None and code == 0 else code

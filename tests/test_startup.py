@@ -96,15 +96,3 @@ def test_close_racing_an_unresponsive_supervisor(open_session, monkeypatch, left
     assert wait_for(lambda: not leftovers.alive(), 10), leftovers.alive()
 
 
-def test_the_forkserver_socket_directory_goes_with_the_supervisor(open_session):
-    closed = open_session()
-    assert closed.call("bash", {"command": "true"}).ok
-    closed_dir = Path(closed._runtime_dir)
-    assert any(closed_dir.iterdir())  # multiprocessing's listener socket
-    closed.close()
-    assert not closed_dir.exists()
-    killed = open_session()
-    assert killed.call("bash", {"command": "true"}).ok
-    killed_dir = Path(killed._runtime_dir)
-    os.kill(killed.supervisor_pid, 9)
-    assert wait_for(lambda: not killed.alive and not killed_dir.exists(), 10)

@@ -1,16 +1,28 @@
-"""What the session's forkserver loads: the preload module of :mod:`multiprocessing.forkserver`.
+"""The session's forkserver: what it loads, and its main loop, which forks one worker per request.
 
-The supervisor starts its workers with ``multiprocessing.get_context("forkserver")``. The standard
-library's forkserver is a fresh interpreter started by the supervisor (``python -P -c 'from
-multiprocessing.forkserver import main; ...'``) that imports the modules named by
-``set_forkserver_preload`` and then forks one child per ``Process.start()``. The supervisor names
-this module, and importing it *in that process* makes the forkserver Peon's. Promises:
+The supervisor starts its workers as ``multiprocessing`` forkserver processes
+(:mod:`peon.supervisor.forker`). The forkserver is a fresh interpreter started by the supervisor
+(``python -P -c 'from peon.workers.forkserver import main; main(CHANNEL, ALIVE)'``); importing this
+module *in that process* makes it Peon's, and :func:`main` serves the supervisor's requests. Promises:
+
+* its only channel is one end of a ``socketpair(AF_UNIX, SOCK_STREAM)`` it inherited from the
+  supervisor: no socket with a name in the file system or the abstract namespace, nothing another
+  process can connect to, rename or replace (a stream pair, because a ``SOCK_SEQPACKET`` socket that
+  passes credentials is bound to an abstract name as it sends). Each request and each answer is one
+  write of a fixed size, and a request carries descriptors, so a read never joins two of them. The
+  channel's creator must be its supervisor
+  (``SO_PEERCRED``) and every request must come from it (``SCM_CREDENTIALS``, which the kernel
+  fills in); anything else is refused, its descriptors closed, and nothing is forked. Each fork is
+  acknowledged on the channel, so the supervisor sees, by the kernel's word, that its forkserver
+  answered. Requests are served one at a time; a forked child runs the standard library's
+  ``multiprocessing.forkserver._serve_one`` (the ``Process`` / ``Popen`` / sentinel protocol of
+  ``multiprocessing`` is unchanged: workers are ``multiprocessing.Process`` es);
 
 * it dies with its supervisor (parent-death ``SIGKILL``, armed before anything else, then a check
   that the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
   processes of the same user; its workers inherit that);
 * the descriptors it receives for each worker (``SCM_RIGHTS``) arrive close-on-exec
-  (``MSG_CMSG_CLOEXEC``);
+  (``MSG_CMSG_CLOEXEC``), and a forked child closes the channel before anything else runs;
 * in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
 * it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
   approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's:
@@ -27,18 +39,23 @@ forkserver (or a worker forked by one): a worker refuses to serve otherwise.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import gc
 import importlib
 import json
 import os
+import selectors
 import signal
+import socket
+import struct
 import sys
+from dataclasses import dataclass, field
+from typing import Any
 
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
-import socket
-from multiprocessing import reduction
-from typing import Any, cast
+from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import util as mp_util
 from setproctitle import setproctitle
 
 from peon.tool import SessionView, Tool
@@ -50,6 +67,17 @@ from .worker import load_tools, session_from_wire
 
 ENV = "PEON_FORKSERVER"
 ARMED = False
+SUPERVISOR_PID: int | None = None  # the supervisor that started this forkserver: the only one it serves
+# The channel's wire format. A request is REQUEST with the worker's descriptors (SCM_RIGHTS): the
+# status pipe's read end for the child, its write end for the forkserver, then what the child gets
+# (the alive pipe, the resource tracker's descriptor, the Process's own). An answer is the child's
+# pid as a signed 64-bit integer, or REFUSED, or FORK_FAILED.
+REQUEST = b"peon-fork-request"
+PID = struct.Struct("q")
+REFUSED = -1
+FORK_FAILED = -2  # fork(2) failed (the process limit, memory): the request was valid
+MAX_FDS = 256  # per request, as the standard library's forkserver
+CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 WARM_UP_ROUNDS = 10
 # The session and its tools, when the supervisor passed them: built once here, shared by every worker.
 SESSION: SessionView | None = None
@@ -57,7 +85,7 @@ TOOLS: dict[str, Tool] = {}
 
 
 def _become_forkserver() -> None:
-    global ARMED
+    global ARMED, SUPERVISOR_PID
     spec = os.environ.pop(ENV, None)
     if spec is None:
         return
@@ -69,8 +97,8 @@ def _become_forkserver() -> None:
     linux.set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
         os._exit(1)
+    SUPERVISOR_PID = int(info["supervisor"])
     linux.set_dumpable(False)
-    _receive_close_on_exec()
     if info.get("cgroup"):  # every worker is forked into it: one migration for the session, none per call
         try:
             with open(os.path.join(info["cgroup"], "cgroup.procs"), "w") as f:
@@ -97,29 +125,165 @@ def _become_forkserver() -> None:
     gc.freeze()
 
 
-class _CloseOnExecSocket:
-    """A socket whose ``recvmsg`` asks for close-on-exec descriptors (``MSG_CMSG_CLOEXEC``)."""
+@dataclass
+class Request:
+    """One request read from the channel: the descriptors it carried, and why it is refused (None: serve it)."""
 
-    def __init__(self, sock: socket.socket):
-        self._sock = sock
-
-    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> Any:
-        return self._sock.recvmsg(bufsize, ancbufsize, flags | socket.MSG_CMSG_CLOEXEC)
-
-    def send(self, data: bytes) -> int:
-        return self._sock.send(data)
+    fds: list[int] = field(default_factory=list)
+    refused: str | None = None
 
 
-def _receive_close_on_exec() -> None:
-    """The descriptors a ``Process.start()`` sends (the worker's channel, the pinned root,
-    ``multiprocessing``'s pipes) arrive close-on-exec here, as they would nowhere else in Peon, so none
-    can reach a process that anything in the forkserver or a worker starts (workers check it again)."""
-    received = reduction.recvfds
+def parse_request(data: bytes, ancillary: list[tuple[int, int, bytes]], flags: int, supervisor: int,
+                  uid: int) -> Request:
+    """Decide on one message of the channel (sans I/O). Every descriptor it carried is returned, to be
+    used or closed; it is served only if it is exactly :data:`REQUEST`, untruncated, sent by the
+    process ``supervisor`` of user ``uid`` (credentials the kernel attached), with the 4 descriptors
+    of the protocol and at most :data:`MAX_FDS` in all."""
+    request = Request()
+    sender: tuple[int, int, int] | None = None
+    for level, kind, payload in ancillary:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == socket.SCM_RIGHTS:
+            fds = array.array("i")
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            request.fds.extend(fds)
+        elif kind == socket.SCM_CREDENTIALS and len(payload) >= CREDENTIALS.size:
+            sender = CREDENTIALS.unpack_from(payload)
+    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+        request.refused = "the request was truncated"
+    elif sender is None:
+        request.refused = "the request carried no credentials"
+    elif sender[0] != supervisor or sender[1] != uid:
+        request.refused = (f"the request came from pid {sender[0]} (uid {sender[1]}), "
+                           f"not from the supervisor {supervisor}")
+    elif data != REQUEST:
+        request.refused = f"the request is not a fork request ({len(data)} bytes)"
+    elif not 4 <= len(request.fds) <= MAX_FDS:
+        request.refused = f"the request carried {len(request.fds)} descriptors, not 4 to {MAX_FDS}"
+    return request
 
-    def recvfds(sock: socket.socket, size: int) -> list[int]:
-        return received(cast(socket.socket, _CloseOnExecSocket(sock)), size)  # recvfds only calls recvmsg
 
-    reduction.recvfds = recvfds
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """``SO_PEERCRED`` of a unix socket: (pid, uid, gid) of its peer (for a socket pair: its creator)."""
+    pid, uid, gid = CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, CREDENTIALS.size))
+    return pid, uid, gid
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"peon-forkserver: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def main(channel_fd: int, alive_r: int) -> None:
+    """Serve fork requests from the supervisor on the inherited channel until it closes the channel,
+    or it and every worker closed the alive pipe (modelled on ``multiprocessing.forkserver.main``)."""
+    for fd in (channel_fd, alive_r):  # inherited, so inheritable: never again (nothing here execs, but still)
+        os.set_inheritable(fd, False)
+    channel = socket.socket(fileno=channel_fd)
+    supervisor = SUPERVISOR_PID
+    if supervisor is None or peer_credentials(channel)[:2] != (supervisor, os.getuid()):
+        _say(f"refusing to serve: the channel was not made by the supervisor {supervisor}")
+        os._exit(1)
+    channel.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    mp_util._close_stdin()  # type: ignore[attr-defined]
+    sig_r, sig_w = os.pipe()
+    os.set_blocking(sig_r, False)
+    os.set_blocking(sig_w, False)
+    handlers: dict[signal.Signals, Any] = {signal.SIGCHLD: lambda *_: None, signal.SIGINT: signal.SIG_IGN}
+    old_handlers = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    signal.set_wakeup_fd(sig_w)
+    status_of: dict[int, int] = {}  # child pid -> the write end of its status pipe (pid, later exit code)
+    ancillary_size = socket.CMSG_SPACE(MAX_FDS * 4) + socket.CMSG_SPACE(CREDENTIALS.size)
+    with selectors.DefaultSelector() as selector:
+        selector.register(channel, selectors.EVENT_READ)
+        selector.register(alive_r, selectors.EVENT_READ)
+        selector.register(sig_r, selectors.EVENT_READ)
+        while True:
+            ready = [key.fileobj for key, _ in selector.select()]
+            if alive_r in ready:  # the supervisor and every worker are gone
+                raise SystemExit
+            if sig_r in ready:
+                _report_exits(sig_r, status_of)
+            if channel not in ready:
+                continue
+            try:
+                data, ancillary, flags, _ = channel.recvmsg(len(REQUEST) + 1, ancillary_size, socket.MSG_CMSG_CLOEXEC)
+            except InterruptedError:
+                continue
+            if not data:  # the supervisor closed its end (an end of stream carries credentials too)
+                for fd in parse_request(data, ancillary, flags, supervisor, os.getuid()).fds:
+                    os.close(fd)
+                raise SystemExit
+            request = parse_request(data, ancillary, flags, supervisor, os.getuid())
+            if request.refused is not None:
+                for fd in request.fds:
+                    os.close(fd)
+                _say(f"refused a request: {request.refused}")
+                _answer(channel, REFUSED)
+                continue
+            child_r, child_w, *fds = request.fds
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                for fd in request.fds:
+                    os.close(fd)
+                _say(f"could not fork a worker: {exc.strerror}")
+                _answer(channel, FORK_FAILED)
+                continue
+            if pid == 0:
+                code = 1
+                try:  # nothing of the forkserver's stays open in a worker: not the channel, above all
+                    channel.close()
+                    selector.close()
+                    code = mp_forkserver._serve_one(  # type: ignore[attr-defined]
+                        child_r, fds, [alive_r, child_w, sig_r, sig_w, *status_of.values()], old_handlers)
+                except Exception:
+                    sys.excepthook(*sys.exc_info())
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+            try:
+                mp_forkserver.write_signed(child_w, pid)
+            except BrokenPipeError:  # the supervisor gave up on this start
+                pass
+            status_of[pid] = child_w
+            os.close(child_r)
+            for fd in fds:
+                os.close(fd)
+            _answer(channel, pid)
+
+
+def _answer(channel: socket.socket, pid: int) -> None:
+    try:
+        channel.send(PID.pack(pid))
+    except OSError:  # the supervisor is gone: the next select sees the channel's end
+        pass
+
+
+def _report_exits(sig_r: int, status_of: dict[int, int]) -> None:
+    """Reap exited children; write each worker's exit code to its status pipe (``Process.sentinel``)."""
+    try:
+        os.read(sig_r, 65536)
+    except BlockingIOError:
+        pass
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        child_w = status_of.pop(pid, None)
+        if child_w is None:  # the warm-up's processes are reaped by their own code
+            continue
+        try:
+            mp_forkserver.write_signed(child_w, os.waitstatus_to_exitcode(status))
+        except BrokenPipeError:
+            pass
+        os.close(child_w)
 
 
 def _warm_up(rounds: int = WARM_UP_ROUNDS) -> None:
