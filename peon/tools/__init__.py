@@ -8,6 +8,8 @@ from .agent_pi import PiAgentTool
 from .apply_patch import ApplyPatchTool
 from .bash import BashTool
 from .edit import EditTool
+from .glob import GlobTool
+from .grep import GrepTool
 from .job_list import JobListTool
 from .job_output import JobOutputTool
 from .job_stop import JobStopTool
@@ -16,4 +18,5 @@ from .read_skill import ReadSkillTool
 from .write import WriteTool
 
 BUILTIN_TOOLS: list[type[Tool]] = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool,
-                                   PiAgentTool, JobOutputTool, JobStopTool, JobListTool, EditTool, ApplyPatchTool]
+                                   PiAgentTool, JobOutputTool, JobStopTool, JobListTool, EditTool, ApplyPatchTool,
+                                   GrepTool, GlobTool]
