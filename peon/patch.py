@@ -49,6 +49,7 @@ class Hunk:
     new: tuple[str, ...]  # context and added lines, in order
     end_of_file: bool
     line: int  # where it starts in the patch (1-based), for messages
+    kinds: str = ""  # one of " -+" per hunk line, in order (how old and new interleave)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def _parse_hunks(body: list[str], i: int, path: WorkspacePath) -> tuple[list[Hun
                            f"{raw[:80]!r}", "hunk")
         old: list[str] = []
         new: list[str] = []
+        kinds: list[str] = []
         end_of_file = False
         changed = False
         while i < len(body):
@@ -158,6 +160,7 @@ def _parse_hunks(body: list[str], i: int, path: WorkspacePath) -> tuple[list[Hun
             if line.startswith("@@") or line.startswith("***"):
                 break
             kind, text = (line[0], line[1:]) if line else (" ", "")
+            kinds.append(kind)
             if kind == " ":
                 old.append(text)
                 new.append(text)
@@ -176,7 +179,7 @@ def _parse_hunks(body: list[str], i: int, path: WorkspacePath) -> tuple[list[Hun
         if not changed:
             raise _invalid(start, f"in the update of {path.shown}, the hunk changes nothing (no '-' or '+' line)",
                            "no_change")
-        hunks.append(Hunk(header, tuple(old), tuple(new), end_of_file, start))
+        hunks.append(Hunk(header, tuple(old), tuple(new), end_of_file, start, "".join(kinds)))
     return hunks, i
 
 
@@ -222,10 +225,10 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> Updated:
                                 f"{hunk.header}' line was not found after line {cursor}",
                                 {"path": shown, "hunk": number, "line": hunk.line, "rule": "header"})
             cursor = found[0] + 1
-        old, new = list(hunk.old), list(hunk.new)
+        old, kinds = list(hunk.old), hunk.kinds
         found = _seek(lines, old, cursor, hunk.end_of_file)
-        if found is None and old and old[-1] == "":  # a trailing empty context line the file lacks at its end
-            old, new = old[:-1], new[:-1] if new and new[-1] == "" else new
+        if found is None and old and old[-1] == "" and kinds.endswith(" "):  # an empty last line the file lacks
+            old, kinds = old[:-1], kinds[:-1]
             found = _seek(lines, old, cursor, hunk.end_of_file)
         if found is None:
             first = next((line for line in old if line.strip()), old[0] if old else "")
@@ -234,9 +237,21 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> Updated:
                             {"path": shown, "hunk": number, "line": hunk.line, "rule": "context"})
         index, fuzz = found
         fuzzy += fuzz > 0
-        replacements.append((index, len(old), tuple(new)))
+        # Context lines keep the file's own text (they may differ in whitespace when fuzzy).
+        new_lines: list[str] = []
+        at, new_iter = index, iter(hunk.new)
+        for kind in kinds:
+            if kind == " ":
+                new_lines.append(lines[at])
+                at += 1
+                next(new_iter)
+            elif kind == "-":
+                at += 1
+            else:
+                new_lines.append(next(new_iter))
+        replacements.append((index, len(old), tuple(new_lines)))
         cursor = index + len(old)
-    for index, length, new_lines in reversed(replacements):
-        lines[index:index + length] = new_lines
+    for index, length, replacement in reversed(replacements):
+        lines[index:index + length] = replacement
     result = "\n".join(lines) + "\n" if lines else ""
     return Updated(result.replace("\n", "\r\n") if ending == "crlf" else result, fuzzy)
