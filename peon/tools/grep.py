@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peon.cancel import CancelToken, Deadline
+from peon.environment import command_environment
 from peon.errors import ErrorCode, ToolError
 from peon.globs import basename_glob, compile_glob
 from peon.paths import parse_workspace_path
@@ -132,11 +133,10 @@ def rg_executable() -> str:
 
 
 def rg_environment(session: SessionView) -> dict[str, str]:
-    """Only what ripgrep's ignore rules read (the global git excludes file); never RIPGREP_CONFIG_PATH."""
-    env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
-    for name in ("HOME", "XDG_CONFIG_HOME"):
-        if session.env.get(name):
-            env[name] = session.env[name]
+    """The session's command environment (ripgrep's ignore rules read the global git excludes through
+    HOME and XDG_CONFIG_HOME), without ripgrep's configuration file: every option is Peon's."""
+    env = command_environment(session)
+    env.pop("RIPGREP_CONFIG_PATH", None)
     return env
 
 
