@@ -103,20 +103,24 @@ class _Records:
     def feed(self, data: bytes | memoryview) -> None:
         start, chunk = 0, bytes(data)
         while (end := chunk.find(self.separator, start)) >= 0:
-            if self.dropping:
+            if self.dropping or len(self.pending) + end - start > MAX_RECORD_BYTES:
+                self.dropped += not self.dropping
                 self.dropping = False
+                self.pending.clear()
             else:
                 self.pending += chunk[start:end]
                 record = bytes(self.pending)
                 self.pending.clear()
                 self.on_record(record)
             start = end + len(self.separator)
-        if not self.dropping:
+        if self.dropping:
+            return
+        if len(self.pending) + len(chunk) - start > MAX_RECORD_BYTES:
+            self.pending.clear()
+            self.dropping = True
+            self.dropped += 1
+        else:
             self.pending += chunk[start:]
-            if len(self.pending) > MAX_RECORD_BYTES:
-                self.pending.clear()
-                self.dropping = True
-                self.dropped += 1
 
     def finish(self) -> bytes:
         """What followed the last separator: ripgrep ends every record with one, so this is its error text."""
