@@ -14,13 +14,13 @@ Promises:
 * :class:`Page` keeps only the entries of one page (``offset``, ``limit``) in arrival order, counts
   every entry offered, and says when it has seen one entry past the page (``full``): the caller may
   then stop ripgrep, and ``next_offset`` is set. Lines of text are cut at :data:`MAX_LINE_CHARS`.
-* :func:`secret_candidate_globs` turns the secret-like path patterns into ripgrep globs that match a
-  superset of the paths they match (so ripgrep lists the candidates without reading them); the exact
-  decision is :func:`peon.secret_paths.secret_match`'s.
+* :class:`SecretPrefilter` says quickly whether a path may be secret-like (a superset of what the
+  secret-like path patterns match); the exact decision is :func:`peon.secret_paths.secret_match`'s.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -227,21 +227,53 @@ class JsonLineReader:
         self.on_line(entry)
 
 
-# -- secret-like paths as ripgrep globs ---------------------------------------------------------------------
+# -- secret-like paths: a fast superset test ---------------------------------------------------------------
 
-_RG_SPECIAL = re.compile(r"([{}\\])")
+_WILDCARDS = re.compile(r"[*?\[]")
+_BACKUP = re.compile(r"(?:\.bak|\.old|~)+\Z")
 
 
-def secret_candidate_globs(patterns: Iterable[Any]) -> list[str]:
-    """Case-insensitive ripgrep globs matching every path a non-exception pattern may match (its last
-    component with anything appended, for backup suffixes; and anything beneath it, for directories)."""
-    globs: list[str] = []
-    for pattern in patterns:
-        if pattern.exception:
-            continue
-        body = "/".join(_RG_SPECIAL.sub(r"\\\1", part) for part in pattern.globs)
-        globs += [f"**/{body}*", f"**/{body}*/**"]
-    return sorted(set(globs))
+class SecretPrefilter:
+    """Whether a path may be secret-like: true for every path :func:`peon.secret_paths.secret_match` matches
+    (each of its components is tested against every component glob of the non-exception patterns, with
+    and without backup suffixes), false for almost all others; decided by set lookups and ``endswith`` /
+    ``startswith`` for the usual globs (``name``, ``*.ext``, ``prefix*``) and one regex for the rest, with
+    each component's answer cached (directory names repeat). The exact decision stays
+    :func:`~peon.secret_paths.secret_match`'s: this only spares it the paths that cannot match."""
+
+    def __init__(self, patterns: Iterable[Any]) -> None:
+        exact, suffixes, prefixes, others = set(), [], [], []
+        for glob in {g for p in patterns if not p.exception for g in p.globs}:
+            if not _WILDCARDS.search(glob):
+                exact.add(glob)
+            elif glob.startswith("*") and not _WILDCARDS.search(glob[1:]):
+                suffixes.append(glob[1:])
+            elif glob.endswith("*") and not _WILDCARDS.search(glob[:-1]):
+                prefixes.append(glob[:-1])
+            else:
+                others.append(fnmatch.translate(glob))
+        self.exact, self.suffixes, self.prefixes = exact, tuple(suffixes), tuple(prefixes)
+        self.others = re.compile("|".join(others), re.DOTALL) if others else None
+        self.cache: dict[str, bool] = {}
+
+    def _component(self, name: str) -> bool:
+        for candidate in {name, _BACKUP.sub("", name)}:
+            if (candidate in self.exact or candidate.endswith(self.suffixes) or candidate.startswith(self.prefixes)
+                    or (self.others is not None and self.others.match(candidate))):
+                return True
+        return False
+
+    def __call__(self, path: str) -> bool:
+        cache = self.cache
+        for name in path.lower().split("/"):
+            hit = cache.get(name)
+            if hit is None:
+                if len(cache) > 100_000:
+                    cache.clear()
+                hit = cache[name] = self._component(name)
+            if hit:
+                return True
+        return False
 
 
 def rg_error(errors: list[str], fallback: str) -> str:

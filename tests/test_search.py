@@ -9,8 +9,8 @@ import pytest
 
 from peon.errors import ToolError
 from peon.globs import compile_glob
-from peon.search import MAX_RECORD_BYTES, CountReader, JsonLineReader, Page, PathReader, secret_candidate_globs
-from peon.secret_paths import parse_secret_patterns
+from peon.search import MAX_RECORD_BYTES, CountReader, JsonLineReader, Page, PathReader, SecretPrefilter
+from peon.secret_paths import classify_secret, parse_secret_patterns
 
 
 @pytest.mark.parametrize(("glob", "path", "matches"), [
@@ -78,8 +78,14 @@ def test_count_and_json_readers():
     assert len(lines[2]["text"]) == 500 and lines[2]["text_truncated"] is True and json_reader.cut_lines == 1
 
 
-def test_secret_candidate_globs_escape_ripgrep_syntax_and_skip_exceptions():
-    patterns = parse_secret_patterns(".env\n!.env.example\n.ssh/\n{odd}\nconfig/*.key\n", "test")
-    assert secret_candidate_globs(patterns) == sorted([
-        "**/.env*", "**/.env*/**", "**/.ssh*", "**/.ssh*/**", "**/\\{odd\\}*", "**/\\{odd\\}*/**",
-        "**/config/*.key*", "**/config/*.key*/**"])
+def test_secret_prefilter_admits_every_secret_like_path_and_few_others():
+    patterns = parse_secret_patterns(".env\n.env.*\n!.env.*example\n.ssh/\nid_*\n*.pem\nconfig/*.key\n"
+                                     "wg[0-9]*.conf\n", "test")
+    prefilter = SecretPrefilter(patterns)
+    secret = [".env", "app/.ENV.bak~", ".env.local", "home/.ssh/config", "k/id_rsa", "certs/a.PEM",
+              "config/x.key", "vpn/wg0.conf"]
+    plain = ["src/main.py", "README.md", "docs/env.txt", "keys/x.txt", "wg.conf"]
+    for path in secret:
+        assert classify_secret(tuple(path.split("/")), patterns) is not None, path
+        assert prefilter(path), path
+    assert not any(prefilter(path) for path in plain)
