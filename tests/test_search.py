@@ -20,15 +20,15 @@ from peon.secret_paths import classify_secret, parse_secret_patterns
     ("*.{ts,tsx}", "a/b.tsx", True), ("*.{ts,tsx}", "a/b.js", False), ("{src,lib}/**", "lib/a/b", True),
     ("a?c", "abc", True), ("a?c", "a/c", False), ("[!a]b", "cb", True), ("[!a]b", "ab", False),
     ("[a-c]x", "bx", True), ("[a-c]x", "dx", False), ("\\*.txt", "*.txt", True), ("\\*.txt", "a.txt", False),
-    ("./src/*.py", "src/a.py", True), ("src/", "src", True),
+    ("./src/*.py", "src/a.py", True), ("src/", "src", True), ("*", ".env", True), ("[ab", "[ab", True),
 ])
 def test_glob_matching(glob, path, matches):
-    assert (compile_glob(glob).match(path) is not None) is matches
+    assert compile_glob(glob)(path) is matches
 
 
 @pytest.mark.parametrize(("glob", "rule"), [
-    ("/etc/*", "absolute"), ("../x", "'..'"), ("a/../../b", "'..'"), ("a**b", "whole path component"),
-    ("[ab", "unclosed '['"), ("{a,b", "unclosed '{'"), ("x\\", "lone backslash"), ("", "1 to"),
+    ("/etc/*", "absolute"), ("../x", "'..'"), ("a/../../b", "'..'"),
+    ("", "1 to"), ("{" * 600 + "a,b" + "}" * 600, "1 to"), ("{1..100}{1..100}", "not a valid glob"),
 ])
 def test_bad_globs_are_invalid_pattern(glob, rule):
     with pytest.raises(ToolError) as caught:

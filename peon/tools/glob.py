@@ -95,7 +95,7 @@ class GlobTool(Tool):
         try:
             argv = [*rg_base_argv(rg, respect_ignore=args.get("respect_gitignore", True) is not False),
                     "--files", "--null", "--sortr", "modified", "--", "."]
-            reader = PathReader(search.prefix, lambda path: matcher.match(path[offset:]) is not None,
+            reader = PathReader(search.prefix, lambda path: matcher(path[offset:]),
                                 lambda path, escaped: page.offer({"path": path}))
             run = await run_rg(argv, search, ctx, reader.records.feed)
             reader.finish()

@@ -225,7 +225,7 @@ def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Cal
             options += ["--type-add", f"{TYPE_NAME}:{glob}", "--type", TYPE_NAME]
         else:
             offset = len(search.prefix) + 1 if search.prefix else 0
-            accept = lambda path: matcher.match(path[offset:]) is not None  # noqa: E731
+            accept = lambda path: matcher(path[offset:])  # noqa: E731
     if args.get("type"):
         options += ["--type", args["type"]]
     return options, accept
