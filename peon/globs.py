@@ -14,12 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wcmatch import glob as wcglob
-
 from .errors import ErrorCode, ToolError
 
 MAX_GLOB_CHARS = 1000
-FLAGS = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
 
 
 def _invalid(pattern: str, why: str) -> ToolError:
@@ -39,8 +36,10 @@ def compile_glob(pattern: str) -> Callable[[str], bool]:
     body = body.rstrip("/") or body
     if "/" not in body:
         body = "**/" + body
+    from wcmatch import glob as wcglob  # here: the session's start does not wait for it (glob's warm_up loads it)
+
     try:
-        matcher = wcglob.compile([body], flags=FLAGS)
+        matcher = wcglob.compile([body], flags=wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB)
     except Exception as exc:  # wcmatch and bracex refuse some patterns (e.g. too many brace expansions)
         raise _invalid(pattern, f"is not a valid glob ({exc})") from None
     return matcher.match

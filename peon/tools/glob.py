@@ -104,3 +104,7 @@ class GlobTool(Tool):
         check_rg_failed(run, reader.errors, page.seen > 0)
         return {"paths": [entry["path"] for entry in page.entries], "offset": page.offset,
                 "next_offset": page.next_offset, "total": page.seen, "timed_out": run.outcome.timed_out}
+
+    async def warm_up(self, ctx: ToolContext, *, processes: bool) -> None:
+        """Compile and match a glob: loads the glob matcher once, in the forkserver, not in each call."""
+        compile_glob("src/**/*.{py,txt}")("src/a/b.py")
