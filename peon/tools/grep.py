@@ -59,6 +59,7 @@ from .process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
 
 ANSWER_MARGIN_SECONDS = 0.15  # ripgrep is stopped this long before the deadline, so the answer is in time
 MAX_SKIPPED_LISTED = 200
+MAX_EXCLUSION_BYTES = 256 << 10  # of secret-like names passed to ripgrep (argv is bounded by the kernel)
 
 
 # -- the searched directory (shared with glob) -----------------------------------------------------------------
@@ -384,6 +385,11 @@ async def _list_secrets(rg: str, search: SearchRoot, accept: Callable[[str], boo
 
 
 def _exclusions(skipped: _Skipped) -> list[str]:
+    """One anchored ``--glob !/path`` per secret-like file (exact names: ripgrep never opens them)."""
+    if sum(len(p) + 8 for p in skipped.paths) > MAX_EXCLUSION_BYTES:
+        raise ToolError(ErrorCode.TOO_LARGE, f"{len(skipped.paths)} secret-like files beneath the searched path are "
+                        f"too many to leave out (their names exceed {MAX_EXCLUSION_BYTES} bytes of ripgrep options); "
+                        "search a narrower path, or set include_secret_paths", {"skipped": len(skipped.paths)})
     out = []
     for relative in skipped.paths:
         escaped = "".join("\\" + c if c in "*?[]{}\\!" else c for c in relative)
