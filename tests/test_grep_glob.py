@@ -95,6 +95,7 @@ def test_secret_like_files_are_skipped_with_their_rule_unless_approved(open_sess
     assert value["skipped"] == [{"path": ".env", "rule": value["skipped"][0]["rule"]}]
     assert "'.env' matches '.env'" in value["skipped"][0]["rule"] and value["skipped_count"] == 1
     assert grep(session, pattern="needle", path=".env")["entries"] == []
+    assert grep(session, pattern="needle", glob="*.py")["skipped"] == []  # only files the glob names are listed
     value = grep(session, pattern="API_KEY", include_secret_paths=True, output="lines")
     assert value["entries"] == [{"path": ".env", "line": 1, "kind": "match", "text": "API_KEY=needle"}]
     (request,) = approver.requests

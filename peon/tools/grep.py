@@ -211,25 +211,29 @@ def _everything(path: str) -> bool:
     return True
 
 
-def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Callable[[str], bool]]:
-    """ripgrep options for the call's ``glob`` and ``type``, and the path test done here instead when the
-    glob has a ``/`` (ripgrep's own ``--glob`` would override ``.gitignore``)."""
+def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Callable[[str], bool],
+                                                                  Callable[[str], bool]]:
+    """ripgrep options for the call's ``glob`` and ``type``; the path test done here instead when the glob
+    has a ``/`` (ripgrep's own ``--glob`` would override ``.gitignore``); and the whole glob as a path
+    test (for the listing of secret-like files, which ripgrep does not filter)."""
     options: list[str] = []
     accept: Callable[[str], bool] = _everything
+    in_glob: Callable[[str], bool] = _everything
     glob = args.get("glob")
     if search.only is not None:
         escaped = "".join("\\" + c if c in "*?[]{}\\!" else c for c in search.only)
         options += ["--glob", "/" + escaped]  # the one file, found by walking its directory (no symlink)
     elif glob is not None:
         matcher = compile_glob(glob)
+        offset = len(search.prefix) + 1 if search.prefix else 0
+        in_glob = lambda path: matcher(path[offset:])  # noqa: E731
         if basename_glob(glob):  # a file type: filters like --glob but never overrides .gitignore
             options += ["--type-add", f"{TYPE_NAME}:{glob}", "--type", TYPE_NAME]
         else:
-            offset = len(search.prefix) + 1 if search.prefix else 0
-            accept = lambda path: matcher(path[offset:])  # noqa: E731
+            accept = in_glob
     if args.get("type"):
         options += ["--type", args["type"]]
-    return options, accept
+    return options, accept, in_glob
 
 
 # -- the tool ----------------------------------------------------------------------------------------------------
@@ -340,11 +344,11 @@ class GrepTool(Tool):
         page = Page(int(args.get("offset", 0)), int(args.get("limit", DEFAULT_LIMIT)))
         search = open_search_root(args, ctx)
         try:
-            options, accept = filters(args, search)
+            options, accept, in_glob = filters(args, search)
             skipped = _Skipped()
             timed_out = False
             if not (ctx.approved.get("include_secret_paths") and args.get("include_secret_paths")):
-                timed_out = await _list_secrets(rg, search, accept, ctx, skipped)
+                timed_out = await _list_secrets(rg, search, in_glob, ctx, skipped)
             if search.only is not None and skipped.paths:
                 pass  # the one file searched is secret-like: nothing to search
             elif not timed_out:
