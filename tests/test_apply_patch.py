@@ -242,3 +242,35 @@ def test_fuzzed_patches_never_write_outside_or_leave_a_partial_patch(fuzz_world,
     for key in set(before) | set(after):
         if before.get(key) != after.get(key):
             assert os.path.realpath(workspace / key) in resolved or key in touched, (key, text)
+
+
+def test_an_agent_control_target_is_lifted_to_the_top_of_the_details(monkeypatch):
+    """The approval policy reads a written target's agent-control entry at the top of the details, so a patch
+    that touches one such file among several is asked about like a write of it."""
+    from peon.tools import apply_patch
+
+    class Stub:
+        secret_on_resolved_only = False
+
+        def __init__(self, path):
+            self.path = path
+
+        def details(self):
+            return {"path": self.path, **({"agent_control": ".git/hooks"} if self.path.startswith(".git") else {})}
+
+        def secret_reason(self):
+            return None
+
+        def where(self):
+            return ""
+
+        def agent_control_reason(self):
+            return "writes beneath .git/hooks" if self.path.startswith(".git") else None
+
+    monkeypatch.setattr(apply_patch, "approval_target", lambda typed, access, key, session: Stub(typed.normalized))
+    tool = apply_patch.ApplyPatchTool()
+    args = {"patch": patch("*** Add File: notes.txt", "+x", "*** Add File: .git/hooks/pre-commit", "+evil")}
+    details = tool.approval_details(args, None)
+    assert details["agent_control"] == ".git/hooks" and details["files"][1]["agent_control"] == ".git/hooks"
+    assert "writes beneath .git/hooks" in tool.assess_risk(args, None).reason
+    assert "agent_control" not in tool.approval_details({"patch": patch("*** Add File: a.txt", "+x")}, None)

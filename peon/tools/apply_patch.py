@@ -28,12 +28,13 @@ from peon.truncation import HeadTail
 from peon.utf8 import lone_surrogate
 from peon.workers import fs
 
-from .edit import EDIT_MAX_FILE_BYTES
+from .edit import EDIT_MAX_FILE_BYTES, risk_note
 from .target import Access, Target, approval_target, approved_expectation
 
 MAX_PATCH_CHARS = 16 << 20
 MAX_FILES = 1000
 PREVIEW_BYTES = 16 << 10
+AGENT_CONTROL = "agent_control"  # the details key of a target on the agent-control list (peon.policy)
 
 APPLY_PATCH_OUTPUT_SCHEMA = {
     "type": "object",
@@ -133,15 +134,11 @@ class ApplyPatchTool(Tool):
         "additionalProperties": False,
     }
     output_schema = APPLY_PATCH_OUTPUT_SCHEMA
+    starts_processes = False  # may be served by a long-lived worker
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
         ops, planned = _plan(args, session)
-        notes = []
-        for _, target in planned:
-            secret = target.secret_reason()
-            note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
-            if note:
-                notes.append(note)
+        notes = [note for _, target in planned if (note := risk_note(target))]
         return RiskAssessment(ToolRisk.FILESYSTEM, f"changes {len(ops)} file{'s' if len(ops) != 1 else ''} inside "
                                                    "the workspace" + (f" ({'; '.join(notes)})" if notes else ""))
 
@@ -166,7 +163,12 @@ class ApplyPatchTool(Tool):
                 files[touch.op]["move_to"] = target.details()
         preview = HeadTail(PREVIEW_BYTES)
         preview.feed(args["patch"].encode("utf-8"))
-        return {"files": files, "patch_preview": preview.render().text}
+        details: dict[str, Any] = {"files": files, "patch_preview": preview.render().text}
+        # The approval policy reads a written target's agent-control entry at the top of the details.
+        control = next((t.details()[AGENT_CONTROL] for _, t in planned if AGENT_CONTROL in t.details()), None)
+        if control is not None:
+            details[AGENT_CONTROL] = control
+        return details
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         ops = _ops(args)

@@ -29,7 +29,7 @@ from peon.unified_diff import unified_diff
 from peon.utf8 import lone_surrogate
 from peon.workers import fs
 
-from .target import approval_target, approved_expectation
+from .target import Target, approval_target, approved_expectation
 
 EDIT_MAX_FILE_BYTES = 64 << 20  # a larger file is too_large: it is held in memory several times over
 APPROVAL_DIFF_MAX_FILE_BYTES = 8 << 20  # larger files show the edits, not the diff, to the approver
@@ -54,6 +54,15 @@ EDIT_OUTPUT_SCHEMA = {
     "required": ["path", "sha256", "previous_sha256", "replacements", "bytes", "line_ending", "diff",
                  "diff_truncated", "lines_added", "lines_removed"],
 }
+
+
+def risk_note(target: Target) -> str:
+    """What a risk reason says about a written target, as ``write`` says it: where it resolves, why it is
+    secret-like, and why it steers other agents (a target on the agent-control list, where there is one)."""
+    secret = target.secret_reason()  # names the resolved path itself when only that one matched
+    note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
+    control = getattr(target, "agent_control_reason", None)
+    return "; ".join(filter(None, (note, control() if callable(control) else None)))
 
 
 def _edits(args: Mapping[str, Any]) -> list[Edit]:
@@ -114,11 +123,10 @@ class EditTool(Tool):
         "additionalProperties": False,
     }
     output_schema = EDIT_OUTPUT_SCHEMA
+    starts_processes = False  # may be served by a long-lived worker
 
     def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        target = approval_target(parse_file_path(args["path"]), "replace", args, session)
-        secret = target.secret_reason()
-        note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
+        note = risk_note(approval_target(parse_file_path(args["path"]), "replace", args, session))
         return RiskAssessment(ToolRisk.FILESYSTEM, "edits a file inside the workspace" + (f" ({note})" if note else ""))
 
     def approval_summary(self, args: Mapping[str, Any]) -> str:
