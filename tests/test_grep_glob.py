@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import Recorder, expect_error, expect_ok
+from helpers import Recorder, expect_error, expect_ok, wait_for
 from peon.search import MAX_LINE_CHARS
 from peon.tools.grep import rg_executable
 
@@ -157,6 +157,9 @@ def rg_processes_below(root: Path) -> list[int]:
     return found
 
 
+SLOW_PATTERN = "[a-z]+ [0-9]{3}[A-Z]{4}"  # no literal to skip ahead with: every byte goes through the regex
+
+
 def test_a_100000_file_tree_with_a_1_second_deadline(open_session, workspace, leftovers):
     seeds = workspace.parent / "seeds"
     seeds.mkdir()
@@ -165,14 +168,22 @@ def test_a_100000_file_tree_with_a_1_second_deadline(open_session, workspace, le
         directory.mkdir()
         seed = seeds / f"s{d // 500}"
         if not seed.exists():
-            seed.write_text("a line of text that does not match\n" * 30)
+            seed.write_text("a line of text that does not match\n" * 2000)  # 70 KB: 7 GB to search in all
         for f in range(100):
             os.link(seed, directory / f"f{f:03}.txt")
     session = open_session()
     started = time.monotonic()
-    value = expect_ok(session, "grep", {"pattern": "never-present-[0-9]{3}", "timeout_seconds": 1})
+    value = expect_ok(session, "grep", {"pattern": SLOW_PATTERN, "timeout_seconds": 1})
     elapsed = time.monotonic() - started
     assert value["timed_out"] is True and value["entries"] == [] and elapsed < 10, (value, elapsed)
     assert rg_processes_below(workspace) == [] and leftovers.alive() == []
     listed = expect_ok(session, "glob", {"pattern": "**/*.txt", "timeout_seconds": 30, "limit": 5})
     assert listed["total"] == 100_000 and len(listed["paths"]) == 5 and listed["next_offset"] == 5
+
+    # Cancelled while ripgrep runs: answered cancelled, nothing left running.
+    handle = session.submit("grep", {"pattern": SLOW_PATTERN, "timeout_seconds": 60})
+    assert wait_for(lambda: rg_processes_below(workspace), 20), "ripgrep did not start"
+    handle.cancel()
+    result = handle.result(timeout=20)
+    assert not result.ok and result.error.code == "cancelled", result
+    assert rg_processes_below(workspace) == [] and leftovers.alive() == []
