@@ -101,26 +101,32 @@ class _Records:
         self.dropped = 0
 
     def feed(self, data: bytes | memoryview) -> None:
-        start, chunk = 0, bytes(data)
-        while (end := chunk.find(self.separator, start)) >= 0:
-            if self.dropping or len(self.pending) + end - start > MAX_RECORD_BYTES:
-                self.dropped += not self.dropping
-                self.dropping = False
+        pieces = bytes(data).split(self.separator)  # one pass in C; the last piece is incomplete
+        for index, piece in enumerate(pieces[:-1]):
+            if index == 0 and (self.dropping or self.pending):
+                if self.dropping or len(self.pending) + len(piece) > MAX_RECORD_BYTES:
+                    self.dropped += not self.dropping
+                    self.dropping = False
+                    self.pending.clear()
+                    continue
+                self.pending += piece
+                piece = bytes(self.pending)
                 self.pending.clear()
-            else:
-                self.pending += chunk[start:end]
-                record = bytes(self.pending)
-                self.pending.clear()
-                self.on_record(record)
-            start = end + len(self.separator)
+            elif len(piece) > MAX_RECORD_BYTES:
+                self.dropped += 1
+                continue
+            self.on_record(piece)
+        rest = pieces[-1]
+        if len(pieces) > 1:
+            self.dropping = False
         if self.dropping:
             return
-        if len(self.pending) + len(chunk) - start > MAX_RECORD_BYTES:
+        if len(self.pending) + len(rest) > MAX_RECORD_BYTES:
             self.pending.clear()
             self.dropping = True
             self.dropped += 1
         else:
-            self.pending += chunk[start:]
+            self.pending += rest
 
     def finish(self) -> bytes:
         """What followed the last separator: ripgrep ends every record with one, so this is its error text."""

@@ -6,6 +6,8 @@ import base64
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from peon.errors import ToolError
 from peon.globs import compile_glob
@@ -89,3 +91,26 @@ def test_secret_prefilter_admits_every_secret_like_path_and_few_others():
         assert classify_secret(tuple(path.split("/")), patterns) is not None, path
         assert prefilter(path), path
     assert not any(prefilter(path) for path in plain)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"bb", b"\0", b"x" * 7, b"\xff"]), max_size=40), st.integers(1, 9),
+       st.integers(2, 12))
+def test_records_are_the_same_however_the_stream_is_cut(pieces, cut, bound):
+    from peon import search
+
+    stream = b"".join(pieces)
+    got: list[bytes] = []
+    original = search.MAX_RECORD_BYTES
+    search.MAX_RECORD_BYTES = bound
+    try:
+        records = search._Records(b"\0", got.append)
+        for i in range(0, len(stream), cut):
+            records.feed(stream[i:i + cut])
+        rest = records.finish()
+    finally:
+        search.MAX_RECORD_BYTES = original
+    *complete, last = stream.split(b"\0")
+    assert got == [r for r in complete if len(r) <= bound]
+    assert records.dropped == sum(len(r) > bound for r in complete) + (len(last) > bound)
+    assert rest == (last if len(last) <= bound else b"")
