@@ -46,6 +46,9 @@ class ErrorCode(str, Enum):
     STALE = "stale"  # expected_sha256 does not match the file on disk
     IO_ERROR = "io_error"  # an operating-system error not covered by a more specific code
     CHANGED_SINCE_APPROVAL = "changed_since_approval"  # what the call would open is not what was approved
+    AMBIGUOUS = "ambiguous"  # an edit's old_string occurs more than once (and replace_all is not set)
+    INVALID_PATCH = "invalid_patch"  # an apply_patch input breaks the patch grammar
+    INVALID_PATTERN = "invalid_pattern"  # a grep regex or glob pattern that ripgrep refuses
 
     # Agents and skills
     ADAPTER_UNAVAILABLE = "adapter_unavailable"  # the agent executable is not on PATH

@@ -33,7 +33,7 @@ pytestmark = [
 ]
 
 BUILT_INS = {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi", "job_output", "job_stop",
-             "job_list"}
+             "job_list", "edit", "apply_patch", "grep", "glob"}
 SKILL = "---\nname: release-checks\ndescription: Steps before a release.\n---\n# Release checks\n1. Run the tests.\n"
 
 
@@ -212,3 +212,34 @@ def test_approval_through_elicitation_and_a_policy_denial(ts_client, workspace, 
     denied = error_of(client.call("agent_codex", {"prompt": "do the thing please"}))
     assert denied["code"] == "denied" and denied["details"]["by"] == "policy"
     assert len(client.events) == 1  # deny is never asked about
+
+
+def test_the_file_tools_through_the_typescript_sdk(ts_client, workspace):
+    """edit, apply_patch, grep and glob: annotations by risk, results the SDK validates against each
+    outputSchema, and their own error codes as error results."""
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("def main():\n    return 1\n")
+    client = ts_client("--allow", "filesystem")
+    tools = {tool["name"]: tool for tool in client.request("list")["tools"]}
+    for name, read_only in (("edit", False), ("apply_patch", False), ("grep", True), ("glob", True)):
+        hints = tools[name]["annotations"]
+        assert (hints["readOnlyHint"], hints["destructiveHint"], hints["idempotentHint"]) == \
+            (read_only, not read_only, read_only), (name, hints)
+        assert tools[name]["outputSchema"]["type"] == "object"
+
+    edited = ok_value(client.call("edit", {"path": "src/app.py", "edits": [
+        {"old_string": "return 1", "new_string": "return 2"}]}))
+    assert "+    return 2" in edited["diff"] and (workspace / "src" / "app.py").read_text().endswith("return 2\n")
+    patched = ok_value(client.call("apply_patch", {"patch": "*** Begin Patch\n*** Add File: src/util.py\n+X = 1\n"
+                                                            "*** End Patch\n"}))
+    assert patched["files"][0]["action"] == "add" and (workspace / "src" / "util.py").read_text() == "X = 1\n"
+    found = ok_value(client.call("grep", {"pattern": "return|X =", "output": "lines"}))
+    assert [(e["path"], e["line"]) for e in found["entries"]] == [("src/app.py", 2), ("src/util.py", 1)]
+    listed = ok_value(client.call("glob", {"pattern": "**/*.py"}))
+    assert sorted(listed["paths"]) == ["src/app.py", "src/util.py"]
+
+    assert error_of(client.call("edit", {"path": "src/app.py", "edits": [
+        {"old_string": "nowhere", "new_string": "x"}]}))["code"] == "not_found"
+    assert error_of(client.call("apply_patch", {"patch": "not a patch"}))["code"] == "invalid_patch"
+    assert error_of(client.call("grep", {"pattern": "("}))["code"] == "invalid_pattern"
+    assert error_of(client.call("glob", {"pattern": "../*"}))["code"] == "invalid_pattern"

@@ -31,6 +31,13 @@ Promises:
   After a crash at any point the destination holds exactly the old or the new content. Temporary files
   are named ``.peon-tmp-<16 hex>`` and held under an exclusive ``flock`` while their writer lives, so a
   later write in the same directory recognises the ones whose writer died and removes them.
+* :func:`apply_changes` installs several files as one change (``apply_patch``): every new content is
+  written to a temporary file and fsynced, and every precondition (the approved objects, the expected
+  hashes, no clobber for new files) is checked, before the first destination changes; then the files
+  are installed in order, each crash-atomically, the replaced and deleted ones kept as locked
+  temporary links until the end. When an install fails, those already done are undone (replaced
+  and deleted files put back, new files removed) and the error is raised: all or nothing, except
+  across a crash, after which each file holds its old or its new content.
 """
 
 from __future__ import annotations
@@ -598,6 +605,17 @@ def read_window(root: int, path: WorkspacePath, resolver: Resolver, select: Call
             os.close(fd)
 
 
+def read_whole(root: int, path: WorkspacePath, resolver: Resolver, *, expected: FileId | None,
+               max_bytes: int) -> Window | None:
+    """The whole regular file and its SHA-256, from one pass (:func:`read_window`); None, having read
+    nothing, when it is larger than ``max_bytes``."""
+    def select(total: int) -> tuple[int, int]:
+        return (0, total) if total <= max_bytes else (0, 0)
+
+    window = read_window(root, path, resolver, select, expected=expected, hash_max_bytes=max_bytes)
+    return window if window.sha256 is not None else None
+
+
 # -- write -----------------------------------------------------------------------------------------------
 
 
@@ -788,3 +806,157 @@ def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expec
         return WriteOutcome(create, len(data), hashlib.sha256(data).hexdigest(), tuple(removed))
     finally:
         os.close(dirfd)
+
+
+# -- several files as one change (apply_patch) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One file of a multi-file change: ``data`` None deletes it; ``create`` installs a new file (no clobber)."""
+
+    path: WorkspacePath
+    data: bytes | None
+    create: bool
+    expected: Expected | None  # the approved directory, name and file (None for no check)
+    expected_sha256: str | None  # an existing file's content must still be this
+
+
+@dataclass
+class _Staged:
+    change: Change
+    dirfd: int
+    name: str
+    temp: str | None = None  # the new content, not installed yet
+    temp_fd: int = -1
+    backup: str | None = None  # the old file, linked aside while the change is undoable
+    backup_fd: int = -1
+    done: bool = False
+
+
+def _backup_link(staged: _Staged, *, move: bool) -> None:
+    """Keep the current file under a locked temporary name (moved there when ``move``, else linked)."""
+    fd = os.open(staged.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=staged.dirfd)
+    try:
+        _lock(fd)  # a concurrent write's cleaner leaves a locked temporary file alone
+        for _ in range(100):
+            name = TEMP_PREFIX + secrets.token_hex(8)
+            try:
+                os.link(staged.name, name, src_dir_fd=staged.dirfd, dst_dir_fd=staged.dirfd, follow_symlinks=False)
+                if move:
+                    os.unlink(staged.name, dir_fd=staged.dirfd)
+            except FileExistsError:
+                continue
+            staged.backup, staged.backup_fd = name, fd
+            return
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    raise ToolError(ErrorCode.IO_ERROR, f"path {staged.change.path.shown}: no free temporary name to keep it aside")
+
+
+def _prepare(root: int, change: Change, resolver: Resolver) -> _Staged:
+    path = change.path
+    dirfd, name = open_parent(root, path, resolver, follow_final=not change.create)
+    staged = _Staged(change, dirfd, name)
+    try:
+        if is_temp_name(name):
+            raise ToolError(ErrorCode.INVALID_PATH,
+                            f"path {path.shown} ends in {name!r}, a name reserved for Peon's temporary files")
+        try:
+            existing: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            existing = None
+        problem = target_error(path, change.create, None if existing is None else _kind(existing.st_mode))
+        if problem is not None:
+            raise problem
+        if change.expected is not None:
+            _check_expected(path, change.expected, os.fstat(dirfd), name, existing)
+        if change.expected_sha256 is not None:
+            actual = _observed_sha256(dirfd, name, path)
+            if actual != change.expected_sha256:
+                raise ToolError(ErrorCode.STALE, f"path {path.shown} has sha256 {actual}, not the expected "
+                                f"{change.expected_sha256}; it changed while the patch was prepared",
+                                {"path": path.normalized, "expected_sha256": change.expected_sha256,
+                                 "actual_sha256": actual})
+        if change.data is not None:
+            remove_stale_temps(dirfd)
+            staged.temp_fd, staged.temp = _create_temp(dirfd, 0o666 if change.create else 0o600)
+            _write_all(staged.temp_fd, change.data)
+            if existing is not None:
+                with suppress(PermissionError):  # keep the owner where we may
+                    os.fchown(staged.temp_fd, existing.st_uid, existing.st_gid)
+                os.fchmod(staged.temp_fd, stat.S_IMODE(existing.st_mode) & 0o777)
+            os.fsync(staged.temp_fd)
+        return staged
+    except BaseException:
+        _discard(staged)
+        raise
+
+
+def _install(staged: _Staged, resolver_use_link: bool) -> None:
+    change, dirfd = staged.change, staged.dirfd
+    if change.create:
+        assert staged.temp is not None
+        _install_new(dirfd, staged.temp, staged.name, change.path, resolver_use_link)
+    elif change.data is None:
+        _backup_link(staged, move=True)
+    else:
+        assert staged.temp is not None
+        _backup_link(staged, move=False)
+        os.rename(staged.temp, staged.name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+    staged.temp = None
+    staged.done = True
+
+
+def _undo(staged: _Staged) -> None:
+    """Put back what :func:`_install` changed (best effort: this runs while an error is being raised)."""
+    change, dirfd = staged.change, staged.dirfd
+    with suppress(OSError):
+        if change.create:
+            os.unlink(staged.name, dir_fd=dirfd)
+        elif staged.backup is not None:
+            os.rename(staged.backup, staged.name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+            staged.backup = None
+        os.fsync(dirfd)
+
+
+def _discard(staged: _Staged) -> None:
+    """Remove what is left aside and close every descriptor."""
+    for name in (staged.temp, staged.backup):
+        if name is not None:
+            with suppress(OSError):
+                os.unlink(name, dir_fd=staged.dirfd)
+    for fd in (staged.temp_fd, staged.backup_fd):
+        if fd >= 0:
+            os.close(fd)
+    staged.temp = staged.backup = None
+    staged.temp_fd = staged.backup_fd = -1
+    os.close(staged.dirfd)
+
+
+def apply_changes(root: int, changes: list[Change], resolver: Resolver, *, use_link: bool = False) -> list[str | None]:
+    """Install ``changes`` all or nothing (see the module's promises); the SHA-256 of each new content
+    (None for a deletion), in order."""
+    staged: list[_Staged] = []
+    try:
+        for change in changes:
+            with _os_errors(change.path):
+                staged.append(_prepare(root, change, resolver))
+        try:
+            for item in staged:
+                with _os_errors(item.change.path):
+                    _install(item, use_link)
+        except BaseException:
+            for item in reversed(staged):
+                if item.done:
+                    _undo(item)
+            raise
+        for item in staged:
+            with suppress(OSError):
+                os.fsync(item.dirfd)
+    finally:
+        for item in staged:
+            _discard(item)
+    return [None if c.data is None else hashlib.sha256(c.data).hexdigest() for c in changes]

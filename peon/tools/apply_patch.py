@@ -1,0 +1,220 @@
+"""``apply_patch``: add, update, move and delete workspace files with one patch, all or nothing. Risk: filesystem.
+
+Promise: the patch is parsed (:mod:`peon.patch`, the format Codex models write) and every file it touches
+— each source and each destination — is resolved and rated in the supervisor before anyone is asked,
+exactly as ``write`` rates its target (:mod:`peon.tools.target`: ``replace`` rules for updated,
+moved and deleted files, ``create`` rules for added files and move destinations); the approval shows
+every resolved file with its action. In the worker each file is resolved again and must be the
+approved one (else ``changed_since_approval``); the updates are computed in memory from the files as
+read, and :func:`peon.workers.fs.apply_changes` installs all of them or none: nothing is written
+until every new content is staged and every check passed, and an install that fails puts back the
+files already changed. A file that changed between its read and the install is ``stale``. The
+result lists each file with its action and new ``sha256``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from peon.errors import ErrorCode, ToolError
+from peon.patch import FileOp, apply_hunks, parse_patch
+from peon.paths import WorkspacePath
+from peon.text_edit import decode_utf8
+from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.truncation import HeadTail
+from peon.utf8 import lone_surrogate
+from peon.workers import fs
+
+from .edit import EDIT_MAX_FILE_BYTES, risk_note
+from .target import Access, Target, approval_target, approved_expectation
+
+MAX_PATCH_CHARS = 16 << 20
+MAX_FILES = 1000
+PREVIEW_BYTES = 16 << 10
+AGENT_CONTROL = "agent_control"  # the details key of a target on the agent-control list (peon.policy)
+
+APPLY_PATCH_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "The file as named in the patch (normalized)."},
+                    "action": {"enum": ["add", "update", "delete", "move"]},
+                    "move_to": {"type": ["string", "null"], "description": "The new path of a moved file."},
+                    "sha256": {"type": ["string", "null"],
+                               "description": "SHA-256 of the new content; null when deleted."},
+                },
+                "required": ["path", "action", "move_to", "sha256"],
+            },
+        },
+        "fuzzy_hunks": {"type": "integer", "minimum": 0,
+                        "description": "Hunks whose lines matched only with surrounding whitespace ignored."},
+    },
+    "required": ["files", "fuzzy_hunks"],
+}
+
+
+@dataclass(frozen=True)
+class _Touch:
+    """One path a patch touches, and how."""
+
+    op: int  # index of the operation
+    role: str  # "source" or "destination"
+    path: WorkspacePath
+    access: Access
+
+
+def _ops(args: Mapping[str, Any]) -> list[FileOp]:
+    text = args["patch"]
+    problem = lone_surrogate(text)
+    if problem is not None:
+        raise ToolError(ErrorCode.NOT_UTF8, f"the patch is not valid UTF-8: {problem}", {"rule": "patch"})
+    ops = parse_patch(text)
+    if not ops:
+        raise ToolError(ErrorCode.INVALID_PATCH, "the patch has no file operation", {"rule": "empty_patch"})
+    if len(ops) > MAX_FILES:
+        raise ToolError(ErrorCode.TOO_LARGE, f"the patch touches {len(ops)} files; at most {MAX_FILES} per call",
+                        {"limit": MAX_FILES})
+    return ops
+
+
+def _touches(ops: list[FileOp]) -> list[_Touch]:
+    touches = []
+    for index, op in enumerate(ops):
+        touches.append(_Touch(index, "source", op.path, "create" if op.action == "add" else "replace"))
+        if op.move_to is not None:
+            touches.append(_Touch(index, "destination", op.move_to, "create"))
+    return touches
+
+
+# The supervisor rates and shows one call's files twice (assess_risk, approval_details), with the same args.
+_last: tuple[Mapping[str, Any], list[FileOp], list[tuple[_Touch, Target]]] | None = None
+
+
+def _plan(args: Mapping[str, Any], session: SessionView) -> tuple[list[FileOp], list[tuple[_Touch, Target]]]:
+    global _last
+    if _last is not None and _last[0] is args:
+        return _last[1], _last[2]
+    ops = _ops(args)
+    # Each file gets its own key object: target's per-call cache is keyed on the args object's identity.
+    planned = [(touch, approval_target(touch.path, touch.access, {"path": touch.path.text}, session))
+               for touch in _touches(ops)]
+    _last = (args, ops, planned)
+    return ops, planned
+
+
+def _action(op: FileOp) -> str:
+    return "move" if op.move_to is not None else op.action
+
+
+class ApplyPatchTool(Tool):
+    name = "apply_patch"
+    description = (
+        "Apply a patch that adds, updates, moves and deletes workspace files, all or nothing. Format:\n"
+        "*** Begin Patch\n*** Add File: path\n+line\n*** Update File: path\n*** Move to: new/path (optional)\n"
+        "@@ optional line to find first\n context line\n-removed line\n+added line\n*** Delete File: path\n"
+        "*** End Patch\n"
+        "Paths are workspace-relative. Each hunk gives about 3 lines of unchanged context around its changes. "
+        "Returns each file's new sha256."
+    )
+    risk = ToolRisk.FILESYSTEM
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "patch": {"type": "string", "minLength": 1, "maxLength": MAX_PATCH_CHARS,
+                      "description": "The patch text, from '*** Begin Patch' to '*** End Patch'."},
+        },
+        "required": ["patch"],
+        "additionalProperties": False,
+    }
+    output_schema = APPLY_PATCH_OUTPUT_SCHEMA
+    starts_processes = False  # may be served by a long-lived worker
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        ops, planned = _plan(args, session)
+        notes = [note for _, target in planned if (note := risk_note(target))]
+        return RiskAssessment(ToolRisk.FILESYSTEM, f"changes {len(ops)} file{'s' if len(ops) != 1 else ''} inside "
+                                                   "the workspace" + (f" ({'; '.join(notes)})" if notes else ""))
+
+    def approval_summary(self, args: Mapping[str, Any]) -> str:
+        try:
+            ops = _ops(args)
+        except ToolError:
+            return "apply a patch that does not parse"
+        shown = ", ".join(f"{_action(op)} {op.path.text!r}" + (f" to {op.move_to.text!r}" if op.move_to else "")
+                          for op in ops[:10])
+        return f"apply a patch: {shown}" + (f" and {len(ops) - 10} more" if len(ops) > 10 else "")
+
+    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        """Every file with its action and resolved target (``files``; a move's destination under
+        ``move_to``), and the patch itself (head and tail when long)."""
+        ops, planned = _plan(args, session)
+        files: list[dict[str, Any]] = [{"action": _action(op)} for op in ops]
+        for touch, target in planned:
+            if touch.role == "source":
+                files[touch.op].update(target.details())
+            else:
+                files[touch.op]["move_to"] = target.details()
+        preview = HeadTail(PREVIEW_BYTES)
+        preview.feed(args["patch"].encode("utf-8"))
+        details: dict[str, Any] = {"files": files, "patch_preview": preview.render().text}
+        # The approval policy reads a written target's agent-control entry at the top of the details.
+        control = next((t.details()[AGENT_CONTROL] for _, t in planned if AGENT_CONTROL in t.details()), None)
+        if control is not None:
+            details[AGENT_CONTROL] = control
+        return details
+
+    async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        ops = _ops(args)
+        approved = ctx.approved.get("files")
+        if not isinstance(approved, list) or len(approved) != len(ops):
+            raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "the call does not carry the approved files of its "
+                            "patch; nothing was done", {"rule": "approved_details"})
+        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        changes: list[fs.Change] = []
+        results: list[dict[str, Any]] = []
+        fuzzy = 0
+        with fs.workspace_root(ctx.session) as root:
+            for op, granted in zip(ops, approved, strict=True):
+                if not isinstance(granted, Mapping):
+                    raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "malformed approved files; nothing was done",
+                                    {"rule": "approved_details"})
+                source = approved_expectation(granted, op.path, "create" if op.action == "add" else "replace", root)
+                data: bytes | None = None
+                if op.action == "add":
+                    data = op.content.encode("utf-8")
+                    changes.append(fs.Change(op.path, data, True, source, None))
+                else:
+                    window = _read_whole(root, op.path, resolver, source.file)
+                    if op.action == "update":
+                        updated = apply_hunks(decode_utf8(window.data, f"path {op.path.shown}"), op.hunks,
+                                              op.path.shown)
+                        fuzzy += updated.fuzzy_hunks
+                        data = updated.text.encode("utf-8")
+                    if op.move_to is not None:
+                        moved = granted.get("move_to")
+                        destination = approved_expectation(moved if isinstance(moved, Mapping) else {}, op.move_to,
+                                                           "create", root)
+                        changes.append(fs.Change(op.move_to, data, True, destination, None))
+                        changes.append(fs.Change(op.path, None, False, source, window.sha256))
+                    else:
+                        changes.append(fs.Change(op.path, data, False, source, window.sha256))
+                results.append({"path": op.path.normalized, "action": _action(op),
+                                "move_to": None if op.move_to is None else op.move_to.normalized,
+                                "sha256": None if data is None else hashlib.sha256(data).hexdigest()})
+            fs.apply_changes(root, changes, resolver)
+        return {"files": results, "fuzzy_hunks": fuzzy}
+
+
+def _read_whole(root: int, path: WorkspacePath, resolver: fs.Resolver, expected: fs.FileId | None) -> fs.Window:
+    window = fs.read_whole(root, path, resolver, expected=expected, max_bytes=EDIT_MAX_FILE_BYTES)
+    if window is None:
+        raise ToolError(ErrorCode.TOO_LARGE, f"path {path.shown} is larger than {EDIT_MAX_FILE_BYTES} bytes, the "
+                        "most apply_patch holds in memory", {"limit": EDIT_MAX_FILE_BYTES})
+    return window

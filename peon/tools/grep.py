@@ -1,0 +1,428 @@
+"""``grep``: search file contents beneath a workspace directory with ripgrep. Risk: read_only (filesystem
+when secret-like files are to be searched too).
+
+Promises:
+
+* ripgrep (the pinned ``ripgrep`` package's ``rg``, never one found on ``PATH``) runs in the call's
+  worker under the shared process runner (:mod:`peon.workers.runner`): its own process group, no
+  descriptor of Peon's, killed at the deadline like any command — the answer then carries what was
+  found so far and ``timed_out: true``; nothing it started is alive when the call returns. It runs
+  in the searched directory, entered through a descriptor opened beneath the pinned root and
+  checked against the approved identity (else ``changed_since_approval``), with the options of
+  :func:`peon.search.rg_base_argv`: ``.gitignore`` respected, symlinks never followed (so nothing
+  outside the workspace is read or listed), binary files skipped.
+* Order is stable (``--sort path``) and results are paged: ``offset``/``limit`` count entries (files,
+  lines, or per-file counts), ``next_offset`` is set when there are more, and ripgrep is stopped as
+  soon as one entry past the page is seen. Lines are cut at :data:`peon.search.MAX_LINE_CHARS`.
+* Secret-like files (:mod:`peon.secret_paths`) beneath the searched directory are not read: they are
+  listed first (ripgrep lists names without reading them), excluded from the search, and returned in
+  ``skipped`` with the rule that matched — unless the call sets ``include_secret_paths``, which makes
+  it filesystem risk, so the approval policy decides.
+* A regex or glob ripgrep refuses is ``invalid_pattern`` with ripgrep's own explanation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+import sysconfig
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from peon.cancel import CancelToken, Deadline
+from peon.environment import command_environment
+from peon.errors import ErrorCode, ToolError
+from peon.globs import basename_glob, compile_glob
+from peon.paths import parse_workspace_path
+from peon.search import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    TYPE_NAME,
+    CountReader,
+    JsonLineReader,
+    Page,
+    PathReader,
+    SecretPrefilter,
+    looks_like_pattern_error,
+    rg_base_argv,
+    rg_error,
+)
+from peon.secret_paths import secret_match, secret_patterns
+from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.workers import fs
+from peon.workers.runner import ProcessOutcome, ProcessSpec, run_process
+
+from .process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+
+ANSWER_MARGIN_SECONDS = 0.15  # ripgrep is stopped this long before the deadline, so the answer is in time
+MAX_SKIPPED_LISTED = 200
+MAX_EXCLUSION_BYTES = 256 << 10  # of secret-like names passed to ripgrep (argv is bounded by the kernel)
+
+
+# -- the searched directory (shared with glob) -----------------------------------------------------------------
+
+
+def resolve_search_root(args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+    """Approval details of the searched path: ``path`` (resolved, workspace-relative, ``.`` for the
+    root), ``kind`` (``directory`` or ``file``) and ``id`` (device:inode). Resolved by ``read``'s rules."""
+    path = parse_workspace_path(args.get("path") or ".")
+    with fs.workspace_root(session) as root:
+        if not path.parts:
+            return {"path": ".", "kind": "directory", "id": str(fs.FileId.of(os.fstat(root)))}
+        resolution = fs.resolve(root, path, follow_final=True, must_exist=True)
+    if resolution.kind not in ("directory", "regular file"):
+        raise ToolError(ErrorCode.NOT_A_REGULAR_FILE, f"path {path.shown} resolves to {resolution.path!r}, a "
+                        f"{resolution.kind}; search a directory or a regular file", {"kind": resolution.kind})
+    return {"path": resolution.path, "kind": "directory" if resolution.kind == "directory" else "file",
+            "id": str(resolution.file)}
+
+
+@dataclass
+class SearchRoot:
+    """The approved directory, open (``fd``); ``only`` names the one file searched in it, if any."""
+
+    fd: int
+    prefix: str  # workspace-relative path of the directory ("" for the root)
+    only: str | None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def open_search_root(args: Mapping[str, Any], ctx: ToolContext) -> SearchRoot:
+    """In the worker: the approved directory (or a file's directory), opened beneath the root and
+    checked against the approved identity."""
+    approved = ctx.approved
+    expected = fs.FileId.parse(approved.get("id"))
+    resolved, kind = approved.get("path"), approved.get("kind")
+    if expected is None or not isinstance(resolved, str) or kind not in ("directory", "file"):
+        raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "the call does not carry the approved search path; "
+                        "nothing was searched", {"rule": "approved_details"})
+    typed = parse_workspace_path(args.get("path") or ".")
+    resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+    with fs.workspace_root(ctx.session) as root:
+        if kind == "directory":
+            fd = (fs.open_beneath(root, typed, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, resolver) if typed.parts
+                  else os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root))
+            found = fs.FileId.of(os.fstat(fd))
+            prefix, only = ("" if resolved == "." else resolved), None
+        else:
+            fd, name = fs.open_parent(root, typed, resolver, follow_final=True)
+            try:
+                found = fs.FileId.of(os.stat(name, dir_fd=fd, follow_symlinks=False))
+            except OSError:
+                os.close(fd)
+                raise fs.changed_since_approval(typed, "the file is gone") from None
+            prefix, only = resolved.rpartition("/")[0], name
+    if found != expected:
+        os.close(fd)
+        raise fs.changed_since_approval(typed, f"it is no longer the approved {kind} ({expected})")
+    return SearchRoot(fd, prefix, only)
+
+
+def rg_executable() -> str:
+    """The ``rg`` of the pinned ``ripgrep`` package, installed beside this interpreter's scripts."""
+    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(directory, "rg")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise ToolError(ErrorCode.IO_ERROR, "ripgrep is not installed beside Peon (the 'ripgrep' package provides rg); "
+                    "reinstall peon-runtime", {"rule": "ripgrep_missing"})
+
+
+def rg_environment(session: SessionView) -> dict[str, str]:
+    """The session's command environment (ripgrep's ignore rules read the global git excludes through
+    HOME and XDG_CONFIG_HOME), without ripgrep's configuration file: every option is Peon's."""
+    env = command_environment(session)
+    env.pop("RIPGREP_CONFIG_PATH", None)
+    return env
+
+
+@dataclass
+class RgRun:
+    """One ripgrep process: its outcome and whether it was stopped for having found enough."""
+
+    outcome: ProcessOutcome
+    stopped_early: bool
+
+
+class _Sink:
+    """The runner's output sink (:class:`peon.tool.OutputSink`): feeds a reader, never pushes back."""
+
+    def __init__(self, feed: Callable[[bytes | memoryview], None]) -> None:
+        self.feed = feed
+
+    def spawned(self) -> None:
+        return None
+
+    def push(self, data: bytes | memoryview) -> bool:
+        self.feed(data)
+        return True
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        callback()
+
+
+async def run_rg(argv: list[str], search: SearchRoot, ctx: ToolContext, feed: Callable[[bytes | memoryview], None],
+                 enough: Callable[[], bool] = lambda: False) -> RgRun:
+    """Run ripgrep in ``search``'s directory under the process runner, feeding its output to ``feed``;
+    stopped (TERM) once ``enough()``, and killed ``ANSWER_MARGIN_SECONDS`` before the call's deadline."""
+    stop = CancelToken()
+    stopped_early = False
+
+    def feed_and_check(data: bytes | memoryview) -> None:
+        nonlocal stopped_early
+        feed(data)
+        if not stopped_early and enough():
+            stopped_early = True
+            stop.cancel("enough results for the page")
+
+    async def forward_cancel() -> None:
+        stop.cancel(await ctx.cancel.wait())
+
+    forward = asyncio.create_task(forward_cancel())
+    sub = dataclasses.replace(ctx, cancel=stop, output=_Sink(feed_and_check), wants_progress=False,
+                              deadline=Deadline(max(0.0, ctx.deadline.at - ANSWER_MARGIN_SECONDS)))
+    try:
+        outcome = await run_process(ProcessSpec(argv, "/", rg_environment(ctx.session), cwd_fd=search.fd), sub)
+    finally:
+        forward.cancel()
+    if ctx.cancel.cancelled:
+        raise ToolError(ErrorCode.CANCELLED, f"the search was cancelled: {ctx.cancel.reason}")
+    return RgRun(outcome, stopped_early)
+
+
+def check_rg_failed(run: RgRun, errors: list[str], found_any: bool) -> None:
+    """ripgrep exits 2 on a bad pattern (nothing found) and on unreadable files (results kept)."""
+    outcome = run.outcome
+    if outcome.exit_code != 2 or found_any or run.stopped_early or outcome.timed_out:
+        return
+    text = rg_error(errors, outcome.output.text)
+    if looks_like_pattern_error(text):
+        raise ToolError(ErrorCode.INVALID_PATTERN, f"ripgrep refused the pattern: {text}", {"ripgrep": text})
+    if text:
+        raise ToolError(ErrorCode.IO_ERROR, f"ripgrep failed: {text}", {"ripgrep": text})
+
+
+def _everything(path: str) -> bool:
+    return True
+
+
+def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Callable[[str], bool],
+                                                                  Callable[[str], bool]]:
+    """ripgrep options for the call's ``glob`` and ``type``; the path test done here instead when the glob
+    has a ``/`` (ripgrep's own ``--glob`` would override ``.gitignore``); and the whole glob as a path
+    test (for the listing of secret-like files, which ripgrep does not filter)."""
+    options: list[str] = []
+    accept: Callable[[str], bool] = _everything
+    in_glob: Callable[[str], bool] = _everything
+    glob = args.get("glob")
+    if search.only is not None:
+        escaped = "".join("\\" + c if c in "*?[]{}\\!" else c for c in search.only)
+        options += ["--glob", "/" + escaped]  # the one file, found by walking its directory (no symlink)
+    elif glob is not None:
+        matcher = compile_glob(glob)
+        offset = len(search.prefix) + 1 if search.prefix else 0
+        in_glob = lambda path: matcher(path[offset:])  # noqa: E731
+        if basename_glob(glob):  # a file type: filters like --glob but never overrides .gitignore
+            options += ["--type-add", f"{TYPE_NAME}:{glob}", "--type", TYPE_NAME]
+        else:
+            accept = in_glob
+    if args.get("type"):
+        options += ["--type", args["type"]]
+    return options, accept, in_glob
+
+
+# -- the tool ----------------------------------------------------------------------------------------------------
+
+ENTRY = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "line": {"type": "integer", "description": "1-based line number (output 'lines')."},
+        "kind": {"enum": ["match", "context"], "description": "A matching line or a context line (output 'lines')."},
+        "text": {"type": "string", "description": "The line without its line break (output 'lines')."},
+        "text_truncated": {"type": "boolean"},
+        "count": {"type": "integer", "description": "Matching lines in the file (output 'count')."},
+    },
+    "required": ["path"],
+}
+
+GREP_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "output": {"enum": ["files", "lines", "count"]},
+        "entries": {"type": "array", "items": ENTRY,
+                    "description": "Files, lines or per-file counts, in path order (then line order)."},
+        "offset": {"type": "integer", "minimum": 0},
+        "next_offset": {"type": ["integer", "null"], "description": "Where the next page starts; null: no more."},
+        "timed_out": {"type": "boolean", "description": "The deadline stopped the search: entries are partial."},
+        "skipped": {
+            "type": "array",
+            "description": "Secret-like files that were not searched, with the rule that matched.",
+            "items": {"type": "object", "properties": {"path": {"type": "string"}, "rule": {"type": "string"}},
+                      "required": ["path", "rule"]},
+        },
+        "skipped_count": {"type": "integer", "minimum": 0},
+    },
+    "required": ["output", "entries", "offset", "next_offset", "timed_out", "skipped", "skipped_count"],
+}
+
+
+@dataclass
+class _Skipped:
+    listed: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # relative to the searched directory
+
+
+class GrepTool(Tool):
+    name = "grep"
+    description = (
+        "Search file contents in the workspace with a regular expression (ripgrep, Rust regex syntax). "
+        "output 'files' (default) lists matching files, 'lines' the matching lines (with context lines if "
+        "asked), 'count' matching lines per file. .gitignore is respected, binary files and symlinks are "
+        "skipped, results are in path order and paged (offset, limit, next_offset). Secret-like files "
+        "(.env, keys...) are not searched but listed in 'skipped' unless include_secret_paths is set."
+    )
+    risk = ToolRisk.READ_ONLY
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "maxLength": 10000, "pattern": "^[^\\u0000]*$",
+                        "description": "Regular expression (Rust regex syntax), e.g. 'fn\\s+main'."},
+            "path": {"type": "string", "pattern": "^[^\\u0000]*$",
+                     "description": "Workspace-relative directory or file to search (default: the workspace)."},
+            "glob": {"type": "string", "minLength": 1, "maxLength": 1000,
+                     "description": "Only files whose path matches, e.g. '*.py' or 'src/**/*.ts'."},
+            "type": {"type": "string", "pattern": "^[A-Za-z0-9_+-]{1,64}$",
+                     "description": "Only files of this ripgrep file type, e.g. 'py', 'rust', 'js'."},
+            "case_insensitive": {"type": "boolean"},
+            "context": {"type": "integer", "minimum": 0, "maximum": 20,
+                        "description": "Lines of context before and after each match (output 'lines')."},
+            "output": {"enum": ["files", "lines", "count"], "description": "What to return (default 'files')."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                      "description": f"Entries per page (default {DEFAULT_LIMIT})."},
+            "offset": {"type": "integer", "minimum": 0, "maximum": 2**31,
+                       "description": "Entries to skip (the previous answer's next_offset)."},
+            "include_secret_paths": {"type": "boolean",
+                                     "description": "Also search secret-like files (needs approval)."},
+            "timeout_seconds": TIMEOUT_PROPERTY,
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+    output_schema = GREP_OUTPUT_SCHEMA
+
+    def schema_for(self, session: SessionView) -> Mapping[str, Any]:
+        return with_session_timeout(self.input_schema, session)
+
+    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
+        return effective_timeout(args, session)
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        if args.get("include_secret_paths"):
+            return RiskAssessment(ToolRisk.FILESYSTEM, "searches inside the workspace, secret-like files included")
+        return RiskAssessment(ToolRisk.READ_ONLY, "searches inside the workspace (secret-like files skipped)")
+
+    def approval_summary(self, args: Mapping[str, Any]) -> str:
+        where = args.get("path") or "."
+        return f"search {where!r} for /{args['pattern']}/" + (" including secret-like files"
+                                                            if args.get("include_secret_paths") else "")
+
+    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        if args.get("glob") is not None:
+            compile_glob(args["glob"])  # refused here, before anyone is asked
+        return {**resolve_search_root(args, session), "include_secret_paths": bool(args.get("include_secret_paths")),
+                "timeout_seconds": self.timeout_seconds(args, session)}
+
+    async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        rg = rg_executable()
+        output = args.get("output", "files")
+        page = Page(int(args.get("offset", 0)), int(args.get("limit", DEFAULT_LIMIT)))
+        search = open_search_root(args, ctx)
+        try:
+            options, accept, in_glob = filters(args, search)
+            skipped = _Skipped()
+            timed_out = False
+            if not (ctx.approved.get("include_secret_paths") and args.get("include_secret_paths")):
+                timed_out = await _list_secrets(rg, search, in_glob, ctx, skipped)
+            if search.only is not None and skipped.paths:
+                pass  # the one file searched is secret-like: nothing to search
+            elif not timed_out:
+                timed_out = await _search(rg, args, output, search, options, accept, page, skipped, ctx)
+        finally:
+            search.close()
+        return {"output": output, "entries": page.entries, "offset": page.offset,
+                "next_offset": page.next_offset, "timed_out": timed_out,
+                "skipped": skipped.listed[:MAX_SKIPPED_LISTED], "skipped_count": len(skipped.listed)}
+
+
+async def _list_secrets(rg: str, search: SearchRoot, accept: Callable[[str], bool], ctx: ToolContext,
+                        skipped: _Skipped) -> bool:
+    """Find the secret-like files beneath the searched path by name, reading none of them (``rg --files``
+    lists what the search would read; :class:`SecretPrefilter` and :func:`secret_match` decide); True if
+    the deadline stopped the listing. ripgrep's own globs would do the matching at several times the
+    cost of the listing (bench/bench_tools.py)."""
+    offset = len(search.prefix) + 1 if search.prefix else 0
+    may_be_secret = SecretPrefilter(secret_patterns(ctx.session.env))
+
+    def on_path(path: str, escaped: bool) -> None:
+        if not may_be_secret(path):
+            return
+        match = secret_match(tuple(path.split("/")), ctx.session.env)
+        if match is not None:
+            skipped.listed.append({"path": path, "rule": match.reason()})
+            skipped.paths.append(path[offset:])
+
+    if search.only is not None:
+        on_path(f"{search.prefix}/{search.only}" if search.prefix else search.only, False)
+        return False
+    reader = PathReader(search.prefix, accept, on_path)
+    run = await run_rg([*rg_base_argv(rg), "--files", "--null", "--", "."], search, ctx, reader.records.feed)
+    reader.finish()
+    skipped.listed.sort(key=lambda entry: entry["path"])
+    skipped.paths.sort()
+    return run.outcome.timed_out
+
+
+def _exclusions(skipped: _Skipped) -> list[str]:
+    """One anchored ``--glob !/path`` per secret-like file (exact names: ripgrep never opens them)."""
+    if sum(len(p) + 8 for p in skipped.paths) > MAX_EXCLUSION_BYTES:
+        raise ToolError(ErrorCode.TOO_LARGE, f"{len(skipped.paths)} secret-like files beneath the searched path are "
+                        f"too many to leave out (their names exceed {MAX_EXCLUSION_BYTES} bytes of ripgrep options); "
+                        "search a narrower path, or set include_secret_paths", {"skipped": len(skipped.paths)})
+    out = []
+    for relative in skipped.paths:
+        escaped = "".join("\\" + c if c in "*?[]{}\\!" else c for c in relative)
+        out += ["--glob", "!/" + escaped]
+    return out
+
+
+async def _search(rg: str, args: Mapping[str, Any], output: str, search: SearchRoot, options: list[str],
+                  accept: Callable[[str], bool], page: Page, skipped: _Skipped, ctx: ToolContext) -> bool:
+    argv = [*rg_base_argv(rg), "--sort", "path"]
+    if args.get("case_insensitive"):
+        argv.append("--ignore-case")
+    errors: list[str]
+    if output == "files":
+        argv += ["--files-with-matches", "--null"]
+        reader: Any = PathReader(search.prefix, accept, lambda path, escaped: page.offer({"path": path}))
+        errors = reader.errors
+    elif output == "count":
+        argv += ["--count", "--null"]
+        reader = CountReader(search.prefix, accept, lambda path, count: page.offer({"path": path, "count": count}))
+        errors = reader.errors
+    else:
+        argv += ["--json"]
+        if args.get("context"):
+            argv += ["--context", str(int(args["context"]))]
+        reader = JsonLineReader(search.prefix, accept, page.offer)
+        errors = reader.errors
+    argv += options + _exclusions(skipped) + ["--regexp", args["pattern"], "--", "."]
+    run = await run_rg(argv, search, ctx, reader.records.feed, lambda: page.full)
+    reader.finish()
+    check_rg_failed(run, errors, page.seen > 0)
+    return run.outcome.timed_out and not run.stopped_early
