@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .paths import normalize_workspace_path
-from .rules import NO_FACTS, Questions, ShellFacts, command_blockers, questions, segment_blockers
+from .rules import (NO_FACTS, Questions, ShellFacts, command_blockers, hides_commands, invocation_may_match, questions,
+                    segment_blockers)
 from .shell import Segment, ShellAnalysis, analyze
 from .shorten import shorten
 from .tool import RISK_NAMES, ToolRisk
@@ -135,7 +136,13 @@ def _base(word: str) -> str:
 
 def prefix_may_match(segment: Segment, prefix: Sequence[str]) -> bool:
     """For deny and ask rules: could this simple command be ``prefix ...``? Programs compare by name
-    without directory, and a word computed at run time could be anything."""
+    without directory, a word computed at run time could be anything, and options compare by meaning
+    (:func:`peon.rules.invocation_may_match`: ``rm -r -f`` is ``rm -rf``, ``git -C x push`` is
+    ``git push``)."""
+    return _literal_prefix(segment, prefix) or invocation_may_match(segment.words, prefix)
+
+
+def _literal_prefix(segment: Segment, prefix: Sequence[str]) -> bool:
     words = segment.words
     if len(words) < len(prefix):
         return False
@@ -354,19 +361,27 @@ def _any_segment(rule: PolicyRule, analysis: ShellAnalysis | None) -> bool:
     """Deny and ask: any simple command matches, and so does anything Peon cannot see (fail closed)."""
     if analysis is None or rule.command_prefix is None:
         return False
-    if analysis.opaque:
+    if analysis.opaque or _hidden_commands(analysis):
         return True
     prefix = _prefix_words(rule.command_prefix)
     return any(prefix_may_match(segment, prefix) for segment in analysis.segments)
 
 
+def _hidden_commands(analysis: ShellAnalysis) -> str | None:
+    """The first reason a simple command may run any command at all (``git -c alias.x=!...``)."""
+    return next((reason for reason in map(hides_commands, (s.words for s in analysis.segments)) if reason), None)
+
+
 def _opaque_note(rule: PolicyRule, analysis: ShellAnalysis | None) -> str:
-    if rule.command_prefix is None or analysis is None or not analysis.opaque:
+    if rule.command_prefix is None or analysis is None:
+        return ""
+    hidden = analysis.opaque[0] if analysis.opaque else _hidden_commands(analysis)
+    if hidden is None:
         return ""
     prefix = _prefix_words(rule.command_prefix)
     if any(prefix_may_match(segment, prefix) for segment in analysis.segments):
         return ""
-    return f" (applied because Peon cannot see what the command runs: {analysis.opaque[0]})"
+    return f" (applied because Peon cannot see what the command runs: {hidden})"
 
 
 def _input_fields(canonical_input: str) -> Mapping[str, Any]:

@@ -67,6 +67,44 @@ def test_a_deny_rule_does_not_match_unrelated_commands():
         assert p.evaluate(request(command=command)).action == "allow", command
 
 
+@pytest.mark.parametrize("prefix, command", [
+    ("rm -rf", "rm -fr x"), ("rm -rf", "rm -r -f x"), ("rm -rf", "rm -R -f x"), ("rm -rf", "rm --recursive --force x"),
+    ("rm -rf", "rm --rec --forc x"), ("rm -rf", "rm x -rf"), ("rm -rf", "rm -vrf x"), ("rm -rf", "rm -f -v -R x"),
+    ("rm -rf", "rm --interactive=never -r x"), ("rm -rf /", "rm -rf x /"),
+    ("git push", "git -C . push"), ("git push", "git -c user.name=x push"), ("git push", "git --git-dir=.git push"),
+    ("git push", "git --work-tree . --no-pager push"), ("git push", "git --namespace=n -P push"),
+    ("git push", "git send-pack ../remote.git main"), ("git push", "git http-push url main"),
+    ("git push", "git p"), ("git push", "git $SUB"), ("git push", "git -c alias.p=push p"),
+    ("git push --force", "git push -f"), ("git push --force", "git push origin --force"),
+    ("git branch -D", "git branch --delete --force x"), ("git branch -D", "git branch -df x"),
+    ("curl -X POST", "curl -XPOST http://h"), ("curl -X POST", "curl --request=POST http://h"),
+    ("curl -X POST", "curl -sX POST http://h"), ("curl http://h", "curl -s --url http://h"),
+    ("curl http://h", "curl -o out http://h"),
+])
+def test_deny_rules_match_the_meaning_not_the_spelling(prefix, command):
+    assert policy(deny(prefix), process="allow").evaluate(request(command=command)).action == "deny", command
+
+
+@pytest.mark.parametrize("prefix, command", [
+    ("rm -rf", "rm -r x"), ("rm -rf", "rm -- -rf"), ("rm -rf", "rm -f x"), ("git push", "git log"),
+    ("git push", "git commit -m push"), ("git push", "git -C push status"), ("git push --force", "git push origin"),
+    ("curl -X POST", "curl -X GET http://h"), ("curl -X POST", "curl -o POST http://h"),
+])
+def test_deny_rules_do_not_match_other_meanings(prefix, command):
+    assert policy(deny(prefix), process="allow").evaluate(request(command=command)).action == "allow", command
+
+
+@pytest.mark.parametrize("command", [
+    "git -c alias.x='!touch y' x", "git -c core.pager='touch y' log", "git --config-env=core.pager=V log",
+    "git --exec-path=. status", "git submodule foreach 'touch y'", "git rebase --exec 'touch y' main",
+    "git rebase -x 'touch y' main", "git bisect run touch y", "git config alias.x '!touch y'",
+    "git config core.fsmonitor 'touch y'",
+])
+def test_git_configuration_and_subcommands_that_run_strings_match_every_deny_rule(command):
+    verdict = policy(deny("rm"), process="allow").evaluate(request(command=command))
+    assert verdict.action == "deny" and "cannot see" in verdict.rule, (command, verdict)
+
+
 def test_opaque_commands_say_why_a_deny_rule_applied():
     verdict = policy(deny("git push"), process="allow").evaluate(request(command="eval $CMD"))
     assert verdict.action == "deny" and "cannot see what the command runs: eval" in verdict.rule
