@@ -30,7 +30,7 @@ import json
 import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .paths import normalize_workspace_path
@@ -270,7 +270,11 @@ class ApprovalPolicy:
     def questions(self, request: ApprovalRequest) -> Questions:
         """Facts :meth:`evaluate` needs before an allow rule may allow this call (none for most calls)."""
         analysis = self._analysis_for_allow(request, _input_fields(request.canonical_input))
-        return Questions() if analysis is None else questions(analysis)
+        if analysis is None:
+            return Questions()
+        asked = questions(analysis)
+        readable = sandbox_readable(request)
+        return asked if readable is None else replace(asked, readable=readable)
 
     def _analysis_for_allow(self, request: ApprovalRequest, args: Mapping[str, Any]) -> ShellAnalysis | None:
         command = _command_of(args)
@@ -350,6 +354,16 @@ class ApprovalPolicy:
                 used.append(rule.describe())
         parts = ", ".join(_show_segment(s) for s in analysis.segments)
         return f"{' and '.join(used)} (every part allowed: {parts})", ""
+
+
+def sandbox_readable(request: ApprovalRequest) -> tuple[str, ...] | None:
+    """The paths a sandboxed call's command may read (its plan's readable and writable paths, as the
+    approval details show them); None when it runs unsandboxed. A plan that cannot be read gives ()."""
+    sandbox = request.details.get("sandbox") if isinstance(request.details, Mapping) else None
+    if not request.sandboxed or not isinstance(sandbox, Mapping) or not sandbox.get("active"):
+        return None
+    paths = [*(sandbox.get("readable") or ()), *(sandbox.get("writable") or ())]
+    return tuple(p for p in paths if isinstance(p, str) and p.startswith("/"))
 
 
 def _show_segment(segment: Segment) -> str:

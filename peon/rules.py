@@ -33,6 +33,8 @@ class ArgumentRule:
     short: frozenset[str] = frozenset()  # letters: "-o", "-o5", "-no"
     words: frozenset[str] = frozenset()  # whole words: find's "-exec"
     why: str = ""
+    prefixes: tuple[str, ...] = ()  # words starting so: dd's "of="
+    always: bool = False  # the program itself writes (split): never allowed by rules
 
 
 UNSAFE_ARGUMENTS: dict[str, ArgumentRule] = {
@@ -46,18 +48,57 @@ UNSAFE_ARGUMENTS: dict[str, ArgumentRule] = {
     "rg": ArgumentRule(long=frozenset({"--pre", "--hostname-bin"}), why="runs a program on every file"),
     "sed": ArgumentRule(long=frozenset({"--in-place", "--file"}), short=frozenset("if"),
                         why="edits files in place or reads its script from a file"),
-    "awk": ArgumentRule(long=frozenset({"--file", "--include", "--load", "--exec"}), short=frozenset("filE"),
-                        why="reads its program from a file or loads an extension"),
+    "awk": ArgumentRule(long=frozenset({"--file", "--include", "--load", "--exec", "--pretty-print", "--profile",
+                                        "--dump-variables"}), short=frozenset("filEopdW"),
+                        why="reads its program from a file, loads an extension or writes a file"),
+    "tree": ArgumentRule(short=frozenset("o"), why="writes its output to a file"),
+    "shuf": ArgumentRule(long=frozenset({"--output"}), short=frozenset("o"), why="writes its output to a file"),
+    "iconv": ArgumentRule(long=frozenset({"--output"}), short=frozenset("o"), why="writes its output to a file"),
+    "less": ArgumentRule(long=frozenset({"--log-file", "--LOG-FILE"}), short=frozenset("oO"),
+                         why="copies its input to a file"),
+    "date": ArgumentRule(long=frozenset({"--set"}), short=frozenset("s"), why="sets the system clock"),
+    "dd": ArgumentRule(prefixes=("of=",), why="writes a file"),
+    "split": ArgumentRule(always=True, why="writes files named after its prefix"),
+    "csplit": ArgumentRule(always=True, why="writes files named after its prefix"),
 }
 for _name in ("gawk", "mawk", "nawk"):
     UNSAFE_ARGUMENTS[_name] = UNSAFE_ARGUMENTS["awk"]
-# Programs whose operands are files they write (checked like redirections).
-WRITES_OPERANDS = frozenset({"tee"})
+# Programs whose operands are files they write (checked like redirections): which operands (None:
+# all of them; 1: the second), and the options that take a value (skipped, not operands).
+WRITES_OPERANDS: dict[str, tuple[int | None, frozenset[str]]] = {
+    "tee": (None, frozenset()),
+    "uniq": (1, frozenset({"-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"})),
+    "xxd": (1, frozenset({"-c", "-g", "-l", "-o", "-s", "-n", "-cols", "-groupsize", "-len", "-seek", "-name"})),
+}
+
+
+def written_operands(segment: Segment) -> list[str | None]:
+    """The operands of a :data:`WRITES_OPERANDS` program that name files it writes."""
+    which, with_value = WRITES_OPERANDS.get(segment.program or "", (0, frozenset()))
+    if segment.program not in WRITES_OPERANDS:
+        return []
+    operands: list[str | None] = []
+    words = segment.words[1:]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            operands.extend(words[i:])
+            break
+        if word is not None and word.startswith("-") and word != "-":
+            if word in with_value:
+                i += 1
+            continue
+        operands.append(word)
+    if which is None:
+        return operands
+    return operands[which:which + 1]
 
 # git: options before the subcommand that are safe; any other is not (-c, -C, --git-dir, --exec-path...).
 GIT_SAFE_GLOBAL = frozenset({"--no-pager", "-P", "-p", "--paginate", "--no-replace-objects", "--literal-pathspecs",
                              "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "--no-optional-locks",
-                             "--version", "--help", "-h", "--no-advice"})
+                             "--version", "-h", "--no-advice"})
 GIT_UNSAFE_LONG = frozenset({"--output", "--exec", "--upload-pack", "--receive-pack", "--ext-diff",
                              "--open-files-in-pager", "--extcmd", "--output-directory", "--exec-path", "--tool",
                              "--template", "--config-env"})
@@ -65,7 +106,8 @@ GIT_UNSAFE_SHORT = {"grep": "O", "rebase": "x", "format-patch": "o", "archive": 
                     "mergetool": "t", "commit": "", "config": ""}
 GIT_UNSAFE_SUBCOMMANDS = {"difftool": "runs a diff tool", "mergetool": "runs a merge tool",
                           "filter-branch": "runs shell filters", "instaweb": "starts a web server and browser",
-                          "web--browse": "starts a browser", "daemon": "serves the repository"}
+                          "web--browse": "starts a browser", "daemon": "serves the repository",
+                          "help": "runs the manual viewer or browser the configuration names"}
 GIT_UNSAFE_SUBCOMMAND_WORDS = {("bisect", "run"): "runs a command", ("submodule", "foreach"): "runs a command"}
 # Subcommands that never run hooks; every other may (commit, merge, checkout, push, am, gc --auto...).
 GIT_NO_HOOKS = frozenset({"status", "diff", "log", "show", "shortlog", "blame", "annotate", "grep", "ls-files",
@@ -82,7 +124,8 @@ GIT_PROGRAM_KEYS = (
     "uploadpack.packobjectshook", "remote.*.uploadpack", "remote.*.receivepack", "remote.*.vcs",
     "protocol.*.allow", "protocol.allow", "difftool.*.cmd", "mergetool.*.cmd", "man.*.cmd", "web.browser",
     "browser.*.cmd", "submodule.*.update", "trailer.*.command", "trailer.*.cmd", "init.templatedir",
-    "sendemail.*", "include.path", "includeif.*.path",
+    "sendemail.*", "include.path", "includeif.*.path", "man.*.path", "man.viewer", "help.*", "browser.*.path",
+    "gpg.*.defaultkeycommand", "core.editor", "imap.tunnel",
 )
 HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/fd/1", "/dev/fd/2"})
 
@@ -128,6 +171,7 @@ class Questions:
     paths: frozenset[str] = frozenset()  # workspace-relative paths to resolve (do they stay inside?)
     git_cwds: frozenset[str] = frozenset()  # workspace-relative directories git runs in
     programs: frozenset[str] = frozenset()  # absolute program paths: the same file as the PATH lookup?
+    readable: tuple[str, ...] | None = None  # the call runs sandboxed: read facts only beneath these
 
     def __bool__(self) -> bool:
         return bool(self.paths or self.git_cwds or self.programs)
@@ -165,9 +209,8 @@ def _write_candidates(analysis: ShellAnalysis) -> list[tuple[str | None, str | N
     for write in analysis.writes:
         found.extend((write.target, cwd) for cwd in write.cwds)
     for segment in analysis.segments:
-        if segment.program in WRITES_OPERANDS:
-            operands = [w for w in segment.words[1:] if w is None or not w.startswith("-")]
-            found.extend((operand, cwd) for operand in operands for cwd in segment.cwds)
+        found.extend((operand, cwd) for operand in written_operands(segment) for cwd in segment.cwds
+                     if operand != "-")
     return found
 
 
@@ -229,6 +272,8 @@ def segment_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
         reasons.extend(_git_blockers(segment, facts))
     rule = UNSAFE_ARGUMENTS.get(program or "")
     if rule is not None:
+        if rule.always:
+            reasons.append(f"{program} {rule.why}")
         if any(w is None for w in segment.words[1:]):
             reasons.append(f"an argument of {program} is computed at run time (it could be a dangerous option)")
         for word in segment.words[1:]:
@@ -242,7 +287,7 @@ def segment_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
 
 
 def _option_matches(word: str, rule: ArgumentRule) -> bool:
-    if word in rule.words:
+    if word in rule.words or word.startswith(rule.prefixes or ("\0",)):
         return True
     if word.startswith("--") and len(word) > 2:
         name = word.partition("=")[0]
@@ -274,12 +319,17 @@ def _git_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
     if subcommand is not None and rest and rest[0] is not None and (subcommand, rest[0]) in GIT_UNSAFE_SUBCOMMAND_WORDS:
         reasons.append(f"git {subcommand} {rest[0]} {GIT_UNSAFE_SUBCOMMAND_WORDS[(subcommand, rest[0])]}")
     short = GIT_UNSAFE_SHORT.get(subcommand or "", "")
+    for word in [w for w in words[1:i] if w is not None]:
+        if len(word) >= 4 and "--help".startswith(word):
+            reasons.append("git --help runs the manual viewer or browser the configuration names")
     for word in rest:
         if word is None or word == "--":
             if word == "--":
                 break
             continue
-        if word.startswith("--"):
+        if word.startswith("--") and len(word) >= 4 and "--help".startswith(word.partition("=")[0]):
+            reasons.append(f"git {subcommand} --help runs the manual viewer or browser the configuration names")
+        elif word.startswith("--"):
             name = word.partition("=")[0]
             if any(option.startswith(name) and len(name) >= 4 for option in GIT_UNSAFE_LONG) and \
                     not name.startswith("--output-indicator"):
@@ -317,7 +367,14 @@ def _git_blockers(segment: Segment, facts: ShellFacts) -> list[str]:
 _SED_SIMPLE = set("pdnNqQlL=gGhHxzFPD}{")
 
 
-def _script_operands(segment: Segment, expression_options: tuple[str, ...]) -> list[str | None]:
+# Options of sed and awk that take a value (attached, or the next word), so the value is not the script.
+SED_VALUE_OPTIONS = ("-l", "--line-length", "-f", "--file")
+AWK_VALUE_OPTIONS = ("-F", "--field-separator", "-v", "--assign", "-f", "--file", "-i", "--include", "-l", "--load",
+                     "-E", "--exec", "-W")
+
+
+def _script_operands(segment: Segment, expression_options: tuple[str, ...],
+                     value_options: tuple[str, ...] = ()) -> list[str | None]:
     words = segment.words[1:]
     scripts: list[str | None] = []
     positional: list[str | None] = []
@@ -326,6 +383,13 @@ def _script_operands(segment: Segment, expression_options: tuple[str, ...]) -> l
         word = words[i]
         if word is None:
             positional.append(None)
+        elif word in value_options:
+            i += 1  # its value is the next word
+        elif word.startswith("--") and word.partition("=")[0] in value_options:
+            pass
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 2 and word[:2] in value_options \
+                and word[:2] not in expression_options:
+            pass  # -F: and -vx=1: the value is attached
         elif word in expression_options:
             scripts.append(words[i + 1] if i + 1 < len(words) else None)
             i += 1
@@ -344,7 +408,7 @@ def _script_operands(segment: Segment, expression_options: tuple[str, ...]) -> l
 
 def _sed_script_blockers(segment: Segment) -> list[str]:
     reasons = []
-    for script in _script_operands(segment, ("-e", "--expression")):
+    for script in _script_operands(segment, ("-e", "--expression"), SED_VALUE_OPTIONS):
         problem = "its script is computed at run time" if script is None else sed_script_problem(script)
         if problem:
             reasons.append(f"sed: {problem}")
@@ -385,8 +449,10 @@ def sed_script_problem(script: str) -> str | None:
         if command in "#aicrR":  # to the end of the line: a comment, text, a file to read
             while i < n and script[i] != "\n":
                 i += 1
-        elif command in ":btT":  # a label
-            while i < n and script[i] not in "\n;":
+        elif command in ":btT":  # a label: it ends at a blank (`b end w file` writes), ; or a newline
+            while i < n and script[i] in " \t":
+                i += 1
+            while i < n and script[i] not in " \t\n;":
                 i += 1
         elif command in ("s", "y"):
             if i >= n:
@@ -429,7 +495,7 @@ _AWK_DANGER = re.compile(r"system|getline|\||>|fflush|close|ENVIRON|PROCINFO")
 
 
 def _awk_blockers(segment: Segment) -> list[str]:
-    scripts = _script_operands(segment, ("--source",))
+    scripts = _script_operands(segment, ("--source", "-e"), AWK_VALUE_OPTIONS)
     reasons = []
     for script in scripts:
         if script is None:

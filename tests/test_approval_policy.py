@@ -173,6 +173,11 @@ def test_allow_rules_do_not_allow_more_than_their_parts(command, why):
     ("git -C /elsewhere status", "before the subcommand"),
     ("git --git-dir=/elsewhere status", "before the subcommand"),
     ("git --exec-path=/tmp status", "before the subcommand"),
+    ("git help log", "manual viewer"),
+    ("git help -w log", "manual viewer"),
+    ("git --help", "manual viewer"),
+    ("git log --help", "manual viewer"),
+    ("git log --hel", "manual viewer"),
 ])
 def test_git_arguments_that_write_or_run_programs_are_not_allowed(command, why):
     verdict = policy(allow("git")).evaluate(request(command=command), CLEAN)
@@ -198,6 +203,33 @@ def test_git_output_indicator_options_are_not_output():
     ("rg --pre ./evil x", "--pre"),
     ("awk 'BEGIN{system(\"rm x\")}'", "awk"),
     ("tee /tmp/out", "outside the workspace"),
+    # option values are skipped before the script, which is then checked
+    ("sed -l 5 's/a/b/w /tmp/x' f", "s///w"),
+    ("sed --line-length 5 's/a/b/w /tmp/x' f", "s///w"),
+    ("sed -n -l5 '1e rm x' f", "runs a command"),
+    ("awk -F : 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk -v x=1 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk --assign x=1 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk -F: 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk -o/tmp/x '{print}' f", "-o/tmp/x"),
+    ("awk --dump-variables=/tmp/x '{print}' f", "--dump-variables"),
+    # sed labels end at a blank: `b end w FILE` writes
+    ("sed 'b end w /tmp/x' f", "writes a file"),
+    ("sed ':a w /tmp/x' f", "writes a file"),
+    # programs that write their operands or options' values
+    ("uniq in /tmp/out", "outside the workspace"),
+    ("xxd -r dump /tmp/out", "outside the workspace"),
+    ("xxd -c 16 in /tmp/out", "outside the workspace"),
+    ("tree -o /tmp/out", "-o"),
+    ("shuf -o /tmp/out f", "-o"),
+    ("shuf --output=/tmp/out f", "--output"),
+    ("split f part", "writes files"),
+    ("csplit f /x/", "writes files"),
+    ("date -s 2020-01-01", "clock"),
+    ("date --set=2020-01-01", "clock"),
+    ("iconv -o /tmp/out f", "-o"),
+    ("less -o /tmp/out f", "-o"),
+    ("dd if=f of=/tmp/out", "of="),
 ])
 def test_safe_programs_with_unsafe_arguments_are_not_allowed(command, why):
     program = command.split()[0]
@@ -206,7 +238,9 @@ def test_safe_programs_with_unsafe_arguments_are_not_allowed(command, why):
 
 
 @pytest.mark.parametrize("command", ["find . -name '*.py'", "sed -n 10,20p f", "sed 's/a/b/g' f", "sort -k2 f",
-                                     "rg -n pattern", "awk '{print $1}' f", "tee out.txt"])
+                                     "rg -n pattern", "awk '{print $1}' f", "tee out.txt", "sed -l 5 p f",
+                                     "sed 'b end; p' f", "awk -F: '{print $1}' f", "uniq in", "uniq in out.txt",
+                                     "xxd f", "tree -L 2", "shuf -n 3 f", "date +%s", "dd if=f"])
 def test_the_same_programs_with_harmless_arguments_are_allowed(command):
     program = command.split()[0]
     facts = ShellFacts(paths_inside={"out.txt": True})
@@ -245,6 +279,14 @@ def test_questions_are_asked_only_when_an_allow_rule_for_commands_applies():
     assert asked.git_cwds == {".", "src"} and asked.paths == {"out", "src/out"} and asked.programs == {"/bin/ls"}
     assert not policy(deny("git push")).questions(request(command="git status > out"))
     assert not p.questions(request("read", ToolRisk.READ_ONLY, path="x"))
+
+
+def test_a_sandboxed_call_asks_for_facts_only_where_its_command_may_read():
+    sandbox = {"active": True, "kind": "bwrap", "readable": ["/usr", "/etc"], "writable": ["/ws", "/tmp"]}
+    sandboxed = ApprovalRequest("c", "bash", ToolRisk.PROCESS, "r", "s", details={"sandbox": sandbox},
+                                canonical_input=json.dumps({"command": "git status"}), sandboxed=True)
+    assert policy(allow("git status")).questions(sandboxed).readable == ("/usr", "/etc", "/ws", "/tmp")
+    assert policy(allow("git status")).questions(request(command="git status")).readable is None
 
 
 def test_a_floor_with_a_command_prefix_applies_to_any_part():
