@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from .paths import normalize_workspace_path
 from .rules import (NO_FACTS, Questions, ShellFacts, command_blockers, hides_commands, invocation_may_match, questions,
-                    segment_blockers)
+                    rebased, segment_blockers)
 from .shell import Segment, ShellAnalysis, analyze
 from .shorten import shorten
 from .tool import RISK_NAMES, ToolRisk
@@ -280,7 +280,7 @@ class ApprovalPolicy:
         command = _command_of(args)
         if command is None or not any(r.matches_call(request, args) for r in self._allow_command_rules):
             return None
-        return analyze(command)
+        return rebased(analyze(command), _call_directory(request))
 
     # -- evaluation ---------------------------------------------------------------------------------
 
@@ -300,7 +300,8 @@ class ApprovalPolicy:
                 matched.append((candidate.decision, candidate.describe() + _opaque_note(candidate, analysis)))
         note = ""
         if analysis is not None:
-            covered, note = self._covered_by_allow_rules(request, args, analysis, facts)
+            covered, note = self._covered_by_allow_rules(request, args, rebased(analysis, _call_directory(request)),
+                                                         facts)
             if covered is not None:
                 matched.append(("allow", covered))
         if matched:
@@ -354,6 +355,12 @@ class ApprovalPolicy:
                 used.append(rule.describe())
         parts = ", ".join(_show_segment(s) for s in analysis.segments)
         return f"{' and '.join(used)} (every part allowed: {parts})", ""
+
+
+def _call_directory(request: ApprovalRequest) -> str:
+    """The workspace-relative directory the call's command starts in (its resolved ``cwd``)."""
+    where = request.details.get("cwd_path") if isinstance(request.details, Mapping) else None
+    return where if isinstance(where, str) and where else "."
 
 
 def sandbox_readable(request: ApprovalRequest) -> tuple[str, ...] | None:

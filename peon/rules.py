@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .shell import Segment, ShellAnalysis
 
@@ -185,6 +185,21 @@ class ShellFacts:
 
 
 NO_FACTS = ShellFacts()
+
+
+def rebased(analysis: ShellAnalysis, base: str) -> ShellAnalysis:
+    """The analysis of a line run in workspace directory ``base`` (the call's ``cwd``): every working
+    directory it records, relative to the workspace root instead of to ``base``."""
+    if base in ("", "."):
+        return analysis
+
+    def moved(cwds: tuple[str | None, ...]) -> tuple[str | None, ...]:
+        return tuple(None if c is None else c if c.startswith("/") else posixpath.normpath(posixpath.join(base, c))
+                     for c in cwds)
+
+    segments = tuple(replace(s, cwds=moved(s.cwds)) for s in analysis.segments)
+    writes = tuple(replace(w, cwds=moved(w.cwds)) for w in analysis.writes)
+    return replace(analysis, segments=segments, writes=writes)
 
 
 def questions(analysis: ShellAnalysis) -> Questions:

@@ -289,6 +289,19 @@ def test_a_sandboxed_call_asks_for_facts_only_where_its_command_may_read():
     assert policy(allow("git status")).questions(request(command="git status")).readable is None
 
 
+def test_facts_are_asked_for_the_directory_the_call_runs_in():
+    details = {"cwd": "/ws/vendor", "cwd_path": "vendor"}
+    inside = ApprovalRequest("c", "bash", ToolRisk.PROCESS, "r", "s", details=details,
+                             canonical_input=json.dumps({"command": "git status > out.txt; cd .. && git log",
+                                                         "cwd": "vendor"}))
+    asked = policy(allow("git"), allow("cd")).questions(inside)
+    assert asked.git_cwds == {"vendor", "."} and asked.paths == {"vendor/out.txt"}
+    facts = ShellFacts(git={".": GitFacts(), "vendor": GitFacts(program_keys=("core.fsmonitor in x",))},
+                       paths_inside={"vendor/out.txt": True})
+    verdict = policy(allow("git"), allow("cd")).evaluate(inside, facts)
+    assert verdict.action == "ask" and "core.fsmonitor" in verdict.rule
+
+
 def test_a_floor_with_a_command_prefix_applies_to_any_part():
     floor = PolicyRule("deny", tool="bash", command_prefix="git push", tighten_only=True, name="p0")
     p = ApprovalPolicy({**DEFAULTS, "process": "allow"}, [floor])
