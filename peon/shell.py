@@ -498,26 +498,62 @@ _KEEPS_BACKSLASH_NEWLINE = frozenset({"raw_string", "heredoc_body", "comment", "
 
 def _check_continuations(state: _State, root: Any) -> None:
     """Bash removes backslash-newline before it splits words (``r\\<newline>m`` runs ``rm``); the grammar
-    splits there. Between two non-blank characters outside quotes that keep it, the line is opaque."""
+    splits there. Between two non-blank characters outside quotes that keep it, the line is opaque.
+    One walk of the tree in document order decides every place (linear, whatever the nesting)."""
     source = state.source
+    joins = []
     position = source.find(b"\\\n")
     while position >= 0:
-        if not state.step():
-            return
         before = source[position - 1:position] if position else b" "
         after = source[position + 2:position + 3] or b" "
         if before not in b" \t\n;&|" and after not in b" \t\n;&|":
-            node = root.descendant_for_byte_range(position, position + 1)
-            kept = False
-            while node is not None and node.type not in ("command_substitution", "process_substitution"):
-                if node.type in _KEEPS_BACKSLASH_NEWLINE or (node.type == "string" and node.start_byte < position):
-                    kept = True
-                    break
-                node = node.parent
-            if not kept:
-                state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
-                return
+            joins.append(position)
         position = source.find(b"\\\n", position + 2)
+    if not joins:
+        return
+    # Innermost enclosing node of interest at each join: quotes that keep the backslash-newline as
+    # text (or remove it within one word), substitutions that start a new command line.
+    stack: list[tuple[int, bool]] = []  # (end byte, keeps)
+    pending = iter(joins)
+    join = next(pending, None)
+    cursor = root.walk()
+    descend = True
+    while join is not None:
+        node = cursor.node
+        if descend:
+            while join is not None and join < node.start_byte:  # every node before it has been seen
+                while stack and stack[-1][0] <= join:
+                    stack.pop()
+                if not (stack and stack[-1][1]):
+                    state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+                    return
+                join = next(pending, None)
+            if join is None:
+                return
+            kind = node.type
+            if kind in _KEEPS_BACKSLASH_NEWLINE or kind == "string":
+                while stack and stack[-1][0] <= node.start_byte:
+                    stack.pop()
+                stack.append((node.end_byte, True))
+            elif kind in ("command_substitution", "process_substitution"):
+                while stack and stack[-1][0] <= node.start_byte:
+                    stack.pop()
+                stack.append((node.end_byte, False))
+            if node.child_count and kind not in _KEEPS_BACKSLASH_NEWLINE and cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            descend = True
+            continue
+        if not cursor.goto_parent():
+            break
+        descend = False
+    while join is not None:  # after the last node
+        while stack and stack[-1][0] <= join:
+            stack.pop()
+        if not (stack and stack[-1][1]):
+            state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+            return
+        join = next(pending, None)
 
 
 def _visit(state: _State, node: Any, origin: str) -> None:

@@ -217,6 +217,8 @@ def test_long_chains_and_the_longest_line_are_analysed_without_recursion():
     assert not analysis.opaque and len(analysis.segments[0].words) == (MAX_COMMAND_BYTES - 5) // 3 + 1
     braces = "echo " + "{a" * 30_000  # once a quadratic regular expression
     assert analyze(braces).segments[0].words[1] == "{a" * 30_000
+    continued = "echo " + "$(echo " * 20_000 + "'" + "a\\\nb" * 20_000 + "'" + ")" * 20_000
+    assert "nests more than" in analyze(continued).opaque[0]  # one walk decides every continuation
 
 
 def test_plain_compound_commands_are_neither_opaque_nor_dynamic():
