@@ -690,6 +690,8 @@ def invocation(words: Sequence[str | None], *, git_globals: bool = True) -> Invo
     program = None if first is None else (posixpath.basename(first) or first)
     rest = list(words[1:])
     subcommand = None
+    if program is not None and program.startswith("git-") and program[4:] in GIT_COMMANDS:
+        program, rest = "git", [program[4:], *rest]  # git's exec path holds git-push, git-send-pack...
     table = PROGRAM_OPTIONS.get(program or "")
     if program == "git" and git_globals:
         i = 0

@@ -50,6 +50,8 @@ GIT_PUSH = [
     "git send-pack ../remote.git main", "git -c alias.p=push p -q origin main", "git up -q origin main",
     "git config alias.q push && git q -q origin main", "xargs git push -q <<< 'origin main'",
     "find . -maxdepth 0 -exec git push -q origin main \\;", "g\\\nit push -q origin main",
+    "/usr/lib/git-core/git-push -q origin main", "PATH=/usr/lib/git-core:$PATH git-push -q origin main",
+    "$(git --exec-path)/git-push -q origin main", "/usr/lib/git-core/git-send-pack ../remote.git main",
 ]
 INTERPRETERS = {
     "rm -rf": ["python3 -c \"import shutil; shutil.rmtree('victim')\"",

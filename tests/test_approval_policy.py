@@ -75,6 +75,7 @@ def test_a_deny_rule_does_not_match_unrelated_commands():
     ("git push", "git --work-tree . --no-pager push"), ("git push", "git --namespace=n -P push"),
     ("git push", "git send-pack ../remote.git main"), ("git push", "git http-push url main"),
     ("git push", "git p"), ("git push", "git $SUB"), ("git push", "git -c alias.p=push p"),
+    ("git push", "/usr/lib/git-core/git-push origin main"), ("git push", "git-send-pack ../r main"),
     ("git push --force", "git push -f"), ("git push --force", "git push origin --force"),
     ("git branch -D", "git branch --delete --force x"), ("git branch -D", "git branch -df x"),
     ("curl -X POST", "curl -XPOST http://h"), ("curl -X POST", "curl --request=POST http://h"),
