@@ -30,6 +30,13 @@ RM = [
     "r''m -rf victim", "$'\\x72m' -rf victim", "r\\\nm -rf victim", "xargs rm -rf <<< victim",
     "echo victim | xargs rm -rf", "find . -maxdepth 1 -name victim -exec rm -rf {} +",
     "find . -maxdepth 1 -name victim -exec rm -rf {} \\;", "rm -rf ./victim/../victim",
+    "{rm,-rf,victim}", "rm${IFS}-rf${IFS}victim", "command -- rm -rf victim", "xargs -I{} rm -rf {} <<< victim",
+    "nice --adjustment=5 rm -rf victim", "timeout --signal=KILL 5 rm -rf victim", "sh -c 'rm -rf \"$1\"' _ victim",
+    "bash <<< 'rm -rf victim'", "bash -s <<< 'rm -rf victim'", "bash -cx 'rm -rf victim'",
+    "find . -maxdepth 1 -name victim -exec sh -c 'rm -rf \"$0\"' {} \\;", "command eval 'rm -rf victim'",
+    "builtin exec rm -rf victim", "select x in a; do rm -rf victim; break; done <<< 1",
+    "[[ $(rm -rf victim) ]]", "echo ${x:-$(rm -rf victim)}", "cat <<< $(rm -rf victim)", "trap 'rm -rf victim' EXIT",
+    "source <(echo rm -rf victim)", "printf 'rm -rf victim' | sh", "a=(rm -rf victim); \"${a[@]}\"",
 ]
 CURL = [
     *[n.format(p="curl") + " -s {url}" for n in NAMING],
