@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -29,12 +30,14 @@ def executed(line: str, directory: Path) -> list[str]:
     log = directory / "strace.log"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(directory), "LC_ALL": "C"}
     assert STRACE is not None and BASH is not None
+    process = subprocess.Popen([STRACE, "-f", "-qq", "-e", "trace=execve", "-o", str(log), BASH, "-c", line],
+                               cwd=directory, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        subprocess.run([STRACE, "-f", "-qq", "-e", "trace=execve", "-o", str(log), BASH, "-c", line],
-                       cwd=directory, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=20, start_new_session=True)
-    except subprocess.TimeoutExpired:  # strace kills its tracees when it is killed
-        pass
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:  # strace and what it traces share the group this test started
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     programs = []
     for entry in log.read_text(errors="replace").splitlines():
         match = _EXECVE.match(entry)
