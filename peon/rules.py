@@ -667,7 +667,7 @@ class Invocation:
     """A simple command as deny and ask rules compare it."""
 
     program: str | None  # base name; None when computed at run time
-    subcommand: str | None = None  # git's, after its global options; None: none, or computed
+    subcommand: str | None = None  # git's, after its global options; "": none; None: computed at run time
     options: frozenset[str | tuple[str, str]] = frozenset()  # canonical names, (name, value) with values
     operands: tuple[str | None, ...] = ()
     unknown_options: bool = False  # a word computed at run time may be any option
@@ -700,8 +700,8 @@ def invocation(words: Sequence[str | None], *, git_globals: bool = True) -> Invo
             if word is None or not word.startswith("-"):
                 break
             i += 2 if word in GIT_GLOBAL_WITH_VALUE else 1
-        subcommand = rest[i] if i < len(rest) else None
-        if i < len(rest) and subcommand is None:
+        subcommand = rest[i] if i < len(rest) else ""  # "": none (git --version); None: computed
+        if subcommand is None:
             return Invocation(program, None, frozenset(), tuple(rest[i + 1:]), True)
         rest = rest[i + 1:]
         table = GIT_SUBCOMMAND_OPTIONS.get(subcommand or "")
@@ -780,8 +780,10 @@ def invocation_may_match(segment_words: Sequence[str | None], prefix_words: Sequ
         return False
     if seen.program is None:
         return True
-    if wanted.program == "git" and wanted.subcommand is not None:
+    if wanted.program == "git" and wanted.subcommand:
         sub = seen.subcommand
+        if sub == "":
+            return False  # git alone, or only global options (--version): no subcommand runs
         if sub is None or sub.lower() not in GIT_COMMANDS:
             return True  # computed at run time, an alias or a git-NAME program: it may be anything
         if sub in GIT_SAME_EFFECT.get(wanted.subcommand, ()):

@@ -80,7 +80,7 @@ def test_a_deny_rule_does_not_match_unrelated_commands():
     ("git branch -D", "git branch --delete --force x"), ("git branch -D", "git branch -df x"),
     ("curl -X POST", "curl -XPOST http://h"), ("curl -X POST", "curl --request=POST http://h"),
     ("curl -X POST", "curl -sX POST http://h"), ("curl http://h", "curl -s --url http://h"),
-    ("curl http://h", "curl -o out http://h"),
+    ("curl http://h", "curl -o out http://h"), ("git", "git -C . log"), ("git", "git --version"),
 ])
 def test_deny_rules_match_the_meaning_not_the_spelling(prefix, command):
     assert policy(deny(prefix), process="allow").evaluate(request(command=command)).action == "deny", command
@@ -89,6 +89,7 @@ def test_deny_rules_match_the_meaning_not_the_spelling(prefix, command):
 @pytest.mark.parametrize("prefix, command", [
     ("rm -rf", "rm -r x"), ("rm -rf", "rm -- -rf"), ("rm -rf", "rm -f x"), ("git push", "git log"),
     ("git push", "git commit -m push"), ("git push", "git -C push status"), ("git push --force", "git push origin"),
+    ("git push", "git --version"), ("git push", "git -C . --no-pager"),
     ("curl -X POST", "curl -X GET http://h"), ("curl -X POST", "curl -o POST http://h"),
 ])
 def test_deny_rules_do_not_match_other_meanings(prefix, command):
