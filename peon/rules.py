@@ -14,6 +14,7 @@ Promises:
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -683,9 +684,14 @@ def _canonical_long(name: str, table: Options | None) -> list[str]:
     return found or [name]
 
 
-def invocation(words: Sequence[str | None], *, git_globals: bool = True) -> Invocation:
+def invocation(words: Sequence[str | None]) -> Invocation:
     """``words`` (program first) read the way the program reads them: clustered short options split,
     long options and abbreviations mapped to canonical names, options anywhere before ``--``."""
+    return _invocation(tuple(words))
+
+
+@functools.lru_cache(maxsize=2048)  # each simple command is compared with every deny and ask rule
+def _invocation(words: tuple[str | None, ...]) -> Invocation:
     first = words[0] if words else None
     program = None if first is None else (posixpath.basename(first) or first)
     rest = list(words[1:])
@@ -693,7 +699,7 @@ def invocation(words: Sequence[str | None], *, git_globals: bool = True) -> Invo
     if program is not None and program.startswith("git-") and program[4:] in GIT_COMMANDS:
         program, rest = "git", [program[4:], *rest]  # git's exec path holds git-push, git-send-pack...
     table = PROGRAM_OPTIONS.get(program or "")
-    if program == "git" and git_globals:
+    if program == "git":
         i = 0
         while i < len(rest):
             word = rest[i]
