@@ -1,11 +1,12 @@
 """How much the approval path adds to a call, in the supervisor, without processes.
 
 Prints per-operation times for the shell analysis (parse + normalise, uncached, for a typical and a long
-command line), the policy evaluation with command rules (allow rules over every part), the facts an
-allow rule needs (a git repository's configuration, a redirection target), a grant lookup in a store
-of 1000 grants, and the audit log's decision line with and without ``fdatasync``, each against a
-baseline measured in the same run: encoding the approval request as the JSON line the supervisor would
-send anyway.
+command line, and CPU time for the longest and the most deeply nested lines it still accepts: the
+analysis is bounded and linear, past its limits a line is opaque), the policy evaluation with command
+rules (allow rules over every part), the facts an allow rule needs (a git repository's configuration, a
+redirection target), a grant lookup in a store of 1000 grants, and the audit log's decision line with
+and without ``fdatasync``, each against a baseline measured in the same run: encoding the approval
+request as the JSON line the supervisor would send anyway.
 
     python bench/approval_overhead.py
 """
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from peon.config import load_config
 from peon.policy import ApprovalPolicy, ApprovalRequest, Decision
 from peon.rules import GitFacts, ShellFacts
-from peon.shell import _analyze_cached, analyze
+from peon.shell import MAX_COMMAND_BYTES, _analyze_cached, analyze
 from peon.tool import ToolRisk
 from peon.supervisor.audit import AuditLog, decision_entry
 from peon.supervisor.facts import gather
@@ -48,6 +49,31 @@ def uncached(command: str) -> Callable[[], object]:
         return analyze(command)
 
     return run
+
+
+def longest_accepted() -> str:
+    """The longest line analyse() accepts: as many words as MAX_COMMAND_BYTES holds."""
+    return "echo " + " ".join(["ab"] * ((MAX_COMMAND_BYTES - 5) // 3))
+
+
+def deepest_accepted() -> str:
+    """The most deeply nested command substitution analyse() still sees into (not opaque)."""
+    def nested(depth: int) -> str:
+        return "echo " + "$(echo " * depth + "x" + ")" * depth
+
+    depth = 1
+    while not analyze(nested(depth + 1)).opaque:
+        depth += 1
+    return nested(depth)
+
+
+def cpu_ms(command: str, n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        _analyze_cached.cache_clear()
+        analysis = analyze(command)
+    assert not analysis.opaque, analysis.opaque
+    return (time.process_time() - start) / n * 1e3
 
 
 def bash_request(command: str) -> ApprovalRequest:
@@ -115,6 +141,12 @@ def main() -> None:
     row("grant lookup among 1000 grants", lookup)
     row("audit decision line: write(2)", write_only)
     row("audit decision line: write(2) + fdatasync", with_fsync)
+    longest, deepest = longest_accepted(), deepest_accepted()
+    typical_ms = parse_typical / 1e3
+    for label, command in ((f"longest accepted line ({len(longest)} chars)", longest),
+                           (f"deepest accepted line ({deepest.count('$(')} nested $(...))", deepest)):
+        ms = cpu_ms(command, 3)
+        print(f"analyse the {label:<40}{ms:9.1f} ms CPU  ({ms / typical_ms:.0f}x a typical command)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Reading git's configuration file format, for one question: which keys does a file set?
 
-Promise: :func:`parse_git_config` is pure and total. It returns every ``section[.subsection].name``
-key a file sets (section and name lower-cased, as git compares them; subsections kept as written)
-with its raw value, and the include paths it names; text it cannot read the way git would is reported
-as a problem rather than skipped, so a caller can fail closed.
+Promise: :func:`parse_git_config` is pure, total and linear in the text's length. It returns every
+``section[.subsection].name`` key a file sets (section and name lower-cased, as git compares them;
+subsections kept as written) with its raw value, and the include paths it names; text it cannot read
+the way git would is reported as a problem rather than skipped, so a caller can fail closed. A problem
+names a line, never quotes the file's content (the file may be anything the supervisor can read).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def parse_git_config(text: str) -> GitConfig:
             continue
         match = _NAME.match(rest)
         if match is None:
-            return GitConfig(tuple(entries), f"line {index}: cannot read {rest[:40]!r}")
+            return GitConfig(tuple(entries), f"line {index}: cannot read a key name")
         if section is None:
             return GitConfig(tuple(entries), f"line {index}: a key before any section")
         name = match.group(0).lower()
@@ -54,13 +55,14 @@ def parse_git_config(text: str) -> GitConfig:
         if not after or after[0] in "#;\r":
             value = None
         elif after[0] != "=":
-            return GitConfig(tuple(entries), f"line {index}: expected '=' after {name!r}")
+            return GitConfig(tuple(entries), f"line {index}: expected '=' after a key name")
         else:
-            raw = after[1:]
-            while _continues(raw) and index < len(lines):
-                raw = raw[:-1] + lines[index]
+            pieces = [after[1:]]
+            while _continues(pieces[-1]) and index < len(lines):  # each line is looked at once: linear
+                pieces[-1] = pieces[-1].rstrip("\r")[:-1]
+                pieces.append(lines[index])
                 index += 1
-            value = _value(raw)
+            value = _value("".join(pieces))
             if value is None:
                 return GitConfig(tuple(entries), f"line {index}: an unterminated quoted value")
         entries.append((f"{section}.{name}", value))

@@ -30,11 +30,12 @@ import json
 import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .paths import normalize_workspace_path
-from .rules import NO_FACTS, Questions, ShellFacts, command_blockers, questions, segment_blockers
+from .rules import (NO_FACTS, Questions, ShellFacts, command_blockers, hides_commands, invocation_may_match, questions,
+                    rebased, segment_blockers)
 from .shell import Segment, ShellAnalysis, analyze
 from .shorten import shorten
 from .tool import RISK_NAMES, ToolRisk
@@ -135,7 +136,13 @@ def _base(word: str) -> str:
 
 def prefix_may_match(segment: Segment, prefix: Sequence[str]) -> bool:
     """For deny and ask rules: could this simple command be ``prefix ...``? Programs compare by name
-    without directory, and a word computed at run time could be anything."""
+    without directory, a word computed at run time could be anything, and options compare by meaning
+    (:func:`peon.rules.invocation_may_match`: ``rm -r -f`` is ``rm -rf``, ``git -C x push`` is
+    ``git push``)."""
+    return _literal_prefix(segment, prefix) or invocation_may_match(segment.words, prefix)
+
+
+def _literal_prefix(segment: Segment, prefix: Sequence[str]) -> bool:
     words = segment.words
     if len(words) < len(prefix):
         return False
@@ -263,13 +270,17 @@ class ApprovalPolicy:
     def questions(self, request: ApprovalRequest) -> Questions:
         """Facts :meth:`evaluate` needs before an allow rule may allow this call (none for most calls)."""
         analysis = self._analysis_for_allow(request, _input_fields(request.canonical_input))
-        return Questions() if analysis is None else questions(analysis)
+        if analysis is None:
+            return Questions()
+        asked = questions(analysis)
+        readable = sandbox_readable(request)
+        return asked if readable is None else replace(asked, readable=readable)
 
     def _analysis_for_allow(self, request: ApprovalRequest, args: Mapping[str, Any]) -> ShellAnalysis | None:
         command = _command_of(args)
         if command is None or not any(r.matches_call(request, args) for r in self._allow_command_rules):
             return None
-        return analyze(command)
+        return rebased(analyze(command), _call_directory(request))
 
     # -- evaluation ---------------------------------------------------------------------------------
 
@@ -289,7 +300,8 @@ class ApprovalPolicy:
                 matched.append((candidate.decision, candidate.describe() + _opaque_note(candidate, analysis)))
         note = ""
         if analysis is not None:
-            covered, note = self._covered_by_allow_rules(request, args, analysis, facts)
+            covered, note = self._covered_by_allow_rules(request, args, rebased(analysis, _call_directory(request)),
+                                                         facts)
             if covered is not None:
                 matched.append(("allow", covered))
         if matched:
@@ -345,6 +357,22 @@ class ApprovalPolicy:
         return f"{' and '.join(used)} (every part allowed: {parts})", ""
 
 
+def _call_directory(request: ApprovalRequest) -> str:
+    """The workspace-relative directory the call's command starts in (its resolved ``cwd``)."""
+    where = request.details.get("cwd_path") if isinstance(request.details, Mapping) else None
+    return where if isinstance(where, str) and where else "."
+
+
+def sandbox_readable(request: ApprovalRequest) -> tuple[str, ...] | None:
+    """The paths a sandboxed call's command may read (its plan's readable and writable paths, as the
+    approval details show them); None when it runs unsandboxed. A plan that cannot be read gives ()."""
+    sandbox = request.details.get("sandbox") if isinstance(request.details, Mapping) else None
+    if not request.sandboxed or not isinstance(sandbox, Mapping) or not sandbox.get("active"):
+        return None
+    paths = [*(sandbox.get("readable") or ()), *(sandbox.get("writable") or ())]
+    return tuple(p for p in paths if isinstance(p, str) and p.startswith("/"))
+
+
 def _show_segment(segment: Segment) -> str:
     text = " ".join("?" if w is None else (shlex.quote(w) if w else "''") for w in segment.words)
     return f"`{text[:200]}`"
@@ -354,19 +382,27 @@ def _any_segment(rule: PolicyRule, analysis: ShellAnalysis | None) -> bool:
     """Deny and ask: any simple command matches, and so does anything Peon cannot see (fail closed)."""
     if analysis is None or rule.command_prefix is None:
         return False
-    if analysis.opaque:
+    if analysis.opaque or _hidden_commands(analysis):
         return True
     prefix = _prefix_words(rule.command_prefix)
     return any(prefix_may_match(segment, prefix) for segment in analysis.segments)
 
 
+def _hidden_commands(analysis: ShellAnalysis) -> str | None:
+    """The first reason a simple command may run any command at all (``git -c alias.x=!...``)."""
+    return next((reason for reason in map(hides_commands, (s.words for s in analysis.segments)) if reason), None)
+
+
 def _opaque_note(rule: PolicyRule, analysis: ShellAnalysis | None) -> str:
-    if rule.command_prefix is None or analysis is None or not analysis.opaque:
+    if rule.command_prefix is None or analysis is None:
+        return ""
+    hidden = analysis.opaque[0] if analysis.opaque else _hidden_commands(analysis)
+    if hidden is None:
         return ""
     prefix = _prefix_words(rule.command_prefix)
     if any(prefix_may_match(segment, prefix) for segment in analysis.segments):
         return ""
-    return f" (applied because Peon cannot see what the command runs: {analysis.opaque[0]})"
+    return f" (applied because Peon cannot see what the command runs: {hidden})"
 
 
 def _input_fields(canonical_input: str) -> Mapping[str, Any]:

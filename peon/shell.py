@@ -39,6 +39,8 @@ MAX_SEGMENTS = 500  # a command line with more simple commands than this is opaq
 MAX_COMMAND_BYTES = 256 * 1024  # longer command lines are not parsed at all: opaque
 MAX_SHOWN_SEGMENTS = 50  # an approval request shows at most this many segments
 MAX_SHOWN_WORD_CHARS = 200
+MAX_SYNTAX_DEPTH = 100  # substitutions, subshells and groups nested deeper than this are opaque
+MAX_STEPS = 400_000  # syntax nodes the walk may look at (linear work, bounded); past it the line is opaque
 
 # -- results -----------------------------------------------------------------------------------------
 
@@ -119,10 +121,19 @@ def _shown(word: str) -> str:
 
 # -- literal words -----------------------------------------------------------------------------------
 
-_BRACE_ANYWHERE = re.compile(r"\{.*?(,|\.\.).*?\}", re.S)
 _BRACE_EXPANSION = re.compile(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}")  # {a,b} and {1..3}; {} stays literal
 _ANSI_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
                 "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _may_brace_expand(text: str) -> bool:
+    """Whether ``{`` then ``,`` or ``..`` then ``}`` occur in this order (one linear scan)."""
+    opening = text.find("{")
+    if opening < 0:
+        return False
+    comma, dots = text.find(",", opening), text.find("..", opening)
+    separator = min(i for i in (comma, dots, len(text)) if i >= 0)
+    return separator < len(text) and text.find("}", separator) >= 0
 
 
 def _unquote_bare(text: str) -> str | None:
@@ -200,8 +211,32 @@ def _parser() -> Any:
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
+PARSE_CHUNK = 512
+PARSE_READS_PER_CHUNK = 8  # a well-formed line is read about once; error recovery re-reads without end
+
+
 def parse_tree(command: str) -> Any:
-    return _parser().parse(command.encode("utf-8", "surrogatepass"))
+    """The syntax tree, or None when the grammar needed more than its budget of input reads (its
+    error recovery on some malformed lines is quadratic: 120 kB of ``)(`` would take ~45 s)."""
+    source = command.encode("utf-8", "surrogatepass")
+    budget = PARSE_READS_PER_CHUNK * (len(source) // PARSE_CHUNK + 1) + 64
+    reads = 0
+    spent = False
+
+    def read(offset: int, _point: Any) -> bytes:
+        nonlocal reads, spent
+        reads += 1
+        if reads > budget:
+            spent = True
+            return b""
+        return source[offset:offset + PARSE_CHUNK]
+
+    parser = _parser()
+    parser.parse(read)
+    if spent:
+        return None
+    # Parsed again from the bytes: a tree parsed from a reader reads node texts through it, slowly.
+    return parser.parse(source)
 
 
 # Shell words and keywords that run code the grammar cannot see (or change what names mean).
@@ -216,11 +251,53 @@ OPAQUE_BUILTINS = {
     "complete": "complete -C runs a command", "compgen": "compgen -C runs a command",
     "mapfile": "mapfile -C runs a callback", "readarray": "readarray -C runs a callback",
 }
-# Programs that run a command given in their arguments in ways not followed here: opaque.
-RUNNERS = frozenset({"watch", "parallel", "script", "su", "runuser", "unshare", "nsenter", "systemd-run",
-                     "firejail", "setpriv", "prlimit", "chrt", "chroot", "flock", "strace", "ltrace", "gdb",
-                     "busybox", "toybox", "expect", "tmux", "screen", "at", "batch", "ssh"})
+# Programs that run a command given in their arguments in ways not followed here: opaque. Besides the
+# privilege, namespace and tracing tools: util-linux, coreutils, procps, findutils and moreutils runners,
+# and the usual launchers (the list is kept long on purpose: a runner missing here hides its command).
+RUNNERS = frozenset({
+    "watch", "parallel", "sem", "script", "scriptlive", "su", "runuser", "sg", "newgrp", "unshare", "nsenter",
+    "systemd-run", "systemd-nspawn", "run0", "pkexec", "firejail", "bwrap", "setpriv", "prlimit", "chrt",
+    "chroot", "schroot", "flock", "lckdo", "strace", "ltrace", "gdb", "lldb", "valgrind", "perf", "rr",
+    "busybox", "toybox", "expect", "unbuffer", "tmux", "screen", "dtach", "abduco", "at", "batch", "ssh",
+    "sshpass", "setarch", "linux32", "linux64", "i386", "x86_64", "uname26", "fakeroot", "fakeroot-ng",
+    "fakechroot", "eatmydata", "chronic", "ifne", "pee", "mispipe", "vipe", "zrun", "proxychains",
+    "proxychains4", "torsocks", "torify", "tsocks", "trickle", "dbus-run-session", "dbus-launch", "xvfb-run",
+    "numactl", "hwloc-bind", "cgexec", "cpulimit", "choom", "uclampset", "coresched", "taskpolicy",
+    "catchsegv", "faketime", "daemonize", "start-stop-daemon", "runcon", "aa-exec", "chpst", "softlimit",
+    "setuidgid", "envdir", "envuidgid", "gosu", "su-exec", "tini", "dumb-init", "timelimit", "nq", "tsp",
+    "entr", "watchexec", "hyperfine", "caffeinate", "flatpak-spawn", "proot", "ld.so", "ld-linux.so.2",
+    "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "run-parts", "xe", "rush", "fish", "csh",
+    "tcsh", "nu", "elvish", "xonsh", "pwsh", "yash", "posh", "osh", "oil",
+})
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"})
+# Variables whose value bash or a common program runs as code it cannot show: PS4 with xtrace (prompt
+# expansion runs substitutions), BASH_ENV and ENV (files a child shell sources), exported functions, git
+# configuration in the environment, libraries every program loads.
+CODE_VARIABLES = frozenset({
+    "PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS",
+    "BASH_LOADABLES_PATH", "LD_PRELOAD", "LD_AUDIT", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "LESSOPEN", "LESSCLOSE",
+})
+# Variables whose value programs run as a command line (through sh -c): a literal value is analysed as
+# one (PAGER=cat is the segment `cat`), any other is opaque.
+COMMAND_VARIABLES = frozenset({
+    "PAGER", "MANPAGER", "EDITOR", "VISUAL", "BROWSER", "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+    "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND",
+})
+_CODE_VARIABLE_PREFIXES = ("BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+# Builtins that take variable names: a name with a subscript (a[$(cmd)]) is evaluated as arithmetic,
+# which runs the substitution even when the word was quoted.
+NAME_BUILTINS = frozenset({"printf", "read", "declare", "typeset", "local", "export", "readonly", "unset",
+                           "test", "[", "getopts", "wait", "mapfile", "readarray", "let", "shift"})
+_SUBSCRIPTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[")
+# Words the grammar can leave where a command name should be when it misreads a line.
+_RESERVED_WORDS = frozenset({"{", "}", "(", ")", "((", "[[", "]]", "!", "if", "then", "elif", "else", "fi", "do",
+                             "done", "while", "until", "for", "in", "case", "esac", "select", "function"})
+
+
+def code_variable(name: str) -> bool:
+    """Whether assigning ``name`` can make bash (or a program it starts) run code Peon cannot show."""
+    return name in CODE_VARIABLES or name.startswith(_CODE_VARIABLE_PREFIXES)
 # Commands that name other commands and change only how (or whether) they run. For each: options that
 # take no value, options that take one (short ones may be attached: -n5), options whose meaning cannot
 # be followed (opaque), options that make the wrapper itself unsafe, and how many operands precede the
@@ -306,7 +383,7 @@ def literal(node: Any) -> str | None:
     if kind == "ansi_c_string":
         return _unquote_ansi_c(text[2:-1]) if len(text) >= 3 and text.endswith("'") else None
     if kind == "concatenation":
-        if _BRACE_ANYWHERE.search(text):
+        if _may_brace_expand(text):
             return None  # {a,'b'}: brace expansion across quoted parts
         parts = [literal(child) for child in node.children]
         return None if any(p is None for p in parts) else "".join(p for p in parts if p is not None)
@@ -324,7 +401,17 @@ class _State:
     dynamic: list[str] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
     cwds: list[str | None] = field(default_factory=lambda: ["."])
-    depth: int = 0
+    depth: int = 0  # nested shells (bash -c, PAGER=...)
+    nesting: int = 0  # syntax nesting of the walk (substitutions, subshells, groups)
+    steps: int = 0  # syntax nodes looked at, against MAX_STEPS
+
+    def step(self) -> bool:
+        """Count one node; False (and the line opaque) once the budget is spent."""
+        self.steps += 1
+        if self.steps <= MAX_STEPS:
+            return True
+        self.add_opaque(f"the command is too large to analyse (more than {MAX_STEPS} syntax nodes)")
+        return False
 
     def add_opaque(self, reason: str) -> None:
         if reason not in self.opaque:
@@ -343,7 +430,10 @@ def analyze(command: str) -> ShellAnalysis:
 @functools.lru_cache(maxsize=64)  # one call is matched against many rules and shown to the approver
 def _analyze_cached(command: str) -> ShellAnalysis:
     state = _State(command.encode("utf-8", "surrogatepass"))
-    _analyze_into(state, command, origin="")
+    try:
+        _analyze_into(state, command, origin="")
+    except RecursionError:  # MAX_SYNTAX_DEPTH keeps the walk far from the limit; this is the last net
+        state.add_opaque("the command is nested too deeply to analyse")
     return ShellAnalysis(tuple(state.segments), tuple(state.opaque), tuple(state.dynamic), tuple(state.writes))
 
 
@@ -355,6 +445,9 @@ def _analyze_into(state: _State, command: str, origin: str) -> None:
         state.add_opaque(f"the command is longer than {MAX_COMMAND_BYTES} characters")
         return
     tree = parse_tree(command)
+    if tree is None:
+        state.add_opaque("the command could not be parsed within the analysis budget")
+        return
     root = tree.root_node
     if root.has_error:
         state.add_opaque(f"the command could not be parsed as bash ({_first_error(root)})")
@@ -365,6 +458,8 @@ def _analyze_into(state: _State, command: str, origin: str) -> None:
         _check_coverage(state, root)
         if b"<<" in state.source:
             _check_heredocs(state, root)
+        if b"\\\n" in state.source:
+            _check_continuations(state, root)
         _visit(state, root, origin)
     finally:
         state.source = saved
@@ -392,15 +487,114 @@ def _text(node: Any) -> str:
     return text.decode("utf-8", "surrogateescape")
 
 
+def _snippet(state: _State, node: Any, limit: int = 300) -> str:
+    """The start of a node's text, copied in bounded time (a node may span the whole line)."""
+    end = min(node.end_byte, node.start_byte + limit)
+    return state.source[node.start_byte:end].decode("utf-8", "surrogateescape")
+
+
+_KEEPS_BACKSLASH_NEWLINE = frozenset({"raw_string", "heredoc_body", "comment", "ansi_c_string"})
+
+
+def _check_continuations(state: _State, root: Any) -> None:
+    """Bash removes backslash-newline before it splits words (``r\\<newline>m`` runs ``rm``); the grammar
+    splits there. Between two non-blank characters outside quotes that keep it, the line is opaque.
+    One walk of the tree in document order decides every place (linear, whatever the nesting)."""
+    source = state.source
+    joins = []
+    position = source.find(b"\\\n")
+    while position >= 0:
+        before = source[position - 1:position] if position else b" "
+        after = source[position + 2:position + 3] or b" "
+        if before not in b" \t\n;&|" and after not in b" \t\n;&|":
+            joins.append(position)
+        position = source.find(b"\\\n", position + 2)
+    if not joins:
+        return
+    # Innermost enclosing node of interest at each join: quotes that keep the backslash-newline as
+    # text (or remove it within one word), substitutions that start a new command line.
+    stack: list[tuple[int, bool]] = []  # (end byte, keeps)
+    pending = iter(joins)
+    join = next(pending, None)
+    cursor = root.walk()
+    descend = True
+    while join is not None:
+        node = cursor.node
+        if descend:
+            while join is not None and join < node.start_byte:  # every node before it has been seen
+                while stack and stack[-1][0] <= join:
+                    stack.pop()
+                if not (stack and stack[-1][1]):
+                    state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+                    return
+                join = next(pending, None)
+            if join is None:
+                return
+            kind = node.type
+            if kind in _KEEPS_BACKSLASH_NEWLINE or kind == "string":
+                while stack and stack[-1][0] <= node.start_byte:
+                    stack.pop()
+                stack.append((node.end_byte, True))
+            elif kind in ("command_substitution", "process_substitution"):
+                while stack and stack[-1][0] <= node.start_byte:
+                    stack.pop()
+                stack.append((node.end_byte, False))
+            if node.child_count and kind not in _KEEPS_BACKSLASH_NEWLINE and cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            descend = True
+            continue
+        if not cursor.goto_parent():
+            break
+        descend = False
+    while join is not None:  # after the last node
+        while stack and stack[-1][0] <= join:
+            stack.pop()
+        if not (stack and stack[-1][1]):
+            state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+            return
+        join = next(pending, None)
+
+
 def _visit(state: _State, node: Any, origin: str) -> None:
     if len(state.segments) > MAX_SEGMENTS:
         state.add_opaque(f"the command has more than {MAX_SEGMENTS} simple commands")
         return
-    kind = node.type
     if not node.is_named:
         return  # keywords and operators: ;, &&, |, then, done...
+    if not state.step():
+        return
+    if state.nesting >= MAX_SYNTAX_DEPTH:
+        state.add_opaque(f"the command nests more than {MAX_SYNTAX_DEPTH} levels deep")
+        return
+    state.nesting += 1
+    try:
+        _visit_node(state, node, origin)
+    finally:
+        state.nesting -= 1
+
+
+def _flattened(node: Any) -> list[Any]:
+    """The operands of a chain of ``&&``/``||`` (the grammar nests it to the left, one level per
+    operator), without recursion."""
+    out: list[Any] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.type == "list":
+            stack.extend(reversed(current.children))
+        else:
+            out.append(current)
+    return out
+
+
+def _visit_node(state: _State, node: Any, origin: str) -> None:
+    kind = node.type
     if kind == "compound_statement" and node.children and node.children[0].type == "((":
         state.add_opaque("it evaluates arithmetic (which can run substitutions hidden in variables)")
+    elif kind == "list":
+        for child in _flattened(node):
+            _visit(state, child, origin)
     elif kind in _TRANSPARENT:
         for child in node.children:
             _visit(state, child, origin)
@@ -423,13 +617,16 @@ def _visit(state: _State, node: Any, origin: str) -> None:
     elif kind in ("variable_assignment", "variable_assignments"):
         for name in _assigned_names(node):
             state.add_dynamic(f"it assigns the shell variable {name} (which can change what later commands run)")
+        _assignments(state, node, origin)
         _words(state, node, origin)
     elif kind in ("declaration_command", "unset_command"):
         words = [child for child in node.children if child.type != "variable_assignment"]
         state.add_dynamic(f"it runs {_text(node.children[0])}, which changes shell variables or functions")
+        _assignments(state, node, origin)
         _words(state, node, origin)
-        state.segments.append(Segment(tuple(literal(w) if w.is_named else _text(w) for w in words), _text(node),
-                                      origin=origin, cwds=tuple(state.cwds),
+        literal_words = tuple(literal(w) if w.is_named else _text(w) for w in words)
+        _name_builtin(state, literal_words)
+        state.segments.append(Segment(literal_words, _snippet(state, node), origin=origin, cwds=tuple(state.cwds),
                                       notes=("it changes shell variables or functions",)))
     elif kind == "function_definition":
         name = node.child_by_field_name("name")
@@ -472,6 +669,63 @@ def _redirected(state: _State, body: Any, redirect_nodes: list[Any], origin: str
             _record_write(state, redirect)
 
 
+def _assignments(state: _State, node: Any, origin: str) -> None:
+    """Assignments in ``node`` (itself, or its direct children) of variables whose value runs as code."""
+    if node.type == "variable_assignment":
+        found = [node]
+    else:
+        found = [child for child in node.children if child.type == "variable_assignment"]
+    for item in found:
+        name = item.child_by_field_name("name")
+        value = item.child_by_field_name("value")
+        appends = any(_text(c) == "+=" for c in item.children if not c.is_named)
+        if name is not None:
+            _assigned(state, _text(name), None if value is None or appends else literal(value), origin,
+                      empty=value is None)
+
+
+def _assigned(state: _State, name: str, value: str | None, origin: str, *, empty: bool = False) -> None:
+    """One assignment: a variable bash or a program runs as code is opaque, unless its value is a literal
+    command line, which is analysed like ``sh -c``."""
+    if code_variable(name):
+        state.add_opaque(f"it assigns {name}, whose value bash or a program it starts runs as code")
+    elif name in COMMAND_VARIABLES and not empty:
+        if value is None:
+            state.add_opaque(f"it gives {name} (a command line programs run) a value computed at run time")
+        else:
+            _nested_script(state, value, name)
+
+
+def _name_builtin(state: _State, words: tuple[str | None, ...]) -> None:
+    """Builtins that take variable names: a subscripted name is evaluated as arithmetic (``printf -v
+    'a[$(cmd)]'``), integer and reference attributes make later assignments code, and some read into a
+    variable whose value runs as code."""
+    program = words[0] if words else None
+    if program is None or program not in NAME_BUILTINS:
+        return
+    arguments = words[1:]
+    if program in ("test", "[") and not any(w in ("-v", "-R") for w in arguments):
+        return
+    for word in arguments:
+        if word is None:
+            continue
+        if _SUBSCRIPTED_NAME.match(word):
+            state.add_opaque(f"{program} evaluates the subscript of a variable name as arithmetic (which can run "
+                             "commands)")
+            return
+        if program in ("declare", "typeset", "local") and word.startswith(("-", "+")) and set(word[1:]) & set("in"):
+            state.add_opaque(f"{program} {word} makes later assignments evaluated (integer or reference variables)")
+            return
+        if program in ("read", "printf", "getopts", "wait", "mapfile", "readarray") and (
+                code_variable(word) or word in COMMAND_VARIABLES):
+            state.add_opaque(f"{program} sets {word}, whose value runs as code, from input")
+            return
+        declares = program in ("export", "declare", "typeset", "local", "readonly")
+        if declares and "=" in word and not word.startswith("-"):
+            name, _, value = word.partition("=")
+            _assigned(state, name, value, program)
+
+
 def _assigned_names(node: Any) -> list[str]:
     found = node.children if node.type == "variable_assignments" else [node]
     names = []
@@ -483,12 +737,24 @@ def _assigned_names(node: Any) -> list[str]:
 
 
 def _test(state: _State, node: Any, origin: str) -> None:
-    if _text(node).startswith("(("):
+    if _snippet(state, node, 2) == "((":
         state.add_opaque("it evaluates arithmetic (which can run substitutions hidden in variables)")
         return
+    names_variable = False
+    subscripted = False
     for child in _descendants(node):
-        if child.type == "test_operator" and _text(child) in _ARITHMETIC_TEST and _text(node).startswith("[["):
-            state.add_opaque("[[ ... -eq ... ]] evaluates arithmetic (which can run substitutions)")
+        if not state.step():
+            return
+        if child.type == "test_operator":
+            operator = _text(child)
+            names_variable = names_variable or operator in ("-v", "-R")
+            if operator in _ARITHMETIC_TEST and _snippet(state, node, 2) == "[[":
+                state.add_opaque("[[ ... -eq ... ]] evaluates arithmetic (which can run substitutions)")
+        elif child.type in ("word", "raw_string", "string", "concatenation", "ansi_c_string"):
+            value = literal(child)
+            subscripted = subscripted or (value is not None and _SUBSCRIPTED_NAME.match(value) is not None)
+    if names_variable and subscripted:
+        state.add_opaque("-v evaluates the subscript of a variable name as arithmetic (which can run commands)")
     _words(state, node, origin)
 
 
@@ -497,9 +763,11 @@ def _words(state: _State, node: Any, origin: str) -> None:
     stack = list(node.children)
     while stack:
         child = stack.pop()
+        if not state.step():
+            return
         if child.type in ("command_substitution", "process_substitution"):
             what = "command substitution" if child.type == "command_substitution" else "process substitution"
-            state.add_dynamic(f"it uses {what} ({_short(_text(child))})")
+            state.add_dynamic(f"it uses {what} ({_short(_snippet(state, child, 80))})")
             for inner in child.children:
                 _visit(state, inner, what)
         elif child.type == "arithmetic_expansion":
@@ -507,12 +775,24 @@ def _words(state: _State, node: Any, origin: str) -> None:
         elif child.type == "subscript":
             state.add_opaque("it uses an array subscript (evaluated as arithmetic)")
         elif child.type == "expansion":
-            reason = _arithmetic_in_expansion(child)
+            reason = _arithmetic_in_expansion(child) or _indirect_expansion(state, child)
             if reason:
                 state.add_opaque(reason)
             stack.extend(child.children)
         else:
             stack.extend(child.children)
+
+
+def _indirect_expansion(state: _State, node: Any) -> str | None:
+    """``${!x}`` expands the variable x names, and a name with a subscript (``a[$(cmd)]``) is evaluated
+    as arithmetic; listing names or keys (``${!p*}``, ``${!a[@]}``) evaluates nothing."""
+    text = _snippet(state, node, 8)
+    if not text.startswith("${!"):
+        return None
+    whole = _text(node) if node.end_byte - node.start_byte < 200 else ""
+    if whole.endswith(("[@]}", "[*]}", "*}", "@}")):
+        return None
+    return "${!name} expands a variable named at run time (a subscript in it is evaluated as arithmetic)"
 
 
 def _arithmetic_in_expansion(node: Any) -> str | None:
@@ -672,6 +952,7 @@ def _command(state: _State, node: Any, origin: str, outer_redirects: Any) -> Non
         field_name = node.field_name_for_child(index)
         if child.type == "variable_assignment":
             assignments.extend(_assigned_names(child))
+            _assignments(state, child, origin)
             _words(state, child, origin)
         elif child.type == "command_name":
             word_nodes.extend(child.named_children)
@@ -690,7 +971,7 @@ def _command(state: _State, node: Any, origin: str, outer_redirects: Any) -> Non
     for word in word_nodes:
         _words(state, _Holder(word), origin)
     words = tuple(_joined_words(word_nodes))
-    _add_segment(state, words, _text(node), tuple(assignments), tuple(redirects), origin)
+    _add_segment(state, words, _snippet(state, node), tuple(assignments), tuple(redirects), origin)
 
 
 def _joined_words(nodes: list[Any]) -> list[str | None]:
@@ -747,7 +1028,13 @@ def _add_segment(state: _State, words: tuple[str | None, ...], source: str, assi
         if wrapper_notes:
             notes.extend(wrapper_notes)
         if skipped_assignments:
-            notes.append(f"it sets {', '.join(skipped_assignments)} for the command (which can change what it runs)")
+            names = [assigned for assigned, _ in skipped_assignments]
+            notes.append(f"it sets {', '.join(names)} for the command (which can change what it runs)")
+            for assigned, value in skipped_assignments:
+                _assigned(state, assigned, value, base)
+        if base == "coproc" and any(w in _RESERVED_WORDS for w in inner[:2]):
+            state.add_opaque("coproc runs a compound command the grammar does not read")
+            break
         wrappers.append(base)
         if not inner:
             if wrapper.default:
@@ -759,6 +1046,7 @@ def _add_segment(state: _State, words: tuple[str | None, ...], source: str, assi
         rest = inner
     if not rest:
         return
+    _program_checks(state, tuple(rest))
     for name in wrappers:
         if WRAPPERS[name].note:
             notes.append(WRAPPERS[name].note)
@@ -768,11 +1056,31 @@ def _add_segment(state: _State, words: tuple[str | None, ...], source: str, assi
     _follow(state, segment)
 
 
-def _unwrap(name: str, wrapper: Wrapper, args: list[str | None]) -> str | tuple[list[str | None], list[str], list[str]]:
+def _program_checks(state: _State, words: tuple[str | None, ...]) -> None:
+    """Programs whose own arguments make bash (or them) run code the segments do not show."""
+    first = words[0]
+    if first is None:
+        return
+    if first in _RESERVED_WORDS:
+        state.add_opaque(f"the grammar read the reserved word {first!r} as a command name")
+        return
+    program = posixpath.basename(first) or first
+    if program == "jobs":
+        for word in words[1:]:
+            if word is None or (word.startswith("-") and "x" in word):
+                state.add_opaque("jobs -x runs a command given in its arguments")
+                return
+            if not word.startswith("-"):
+                break
+    _name_builtin(state, (program, *words[1:]))
+
+
+def _unwrap(name: str, wrapper: Wrapper, args: list[str | None]
+            ) -> str | tuple[list[str | None], list[str], list[tuple[str, str]]]:
     """The command a wrapper runs, notes about the wrapper's options, and assignments it makes; or a
     reason the command cannot be found statically."""
     notes: list[str] = []
-    assigned: list[str] = []
+    assigned: list[tuple[str, str]] = []
     operands = wrapper.operands
     i = 0
     while i < len(args):
@@ -809,8 +1117,9 @@ def _unwrap(name: str, wrapper: Wrapper, args: list[str | None]) -> str | tuple[
                 i += 1
                 continue
             return f"{name} {word}: an option Peon does not know, so the command it runs is unknown"
-        if wrapper.assignments and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
-            assigned.append(word.partition("=")[0])
+        if wrapper.assignments and "=" in word:  # env takes any NAME=VALUE, even BASH_FUNC_f%%=...
+            variable, _, value = word.partition("=")
+            assigned.append((variable, value))
             i += 1
             continue
         if operands:
@@ -873,43 +1182,69 @@ def _change_directory(state: _State, target: str) -> None:
     state.cwds = list(dict.fromkeys([*state.cwds, *new]))
 
 
+_SHELL_OPTIONS_WITH_VALUE = frozenset({"--rcfile", "--init-file"})
+
+
+def _reads_input(path: str) -> bool:
+    """A script-file operand that is the shell's input or a descriptor (``bash /dev/stdin <<<...``)."""
+    return path == "-" or path.startswith(("/dev/", "/proc/"))
+
+
 def _nested_shell(state: _State, segment: Segment) -> None:
+    """``bash [options] -c SCRIPT``: bash reads every option before the script (``bash -c -e S``,
+    ``bash -c -- S``, ``bash -c +x S``), and ``-o``/``-O`` take a value wherever they are."""
     words = segment.words
-    script_index = None
+    command_mode = False
     i = 1
-    reads_input = True
+    operand = None
     while i < len(words):
         word = words[i]
         if word is None:
             state.add_opaque(f"an argument of {segment.program} is computed at run time")
             return
-        if word in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+        if word == "--" or word == "-":
+            i += 1
+            break
+        if word in _SHELL_OPTIONS_WITH_VALUE:
             i += 2
             continue
-        if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
-            script_index = i + 1
-            break
-        if word.startswith(("-", "+")):
+        if word.startswith("--"):
             i += 1
             continue
-        reads_input = False  # a script file: what it runs is the file's business, as for any program
+        if word.startswith(("-", "+")) and len(word) > 1:
+            letters = word[1:]
+            command_mode = command_mode or "c" in letters
+            i += 1 + sum(1 for letter in letters if letter in "oO")
+            continue
         break
-    if script_index is None:
-        if reads_input:
+    if i < len(words):
+        operand = words[i]
+    if not command_mode:
+        if operand is None and i >= len(words):
             state.add_opaque(f"{segment.program} reads the commands it runs from its input")
+        elif operand is None:
+            state.add_opaque(f"the script file given to {segment.program} is computed at run time")
+        elif _reads_input(operand):
+            state.add_opaque(f"{segment.program} reads the commands it runs from {operand}")
+        # any other script file: what it runs is the file's business, as for any program
         return
-    if script_index >= len(words) or words[script_index] is None:
+    if operand is None:
         state.add_opaque(f"the script given to {segment.program} -c is computed at run time")
         return
+    _nested_script(state, operand, f"{segment.program} -c")
+
+
+def _nested_script(state: _State, script: str, origin: str) -> None:
+    """A literal command line another shell runs, analysed into the same result."""
     if state.depth >= MAX_NESTING:
         state.add_opaque(f"shells nested more than {MAX_NESTING} deep")
         return
     state.depth += 1
     saved_cwds = state.cwds
+    saved_nesting = state.nesting
     try:
-        script = words[script_index]
-        assert script is not None
-        _analyze_into(state, script, f"{segment.program} -c")
+        _analyze_into(state, script, origin)
     finally:
         state.depth -= 1
+        state.nesting = saved_nesting
         state.cwds = list(dict.fromkeys([*saved_cwds, *state.cwds]))

@@ -48,6 +48,9 @@ def test_what_git_would_read_differently_is_a_problem(text):
     ("core.editor", "vim", True), ("credential.helper", "store", True), ("gpg.ssh.program", "x", True),
     ("remote.origin.url", "x", False), ("user.name", "x", False), ("core.hookspath", "h", True),
     ("include.path", "x", False), ("diff.textconv", "x", False),
+    ("man.viewer", "evil", True), ("man.evil.path", "./x", True), ("help.format", "web", True),
+    ("help.browser", "x", True), ("help.autocorrect", "immediate", True), ("browser.x.path", "./x", True),
+    ("gpg.ssh.defaultkeycommand", "./x", True), ("imap.tunnel", "x", True),
 ])
 def test_program_running_keys(key, value, runs):
     assert git_key_runs_program(key, value) is runs
@@ -124,3 +127,72 @@ def test_gather_answers_paths_programs_and_git(tmp_path):
     assert facts.same_program["/bin/sh"] is True
     assert facts.same_program["/nonexistent/sh"] is False and facts.same_program[str(workspace / "sh")] is False
     assert facts.git["."].problem is None
+
+
+# -- what git would accept, and what it reads besides the main configuration -----------------------
+
+
+def test_a_decoy_git_directory_does_not_hide_the_repository_above(tmp_path):
+    git("init", "-q", cwd=tmp_path)
+    git("config", "core.fsmonitor", "./monitor", cwd=tmp_path)
+    (tmp_path / "sub" / ".git").mkdir(parents=True)  # git passes over a .git without HEAD, objects, refs
+    assert find_git_dir(tmp_path / "sub", {}) == tmp_path / ".git"
+    assert git_facts(tmp_path / "sub", {}).program_keys
+    real = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=tmp_path / "sub", capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert real == str(tmp_path / ".git")  # what git itself does
+
+
+def test_submodule_configurations_are_checked(tmp_path):
+    git("init", "-q", cwd=tmp_path)
+    module = tmp_path / ".git" / "modules" / "lib" / "modules" / "inner"
+    module.mkdir(parents=True)
+    (module / "config").write_text("[core]\n\tfsmonitor = ./monitor\n")
+    facts = git_facts(tmp_path, {})
+    assert any(key.startswith("core.fsmonitor in ") and "inner" in key for key in facts.program_keys), facts
+
+
+def test_include_fan_out_is_bounded_in_files(tmp_path):
+    git("init", "-q", cwd=tmp_path)
+    for level in range(5):  # each file includes the next level four times: 4^5 reads without a budget
+        (tmp_path / f"level{level}.cfg").write_text(f"[include]\n\tpath = level{level + 1}.cfg\n" * 4)
+    (tmp_path / "level5.cfg").write_text("[user]\n\tname = x\n")
+    (tmp_path / ".git" / "config").write_text("[include]\n\tpath = ../level0.cfg\n")
+    facts = git_facts(tmp_path, {})
+    assert facts.problem and "more than" in facts.problem, facts
+
+
+def test_problems_never_quote_file_content(tmp_path):
+    git("init", "-q", cwd=tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2-very-secret\n")
+    (tmp_path / ".git" / "config").write_text(f"[include]\n\tpath = {secret}\n")
+    facts = git_facts(tmp_path, {})
+    assert facts.problem and "hunter2" not in facts.problem and "TOKEN" not in facts.problem, facts
+    assert "hunter2" not in parse_git_config("[a]\n\tx y TOKEN=hunter2\n").problem
+
+
+def test_continued_lines_are_joined_in_linear_time():
+    config = parse_git_config("[a]\n\tb = " + "x\\\n" * 100_000 + "y\n")
+    assert config.problem is None and config.entries[0][1] == "x" * 100_000 + "y"
+    assert parse_git_config("[a]\n\tb = one \\\\\\\r\n two\r\n").entries[0][1] == "one \\ two"
+
+
+def test_sandboxed_facts_are_read_only_where_the_command_may_read(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "inc.cfg").write_text("[core]\n\tpager = evil\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    git("init", "-q", cwd=workspace)
+    git("config", "include.path", str(outside / "inc.cfg"), cwd=workspace)
+    assert git_facts(workspace, {}).program_keys  # unsandboxed, git reads the include
+    assert not git_facts(workspace, {}, (str(workspace),)).program_keys  # sandboxed, it cannot
+    above = tmp_path / "repo"
+    (above / "ws").mkdir(parents=True)
+    git("init", "-q", cwd=above)
+    git("config", "core.fsmonitor", "x", cwd=above)
+    assert git_facts(above / "ws", {}).program_keys
+    assert git_facts(above / "ws", {}, (str(above / "ws"),)).program_keys == ()  # the repository is unreadable
+    facts = gather(Questions(git_cwds=frozenset({"."}), readable=(str(above / "ws"),)), above / "ws", {})
+    assert facts.git["."].program_keys == () and facts.git["."].problem is None

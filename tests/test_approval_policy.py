@@ -67,6 +67,46 @@ def test_a_deny_rule_does_not_match_unrelated_commands():
         assert p.evaluate(request(command=command)).action == "allow", command
 
 
+@pytest.mark.parametrize("prefix, command", [
+    ("rm -rf", "rm -fr x"), ("rm -rf", "rm -r -f x"), ("rm -rf", "rm -R -f x"), ("rm -rf", "rm --recursive --force x"),
+    ("rm -rf", "rm --rec --forc x"), ("rm -rf", "rm x -rf"), ("rm -rf", "rm -vrf x"), ("rm -rf", "rm -f -v -R x"),
+    ("rm -rf", "rm --interactive=never -r x"), ("rm -rf /", "rm -rf x /"),
+    ("git push", "git -C . push"), ("git push", "git -c user.name=x push"), ("git push", "git --git-dir=.git push"),
+    ("git push", "git --work-tree . --no-pager push"), ("git push", "git --namespace=n -P push"),
+    ("git push", "git send-pack ../remote.git main"), ("git push", "git http-push url main"),
+    ("git push", "git p"), ("git push", "git $SUB"), ("git push", "git -c alias.p=push p"),
+    ("git push", "/usr/lib/git-core/git-push origin main"), ("git push", "git-send-pack ../r main"),
+    ("git push --force", "git push -f"), ("git push --force", "git push origin --force"),
+    ("git branch -D", "git branch --delete --force x"), ("git branch -D", "git branch -df x"),
+    ("curl -X POST", "curl -XPOST http://h"), ("curl -X POST", "curl --request=POST http://h"),
+    ("curl -X POST", "curl -sX POST http://h"), ("curl http://h", "curl -s --url http://h"),
+    ("curl http://h", "curl -o out http://h"), ("git", "git -C . log"), ("git", "git --version"),
+])
+def test_deny_rules_match_the_meaning_not_the_spelling(prefix, command):
+    assert policy(deny(prefix), process="allow").evaluate(request(command=command)).action == "deny", command
+
+
+@pytest.mark.parametrize("prefix, command", [
+    ("rm -rf", "rm -r x"), ("rm -rf", "rm -- -rf"), ("rm -rf", "rm -f x"), ("git push", "git log"),
+    ("git push", "git commit -m push"), ("git push", "git -C push status"), ("git push --force", "git push origin"),
+    ("git push", "git --version"), ("git push", "git -C . --no-pager"),
+    ("curl -X POST", "curl -X GET http://h"), ("curl -X POST", "curl -o POST http://h"),
+])
+def test_deny_rules_do_not_match_other_meanings(prefix, command):
+    assert policy(deny(prefix), process="allow").evaluate(request(command=command)).action == "allow", command
+
+
+@pytest.mark.parametrize("command", [
+    "git -c alias.x='!touch y' x", "git -c core.pager='touch y' log", "git --config-env=core.pager=V log",
+    "git --exec-path=. status", "git submodule foreach 'touch y'", "git rebase --exec 'touch y' main",
+    "git rebase -x 'touch y' main", "git bisect run touch y", "git config alias.x '!touch y'",
+    "git config core.fsmonitor 'touch y'",
+])
+def test_git_configuration_and_subcommands_that_run_strings_match_every_deny_rule(command):
+    verdict = policy(deny("rm"), process="allow").evaluate(request(command=command))
+    assert verdict.action == "deny" and "cannot see" in verdict.rule, (command, verdict)
+
+
 def test_opaque_commands_say_why_a_deny_rule_applied():
     verdict = policy(deny("git push"), process="allow").evaluate(request(command="eval $CMD"))
     assert verdict.action == "deny" and "cannot see what the command runs: eval" in verdict.rule
@@ -135,6 +175,11 @@ def test_allow_rules_do_not_allow_more_than_their_parts(command, why):
     ("git -C /elsewhere status", "before the subcommand"),
     ("git --git-dir=/elsewhere status", "before the subcommand"),
     ("git --exec-path=/tmp status", "before the subcommand"),
+    ("git help log", "manual viewer"),
+    ("git help -w log", "manual viewer"),
+    ("git --help", "manual viewer"),
+    ("git log --help", "manual viewer"),
+    ("git log --hel", "manual viewer"),
 ])
 def test_git_arguments_that_write_or_run_programs_are_not_allowed(command, why):
     verdict = policy(allow("git")).evaluate(request(command=command), CLEAN)
@@ -160,6 +205,33 @@ def test_git_output_indicator_options_are_not_output():
     ("rg --pre ./evil x", "--pre"),
     ("awk 'BEGIN{system(\"rm x\")}'", "awk"),
     ("tee /tmp/out", "outside the workspace"),
+    # option values are skipped before the script, which is then checked
+    ("sed -l 5 's/a/b/w /tmp/x' f", "s///w"),
+    ("sed --line-length 5 's/a/b/w /tmp/x' f", "s///w"),
+    ("sed -n -l5 '1e rm x' f", "runs a command"),
+    ("awk -F : 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk -v x=1 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk --assign x=1 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk -F: 'BEGIN{system(\"rm x\")}' f", "awk"),
+    ("awk -o/tmp/x '{print}' f", "-o/tmp/x"),
+    ("awk --dump-variables=/tmp/x '{print}' f", "--dump-variables"),
+    # sed labels end at a blank: `b end w FILE` writes
+    ("sed 'b end w /tmp/x' f", "writes a file"),
+    ("sed ':a w /tmp/x' f", "writes a file"),
+    # programs that write their operands or options' values
+    ("uniq in /tmp/out", "outside the workspace"),
+    ("xxd -r dump /tmp/out", "outside the workspace"),
+    ("xxd -c 16 in /tmp/out", "outside the workspace"),
+    ("tree -o /tmp/out", "-o"),
+    ("shuf -o /tmp/out f", "-o"),
+    ("shuf --output=/tmp/out f", "--output"),
+    ("split f part", "writes files"),
+    ("csplit f /x/", "writes files"),
+    ("date -s 2020-01-01", "clock"),
+    ("date --set=2020-01-01", "clock"),
+    ("iconv -o /tmp/out f", "-o"),
+    ("less -o /tmp/out f", "-o"),
+    ("dd if=f of=/tmp/out", "of="),
 ])
 def test_safe_programs_with_unsafe_arguments_are_not_allowed(command, why):
     program = command.split()[0]
@@ -168,7 +240,9 @@ def test_safe_programs_with_unsafe_arguments_are_not_allowed(command, why):
 
 
 @pytest.mark.parametrize("command", ["find . -name '*.py'", "sed -n 10,20p f", "sed 's/a/b/g' f", "sort -k2 f",
-                                     "rg -n pattern", "awk '{print $1}' f", "tee out.txt"])
+                                     "rg -n pattern", "awk '{print $1}' f", "tee out.txt", "sed -l 5 p f",
+                                     "sed 'b end; p' f", "awk -F: '{print $1}' f", "uniq in", "uniq in out.txt",
+                                     "xxd f", "tree -L 2", "shuf -n 3 f", "date +%s", "dd if=f"])
 def test_the_same_programs_with_harmless_arguments_are_allowed(command):
     program = command.split()[0]
     facts = ShellFacts(paths_inside={"out.txt": True})
@@ -207,6 +281,27 @@ def test_questions_are_asked_only_when_an_allow_rule_for_commands_applies():
     assert asked.git_cwds == {".", "src"} and asked.paths == {"out", "src/out"} and asked.programs == {"/bin/ls"}
     assert not policy(deny("git push")).questions(request(command="git status > out"))
     assert not p.questions(request("read", ToolRisk.READ_ONLY, path="x"))
+
+
+def test_a_sandboxed_call_asks_for_facts_only_where_its_command_may_read():
+    sandbox = {"active": True, "kind": "bwrap", "readable": ["/usr", "/etc"], "writable": ["/ws", "/tmp"]}
+    sandboxed = ApprovalRequest("c", "bash", ToolRisk.PROCESS, "r", "s", details={"sandbox": sandbox},
+                                canonical_input=json.dumps({"command": "git status"}), sandboxed=True)
+    assert policy(allow("git status")).questions(sandboxed).readable == ("/usr", "/etc", "/ws", "/tmp")
+    assert policy(allow("git status")).questions(request(command="git status")).readable is None
+
+
+def test_facts_are_asked_for_the_directory_the_call_runs_in():
+    details = {"cwd": "/ws/vendor", "cwd_path": "vendor"}
+    inside = ApprovalRequest("c", "bash", ToolRisk.PROCESS, "r", "s", details=details,
+                             canonical_input=json.dumps({"command": "git status > out.txt; cd .. && git log",
+                                                         "cwd": "vendor"}))
+    asked = policy(allow("git"), allow("cd")).questions(inside)
+    assert asked.git_cwds == {"vendor", "."} and asked.paths == {"vendor/out.txt"}
+    facts = ShellFacts(git={".": GitFacts(), "vendor": GitFacts(program_keys=("core.fsmonitor in x",))},
+                       paths_inside={"vendor/out.txt": True})
+    verdict = policy(allow("git"), allow("cd")).evaluate(inside, facts)
+    assert verdict.action == "ask" and "core.fsmonitor" in verdict.rule
 
 
 def test_a_floor_with_a_command_prefix_applies_to_any_part():

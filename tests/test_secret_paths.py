@@ -58,7 +58,7 @@ MORE_SECRET = [
 NOT_SECRET = [
     "src/main.rs", "README.md", "environment.py", "env/lib.py", ".env.example", ".env.sample", ".env.template",
     "app/.env.local.example", ".ENV.EXAMPLE", "id_rsa.pub", "keys/id_ed25519.pub", "src/id_utils.py",
-    "keys.py", "monkey.keystore.md", "secrets", "docs/secrets.md", "secret.txt", "config", ".kube/config.yaml",
+    "keys.py", "monkey.keystore.md", "secrets", "docs/secrets.md", "secret", "config", ".kube/config.yaml",
     "docker/config.json", "history.md", "tfvars.md", "key", "pem", "bak", ".bak", "~",
     "notes.bak", "my.env", "dotenv",
     # negative controls for the survey's additions: documentation, code, templates, public halves
@@ -68,6 +68,9 @@ NOT_SECRET = [
     "ansible/hosts.yml", "my.cnf.md", "kubeconfig.md", "wget.conf", "wireguard.md", "wallet.md",
     "tsconfig-base.json", "package.json", "locale/messages.json", "gh/README.md", "service.json",
     ".docker/daemon.json", "mysql/my.cnf.example", "keys.md",
+    # the singular forms' negative controls
+    "tokenizer.py", "secret.md", "src/secret.py", "secret.example.json", "config/secret.yml.example",
+    "credential.md", "src/credential.rs", "credential.sample.json", "credential_helper.py", "secretary.txt",
 ]
 
 
@@ -77,6 +80,17 @@ def test_secret_like(text):
     assert match is not None, text
     assert match.pattern.source.startswith("config/secret_paths.txt:")
     assert not match.pattern.exception
+
+
+SINGULAR_SECRET = ["secret.json", "config/secret.yml", "secret.toml", "secret.txt", "secret/token",
+                   "app/secret/key.txt", "credential.json", "gcp/credential.yaml", ".streamlit/secret.toml",
+                   "secret.env"]
+
+
+@pytest.mark.parametrize("text", SINGULAR_SECRET)
+def test_singular_forms_of_each_family_are_secret_like(text):
+    match = classify_secret(parse_file_path(text).parts, shipped_secret_patterns())
+    assert match is not None and not match.pattern.exception, text
 
 
 @pytest.mark.parametrize("text", MORE_SECRET)

@@ -132,6 +132,47 @@ def test_commands_hidden_in_arguments_and_substitutions_are_segments(command, in
     ("strace -f touch x", "does not follow"),
     ("watch touch x", "does not follow"),
     ("ssh host touch x", "does not follow"),
+    # text bash evaluates as code inside literal words
+    ("printf -v 'a[$(touch x)]' 1", "subscript"),
+    ("read 'a[$(touch x)]' <<< 1", "subscript"),
+    ("declare 'a[$(touch x)]=1'", "subscript"),
+    ("export 'a[$(touch x)]=1'", "subscript"),
+    ("unset 'a[$(touch x)]'", "subscript"),
+    ("test -v 'a[$(touch x)]'", "subscript"),
+    ("[ -v 'a[$(touch x)]' ]", "subscript"),
+    ("[[ -v 'a[$(touch x)]' ]]", "subscript"),
+    ("declare -n r='a[$(touch x)]'; echo $r", "reference"),
+    ("declare -i n; n='a[$(touch x)]'", "integer"),
+    ("x='a[$(touch x)]'; echo ${!x}", "${!name}"),
+    # nested shells and their input
+    ("bash /dev/stdin <<< 'touch x'", "/dev/stdin"),
+    ("bash /dev/fd/0 <<< 'touch x'", "/dev/fd/0"),
+    ("bash /proc/self/fd/0 <<< 'touch x'", "/proc/self/fd/0"),
+    # code in variables
+    ("PS4='$(touch x)' bash -xc true", "PS4"),
+    ("BASH_ENV=./x.sh bash -c true", "BASH_ENV"),
+    ("env ENV=./x.sh sh -i", "ENV"),
+    ("env 'BASH_FUNC_f%%=() { touch x; }' bash -c f", "BASH_FUNC_f%%"),
+    ("SHELLOPTS=xtrace bash -c true", "SHELLOPTS"),
+    ("PROMPT_COMMAND='touch x' bash -i", "PROMPT_COMMAND"),
+    ("export PS4='$(touch x)'; set -x; true", "PS4"),
+    ("GIT_PAGER=$CMD git log", "computed at run time"),
+    # builtins and keywords that run commands
+    ("jobs -x touch x", "jobs -x"),
+    ("coproc { touch x; }", "coproc"),
+    ("coproc NAME { touch x; }", "coproc"),
+    # a line continuation inside a word
+    ("t\\\nouch x", "line continuation"),
+    ("echo $(t\\\nouch x)", "line continuation"),
+    # runners
+    *[(f"{runner} touch x", "does not follow") for runner in (
+        "setarch", "linux32", "linux64", "sg", "fakeroot", "eatmydata", "chronic", "unbuffer", "valgrind",
+        "proxychains", "torsocks", "dbus-run-session", "xvfb-run", "numactl", "cgexec", "pkexec", "ifne", "choom",
+        "run0", "fish")],
+    # bounded analysis
+    (")(" * 60_000, "budget"),
+    ("echo " + "$(" * 2000 + "x" + ")" * 2000, "nests more than"),
+    ("{ " * 2000 + "x" + "; }" * 2000, "nests more than"),
 ])
 def test_what_cannot_be_seen_is_opaque(command, reason):
     analysis = analyze(command)
@@ -150,6 +191,34 @@ def test_visible_but_dynamic(command, reason):
     analysis = analyze(command)
     assert not analysis.opaque
     assert any(reason in r for r in analysis.dynamic), analysis.dynamic
+
+
+@pytest.mark.parametrize("command, inner", [
+    ("bash -c -- 'touch x'", ["touch", "x"]),
+    ("bash -c -e 'touch x'", ["touch", "x"]),
+    ("bash -c +x 'touch x'", ["touch", "x"]),
+    ("bash -o errexit -c 'touch x'", ["touch", "x"]),
+    ("sh -ec 'touch x'", ["touch", "x"]),
+    ("GIT_PAGER='touch x' git log", ["touch", "x"]),
+    ("env EDITOR='touch x' git commit", ["touch", "x"]),
+    ("export PAGER='touch x'; git log", ["touch", "x"]),
+])
+def test_options_before_a_nested_script_and_command_variables_are_followed(command, inner):
+    analysis = analyze(command)
+    assert not analysis.opaque, analysis.opaque
+    assert inner in [list(s.words) for s in analysis.segments]
+
+
+def test_long_chains_and_the_longest_line_are_analysed_without_recursion():
+    chain = " && ".join(["true"] * 400)  # the grammar nests && one level per operator
+    assert len(analyze(chain).segments) == 400 and not analyze(chain).opaque
+    words = "echo " + " ".join(["ab"] * ((MAX_COMMAND_BYTES - 5) // 3))
+    analysis = analyze(words)
+    assert not analysis.opaque and len(analysis.segments[0].words) == (MAX_COMMAND_BYTES - 5) // 3 + 1
+    braces = "echo " + "{a" * 30_000  # once a quadratic regular expression
+    assert analyze(braces).segments[0].words[1] == "{a" * 30_000
+    continued = "echo " + "$(echo " * 20_000 + "'" + "a\\\nb" * 20_000 + "'" + ")" * 20_000
+    assert "nests more than" in analyze(continued).opaque[0]  # one walk decides every continuation
 
 
 def test_plain_compound_commands_are_neither_opaque_nor_dynamic():
