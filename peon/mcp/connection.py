@@ -59,9 +59,9 @@ from .tools import tool_descriptor
 STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 
 
-def server_capabilities(era: Era) -> dict[str, Any]:
-    """What a server of this era advertises."""
-    if era == "modern":
+def server_capabilities(era: Era, notifies: bool = True) -> dict[str, Any]:
+    """What a server of this era advertises (``notifies``: the transport can send a session notifications)."""
+    if era == "modern" or not notifies:
         return {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
                 "resources": {"subscribe": False, "listChanged": False}, "completions": {}}
     return {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
@@ -135,6 +135,7 @@ class Connection:
     client_info: dict[str, Any] = field(default_factory=dict)
     initialized: bool = False  # the client sent notifications/initialized
     logs: LogFeed = field(default_factory=LogFeed)  # logging/setLevel's level and the rate limit
+    notifies: bool = True  # the transport can notify this connection (resource updates, log messages)
 
     def __post_init__(self) -> None:
         self.set_tools(self.tools)
@@ -213,7 +214,7 @@ class Connection:
         self.client_info = dict(info) if isinstance(info, Mapping) else {}
         result: dict[str, Any] = {
             "protocolVersion": self.version,
-            "capabilities": server_capabilities("handshake"),
+            "capabilities": server_capabilities("handshake", self.notifies),
             "serverInfo": self.identity.implementation(),
         }
         if self.identity.instructions:
@@ -268,9 +269,10 @@ class Connection:
             return Reply(self._complete(req.id, version, result))
         if req.method == "tools/call":
             return self._call(req, version, can_elicit, meta)
-        if is_modern(version) and req.method in STATELESS_UNSERVED:
+        if req.method in STATELESS_UNSERVED and (is_modern(version) or not self.notifies):
+            lacking = version if self.notifies else "this server"
             return self._error(req, METHOD_NOT_FOUND, f"Method not found: {req.method} needs a connection to notify, "
-                                                      f"which {version} does not have")
+                                                      f"which {lacking} does not have")
         if req.method == "logging/setLevel":
             try:
                 self.logs.set_level(check_level(req.params))

@@ -25,7 +25,7 @@ from .completion import CompletionProblem, completion_result, wanted
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from .prompts import PromptProblem, check_get, prompt_list, prompt_result
 from .revisions import is_modern
-from .resources import ResourceProblem, parse_uri, read_result, resource_list, template_list, tool_for
+from .resources import ResourceProblem, SkillUri, parse_uri, read_result, resource_list, template_list, tool_for
 
 RESOURCE_NOT_FOUND = -32002
 FEATURE_METHODS = frozenset({"prompts/list", "prompts/get", "resources/list", "resources/templates/list",
@@ -110,6 +110,9 @@ def _plan(method: str, params: Mapping[str, Any], catalog: Catalog, files: bool)
     if method == "resources/read":
         uri = params.get("uri")
         target = parse_uri(uri, catalog.workspace)
+        if isinstance(target, SkillUri) and target.name not in {str(skill["name"]) for skill in catalog.skills}:
+            return Refused(RESOURCE_NOT_FOUND, f"Resource not found: no skill named {target.name!r} was discovered "
+                                               "in this session", {"code": "unknown_skill"})
         tool, arguments = tool_for(target)
         if tool == "read" and not files:
             raise ResourceProblem("file resources are not served by this server")

@@ -335,7 +335,7 @@ class McpEndpoint:
             await send_json(send, 400, mismatch)
             return
         assert self.state.router is not None
-        connection = p.Connection(self.state.router.session.tools(), self.state.identity)
+        connection = p.Connection(self.state.router.session.tools(), self.state.identity, notifies=False)
         await self.dispatch(scope, receive, send, connection.receive(message), None, message, "modern", info)
 
     # -- 2025-11-25 and earlier: sessions opened by initialize --
@@ -387,7 +387,8 @@ class McpEndpoint:
                                                  "the most this server keeps; end one (DELETE) or retry later",
                                                  message.id), {"Retry-After": "5"})
             return
-        connection = p.Connection(state.router.session.tools(), state.identity)
+        # No standalone stream is opened, so a session cannot be notified: no subscriptions or logging.
+        connection = p.Connection(state.router.session.tools(), state.identity, notifies=False)
         event = connection.receive(message)
         assert isinstance(event, p.Reply)
         if "result" not in event.message:
@@ -421,6 +422,13 @@ class McpEndpoint:
         assert router is not None
         if isinstance(event, p.Reply):
             await send_json(send, wire.http_status(event.message, era), event.message)
+            return
+        if isinstance(event, p.Feature):
+            outcome = await router.feature(event, mcp_session)
+            if isinstance(outcome, Answer):
+                await send_json(send, wire.http_status(outcome.message, era), outcome.message)
+            else:
+                await self.stream(scope, receive, send, outcome, info)
             return
         if not isinstance(event, p.StartCall):
             await send_empty(send, 202)
