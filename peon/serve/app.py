@@ -8,6 +8,7 @@ Promises:
   and, on ``/mcp``, a JSON-RPC error naming the rule — never a traceback;
 * a request body is read up to ``max_body_bytes`` and refused with 413 beyond it, whatever
   ``Content-Length`` claims, so a client cannot make the server hold more;
+* ``/metrics`` answers from the moment the server listens (``peon_ready`` says whether it is ready);
 * ``/healthz`` answers 200 while the process runs; ``/readyz`` answers 200 only once the supervisor
   and a standby worker are up, and 503 while starting, while the supervisor is being replaced and
   while draining;
@@ -58,6 +59,9 @@ class ServeOptions:
     idempotency_window_seconds: float = 600.0
     idempotency_entries: int = 1024
     max_requests: int = 128  # concurrent requests; beyond: 503 with a JSON-RPC error
+    header_timeout_seconds: float = 10.0  # to send a request head (peon.serve.stalls)
+    body_timeout_seconds: float = 30.0  # for each part of a request body
+    max_pending_connections: int = 64  # connections waiting for a request head; beyond: the oldest is closed
 
 
 @dataclass
@@ -77,7 +81,8 @@ class ServeState:
     recovering: asyncio.Task[None] | None = None
 
     def attach(self, session: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.metrics = self.metrics or Metrics([t["name"] for t in session.tools()])
+        self.metrics = self.metrics or Metrics([])
+        self.metrics.set_tools([t["name"] for t in session.tools()])
         self.metrics.describe_containment(session.info.get("containment") or {})
         self.router = CallRouter(session, self.identity, self.metrics, loop=loop,
                                  idempotency_window=self.options.idempotency_window_seconds,
@@ -156,10 +161,19 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+class BodyStalled(Exception):
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+
+async def read_body(receive: Receive, limit: int, part_seconds: float = 30.0) -> bytes:
     body = bytearray()
     while True:
-        message = await receive()
+        try:
+            async with asyncio.timeout(part_seconds):
+                message = await receive()
+        except TimeoutError:
+            raise BodyStalled(part_seconds) from None
         if message["type"] == "http.disconnect":
             raise ConnectionError("the client went away while sending the request")
         body += message.get("body", b"")
@@ -292,7 +306,14 @@ class McpEndpoint:
                                                  f"{content_type[:60]!r}"))
             return
         try:
-            body = await read_body(receive, state.options.max_body_bytes)
+            body = await read_body(receive, state.options.max_body_bytes, state.options.body_timeout_seconds)
+        except BodyStalled as exc:
+            if state.metrics is not None:
+                state.metrics.limits.labels("request_body").inc()
+            await send_json(send, 408, p.error_response(None, p.INVALID_REQUEST, f"no part of the request body "
+                                                        f"arrived for {exc.seconds:g} s", {"code": "timeout"}),
+                            {"Connection": "close"})
+            return
         except BodyTooLarge as exc:
             if state.metrics is not None:
                 state.metrics.limits.labels("request_body").inc()
@@ -489,8 +510,9 @@ def build_app(state: ServeState, lifespan: Callable[[Starlette], Any] | None = N
         return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
 
     async def metrics(request: Request) -> Response:
-        if state.metrics is None:
-            return JSONResponse({"error": "not ready: no session yet"}, status_code=503)
+        if state.metrics is None:  # a scrape before the session started: the series exist, at zero
+            state.metrics = Metrics([])
+        state.metrics.ready.set(1 if state.readiness() is None else 0)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     routes = [

@@ -37,6 +37,7 @@ from peon.mcp import protocol as p
 from . import logs
 from .app import ServeOptions, ServeState, build_app
 from .guard import Guard, bind_problem
+from .stalls import guarded_protocol
 
 log = logging.getLogger("peon.serve")
 
@@ -204,8 +205,15 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
             await draining[0]
 
     app = build_app(state, lifespan)
+
+    def stalled(why: str) -> None:
+        if state.metrics is not None:
+            state.metrics.limits.labels("request_head" if why == "timeout" else "pending_connections").inc()
+
+    protocol, _ = guarded_protocol(config.options.header_timeout_seconds, config.options.max_pending_connections,
+                                   stalled)
     uv_config = uvicorn.Config(
-        app, interface="asgi3", log_config=None, access_log=False, lifespan="on",
+        app, interface="asgi3", log_config=None, access_log=False, lifespan="on", http=protocol,
         # The gate answers beyond --max-connections with a JSON-RPC 503; uvicorn's own limit is a backstop.
         limit_concurrency=config.max_connections + 16, timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
         timeout_keep_alive=5, server_header=False, proxy_headers=False,

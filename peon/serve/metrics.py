@@ -18,6 +18,8 @@ Series:
 * ``peon_worker_failures_total{kind}`` — ``worker_crashed``, ``worker_oom``, ``worker_hung``,
   ``supervisor_died``; ``peon_supervisor_restarts_total``;
 * ``peon_http_requests_total{endpoint,status}``, ``peon_mcp_sessions``, ``peon_idempotent_replays_total``;
+* ``peon_ready`` — 1 when ``/readyz`` would answer 200, else 0 (set at each scrape: ``/metrics``
+  answers from the moment the server listens, before the session is up);
 * ``peon_containment_info{kind,limits}`` — how the session contains worker trees (``cgroup`` or
   ``process-tree``) and which limits the kernel enforces.
 """
@@ -67,10 +69,16 @@ class Metrics:
         self.replays = Counter("peon_idempotent_replays", "Calls answered from the idempotency store instead "
                                "of running again.", registry=r)
         self.containment = Info("peon_containment", "How worker trees are contained.", registry=r)
+        self.ready = Gauge("peon_ready", "1 when the server is ready to serve calls (as /readyz), else 0.",
+                           registry=r)
         for kind in WORKER_FAILURES:  # present at zero, so a dashboard can tell "none" from "not exported"
             self.worker_failures.labels(kind)
         for reason in ("deadline", "cancel", "limit"):
             self.process_kills.labels(reason)
+
+    def set_tools(self, tools: list[str]) -> None:
+        """The session's tool names, the closed set of the ``tool`` label (known once it started)."""
+        self.tools = frozenset(tools)
 
     def describe_containment(self, containment: dict[str, Any]) -> None:
         self.containment.info({"kind": str(containment.get("kind", "unknown")),
