@@ -14,7 +14,8 @@ Series:
 * ``peon_process_kills_total{reason}`` — calls whose process tree Peon killed (``deadline``,
   ``cancel``, ``limit``);
 * ``peon_limits_hit_total{limit}`` — ``deadline``, ``output`` (truncated), ``memory``/``pids``/… (the
-  resource limit a call exceeded), ``input`` (too large), ``queue`` (busy), ``request_body`` (HTTP 413);
+  resource limit a call exceeded), ``input`` (too large), ``queue`` (busy), ``request_body`` (HTTP 413 or 408),
+  ``request_head`` and ``pending_connections`` (stalled connections closed, :mod:`peon.serve.stalls`);
 * ``peon_worker_failures_total{kind}`` — ``worker_crashed``, ``worker_oom``, ``worker_hung``,
   ``supervisor_died``; ``peon_supervisor_restarts_total``;
 * ``peon_http_requests_total{endpoint,status}``, ``peon_mcp_sessions``, ``peon_idempotent_replays_total``;
