@@ -39,7 +39,8 @@ def test_sdk_gets_prompts_resources_and_completions(server, mode):
         async with Client(server.url, mode=mode) as c:
             capabilities = c.server_capabilities
             assert capabilities.prompts is not None and capabilities.completions is not None
-            assert not capabilities.resources.subscribe and capabilities.logging is None  # nowhere to notify
+            assert not capabilities.resources.subscribe  # no standalone stream to send updates on
+            assert (capabilities.logging is not None) == (mode == "legacy")  # on the stream of a call
             assert [p.name for p in (await c.list_prompts()).prompts] == ["release-checks"]
             got = await c.get_prompt("release-checks")
             assert "untrusted" in got.messages[0].content.text and "Run the tests" in got.messages[0].content.text
@@ -51,6 +52,26 @@ def test_sdk_gets_prompts_resources_and_completions(server, mode):
             assert missing.value.error.code == -32002
 
     run(scenario())
+
+
+def test_log_messages_travel_with_their_calls(server):
+    logs: list = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def scenario():
+        async with Client(server.url, mode="legacy", logging_callback=on_log) as c:
+            await c.set_logging_level("info")
+            slow = await c.call_tool("bash", {"command": "sleep 30", "timeout_seconds": 0.3})
+            assert slow.structured_content["timed_out"] is True
+            denied = await c.call_tool("write", {"path": "x.txt", "content": "x", "mode": "create"})
+            assert denied.is_error
+
+    run(scenario())
+    events = [(log.level, log.data.get("event"), log.data.get("code")) for log in logs]
+    assert ("warning", "killed", None) in events and ("notice", "call_failed", "denied") in events, events
+    assert "sleep" not in json.dumps([log.data for log in logs])
 
 
 def call(port: int, session: str | None, request_id: int, name: str, arguments: dict) -> dict:

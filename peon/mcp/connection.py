@@ -59,13 +59,15 @@ from .tools import tool_descriptor
 STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 
 
-def server_capabilities(era: Era, notifies: bool = True) -> dict[str, Any]:
-    """What a server of this era advertises (``notifies``: the transport can send a session notifications)."""
-    if era == "modern" or not notifies:
-        return {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
-                "resources": {"subscribe": False, "listChanged": False}, "completions": {}}
-    return {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
-            "resources": {"subscribe": True, "listChanged": False}, "completions": {}, "logging": {}}
+def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) -> dict[str, Any]:
+    """What a server of this era advertises (``subscribes``: the transport can notify a connection of
+    resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern)."""
+    capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+                                    "resources": {"subscribe": era == "handshake" and subscribes,
+                                                  "listChanged": False}, "completions": {}}
+    if era == "handshake" and logs:
+        capabilities["logging"] = {}
+    return capabilities
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ class Connection:
     client_info: dict[str, Any] = field(default_factory=dict)
     initialized: bool = False  # the client sent notifications/initialized
     logs: LogFeed = field(default_factory=LogFeed)  # logging/setLevel's level and the rate limit
-    notifies: bool = True  # the transport can notify this connection (resource updates, log messages)
+    subscribes: bool = True  # the transport can send resource updates to this connection at any time
+    sends_logs: bool = True  # ... and log messages (at least on the streams of the calls they concern)
 
     def __post_init__(self) -> None:
         self.set_tools(self.tools)
@@ -214,7 +217,7 @@ class Connection:
         self.client_info = dict(info) if isinstance(info, Mapping) else {}
         result: dict[str, Any] = {
             "protocolVersion": self.version,
-            "capabilities": server_capabilities("handshake", self.notifies),
+            "capabilities": server_capabilities("handshake", self.subscribes, self.sends_logs),
             "serverInfo": self.identity.implementation(),
         }
         if self.identity.instructions:
@@ -269,8 +272,9 @@ class Connection:
             return Reply(self._complete(req.id, version, result))
         if req.method == "tools/call":
             return self._call(req, version, can_elicit, meta)
-        if req.method in STATELESS_UNSERVED and (is_modern(version) or not self.notifies):
-            lacking = version if self.notifies else "this server"
+        served = self.sends_logs if req.method == "logging/setLevel" else self.subscribes
+        if req.method in STATELESS_UNSERVED and (is_modern(version) or not served):
+            lacking = version if served else "this server"
             return self._error(req, METHOD_NOT_FOUND, f"Method not found: {req.method} needs a connection to notify, "
                                                       f"which {lacking} does not have")
         if req.method == "logging/setLevel":

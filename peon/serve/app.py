@@ -356,7 +356,8 @@ class McpEndpoint:
             await send_json(send, 400, mismatch)
             return
         assert self.state.router is not None
-        connection = p.Connection(self.state.router.session.tools(), self.state.identity, notifies=False)
+        connection = p.Connection(self.state.router.session.tools(), self.state.identity, subscribes=False,
+                                  sends_logs=False)
         await self.dispatch(scope, receive, send, connection.receive(message), None, message, "modern", info)
 
     # -- 2025-11-25 and earlier: sessions opened by initialize --
@@ -408,8 +409,8 @@ class McpEndpoint:
                                                  "the most this server keeps; end one (DELETE) or retry later",
                                                  message.id), {"Retry-After": "5"})
             return
-        # No standalone stream is opened, so a session cannot be notified: no subscriptions or logging.
-        connection = p.Connection(state.router.session.tools(), state.identity, notifies=False)
+        # No standalone stream is opened: no subscriptions; log messages go on the streams of their calls.
+        connection = p.Connection(state.router.session.tools(), state.identity, subscribes=False)
         event = connection.receive(message)
         assert isinstance(event, p.Reply)
         if "result" not in event.message:

@@ -18,6 +18,8 @@ Promises:
 * prompts, resources and completion requests are planned by :func:`peon.mcp.features.plan`; one that
   reads something is a call of the tool that serves it, routed like a ``tools/call`` (approved, audited,
   cancelled with its stream);
+* once a 2025-11-25 session set a log level, what Peon does to its calls (approvals, refusals, kills,
+  limits; :mod:`peon.mcp.logs`) is sent as ``notifications/message`` on the stream of the call concerned;
 * a job belongs to the MCP session whose call started it (a 2025-11-25 session, or the stateless
   2026-07-28 requests as one owner): ``job_output``, ``job_stop``, ``job_list``, ``job://`` resources and
   their completion see only the caller's jobs (another's is ``unknown_job``, as if it did not exist),
@@ -408,8 +410,17 @@ class CallRouter:
                 with contextlib.suppress(Exception):  # a closed session has stopped every job already
                     self.session.submit("job_stop", {"job_id": job_id})
 
+    def _log(self, call: Call, event: tuple[Any, dict[str, Any]] | None) -> None:
+        """A log message about ``call``, on its stream, when its session asked for that level."""
+        if event is None or call.mcp_session is None or call.stream is None or call.cancelled:
+            return
+        message = call.mcp_session.connection.logs.message(event[0], event[1], time.monotonic())
+        if message is not None:
+            call.stream.notify(message, droppable=True)
+
     def _done(self, call: Call, result: ToolResult) -> None:
         result = self._claim_jobs(call, result)
+        self._log(call, p.result_event(result))
         self.calls.pop(call.key, None)
         self._track(-1)
         self.metrics.record_result(result, time.monotonic() - call.submitted_at)
@@ -536,6 +547,7 @@ class CallRouter:
             if approval.elicitation_id is not None and call.mcp_session is not None:
                 call.mcp_session.elicitations.pop(approval.elicitation_id, None)
             call.approval = None
+        self._log(call, p.approval_event(request, answer))
         self.metrics.approval_wait.observe(time.monotonic() - asked_at)
         self.metrics.approvals.labels(str(answer.get("decision"))).inc()
         return answer
