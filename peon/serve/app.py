@@ -79,14 +79,17 @@ class ServeState:
     startup_error: str | None = None
     mcp_sessions: dict[str, McpSession] = field(default_factory=dict)
     recovering: asyncio.Task[None] | None = None
+    telemetry: Any = None  # a peon.otel.Telemetry when OpenTelemetry is configured
 
     def attach(self, session: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.metrics = self.metrics or Metrics([])
         self.metrics.set_tools([t["name"] for t in session.tools()])
+        if self.telemetry is not None and not self.metrics.otel:
+            self.metrics.mirror_to(self.telemetry.meter)
         self.metrics.describe_containment(session.info.get("containment") or {})
         self.router = CallRouter(session, self.identity, self.metrics, loop=loop,
                                  idempotency_window=self.options.idempotency_window_seconds,
-                                 idempotency_entries=self.options.idempotency_entries)
+                                 idempotency_entries=self.options.idempotency_entries, telemetry=self.telemetry)
         self.session = session
 
     # -- readiness ------------------------------------------------------------------------------------

@@ -184,6 +184,7 @@ class Call:
     final: ToolResult | None = None  # finished while no request was waiting for it
     finished_at: float = 0.0
     step: p.Step | None = None  # set when the call serves a prompts/resources/completion request
+    trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,8 @@ class Answer:
 
 class CallRouter:
     def __init__(self, session: Any, identity: p.ServerIdentity, metrics: Metrics, *,
-                 loop: asyncio.AbstractEventLoop, idempotency_window: float, idempotency_entries: int):
+                 loop: asyncio.AbstractEventLoop, idempotency_window: float, idempotency_entries: int,
+                 telemetry: Any = None):
         self.session = session
         self.identity = identity
         self.metrics = metrics
@@ -208,6 +210,7 @@ class CallRouter:
         self.calls: dict[str, Call] = {}  # by the session's call id
         self.awaiting_retry: dict[str, Call] = {}
         self.catalog = p.Catalog.of(session.info, session.tools())
+        self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.job_owners: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._registered = asyncio.Condition()
         self._ids = itertools.count(1)
@@ -247,7 +250,7 @@ class CallRouter:
         stream = Stream()
         call = Call(ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, ev.id, stream, mcp_session,
                     idempotency_key=key)
-        return await self._submit(call)
+        return await self._submit(call, "tools/call", meta)
 
     async def feature(self, ev: p.Feature, mcp_session: McpSession | None) -> Answer | Stream:
         """A prompts, resources or completion request: answered at once, or by one tool call."""
@@ -266,11 +269,14 @@ class CallRouter:
         # The stateless revision asks for approval by answering a tools/call: a step there cannot ask.
         call = Call(planned.tool, planned.arguments, ev.version, None, ev.can_elicit and not p.is_modern(ev.version),
                     ev.id, Stream(), mcp_session, step=planned)
-        return await self._submit(call)
+        return await self._submit(call, ev.method, ev.params.get("_meta"))
 
-    async def _submit(self, call: Call) -> Stream:
+    async def _submit(self, call: Call, method: str, meta: Any) -> Stream:
         stream = call.stream
         assert stream is not None
+        if self.telemetry is not None:
+            call.trace = self.telemetry.call(call.name, method, meta,
+                                             call.mcp_session.id if call.mcp_session is not None else None)
         if call.mcp_session is not None:
             call.mcp_session.calls[call.request_id] = call
         self._track(+1)
@@ -286,6 +292,8 @@ class CallRouter:
                                          f"the call could not be submitted: {exc}")
             self._done(call, failure)
             return stream
+        if call.trace is not None:
+            call.trace.submitted(handle.call_id)
         async with self._registered:
             call.handle, call.key = handle, handle.call_id
             self.calls[call.key] = call
@@ -351,7 +359,7 @@ class CallRouter:
             except PeonError as exc:
                 log.error("could not restart the session: %s: %s", exc.code.value, exc.message)
                 return
-            self.metrics.restarts.inc()
+            self.metrics.restarted()
             log.info("session restarted (supervisor pid %s)", self.session.supervisor_pid)
 
     # -- events from the session (moved onto the loop) ----------------------------------------------
@@ -419,6 +427,8 @@ class CallRouter:
             call.stream.notify(message, droppable=True)
 
     def _done(self, call: Call, result: ToolResult) -> None:
+        if call.trace is not None:
+            call.trace.finished(result)
         result = self._claim_jobs(call, result)
         self._log(call, p.result_event(result))
         self.calls.pop(call.key, None)
@@ -537,7 +547,7 @@ class CallRouter:
             call.mcp_session.elicitations[approval.elicitation_id] = approval
             call.stream.notify({"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
                                 "params": elicitation}, droppable=False)
-        asked_at = time.monotonic()
+        asked_at, asked_ns = time.monotonic(), time.time_ns()
         try:
             async with asyncio.timeout(self.approval_wait):
                 answer = await asyncio.shield(approval.answered)
@@ -548,8 +558,11 @@ class CallRouter:
                 call.mcp_session.elicitations.pop(approval.elicitation_id, None)
             call.approval = None
         self._log(call, p.approval_event(request, answer))
+        if call.trace is not None:
+            decider = "client" if answer.get("reason", "").startswith("answered by the user") else "peon"
+            call.trace.approval(asked_ns, str(answer.get("decision")), decider)
         self.metrics.approval_wait.observe(time.monotonic() - asked_at)
-        self.metrics.approvals.labels(str(answer.get("decision"))).inc()
+        self.metrics.approval(str(answer.get("decision")))
         return answer
 
     def _park_for_retry(self, call: Call, elicitation: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import uvicorn
 
+from peon import otel
 from peon.mcp import protocol as p
 
 from . import logs
@@ -126,7 +127,7 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     """Serve until a signal or a failed start; the exit status."""
     logs.configure(config.log_format)
     guard = Guard.build(config.token, config.host, config.allowed_hosts, config.allowed_origins)
-    state = ServeState(guard, identity, config.options)
+    state = ServeState(guard, identity, config.options, telemetry=otel.from_environment())
     sock = listen(config.host, config.port)
     host, port = sock.getsockname()[:2]
     exit_code = [0]
@@ -233,6 +234,8 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     finally:
         sock.close()
         loop.close()
+    if state.telemetry is not None:
+        state.telemetry.shutdown()
     if state.startup_error is not None:
         return exit_code[0] or 1
     return exit_code[0]
