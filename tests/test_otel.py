@@ -136,3 +136,30 @@ def test_spans_link_client_server_and_worker(leftovers, workspace, tmp_path):
     assert len(kills) == 1 and kills[0]["attributes"]["peon.kill.reason"] == "deadline"
     assert by_id[kills[0]["parent"]]["name"] == "tools/call bash"
     assert "echo traced" not in repr(receiver.spans)  # no arguments or output in spans
+
+
+def test_peon_mcp_continues_the_clients_trace(leftovers, workspace, tmp_path):
+    from test_mcp_server import RawServer, isolated_env
+
+    receiver = Receiver()
+    env = {**isolated_env(leftovers, tmp_path / "home"), "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+           "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    server = RawServer(workspace, env, tmp_path, "--allow", "process")
+    trace_id, parent_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    try:
+        server.initialize()
+        server.request(1, "tools/call", {"name": "bash", "arguments": {"command": "true"},
+                                         "_meta": {"traceparent": f"00-{trace_id}-{parent_id}-01"}})
+        assert server.recv()["result"]["isError"] is False
+        server.request(2, "resources/templates/list")  # answered without a call: no span
+        assert "result" in server.recv()
+    finally:
+        assert server.close() == 0
+    try:
+        assert wait_for(lambda: receiver.named("tools/call bash"), 30), receiver.spans
+    finally:
+        receiver.close()
+    call = receiver.named("tools/call bash")[0]
+    assert (call["trace"], call["parent"]) == (trace_id, parent_id)
+    assert call["service"] == "peon"
+    assert {span["name"] for span in receiver.spans if span["parent"] == call["id"]} == {"peon.admission", "peon.run"}

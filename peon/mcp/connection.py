@@ -89,6 +89,7 @@ class StartCall:
     can_elicit: bool = False
     request_state: Any = None
     input_responses: dict[str, Any] | None = None
+    meta: Any = field(default=None, compare=False)  # the request's params._meta (its trace context)
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,7 @@ class Connection:
         responses = req.params.get("inputResponses") if is_modern(version) else None
         return StartCall(req.id, name, arguments, version, token, can_elicit,
                          req.params.get("requestState") if is_modern(version) else None,
-                         responses if isinstance(responses, dict) else None)
+                         responses if isinstance(responses, dict) else None, meta)
 
     # -- shaping --
 

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from peon import otel
 from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
 from peon.mcp.elicitation import APPROVAL_KEY
@@ -109,6 +110,9 @@ class ToolCall:
     final: ToolResult | None = None  # finished while no request was waiting for it
     finished_at: float = 0.0
     step: p.Step | None = None  # set when the call serves a prompts/resources/completion request
+    trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
+    method: str = "tools/call"
+    meta: Any = None
 
 
 @dataclass
@@ -122,7 +126,9 @@ class Subscription:
 
 
 class StdioServer:
-    def __init__(self, session_factory: Callable[..., Any], identity: p.ServerIdentity, in_fd: int, out_fd: int):
+    def __init__(self, session_factory: Callable[..., Any], identity: p.ServerIdentity, in_fd: int, out_fd: int,
+                 telemetry: Any = None):
+        self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.in_fd = in_fd
         self.out_fd = out_fd
         self.identity = identity
@@ -358,7 +364,7 @@ class StdioServer:
             if ev.request_state is not None:
                 self._resume(ev)
                 return
-            call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit)
+            call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, meta=ev.meta)
             self._calls_by_request[ev.id] = call
         self._submit(call)
 
@@ -369,7 +375,11 @@ class StdioServer:
         wants_progress = call.progress_token is not None or (p.is_modern(call.version) and call.can_elicit)
         on_progress = (lambda update: self._progress(call, update)) if wants_progress else None
         # Not under the lock: the session's reader thread takes it for progress and results.
+        if self.telemetry is not None:
+            call.trace = self.telemetry.call(call.name, call.method, call.meta)
         handle = self.session.submit(call.name, call.arguments, on_progress=on_progress)
+        if call.trace is not None:
+            call.trace.submitted(handle.call_id)
         with self._registered:
             call.handle, call.key = handle, handle.call_id
             self._calls_by_key[call.key] = call
@@ -433,6 +443,8 @@ class StdioServer:
         self._write(message)
 
     def _done(self, call: ToolCall, result: ToolResult) -> None:
+        if call.trace is not None:
+            call.trace.finished(result)
         with self._lock:
             self._calls_by_key.pop(call.key, None)
             if call.approval is not None:
@@ -499,6 +511,7 @@ class StdioServer:
                 self._elicitations[approval.elicitation_id] = approval
                 message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
                            "params": elicitation}
+        asked_ns = time.time_ns()
         self._write(message)
         if not approval.done.wait(self._approval_wait):
             approval.resolve({"decision": "deny", "reason": f"no answer within {self._approval_wait:g} s"})
@@ -508,6 +521,9 @@ class StdioServer:
             call.approval = None
         assert approval.answer is not None
         self._log(*p.approval_event(request, approval.answer))
+        if call.trace is not None:
+            by_user = str(approval.answer.get("reason", "")).startswith("answered by the user")
+            call.trace.approval(asked_ns, str(approval.answer.get("decision")), "client" if by_user else "peon")
         return approval.answer
 
     def _client_reply(self, ev: p.ClientReply) -> None:
@@ -539,7 +555,8 @@ class StdioServer:
                 # The stateless revision's approval is an input_required answer to a tools/call retry,
                 # which these methods do not have: a step that needs approval there is denied.
                 call = ToolCall(ev.id, planned.tool, planned.arguments, ev.version, None,
-                                ev.can_elicit and not p.is_modern(ev.version), step=planned)
+                                ev.can_elicit and not p.is_modern(ev.version), step=planned, method=ev.method,
+                                meta=ev.params.get("_meta"))
                 self._calls_by_request[ev.id] = call
             self._submit(call)
 
@@ -631,8 +648,13 @@ def serve(session_factory: Callable[..., Any], identity: p.ServerIdentity) -> in
     os.dup2(2, 1)  # anything else written to fd 1 lands on stderr
     real_stdout, sys.stdout = sys.stdout, sys.stderr
     try:
-        server = StdioServer(session_factory, identity, 0, out_fd)
-        reason = server.run()
+        telemetry = otel.from_environment()
+        server = StdioServer(session_factory, identity, 0, out_fd, telemetry)
+        try:
+            reason = server.run()
+        finally:
+            if telemetry is not None:
+                telemetry.shutdown()
         log(f"stopped: {reason}")
         return 0
     finally:
