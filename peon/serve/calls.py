@@ -411,12 +411,18 @@ class CallRouter:
         return result
 
     def _stop_jobs(self, owner: str) -> None:
-        """Stop the running jobs a session started (its end or expiry); the stops are audited like any call."""
-        for job_id, job_owner in list(self.job_owners.items()):
-            if job_owner == owner:
-                del self.job_owners[job_id]
-                with contextlib.suppress(Exception):  # a closed session has stopped every job already
-                    self.session.submit("job_stop", {"job_id": job_id})
+        """Stop the jobs a session started (its end or expiry), from a worker thread like every submit; the
+        stops are audited like any call (one of a job that already ended changes nothing)."""
+        owned = [job_id for job_id, job_owner in self.job_owners.items() if job_owner == owner]
+        for job_id in owned:
+            del self.job_owners[job_id]
+        if owned:
+            self.loop.run_in_executor(None, self._submit_stops, owned)
+
+    def _submit_stops(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            with contextlib.suppress(Exception):  # a closed session has stopped every job already
+                self.session.submit("job_stop", {"job_id": job_id})
 
     def _log(self, call: Call, event: tuple[Any, dict[str, Any]] | None) -> None:
         """A log message about ``call``, on its stream, when its session asked for that level."""
