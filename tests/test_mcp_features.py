@@ -258,3 +258,42 @@ def test_resource_uris_are_parsed_purely():
                 "file:///ws", "file:///a%00b", "ftp://x"):
         with pytest.raises(ResourceProblem):
             parse_uri(bad, "/ws")
+
+
+def test_feature_requests_are_planned_without_io():
+    from peon.mcp import protocol as p
+    from peon.result import ToolResult
+
+    skill = {"name": "release-checks", "description": "Steps.", "origin": "project", "arguments": ["version"]}
+    catalog = p.Catalog((skill,), frozenset({"read_skill", "job_output", "job_list", "read"}), "/ws")
+    listed = p.plan("prompts/list", {}, catalog, "2025-11-25")
+    assert isinstance(listed, p.Answer) and listed.result["prompts"][0]["arguments"] == [
+        {"name": "version", "required": False}]
+    assert {"ttlMs", "cacheScope"} <= set(p.plan("prompts/list", {}, catalog, "2026-07-28").result)
+    get = p.plan("prompts/get", {"name": "release-checks", "arguments": {"version": "1"}}, catalog, "2025-11-25")
+    assert isinstance(get, p.Step) and (get.tool, get.arguments) == ("read_skill", {"name": "release-checks"})
+    shaped = get.finish({"name": "release-checks", "origin": "project", "path": "/ws/x", "content": "body"})
+    assert shaped["messages"][0]["content"]["text"].endswith("body") and "version: 1" in json.dumps(shaped)
+    read = p.plan("resources/read", {"uri": "job://job-1/output?offset=5"}, catalog, "2025-11-25")
+    assert isinstance(read, p.Step) and read.arguments == {"job_id": "job-1", "offset": 5, "limit": 65536}
+    missing = p.failure(read, ToolResult.failure("c1", "job_output", p_error("unknown_job"), "no such job"))
+    assert missing.code == p.RESOURCE_NOT_FOUND and missing.data == {"code": "unknown_job", "tool": "job_output"}
+    denied = p.failure(read, ToolResult.failure("c1", "job_output", p_error("denied"), "no"))
+    assert denied.code == p.INTERNAL_ERROR and denied.message.startswith("denied: ")
+    unknown_skill = p.plan("resources/read", {"uri": "skill://other"}, catalog, "2025-11-25")
+    assert isinstance(unknown_skill, p.Refused) and unknown_skill.code == p.RESOURCE_NOT_FOUND
+    without_read = p.Catalog((skill,), frozenset({"read_skill"}), "/ws")
+    assert isinstance(p.plan("resources/read", {"uri": "file:///a"}, without_read, "2025-11-25"), p.Refused)
+    templates = p.plan("resources/templates/list", {}, without_read, "2025-11-25").result["resourceTemplates"]
+    assert "file:///{path}" not in {t["uriTemplate"] for t in templates}
+    jobs = p.plan("completion/complete", {"ref": {"type": "ref/resource", "uri": "job://{id}/output"},
+                                          "argument": {"name": "id", "value": "job-1"}}, catalog, "2025-11-25")
+    assert isinstance(jobs, p.Step) and jobs.finish({"jobs": [{"job_id": "job-1"}, {"job_id": "job-12"},
+                                                              {"job_id": "job-2"}]})["completion"] == {
+        "values": ["job-1", "job-12"], "total": 2, "hasMore": False}
+
+
+def p_error(code: str):
+    from peon.errors import ErrorCode
+
+    return ErrorCode(code)
