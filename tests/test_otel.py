@@ -108,8 +108,8 @@ def test_spans_link_client_server_and_worker(leftovers, workspace, tmp_path):
     server = ServeProcess(workspace, env, tmp_path, "--allow", "process")
     try:
         with peon.RemoteSession(server.url) as session:
-            ok = session.call("bash", {"command": "echo traced"})
-            assert ok.ok and ok.value["output"] == "traced\n"
+            ok = session.call("bash", {"command": "echo traced; echo \"$TRACEPARENT\""})
+            assert ok.ok and ok.value["output"].startswith("traced\n00-"), ok
             slow = session.call("bash", {"command": "sleep 30", "timeout_seconds": 0.3})
             assert slow.value["timed_out"] is True
         assert wait_for(lambda: len(receiver.named("tools/call bash")) == 2, 30), receiver.spans
@@ -132,10 +132,19 @@ def test_spans_link_client_server_and_worker(leftovers, workspace, tmp_path):
         assert client["trace"] == call["trace"]
         children = {span["name"] for span in receiver.spans if span["parent"] == call["id"]}
         assert children - {"peon.kill"} == {"peon.admission", "peon.run"}, children
+    # The command got the call span's context: a tool that speaks OpenTelemetry continues the trace.
+    _, command_trace, command_parent, _ = ok.value["output"].split("\n")[1].split("-")
+    traced = next(call for call in calls if call["id"] == command_parent)
+    assert traced["trace"] == command_trace
     kills = receiver.named("peon.kill")
     assert len(kills) == 1 and kills[0]["attributes"]["peon.kill.reason"] == "deadline"
     assert by_id[kills[0]["parent"]]["name"] == "tools/call bash"
-    assert "echo traced" not in repr(receiver.spans)  # no arguments or output in spans
+    assert "echo traced" not in repr(receiver.spans)
+    from peon.environment import trace_context
+
+    assert trace_context({"traceparent": "00-x-y-01"}) == {}
+    assert trace_context({"traceparent": ok.value["output"].split("\n")[1], "tracestate": "a=\n"}) == {
+        "traceparent": ok.value["output"].split("\n")[1]}  # no arguments or output in spans
 
 
 def test_peon_mcp_continues_the_clients_trace(leftovers, workspace, tmp_path):

@@ -377,7 +377,8 @@ class StdioServer:
         # Not under the lock: the session's reader thread takes it for progress and results.
         if self.telemetry is not None:
             call.trace = self.telemetry.call(call.name, call.method, call.meta)
-        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress)
+        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress,
+                                     **({"trace": call.trace.traceparent()} if call.trace is not None else {}))
         if call.trace is not None:
             call.trace.submitted(handle.call_id)
         with self._registered:

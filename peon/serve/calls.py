@@ -284,7 +284,8 @@ class CallRouter:
         try:
             handle = await asyncio.to_thread(
                 self.session.submit, call.name, call.arguments,
-                on_progress=lambda update: self._soon(self._progress, call, update))
+                on_progress=lambda update: self._soon(self._progress, call, update),
+                **({"trace": call.trace.traceparent()} if call.trace is not None else {}))
         except Exception as exc:  # a bug or a dead session must fail this call, not the server
             log.exception("submitting %s failed", call.name)
             handle = None
