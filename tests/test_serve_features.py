@@ -118,3 +118,24 @@ def test_a_job_belongs_to_the_mcp_session_that_started_it(server):
     assert conn.getresponse().status == 204
     conn.close()
     assert wait_for(lambda: not living([pid]), 30), "the job outlived its MCP session"
+
+
+def test_an_expired_session_stops_its_jobs(leftovers, workspace, tmp_path):
+    from serve_support import ServeProcess, serve_env
+
+    server = ServeProcess(workspace, serve_env(leftovers, tmp_path), tmp_path, "--allow", "process",
+                          "--session-idle-seconds", "1")
+    try:
+        pid_file = workspace / "job.pid"
+        session = initialize(server.port)
+        call(server.port, session, 1, "bash", {"command": f"echo $$ > {pid_file}; exec sleep 300",
+                                               "background": True})
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30)
+        pid = int(pid_file.read_text())
+        # No request of any client: the server's own sweep ends the idle session and stops its job.
+        assert wait_for(lambda: not living([pid]), 30), "the job outlived its expired session"
+        status, _, _ = post(server.port, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                            {"mcp-session-id": session, "mcp-protocol-version": HANDSHAKE})
+        assert status == 404
+    finally:
+        assert server.stop() == 0

@@ -111,6 +111,18 @@ class ServeState:
                 return "starting: no standby worker yet"
         return None
 
+    def expire_sessions(self) -> None:
+        """End the 2025-11-25 sessions idle for ``session_idle_seconds`` with no call running (their jobs
+        are stopped); run at each ``initialize`` and every few seconds by the server."""
+        now = time.monotonic()
+        for session_id, mcp_session in list(self.mcp_sessions.items()):
+            if not mcp_session.calls and now - mcp_session.last_seen > self.options.session_idle_seconds:
+                del self.mcp_sessions[session_id]
+                if self.router is not None:
+                    self.router.end_mcp_session(mcp_session, "the session expired")
+        if self.metrics is not None:
+            self.metrics.sessions.set(len(self.mcp_sessions))
+
     def _recover(self) -> None:
         if self.router is not None and (self.recovering is None or self.recovering.done()):
             self.standby_seen = False
@@ -425,14 +437,7 @@ class McpEndpoint:
         await send_json(send, 200, event.message, {"Mcp-Session-Id": session_id})
 
     def _expire_sessions(self) -> None:
-        state = self.state
-        now = time.monotonic()
-        for session_id, mcp_session in list(state.mcp_sessions.items()):
-            if not mcp_session.calls and now - mcp_session.last_seen > state.options.session_idle_seconds:
-                del state.mcp_sessions[session_id]
-                if state.router is not None:
-                    state.router.end_mcp_session(mcp_session, "the session expired")
-        self._count_sessions()
+        self.state.expire_sessions()
 
     def _count_sessions(self) -> None:
         if self.state.metrics is not None:

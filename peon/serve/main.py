@@ -196,10 +196,18 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
 
         loop.call_soon_threadsafe(begin)  # wakes the loop even while it waits in select()
 
+    async def expire_sessions() -> None:
+        period = min(30.0, max(config.options.session_idle_seconds / 4, 0.1))
+        while True:
+            await asyncio.sleep(period)
+            state.expire_sessions()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         starting.append(asyncio.create_task(start_session()))
+        sweeper = asyncio.create_task(expire_sessions())
         yield
+        sweeper.cancel()
         if not draining:  # uvicorn stopped for another reason: still close the session cleanly
             draining.append(asyncio.create_task(drain()))
         with contextlib.suppress(BaseException):

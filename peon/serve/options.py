@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ops.add_argument("--max-pending-connections", type=int, default=64, metavar="N",
                      help="connections waiting for a request head; beyond, the oldest is closed (default: 64)")
     ops.add_argument("--max-sessions", type=int, default=64, metavar="N", help="open 2025-11-25 sessions (default: 64)")
+    ops.add_argument("--session-idle-seconds", type=float, default=3600.0, metavar="SECONDS",
+                     help="a 2025-11-25 session without a request (and no call running) this long ends, and its "
+                          "jobs are stopped (default: 3600)")
     ops.add_argument("--idempotency-window", type=float, default=600.0, metavar="SECONDS",
                      help="how long a call's result answers retries with its peon/idempotencyKey (default: 600)")
 
@@ -93,7 +96,7 @@ def command(options: argparse.Namespace) -> int:
     workspace = workspace.resolve()
     try:
         for name in ("drain_seconds", "keepalive_seconds", "idempotency_window", "header_timeout_seconds",
-                     "body_timeout_seconds"):
+                     "body_timeout_seconds", "session_idle_seconds"):
             value = getattr(options, name)
             if name != "drain_seconds":
                 _positive(f"--{name.replace('_', '-')}", value)
@@ -128,7 +131,7 @@ def command(options: argparse.Namespace) -> int:
         keepalive_seconds=options.keepalive_seconds, max_body_bytes=max_body, max_sessions=options.max_sessions,
         idempotency_window_seconds=options.idempotency_window, max_requests=options.max_connections,
         header_timeout_seconds=options.header_timeout_seconds, body_timeout_seconds=options.body_timeout_seconds,
-        max_pending_connections=options.max_pending_connections)
+        max_pending_connections=options.max_pending_connections, session_idle_seconds=options.session_idle_seconds)
     serve_config = ServeConfig(
         host=options.host, port=options.port, token=token, token_env=options.token_env,
         allowed_hosts=options.allowed_host, allowed_origins=options.allowed_origin,
