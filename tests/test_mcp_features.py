@@ -193,11 +193,32 @@ def test_the_stateless_revision_refuses_what_needs_a_connection(raw_server):
             "io.modelcontextprotocol/clientCapabilities": {}}
     server.request(1, "server/discover", {"_meta": meta})
     capabilities = server.recv()["result"]["capabilities"]
-    assert capabilities["resources"]["subscribe"] is False and "logging" not in capabilities
+    assert capabilities["resources"]["subscribe"] is True and "logging" not in capabilities  # through listen
     server.request(2, "resources/subscribe", {"uri": "skill://x", "_meta": meta})
     assert server.recv()["error"]["code"] == -32601
     server.request(3, "logging/setLevel", {"level": "info", "_meta": meta})
     assert server.recv()["error"]["code"] == -32601
+
+
+def test_stateless_clients_listen_for_job_output(workspace, env):
+    async def scenario():
+        async with client(workspace, env, "--allow", "process", mode="auto") as c:
+            assert c.protocol_version == "2026-07-28"
+            started = await c.call_tool("bash", {"command": "while [ ! -e go ]; do sleep 0.05; done; echo done",
+                                                 "background": True})
+            uri = f"job://{started.structured_content['job_id']}/output"
+            async with c.listen(resource_subscriptions=[uri, "https://not-served/"]) as subscription:
+                assert subscription.honored.resource_subscriptions == [uri]
+                (workspace / "go").write_text("")
+                with anyio.fail_after(30):
+                    async for event in subscription:
+                        assert str(event.uri) == uri
+                        page = (await c.read_resource(uri)).contents[0]
+                        if page.meta["peon/eof"]:
+                            break
+            assert page.text == "done\n"
+
+    run(scenario())
 
 
 def test_bad_feature_requests_get_clear_errors(raw_server):

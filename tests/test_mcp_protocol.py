@@ -411,7 +411,7 @@ def test_discover_without_handshake():
     assert result["resultType"] == "complete"
     assert result["supportedVersions"] == ["2026-07-28"]
     assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
-                                      "resources": {"subscribe": False, "listChanged": False}, "completions": {}}
+                                      "resources": {"subscribe": True, "listChanged": False}, "completions": {}}
     assert result["_meta"][p.SERVER_INFO_KEY]["name"] == "peon"
     assert {"ttlMs", "cacheScope"} <= set(result)
     listed = reply(conn, request(2, "tools/list", {"_meta": MODERN_META}))["result"]

@@ -8,8 +8,9 @@ Promises:
   the rest to the I/O layer as :class:`StartCall`, :class:`Feature`, :class:`CancelRequest` or
   :class:`ClientReply` events;
 * it advertises what it serves: tools, prompts, resources and completions in both eras, and in the
-  handshake era (which has a connection to notify) resource subscriptions and logging — methods the
-  stateless revision cannot serve (``resources/subscribe``, ``logging/setLevel``) are ``-32601`` there;
+  handshake era logging; resource subscriptions through ``resources/subscribe`` (handshake era) or
+  ``subscriptions/listen`` (2026-07-28) where the transport can notify — ``resources/subscribe`` and
+  ``logging/setLevel``, which the stateless revision removed, are ``-32601`` there;
 * ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
   ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
@@ -63,7 +64,7 @@ def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) ->
     """What a server of this era advertises (``subscribes``: the transport can notify a connection of
     resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern)."""
     capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
-                                    "resources": {"subscribe": era == "handshake" and subscribes,
+                                    "resources": {"subscribe": subscribes,
                                                   "listChanged": False}, "completions": {}}
     if era == "handshake" and logs:
         capabilities["logging"] = {}
@@ -253,7 +254,7 @@ class Connection:
         if req.method == "server/discover":
             return Reply(self._complete(req.id, version, {
                 "supportedVersions": list(MODERN_VERSIONS),
-                "capabilities": server_capabilities("modern"),
+                "capabilities": server_capabilities("modern", self.subscribes, self.sends_logs),
                 **({"instructions": self.identity.instructions} if self.identity.instructions else {}),
                 "ttlMs": 0, "cacheScope": "private",
             }))
@@ -273,6 +274,8 @@ class Connection:
             return Reply(self._complete(req.id, version, result))
         if req.method == "tools/call":
             return self._call(req, version, can_elicit, meta)
+        if req.method == "subscriptions/listen" and is_modern(version) and self.subscribes:
+            return Feature(req.id, req.method, dict(req.params), version, can_elicit)
         served = self.sends_logs if req.method == "logging/setLevel" else self.subscribes
         if req.method in STATELESS_UNSERVED and (is_modern(version) or not served):
             lacking = version if served else "this server"

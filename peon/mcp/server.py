@@ -66,7 +66,9 @@ READ_CHUNK = 1 << 16
 PRESTART_READ_LIMIT = (1 << 20) - READ_CHUNK
 SESSION_METHODS = frozenset({"tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list",
                              "resources/templates/list", "resources/read", "resources/subscribe",
-                             "resources/unsubscribe", "completion/complete"})  # what waits for the session
+                             "resources/unsubscribe", "completion/complete",
+                             "subscriptions/listen"})  # what waits for the session
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 SUBSCRIPTION_WAIT_SECONDS = 30.0  # how long one job_output call of a subscription waits for news
 MAX_SUBSCRIPTIONS = 64
 MAX_HELD, MAX_HELD_BYTES = 1024, 64 << 20  # what may wait for it
@@ -123,6 +125,7 @@ class Subscription:
     job_id: str
     stop: threading.Event = field(default_factory=threading.Event)
     handle: Any = None
+    listen_id: Any = None  # the subscriptions/listen request it belongs to (2026-07-28), else None
 
 
 class StdioServer:
@@ -144,7 +147,7 @@ class StdioServer:
         self._elicitations: dict[str, PendingApproval] = {}
         self._awaiting_retry: dict[str, ToolCall] = {}
         self._internal_keys: set[str] = set()  # calls of subscriptions: nobody to ask for approval
-        self._subscriptions: dict[str, Subscription] = {}
+        self._subscriptions: dict[tuple[Any, str], Subscription] = {}  # by (listen request id or None, uri)
         self.catalog = p.Catalog()
         self._signer = p.RequestStateSigner(secrets.token_bytes(32))
         self._next_id = 0
@@ -466,6 +469,8 @@ class StdioServer:
         self._finish(request_id, version, p.call_result(result, version))
 
     def _cancel(self, ev: p.CancelRequest) -> None:
+        if self._end_listen(ev.request_id):
+            return
         with self._lock:
             call = self._calls_by_request.get(ev.request_id)
             if call is None or call.cancelled:
@@ -542,6 +547,9 @@ class StdioServer:
         if ev.method in ("resources/subscribe", "resources/unsubscribe"):
             self._subscription(ev)
             return
+        if ev.method == "subscriptions/listen":
+            self._listen(ev)
+            return
         planned = p.plan(ev.method, ev.params, self.catalog, ev.version)
         if isinstance(planned, p.Answer):
             self._finish(ev.id, ev.version, planned.result)
@@ -577,7 +585,7 @@ class StdioServer:
             return
         assert isinstance(uri, str)
         with self._lock:
-            existing = self._subscriptions.pop(uri, None)
+            existing = self._subscriptions.pop((None, uri), None)
             if existing is not None:
                 existing.stop.set()
             if ev.method == "resources/subscribe" and isinstance(target, p.JobUri):
@@ -586,7 +594,7 @@ class StdioServer:
                                                  f"{MAX_SUBSCRIPTIONS} resources are followed at once"))
                     return
                 subscription = Subscription(uri, target.job_id)
-                self._subscriptions[uri] = subscription
+                self._subscriptions[(None, uri)] = subscription
                 helper_thread(self._follow_job, args=(subscription, ev), name="peon-mcp-subscription").start()
         if existing is not None and existing.handle is not None:
             existing.handle.cancel()
@@ -600,6 +608,7 @@ class StdioServer:
         (and a job that does not exist is ``-32002``)."""
         seen, state = -1, "running"
         step = p.Step("job_output", {}, lambda value: {}, missing_is_not_found=True)
+        tagged = {"_meta": {SUBSCRIPTION_ID_KEY: subscription.listen_id}} if subscription.listen_id is not None else {}
         while not subscription.stop.is_set() and not self._closing:
             self._recover_session()
             offset = max(seen, 0)
@@ -617,7 +626,7 @@ class StdioServer:
             finally:
                 with self._lock:
                     self._internal_keys.discard(handle.call_id)
-            if seen < 0:
+            if seen < 0 and subscription.listen_id is None:
                 self._finish_step(ev.id, ev.version, step, result)
             if subscription.stop.is_set() or not result.ok:
                 if not result.ok:
@@ -627,13 +636,55 @@ class StdioServer:
             written, now = int(value.get("output_bytes") or 0), str(value.get("state"))
             if seen >= 0 and (written > seen or now != state):
                 self._write({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-                             "params": {"uri": subscription.uri}})
+                             "params": {"uri": subscription.uri, **tagged}})
             seen, state = written, now
             if now != "running":
                 break
+        key = (subscription.listen_id, subscription.uri)
         with self._lock:
-            if self._subscriptions.get(subscription.uri) is subscription:
-                del self._subscriptions[subscription.uri]
+            if self._subscriptions.get(key) is subscription:
+                del self._subscriptions[key]
+
+    def _listen(self, ev: p.Feature) -> None:
+        """2026-07-28 ``subscriptions/listen``: acknowledge the resource subscriptions it honors (the URIs
+        this server serves), then tag each update with the request's id. A job URI is followed like a
+        ``resources/subscribe``; the stream ends when the client cancels the request."""
+        wanted = ev.params.get("notifications")
+        uris = wanted.get("resourceSubscriptions") if isinstance(wanted, dict) else None
+        if not isinstance(uris, list) or len(uris) > MAX_SUBSCRIPTIONS:
+            uris = []
+        honored: list[str] = []
+        with self._lock:
+            if any(listen_id == ev.id for listen_id, _ in self._subscriptions):
+                self._write(p.error_response(ev.id, p.INVALID_REQUEST,
+                                             f"request id {p.shown(ev.id)} is already a subscriptions/listen stream"))
+                return
+            for uri in uris:
+                try:
+                    target = p.parse_uri(uri, self.catalog.workspace)
+                except p.ResourceProblem:
+                    continue  # not served: left out of the acknowledged set
+                assert isinstance(uri, str)
+                honored.append(uri)
+                if isinstance(target, p.JobUri) and len(self._subscriptions) < MAX_SUBSCRIPTIONS:
+                    self._subscriptions[(ev.id, uri)] = Subscription(uri, target.job_id, listen_id=ev.id)
+            followed = [s for (listen_id, _), s in self._subscriptions.items() if listen_id == ev.id]
+        self._write({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                     "params": {"notifications": {"resourceSubscriptions": honored},
+                                "_meta": {SUBSCRIPTION_ID_KEY: ev.id}}})
+        for subscription in followed:
+            helper_thread(self._follow_job, args=(subscription, ev), name="peon-mcp-subscription").start()
+
+    def _end_listen(self, listen_id: Any) -> bool:
+        """Stop the subscriptions of a listen stream the client cancelled; whether there was one."""
+        with self._lock:
+            ended = [key for key in self._subscriptions if key[0] is not None and key[0] == listen_id]
+            subscriptions = [self._subscriptions.pop(key) for key in ended]
+        for subscription in subscriptions:
+            subscription.stop.set()
+            if subscription.handle is not None:
+                subscription.handle.cancel()
+        return bool(ended)
 
     def _log(self, level: Any, data: dict[str, Any]) -> None:
         with self._lock:
