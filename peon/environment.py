@@ -51,11 +51,36 @@ def build_environment(inherited: Mapping[str, str], settings: Mapping[str, str |
     return env
 
 
-def command_environment(session: Any) -> dict[str, str]:
-    """The environment of a command or agent started in ``session`` (a :class:`peon.tool.SessionView`)."""
+TRACE_VARIABLES = {"traceparent": "TRACEPARENT", "tracestate": "TRACESTATE"}
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACESTATE = re.compile(r"[\x20-\x7e]{0,512}")
+
+
+def trace_context(value: Any) -> dict[str, str]:
+    """The W3C trace context a call carries (``traceparent``, ``tracestate``), checked: anything else, or
+    a malformed value, is dropped, so a client cannot put arbitrary text into a command's environment."""
+    if not isinstance(value, Mapping):
+        return {}
+    parent = value.get("traceparent")
+    if not isinstance(parent, str) or not _TRACEPARENT.fullmatch(parent):
+        return {}
+    out = {"traceparent": parent}
+    state = value.get("tracestate")
+    if isinstance(state, str) and _TRACESTATE.fullmatch(state):
+        out["tracestate"] = state
+    return out
+
+
+def command_environment(session: Any, trace: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command or agent started in ``session`` (a :class:`peon.tool.SessionView`);
+    a call's trace context becomes ``TRACEPARENT``/``TRACESTATE``, so tools that speak OpenTelemetry join
+    the caller's trace."""
     table: Any = getattr(session.config, "environment", None)
     settings = table.to_dict() if table is not None and hasattr(table, "to_dict") else dict(table or {})
-    return build_environment(session.env, settings)
+    env = build_environment(session.env, settings)
+    for key, value in trace_context(trace).items():
+        env[TRACE_VARIABLES[key]] = value
+    return env
 
 
 def search_path(env: Mapping[str, str]) -> str:

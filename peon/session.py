@@ -324,11 +324,14 @@ class Session:
 
     # -- calls --------------------------------------------------------------------------------------
 
-    def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None) -> CallHandle:
+    def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None,
+               trace: Mapping[str, str] | None = None) -> CallHandle:
         call_id = new_call_id()
         handle = CallHandle(self, call_id, name, on_progress)
         message: CallMessage = {"op": "call", "id": call_id, "tool": name, "args": args,
                                 "progress": on_progress is not None}
+        if trace:
+            message["trace"] = dict(trace)  # W3C trace context: commands get TRACEPARENT/TRACESTATE
         try:
             self._check_depth(name, args)
         except ToolError as exc:

@@ -9,7 +9,7 @@ holds, for both sides and for type checkers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:  # annotations only: a client does not load the policy
     from .policy import AnswerName, Scope
@@ -38,6 +38,7 @@ class CallMessage(TypedDict):
     tool: str
     args: Any
     progress: bool
+    trace: NotRequired[dict[str, str]]  # the caller's W3C trace context, for the commands the call starts
 
 
 class CancelMessage(TypedDict):

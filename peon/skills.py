@@ -44,10 +44,14 @@ class SkillRecord:
     origin: str  # "user" or "project"
     root: str  # the canonical root directory the skill was found under
     path: str  # the canonical path of its SKILL.md
+    arguments: tuple[str, ...] = ()  # the names its front matter declares (:func:`prompt_arguments`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "origin": self.origin,
-                "root": self.root, "path": self.path}
+        out: dict[str, Any] = {"name": self.name, "description": self.description, "origin": self.origin,
+                               "root": self.root, "path": self.path}
+        if self.arguments:
+            out["arguments"] = list(self.arguments)
+        return out
 
 
 # -- front matter (pure) ----------------------------------------------------------------------------------
@@ -284,6 +288,29 @@ def parse_front_matter(text: str) -> dict[str, str]:
             raise SkillProblem("a value continues after a comment line")
     return {key: _value(key, value, continuation) if key in SCALAR_KEYS
             else "\n".join([value, *continuation]) for key, value, continuation in entries if key != "#"}
+
+
+ARGUMENT_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+MAX_ARGUMENTS = 16
+
+
+def prompt_arguments(fields: Mapping[str, str]) -> tuple[str, ...]:
+    """The argument names an ``arguments`` key declares, as a flow list (``[issue, branch]``), a
+    comma- or space-separated line, or a block list of plain names; anything else declares none (the
+    skill stays valid: its arguments are a convenience for clients that show prompts)."""
+    raw = fields.get("arguments")
+    if raw is None:
+        return ()
+    text = raw.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    names = [piece.strip().removeprefix("- ").strip() for piece in re.split(r"[,\n ]+(?=[^ ])|,", text)]
+    names = [name for name in names if name and name != "-"]
+    if not names or len(names) > MAX_ARGUMENTS or len(set(names)) != len(names):
+        return ()
+    if not all(ARGUMENT_RULE.fullmatch(name) for name in names):
+        return ()
+    return tuple(names)
 
 
 def check_skill(directory_name: str, fields: Mapping[str, str]) -> tuple[str, str]:

@@ -347,6 +347,8 @@ class WorkerPool:
                                 "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
                                 "progress": bool(call.get("progress")),
                                 "stream": _streaming(call.get("stream")) if on_event is not None else None}
+        if call.get("trace"):
+            message["trace"] = dict(call["trace"])  # the caller's trace context, for the call's commands
         try:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from setproctitle import setproctitle
 
 from peon.admission import admit
+from peon.environment import trace_context
 from peon.cancel import CancelToken, Deadline
 from peon.errors import ErrorCode, PeonError, ToolError, error_reply as _error
 from peon.policy import ApprovalRequest, Decision
@@ -82,6 +83,7 @@ class PendingCall:
     request: ApprovalRequest | None = None
     decision: Decision | None = None
     size: int = 0  # estimated bytes of its input, counted against limits.max_queued_bytes
+    trace: dict[str, str] = field(default_factory=dict)  # the caller's W3C trace context (checked)
 
 
 class Supervisor:
@@ -177,7 +179,7 @@ class Supervisor:
             op = message.get("op")
             if op == "call":
                 call = PendingCall(str(message.get("id")), str(message.get("tool")), message.get("args"),
-                                   bool(message.get("progress")))
+                                   bool(message.get("progress")), trace=trace_context(message.get("trace")))
                 call.size = input_size(call.args)
                 if call.id in self.calls:  # a client's bug: the id already names a held call
                     call.args = None
@@ -346,7 +348,8 @@ class Supervisor:
         try:
             reply = await self.running_pool.run({"id": call.id, "tool": tool.name, "args": admission.args,
                                                  "progress": call.progress, "approved": request.details,
-                                                 "stream": "end" if job is not None else None},
+                                                 "stream": "end" if job is not None else None,
+                                                 **({"trace": call.trace} if call.trace else {})},
                                                 deadline, call.cancelled, forward_progress,
                                                 self.jobs.on_event(job) if job is not None else None, taken)
         finally:
@@ -393,7 +396,7 @@ class Supervisor:
         job = jobs.new(call.id, tool.name, _command_of(args), background=True)
         job.awaiting_reply = True  # until this call is answered: a job that ends by then answers it
         message = {"id": job.id, "tool": tool.name, "args": args, "progress": False, "approved": approved,
-                   "stream": "live"}
+                   "stream": "live", **({"trace": call.trace} if call.trace else {})}
 
         async def no_progress(message: dict) -> None:
             return None

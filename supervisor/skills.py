@@ -38,6 +38,7 @@ from peon.skills import (
     SkillProblem,
     SkillRecord,
     check_skill,
+    prompt_arguments,
     parse_front_matter,
     split_front_matter,
 )
@@ -145,8 +146,9 @@ def load_skill(root: str, entry: str, origin: str, *, workspace: str = "", works
         raise SkillProblem(f"{SKILL_FILE} cannot be read: {exc.strerror}") from None
     finally:
         os.close(fd)
-    name, description = check_skill(entry, parse_front_matter(split_front_matter(head)))
-    return SkillRecord(name, description, origin, root, real)
+    fields = parse_front_matter(split_front_matter(head))
+    name, description = check_skill(entry, fields)
+    return SkillRecord(name, description, origin, root, real, prompt_arguments(fields))
 
 
 def discover(workspace: str | os.PathLike[str], env: Mapping[str, str], max_skills: int,

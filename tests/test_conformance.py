@@ -19,7 +19,7 @@ from serve_support import ServeProcess, serve_env
 HERE = Path(__file__).resolve().parent / "conformance"
 CLI = HERE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 EXPECTED_PASSING = {"server-initialize", "ping", "tools-list", "server-sse-multiple-streams",
-                    "dns-rebinding-protection"}
+                    "dns-rebinding-protection", "logging-set-level", "prompts-list", "resources-list"}
 
 
 def node_22() -> str | None:

@@ -178,7 +178,9 @@ def test_initialize_answers_the_clients_version_or_the_newest(requested, answere
     conn = connection()
     result = reply(conn, initialize(requested))["result"]
     assert result["protocolVersion"] == answered
-    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+                                      "resources": {"subscribe": True, "listChanged": False}, "completions": {},
+                                      "logging": {}}
     assert result["serverInfo"]["name"] == "peon" and result["serverInfo"]["version"] == "1.2.3"
 
 
@@ -200,7 +202,8 @@ def test_second_initialize_is_refused():
 def test_unknown_method_is_method_not_found():
     conn = connection()
     reply(conn, initialize())
-    assert reply(conn, request(5, "resources/list"))["error"]["code"] == p.METHOD_NOT_FOUND
+    assert reply(conn, request(5, "sampling/createMessage"))["error"]["code"] == p.METHOD_NOT_FOUND
+    assert isinstance(receive(conn, request(6, "resources/list")), p.Feature)
 
 
 # -- tools/list ----------------------------------------------------------------------------------------
@@ -407,7 +410,8 @@ def test_discover_without_handshake():
     result = reply(conn, request("d", "server/discover", {"_meta": MODERN_META}))["result"]
     assert result["resultType"] == "complete"
     assert result["supportedVersions"] == ["2026-07-28"]
-    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+                                      "resources": {"subscribe": True, "listChanged": False}, "completions": {}}
     assert result["_meta"][p.SERVER_INFO_KEY]["name"] == "peon"
     assert {"ttlMs", "cacheScope"} <= set(result)
     listed = reply(conn, request(2, "tools/list", {"_meta": MODERN_META}))["result"]
@@ -489,7 +493,7 @@ def test_any_sequence_of_messages_gets_an_event_and_sendable_replies(messages):
         if msg_id is not None:
             message["id"] = msg_id
         event = receive(conn, json.dumps(message).encode())  # ASCII JSON: a lone surrogate travels as an escape
-        assert isinstance(event, (p.Reply, p.StartCall, p.CancelRequest, p.ClientReply, p.Ignored))
+        assert isinstance(event, (p.Reply, p.StartCall, p.Feature, p.CancelRequest, p.ClientReply, p.Ignored))
         if isinstance(event, p.Reply):
             encode(event.message)  # sendable as UTF-8, whatever came in
             decoded_id = json.loads(json.dumps(msg_id))  # an escaped surrogate pair decodes to one character

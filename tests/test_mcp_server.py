@@ -567,7 +567,7 @@ def test_request_before_initialize(raw_server):
     assert error["id"] == 1 and error["error"]["code"] == -32600 and "initialize" in error["error"]["message"]
     server.request(2, "ping")
     assert server.recv() == {"jsonrpc": "2.0", "id": 2, "result": {}}
-    assert server.initialize()["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    assert server.initialize()["result"]["capabilities"]["tools"] == {"listChanged": False}
 
 
 def test_cancelled_requests_get_no_response_and_queued_calls_never_start(raw_server, workspace):

@@ -243,3 +243,61 @@ def test_the_file_tools_through_the_typescript_sdk(ts_client, workspace):
     assert error_of(client.call("apply_patch", {"patch": "not a patch"}))["code"] == "invalid_patch"
     assert error_of(client.call("grep", {"pattern": "("}))["code"] == "invalid_pattern"
     assert error_of(client.call("glob", {"pattern": "../*"}))["code"] == "invalid_pattern"
+
+
+def test_prompts_resources_subscriptions_and_logs(ts_client, workspace):
+    skills = workspace / ".peon" / "skills" / "release-checks"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text(SKILL.replace("description: Steps before a release.\n",
+                                                   "description: Steps before a release.\narguments: version\n"))
+    client = ts_client("--allow", "process")
+
+    def ok(method: str, **params) -> dict:
+        answer = client.request("request", method=method, params=params)
+        assert "result" in answer, f"the TypeScript SDK refused {method}: {answer['error']}"
+        return answer["result"]
+
+    prompts = ok("prompts/list")["prompts"]
+    assert [(p["name"], [a["name"] for a in p["arguments"]]) for p in prompts] == [("release-checks", ["version"])]
+    message = ok("prompts/get", name="release-checks", arguments={"version": "2.0"})["messages"][0]
+    assert message["role"] == "user" and "untrusted" in message["content"]["text"]
+    assert "1. Run the tests." in message["content"]["text"]
+    skill = ok("resources/read", uri="skill://release-checks")["contents"][0]
+    assert skill["text"].endswith("1. Run the tests.\n")
+    ok("logging/setLevel", level="debug")
+
+    job = ok_value(client.call("bash", {"command": "echo one; while [ ! -e go ]; do sleep 0.05; done; echo two",
+                                        "background": True}))
+    uri = f"job://{job['job_id']}/output"
+    assert uri in [r["uri"] for r in ok("resources/list")["resources"]]
+    completed = ok("completion/complete", ref={"type": "ref/resource", "uri": "job://{id}/output"},
+                   argument={"name": "id", "value": ""})
+    assert job["job_id"] in completed["completion"]["values"]
+    ok("resources/subscribe", uri=uri)
+    (workspace / "go").write_text("")
+
+    def updates() -> list:
+        while True:
+            try:
+                line = client.lines.get(timeout=0.2)
+            except queue.Empty:
+                break
+            if line is not None and "event" in line:
+                client.events.append(line)
+            elif line is not None:
+                client.answers[line["id"]] = line
+        return [e for e in client.events if e["event"] == "resource_updated"]
+
+    assert wait_for(lambda: updates(), 30), client.events
+    assert {e["params"]["uri"] for e in updates()} == {uri}
+    assert wait_for(lambda: ok("resources/read", uri=uri)["contents"][0]["_meta"]["peon/eof"], 30)
+    assert ok("resources/read", uri=uri)["contents"][0]["text"] == "one\ntwo\n"
+
+    slow = ok_value(client.call("bash", {"command": "sleep 30", "timeout_seconds": 0.3}))
+    assert slow["timed_out"] is True
+
+    def logs() -> list:
+        updates()
+        return [e["params"] for e in client.events if e["event"] == "log"]
+
+    assert wait_for(lambda: any(log["data"].get("event") == "killed" for log in logs()), 30), client.events

@@ -303,7 +303,7 @@ def test_bad_requests_get_a_status_and_a_jsonrpc_error(allow_server, case, statu
     elif case == "unknown session":
         got = post(port, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {"mcp-session-id": "nope"})
     elif case == "modern unknown method":
-        got = modern_post(port, 1, "resources/list")
+        got = modern_post(port, 1, "sampling/createMessage")
     elif case == "modern header mismatch":
         got = post(port, modern_request(1, "tools/call", call), modern_headers("tools/call", "read"))
     elif case == "modern missing Mcp-Name":

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import signal
 import struct
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from peon.errors import ErrorCode
 from peon.shorten import shorten
@@ -56,6 +56,7 @@ class CallMessage(TypedDict):
     # send the command's output as ``output`` messages for the supervisor's output store: "live" as it comes
     # (background jobs), "end" kept by the worker and sent when the command ends (foreground calls), or not
     stream: OutputStreaming | None
+    trace: NotRequired[dict[str, str]]  # the caller's W3C trace context (checked), for its commands
 
 
 class CancelMessage(TypedDict):

@@ -54,6 +54,7 @@ from setproctitle import getproctitle, setproctitle
 
 from peon.cancel import CancelToken, Deadline
 from peon.configview import ResolvedConfig
+from peon.environment import trace_context
 from peon.errors import ErrorCode, PeonError, ToolError
 from peon.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
 from peon.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
@@ -273,6 +274,7 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
         session=session,
         approved=message.get("approved") or {},
         wants_progress=bool(message.get("progress")),
+        trace=trace_context(message.get("trace")),
     )
     progress = _ProgressSender(channel, call_id)
     ctx.report_progress = progress.report

@@ -4,8 +4,13 @@ Promises:
 
 * :meth:`Connection.receive` turns every message into exactly one event, never an exception;
 * it answers everything that needs no tool execution itself (``initialize``, ``server/discover``,
-  ``ping``, ``tools/list``, every protocol error) as a :class:`Reply`, and hands the rest to the I/O
-  layer as :class:`StartCall`, :class:`CancelRequest` or :class:`ClientReply` events;
+  ``ping``, ``tools/list``, ``logging/setLevel``, every protocol error) as a :class:`Reply`, and hands
+  the rest to the I/O layer as :class:`StartCall`, :class:`Feature`, :class:`CancelRequest` or
+  :class:`ClientReply` events;
+* it advertises what it serves: tools, prompts, resources and completions in both eras, and in the
+  handshake era logging; resource subscriptions through ``resources/subscribe`` (handshake era) or
+  ``subscriptions/listen`` (2026-07-28) where the transport can notify — ``resources/subscribe`` and
+  ``logging/setLevel``, which the stateless revision removed, are ``-32601`` there;
 * ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
   ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .elicitation import can_elicit_form
+from .features import FEATURE_METHODS
 from .jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -48,7 +54,21 @@ from .revisions import (
     negotiate,
     respond,
 )
+from .logs import LevelProblem, LogFeed, check_level
 from .tools import tool_descriptor
+
+STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
+
+
+def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) -> dict[str, Any]:
+    """What a server of this era advertises (``subscribes``: the transport can notify a connection of
+    resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern)."""
+    capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+                                    "resources": {"subscribe": subscribes,
+                                                  "listChanged": False}, "completions": {}}
+    if era == "handshake" and logs:
+        capabilities["logging"] = {}
+    return capabilities
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,18 @@ class StartCall:
     can_elicit: bool = False
     request_state: Any = None
     input_responses: dict[str, Any] | None = None
+    meta: Any = field(default=None, compare=False)  # the request's params._meta (its trace context)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A prompts, resources or completion request (planned by :func:`peon.mcp.features.plan`)."""
+
+    id: str | int
+    method: str
+    params: dict[str, Any]
+    version: str
+    can_elicit: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,7 +124,7 @@ class Ignored:
     why: str
 
 
-Event = Reply | StartCall | CancelRequest | ClientReply | Ignored
+Event = Reply | StartCall | Feature | CancelRequest | ClientReply | Ignored
 
 
 @dataclass
@@ -106,6 +138,9 @@ class Connection:
     client_capabilities: dict[str, Any] = field(default_factory=dict)
     client_info: dict[str, Any] = field(default_factory=dict)
     initialized: bool = False  # the client sent notifications/initialized
+    logs: LogFeed = field(default_factory=LogFeed)  # logging/setLevel's level and the rate limit
+    subscribes: bool = True  # the transport can send resource updates to this connection at any time
+    sends_logs: bool = True  # ... and log messages (at least on the streams of the calls they concern)
 
     def __post_init__(self) -> None:
         self.set_tools(self.tools)
@@ -184,7 +219,7 @@ class Connection:
         self.client_info = dict(info) if isinstance(info, Mapping) else {}
         result: dict[str, Any] = {
             "protocolVersion": self.version,
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": server_capabilities("handshake", self.subscribes, self.sends_logs),
             "serverInfo": self.identity.implementation(),
         }
         if self.identity.instructions:
@@ -219,7 +254,7 @@ class Connection:
         if req.method == "server/discover":
             return Reply(self._complete(req.id, version, {
                 "supportedVersions": list(MODERN_VERSIONS),
-                "capabilities": {"tools": {"listChanged": False}},
+                "capabilities": server_capabilities("modern", self.subscribes, self.sends_logs),
                 **({"instructions": self.identity.instructions} if self.identity.instructions else {}),
                 "ttlMs": 0, "cacheScope": "private",
             }))
@@ -239,6 +274,21 @@ class Connection:
             return Reply(self._complete(req.id, version, result))
         if req.method == "tools/call":
             return self._call(req, version, can_elicit, meta)
+        if req.method == "subscriptions/listen" and is_modern(version) and self.subscribes:
+            return Feature(req.id, req.method, dict(req.params), version, can_elicit)
+        served = self.sends_logs if req.method == "logging/setLevel" else self.subscribes
+        if req.method in STATELESS_UNSERVED and (is_modern(version) or not served):
+            lacking = version if served else "this server"
+            return self._error(req, METHOD_NOT_FOUND, f"Method not found: {req.method} needs a connection to notify, "
+                                                      f"which {lacking} does not have")
+        if req.method == "logging/setLevel":
+            try:
+                self.logs.set_level(check_level(req.params))
+            except LevelProblem as problem:
+                return self._error(req, INVALID_PARAMS, f"Invalid params: {problem}")
+            return Reply(self._complete(req.id, version, {}))
+        if req.method in FEATURE_METHODS:
+            return Feature(req.id, req.method, dict(req.params), version, can_elicit)
         return self._error(req, METHOD_NOT_FOUND, f"Method not found: {req.method}")
 
     def _call(self, req: Request, version: str, can_elicit: bool, meta: Any) -> Event:
@@ -262,7 +312,7 @@ class Connection:
         responses = req.params.get("inputResponses") if is_modern(version) else None
         return StartCall(req.id, name, arguments, version, token, can_elicit,
                          req.params.get("requestState") if is_modern(version) else None,
-                         responses if isinstance(responses, dict) else None)
+                         responses if isinstance(responses, dict) else None, meta)
 
     # -- shaping --
 

@@ -9,12 +9,27 @@ its own module:
 * :mod:`peon.mcp.tools` — tool descriptors and ``tools/call`` results;
 * :mod:`peon.mcp.progress` — progress notifications;
 * :mod:`peon.mcp.elicitation` — approval through elicitation and the signed ``requestState``;
+* :mod:`peon.mcp.prompts` — skills as prompts;
+* :mod:`peon.mcp.resources` — skills, jobs' output and workspace files as resources;
+* :mod:`peon.mcp.completion` — argument completion;
+* :mod:`peon.mcp.logs` — the client's log level and the rate-limited ``notifications/message``;
+* :mod:`peon.mcp.features` — prompts, resources and completion requests as plans (an answer or one tool call);
 * :mod:`peon.mcp.connection` — the per-connection state machine.
 """
 
 from __future__ import annotations
 
-from .connection import CancelRequest, ClientReply, Connection, Event, Ignored, Reply, StartCall
+from .connection import (
+    CancelRequest,
+    ClientReply,
+    Connection,
+    Event,
+    Feature,
+    Ignored,
+    Reply,
+    StartCall,
+    server_capabilities,
+)
 from .elicitation import (
     DECISIONS,
     SCOPES,
@@ -45,7 +60,10 @@ from .jsonrpc import (
     shown,
     valid_id,
 )
+from .features import RESOURCE_NOT_FOUND, Answer, Catalog, Plan, Refused, Step, failure, plan
+from .logs import LogFeed, approval_event, result_event
 from .progress import progress_notification
+from .resources import JobUri, ResourceProblem, Target, parse_uri
 from .revisions import (
     CLIENT_CAPABILITIES_KEY,
     HANDSHAKE_VERSIONS,
@@ -64,14 +82,15 @@ from .revisions import (
 from .tools import ERROR_META_KEY, annotations_for, call_result, render_text, tool_descriptor
 
 __all__ = [
-    "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR", "INVALID_PARAMS",
-    "INVALID_REQUEST", "LATEST_HANDSHAKE", "METHOD_NOT_FOUND", "MODERN_VERSIONS", "PARSE_ERROR",
-    "PROTOCOL_VERSION_KEY", "SCOPES", "SERVER_INFO_KEY", "UNSUPPORTED_PROTOCOL_VERSION",
-    "CancelRequest", "ClientReply", "Connection", "Era", "Event", "Ignored", "Malformed", "Message",
-    "Notification", "Reply", "Request", "RequestId", "RequestStateSigner", "Response", "ServerIdentity",
-    "StartCall", "annotations_for", "approval_elicitation", "approval_message", "at_least", "call_result",
-    "can_elicit_form", "decision_from_elicitation", "decision_from_retry", "error_response", "input_required",
-    "is_modern", "lone_surrogate",
-    "negotiate", "parse_message", "progress_notification", "render_text", "respond", "result_response", "shown",
-    "tool_descriptor", "valid_id",
+    "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR",
+    "INVALID_PARAMS", "INVALID_REQUEST", "LATEST_HANDSHAKE", "METHOD_NOT_FOUND", "MODERN_VERSIONS", "PARSE_ERROR",
+    "PROTOCOL_VERSION_KEY", "RESOURCE_NOT_FOUND", "SCOPES", "SERVER_INFO_KEY", "UNSUPPORTED_PROTOCOL_VERSION",
+    "Answer", "CancelRequest", "Catalog", "ClientReply", "Connection", "Era", "Event", "Feature", "Ignored",
+    "JobUri", "LogFeed", "Malformed", "Message", "Notification", "Plan", "Refused", "Reply", "Request", "RequestId",
+    "RequestStateSigner", "ResourceProblem", "Response", "ServerIdentity", "StartCall", "Step", "Target",
+    "annotations_for", "approval_elicitation", "approval_event", "approval_message", "at_least", "call_result",
+    "can_elicit_form", "decision_from_elicitation", "decision_from_retry", "error_response",
+    "failure", "input_required", "is_modern", "lone_surrogate", "negotiate", "parse_message", "parse_uri", "plan",
+    "progress_notification", "render_text", "respond", "result_event", "result_response", "server_capabilities",
+    "shown", "tool_descriptor", "valid_id",
 ]

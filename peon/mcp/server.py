@@ -16,6 +16,15 @@ Promises:
   the client stops the server, the session or a running call;
 * calls run concurrently from the client's point of view (each ``tools/call`` is submitted at once and
   answered when it finishes) and serially in the session;
+* prompts, resources and completion requests are planned by :func:`peon.mcp.features.plan`; one that
+  reads something runs as a call of the tool that serves it (``read_skill``, ``job_output``, ``read``,
+  ``job_list``), so it is approved and audited like that tool's calls and can be cancelled like one;
+* ``resources/subscribe`` to a job's output follows the job with ``job_output`` calls that wait for new
+  output (no polling interval) and sends ``notifications/resources/updated`` when output arrives and when
+  the job ends; a subscription ends with ``resources/unsubscribe``, the job's end or the server's;
+* once the client set a level (``logging/setLevel``), approvals it answered, calls the session refused,
+  killed or limited, and supervisor restarts are sent as ``notifications/message`` (rate-limited;
+  Peon's facts only, never output or file content);
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
   one gets TERM → 2 s → KILL) and the cancelled request gets no response;
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
@@ -41,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from peon import otel
 from peon.errors import PeonError
 from peon.framing import LineDecoder, Oversize, encode
 from peon.mcp.elicitation import APPROVAL_KEY
@@ -54,7 +64,13 @@ READ_CHUNK = 1 << 16
 # limits.max_input_bytes + 1 MiB bounds a line, so a line of at most 1 MiB is within any configuration:
 # before the session is up, reading stops while the unfinished line could grow past that.
 PRESTART_READ_LIMIT = (1 << 20) - READ_CHUNK
-SESSION_METHODS = frozenset({"tools/list", "tools/call"})  # what waits for the session to be up
+SESSION_METHODS = frozenset({"tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list",
+                             "resources/templates/list", "resources/read", "resources/subscribe",
+                             "resources/unsubscribe", "completion/complete",
+                             "subscriptions/listen"})  # what waits for the session
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+SUBSCRIPTION_WAIT_SECONDS = 30.0  # how long one job_output call of a subscription waits for news
+MAX_SUBSCRIPTIONS = 64
 MAX_HELD, MAX_HELD_BYTES = 1024, 64 << 20  # what may wait for it
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
 
@@ -95,10 +111,27 @@ class ToolCall:
     approval: PendingApproval | None = None
     final: ToolResult | None = None  # finished while no request was waiting for it
     finished_at: float = 0.0
+    step: p.Step | None = None  # set when the call serves a prompts/resources/completion request
+    trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
+    method: str = "tools/call"
+    meta: Any = None
+
+
+@dataclass
+class Subscription:
+    """A client's ``resources/subscribe`` to a job's output, followed by its own thread."""
+
+    uri: str
+    job_id: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    handle: Any = None
+    listen_id: Any = None  # the subscriptions/listen request it belongs to (2026-07-28), else None
 
 
 class StdioServer:
-    def __init__(self, session_factory: Callable[..., Any], identity: p.ServerIdentity, in_fd: int, out_fd: int):
+    def __init__(self, session_factory: Callable[..., Any], identity: p.ServerIdentity, in_fd: int, out_fd: int,
+                 telemetry: Any = None):
+        self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.in_fd = in_fd
         self.out_fd = out_fd
         self.identity = identity
@@ -113,6 +146,9 @@ class StdioServer:
         self._calls_by_key: dict[str, ToolCall] = {}
         self._elicitations: dict[str, PendingApproval] = {}
         self._awaiting_retry: dict[str, ToolCall] = {}
+        self._internal_keys: set[str] = set()  # calls of subscriptions: nobody to ask for approval
+        self._subscriptions: dict[tuple[Any, str], Subscription] = {}  # by (listen request id or None, uri)
+        self.catalog = p.Catalog()
         self._signer = p.RequestStateSigner(secrets.token_bytes(32))
         self._next_id = 0
         # The session starts in its own thread while the loop serves what does not need it.
@@ -210,6 +246,7 @@ class StdioServer:
         self._approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
         self._max_line = decoder.max_line_bytes = int(limits.get("max_input_bytes", 16 << 20)) + (1 << 20)
         self.connection.set_tools(self.session.tools())
+        self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
         info = self.session.info
         log(f"serving {info.get('workspace')} (containment: {(info.get('containment') or {}).get('kind')}, "
             f"supervisor pid {info.get('pid')}, {len(self.connection.tools)} tools)")
@@ -224,6 +261,10 @@ class StdioServer:
             self._registered.notify_all()
             pending = [*self._elicitations.values(),
                        *(c.approval for c in self._calls_by_key.values() if c.approval)]
+            subscriptions = list(self._subscriptions.values())
+            self._subscriptions.clear()
+        for subscription in subscriptions:
+            subscription.stop.set()
         with self._write_lock:
             self._out_closed = True  # the client is gone or going: answers to cancelled calls are not sent
         for approval in pending:
@@ -280,6 +321,8 @@ class StdioServer:
             self._write(event.message)
         elif isinstance(event, p.StartCall):
             self._start_call(event)
+        elif isinstance(event, p.Feature):
+            self._feature(event)
         elif isinstance(event, p.CancelRequest):
             self._cancel(event)
         elif isinstance(event, p.ClientReply):
@@ -324,15 +367,23 @@ class StdioServer:
             if ev.request_state is not None:
                 self._resume(ev)
                 return
-            call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit)
+            call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, meta=ev.meta)
             self._calls_by_request[ev.id] = call
+        self._submit(call)
+
+    def _submit(self, call: ToolCall) -> None:
         self._recover_session()
         # Progress is asked of the session only when it can be sent: the request has a token, or a
         # 2026-07-28 retry may bring one. Without it, the worker runs no progress timer for the call.
-        wants_progress = ev.progress_token is not None or (p.is_modern(ev.version) and ev.can_elicit)
+        wants_progress = call.progress_token is not None or (p.is_modern(call.version) and call.can_elicit)
         on_progress = (lambda update: self._progress(call, update)) if wants_progress else None
         # Not under the lock: the session's reader thread takes it for progress and results.
-        handle = self.session.submit(ev.name, ev.arguments, on_progress=on_progress)
+        if self.telemetry is not None:
+            call.trace = self.telemetry.call(call.name, call.method, call.meta)
+        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress,
+                                     **({"trace": call.trace.traceparent()} if call.trace is not None else {}))
+        if call.trace is not None:
+            call.trace.submitted(handle.call_id)
         with self._registered:
             call.handle, call.key = handle, handle.call_id
             self._calls_by_key[call.key] = call
@@ -352,6 +403,7 @@ class StdioServer:
                 log(f"could not restart the session: {exc.code.value}: {exc.message}")
                 return
             log(f"session restarted (supervisor pid {self.session.supervisor_pid})")
+            self._log("critical", {"event": "supervisor_restarted", "supervisor_pid": self.session.supervisor_pid})
 
     def _resume(self, ev: p.StartCall) -> None:
         """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
@@ -395,6 +447,8 @@ class StdioServer:
         self._write(message)
 
     def _done(self, call: ToolCall, result: ToolResult) -> None:
+        if call.trace is not None:
+            call.trace.finished(result)
         with self._lock:
             self._calls_by_key.pop(call.key, None)
             if call.approval is not None:
@@ -406,9 +460,17 @@ class StdioServer:
             if call.cancelled:
                 return  # a cancelled request gets no response
             request_id, version = call.request_id, call.version
+        event = p.result_event(result)
+        if event is not None:
+            self._log(*event)
+        if call.step is not None:
+            self._finish_step(request_id, version, call.step, result)
+            return
         self._finish(request_id, version, p.call_result(result, version))
 
     def _cancel(self, ev: p.CancelRequest) -> None:
+        if self._end_listen(ev.request_id):
+            return
         with self._lock:
             call = self._calls_by_request.get(ev.request_id)
             if call is None or call.cancelled:
@@ -428,7 +490,11 @@ class StdioServer:
         """The session's approver (runs in its own thread): ask the client, or deny when it cannot be asked."""
         with self._registered:
             # The request can only follow the submit; wait the moment until the call is registered.
-            self._registered.wait_for(lambda: str(request.get("call_id")) in self._calls_by_key or self._closing, 5.0)
+            self._registered.wait_for(lambda: str(request.get("call_id")) in self._calls_by_key
+                                      or str(request.get("call_id")) in self._internal_keys or self._closing, 5.0)
+            if str(request.get("call_id")) in self._internal_keys:
+                return {"decision": "deny", "reason": "a resource subscription follows its job without asking; "
+                        "allow job_output in the configuration to subscribe"}
             call = self._calls_by_key.get(str(request.get("call_id")))
             if call is None or call.cancelled or self._closing:
                 return {"decision": "deny", "reason": "the call is no longer pending"}
@@ -451,6 +517,7 @@ class StdioServer:
                 self._elicitations[approval.elicitation_id] = approval
                 message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
                            "params": elicitation}
+        asked_ns = time.time_ns()
         self._write(message)
         if not approval.done.wait(self._approval_wait):
             approval.resolve({"decision": "deny", "reason": f"no answer within {self._approval_wait:g} s"})
@@ -459,6 +526,10 @@ class StdioServer:
                 self._elicitations.pop(approval.elicitation_id, None)
             call.approval = None
         assert approval.answer is not None
+        self._log(*p.approval_event(request, approval.answer))
+        if call.trace is not None:
+            by_user = str(approval.answer.get("reason", "")).startswith("answered by the user")
+            call.trace.approval(asked_ns, str(approval.answer.get("decision")), "client" if by_user else "peon")
         return approval.answer
 
     def _client_reply(self, ev: p.ClientReply) -> None:
@@ -470,6 +541,158 @@ class StdioServer:
         approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
 
 
+    # -- prompts, resources, completion, logging ------------------------------------------------------
+
+    def _feature(self, ev: p.Feature) -> None:
+        if ev.method in ("resources/subscribe", "resources/unsubscribe"):
+            self._subscription(ev)
+            return
+        if ev.method == "subscriptions/listen":
+            self._listen(ev)
+            return
+        planned = p.plan(ev.method, ev.params, self.catalog, ev.version)
+        if isinstance(planned, p.Answer):
+            self._finish(ev.id, ev.version, planned.result)
+        elif isinstance(planned, p.Refused):
+            self._write(p.error_response(ev.id, planned.code, planned.message, planned.data))
+        else:
+            with self._lock:
+                if ev.id in self._calls_by_request:
+                    self._write(p.error_response(ev.id, p.INVALID_REQUEST,
+                                                 f"request id {p.shown(ev.id)} is already in use by a running call"))
+                    return
+                # The stateless revision's approval is an input_required answer to a tools/call retry,
+                # which these methods do not have: a step that needs approval there is denied.
+                call = ToolCall(ev.id, planned.tool, planned.arguments, ev.version, None,
+                                ev.can_elicit and not p.is_modern(ev.version), step=planned, method=ev.method,
+                                meta=ev.params.get("_meta"))
+                self._calls_by_request[ev.id] = call
+            self._submit(call)
+
+    def _finish_step(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> None:
+        if result.ok:
+            self._finish(request_id, version, step.finish(result.value or {}))
+            return
+        refused = p.failure(step, result)
+        self._write(p.error_response(request_id, refused.code, refused.message, refused.data))
+
+    def _subscription(self, ev: p.Feature) -> None:
+        uri = ev.params.get("uri")
+        try:
+            target = p.parse_uri(uri, self.catalog.workspace)
+        except p.ResourceProblem as problem:
+            self._write(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: {problem}"))
+            return
+        assert isinstance(uri, str)
+        with self._lock:
+            existing = self._subscriptions.pop((None, uri), None)
+            if existing is not None:
+                existing.stop.set()
+            if ev.method == "resources/subscribe" and isinstance(target, p.JobUri):
+                if len(self._subscriptions) >= MAX_SUBSCRIPTIONS:
+                    self._write(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: at most "
+                                                 f"{MAX_SUBSCRIPTIONS} resources are followed at once"))
+                    return
+                subscription = Subscription(uri, target.job_id)
+                self._subscriptions[(None, uri)] = subscription
+                helper_thread(self._follow_job, args=(subscription, ev), name="peon-mcp-subscription").start()
+        if existing is not None and existing.handle is not None:
+            existing.handle.cancel()
+        if ev.method == "resources/unsubscribe" or not isinstance(target, p.JobUri):
+            # Skills and files are read when asked: a subscription to one is accepted and never updated.
+            self._finish(ev.id, ev.version, {})
+
+    def _follow_job(self, subscription: Subscription, ev: p.Feature) -> None:
+        """Wait for the job's news with job_output calls; tell the client when output arrives or it ends.
+        The subscription is answered after the first look at the job: from then on, every change is told
+        (and a job that does not exist is ``-32002``)."""
+        seen, state = -1, "running"
+        step = p.Step("job_output", {}, lambda value: {}, missing_is_not_found=True)
+        tagged = {"_meta": {SUBSCRIPTION_ID_KEY: subscription.listen_id}} if subscription.listen_id is not None else {}
+        while not subscription.stop.is_set() and not self._closing:
+            self._recover_session()
+            offset = max(seen, 0)
+            handle = self.session.submit("job_output", {"job_id": subscription.job_id, "offset": offset, "limit": 4,
+                                                        "wait_seconds": SUBSCRIPTION_WAIT_SECONDS if seen >= 0 else 0})
+            with self._registered:
+                self._internal_keys.add(handle.call_id)
+                self._registered.notify_all()
+            subscription.handle = handle
+            try:
+                result = handle.result(SUBSCRIPTION_WAIT_SECONDS + 60)
+            except TimeoutError:
+                handle.cancel()
+                continue
+            finally:
+                with self._lock:
+                    self._internal_keys.discard(handle.call_id)
+            if seen < 0 and subscription.listen_id is None:
+                self._finish_step(ev.id, ev.version, step, result)
+            if subscription.stop.is_set() or not result.ok:
+                if not result.ok:
+                    log(f"stopped following {subscription.uri}: {result.error.code if result.error else '?'}")
+                break
+            value = result.value or {}
+            written, now = int(value.get("output_bytes") or 0), str(value.get("state"))
+            if seen >= 0 and (written > seen or now != state):
+                self._write({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                             "params": {"uri": subscription.uri, **tagged}})
+            seen, state = written, now
+            if now != "running":
+                break
+        key = (subscription.listen_id, subscription.uri)
+        with self._lock:
+            if self._subscriptions.get(key) is subscription:
+                del self._subscriptions[key]
+
+    def _listen(self, ev: p.Feature) -> None:
+        """2026-07-28 ``subscriptions/listen``: acknowledge the resource subscriptions it honors (the URIs
+        this server serves), then tag each update with the request's id. A job URI is followed like a
+        ``resources/subscribe``; the stream ends when the client cancels the request."""
+        wanted = ev.params.get("notifications")
+        uris = wanted.get("resourceSubscriptions") if isinstance(wanted, dict) else None
+        if not isinstance(uris, list) or len(uris) > MAX_SUBSCRIPTIONS:
+            uris = []
+        honored: list[str] = []
+        with self._lock:
+            if any(listen_id == ev.id for listen_id, _ in self._subscriptions):
+                self._write(p.error_response(ev.id, p.INVALID_REQUEST,
+                                             f"request id {p.shown(ev.id)} is already a subscriptions/listen stream"))
+                return
+            for uri in uris:
+                try:
+                    target = p.parse_uri(uri, self.catalog.workspace)
+                except p.ResourceProblem:
+                    continue  # not served: left out of the acknowledged set
+                assert isinstance(uri, str)
+                honored.append(uri)
+                if isinstance(target, p.JobUri) and len(self._subscriptions) < MAX_SUBSCRIPTIONS:
+                    self._subscriptions[(ev.id, uri)] = Subscription(uri, target.job_id, listen_id=ev.id)
+            followed = [s for (listen_id, _), s in self._subscriptions.items() if listen_id == ev.id]
+        self._write({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                     "params": {"notifications": {"resourceSubscriptions": honored},
+                                "_meta": {SUBSCRIPTION_ID_KEY: ev.id}}})
+        for subscription in followed:
+            helper_thread(self._follow_job, args=(subscription, ev), name="peon-mcp-subscription").start()
+
+    def _end_listen(self, listen_id: Any) -> bool:
+        """Stop the subscriptions of a listen stream the client cancelled; whether there was one."""
+        with self._lock:
+            ended = [key for key in self._subscriptions if key[0] is not None and key[0] == listen_id]
+            subscriptions = [self._subscriptions.pop(key) for key in ended]
+        for subscription in subscriptions:
+            subscription.stop.set()
+            if subscription.handle is not None:
+                subscription.handle.cancel()
+        return bool(ended)
+
+    def _log(self, level: Any, data: dict[str, Any]) -> None:
+        with self._lock:
+            message = self.connection.logs.message(level, data, time.monotonic())
+        if message is not None:
+            self._write(message)
+
+
 def serve(session_factory: Callable[..., Any], identity: p.ServerIdentity) -> int:
     """Run the server on this process's stdin/stdout; returns the exit status."""
     sys.stdout.flush()
@@ -477,8 +700,13 @@ def serve(session_factory: Callable[..., Any], identity: p.ServerIdentity) -> in
     os.dup2(2, 1)  # anything else written to fd 1 lands on stderr
     real_stdout, sys.stdout = sys.stdout, sys.stderr
     try:
-        server = StdioServer(session_factory, identity, 0, out_fd)
-        reason = server.run()
+        telemetry = otel.from_environment()
+        server = StdioServer(session_factory, identity, 0, out_fd, telemetry)
+        try:
+            reason = server.run()
+        finally:
+            if telemetry is not None:
+                telemetry.shutdown()
         log(f"stopped: {reason}")
         return 0
     finally:

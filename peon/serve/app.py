@@ -8,6 +8,7 @@ Promises:
   and, on ``/mcp``, a JSON-RPC error naming the rule — never a traceback;
 * a request body is read up to ``max_body_bytes`` and refused with 413 beyond it, whatever
   ``Content-Length`` claims, so a client cannot make the server hold more;
+* ``/metrics`` answers from the moment the server listens (``peon_ready`` says whether it is ready);
 * ``/healthz`` answers 200 while the process runs; ``/readyz`` answers 200 only once the supervisor
   and a standby worker are up, and 503 while starting, while the supervisor is being replaced and
   while draining;
@@ -58,6 +59,9 @@ class ServeOptions:
     idempotency_window_seconds: float = 600.0
     idempotency_entries: int = 1024
     max_requests: int = 128  # concurrent requests; beyond: 503 with a JSON-RPC error
+    header_timeout_seconds: float = 10.0  # to send a request head (peon.serve.stalls)
+    body_timeout_seconds: float = 30.0  # for each part of a request body
+    max_pending_connections: int = 64  # connections waiting for a request head; beyond: the oldest is closed
 
 
 @dataclass
@@ -75,13 +79,17 @@ class ServeState:
     startup_error: str | None = None
     mcp_sessions: dict[str, McpSession] = field(default_factory=dict)
     recovering: asyncio.Task[None] | None = None
+    telemetry: Any = None  # a peon.otel.Telemetry when OpenTelemetry is configured
 
     def attach(self, session: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.metrics = self.metrics or Metrics([t["name"] for t in session.tools()])
+        self.metrics = self.metrics or Metrics([])
+        self.metrics.set_tools([t["name"] for t in session.tools()])
+        if self.telemetry is not None and not self.metrics.otel:
+            self.metrics.mirror_to(self.telemetry.meter)
         self.metrics.describe_containment(session.info.get("containment") or {})
         self.router = CallRouter(session, self.identity, self.metrics, loop=loop,
                                  idempotency_window=self.options.idempotency_window_seconds,
-                                 idempotency_entries=self.options.idempotency_entries)
+                                 idempotency_entries=self.options.idempotency_entries, telemetry=self.telemetry)
         self.session = session
 
     # -- readiness ------------------------------------------------------------------------------------
@@ -102,6 +110,18 @@ class ServeState:
             if not self.standby_seen:
                 return "starting: no standby worker yet"
         return None
+
+    def expire_sessions(self) -> None:
+        """End the 2025-11-25 sessions idle for ``session_idle_seconds`` with no call running (their jobs
+        are stopped); run at each ``initialize`` and every few seconds by the server."""
+        now = time.monotonic()
+        for session_id, mcp_session in list(self.mcp_sessions.items()):
+            if not mcp_session.calls and now - mcp_session.last_seen > self.options.session_idle_seconds:
+                del self.mcp_sessions[session_id]
+                if self.router is not None:
+                    self.router.end_mcp_session(mcp_session, "the session expired")
+        if self.metrics is not None:
+            self.metrics.sessions.set(len(self.mcp_sessions))
 
     def _recover(self) -> None:
         if self.router is not None and (self.recovering is None or self.recovering.done()):
@@ -156,10 +176,19 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+class BodyStalled(Exception):
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+
+async def read_body(receive: Receive, limit: int, part_seconds: float = 30.0) -> bytes:
     body = bytearray()
     while True:
-        message = await receive()
+        try:
+            async with asyncio.timeout(part_seconds):
+                message = await receive()
+        except TimeoutError:
+            raise BodyStalled(part_seconds) from None
         if message["type"] == "http.disconnect":
             raise ConnectionError("the client went away while sending the request")
         body += message.get("body", b"")
@@ -292,7 +321,14 @@ class McpEndpoint:
                                                  f"{content_type[:60]!r}"))
             return
         try:
-            body = await read_body(receive, state.options.max_body_bytes)
+            body = await read_body(receive, state.options.max_body_bytes, state.options.body_timeout_seconds)
+        except BodyStalled as exc:
+            if state.metrics is not None:
+                state.metrics.limits.labels("request_body").inc()
+            await send_json(send, 408, p.error_response(None, p.INVALID_REQUEST, f"no part of the request body "
+                                                        f"arrived for {exc.seconds:g} s", {"code": "timeout"}),
+                            {"Connection": "close"})
+            return
         except BodyTooLarge as exc:
             if state.metrics is not None:
                 state.metrics.limits.labels("request_body").inc()
@@ -335,7 +371,8 @@ class McpEndpoint:
             await send_json(send, 400, mismatch)
             return
         assert self.state.router is not None
-        connection = p.Connection(self.state.router.session.tools(), self.state.identity)
+        connection = p.Connection(self.state.router.session.tools(), self.state.identity, subscribes=False,
+                                  sends_logs=False)
         await self.dispatch(scope, receive, send, connection.receive(message), None, message, "modern", info)
 
     # -- 2025-11-25 and earlier: sessions opened by initialize --
@@ -387,7 +424,8 @@ class McpEndpoint:
                                                  "the most this server keeps; end one (DELETE) or retry later",
                                                  message.id), {"Retry-After": "5"})
             return
-        connection = p.Connection(state.router.session.tools(), state.identity)
+        # No standalone stream is opened: no subscriptions; log messages go on the streams of their calls.
+        connection = p.Connection(state.router.session.tools(), state.identity, subscribes=False)
         event = connection.receive(message)
         assert isinstance(event, p.Reply)
         if "result" not in event.message:
@@ -399,14 +437,7 @@ class McpEndpoint:
         await send_json(send, 200, event.message, {"Mcp-Session-Id": session_id})
 
     def _expire_sessions(self) -> None:
-        state = self.state
-        now = time.monotonic()
-        for session_id, mcp_session in list(state.mcp_sessions.items()):
-            if not mcp_session.calls and now - mcp_session.last_seen > state.options.session_idle_seconds:
-                del state.mcp_sessions[session_id]
-                if state.router is not None:
-                    state.router.end_mcp_session(mcp_session, "the session expired")
-        self._count_sessions()
+        self.state.expire_sessions()
 
     def _count_sessions(self) -> None:
         if self.state.metrics is not None:
@@ -421,6 +452,13 @@ class McpEndpoint:
         assert router is not None
         if isinstance(event, p.Reply):
             await send_json(send, wire.http_status(event.message, era), event.message)
+            return
+        if isinstance(event, p.Feature):
+            outcome = await router.feature(event, mcp_session)
+            if isinstance(outcome, Answer):
+                await send_json(send, wire.http_status(outcome.message, era), outcome.message)
+            else:
+                await self.stream(scope, receive, send, outcome, info)
             return
         if not isinstance(event, p.StartCall):
             await send_empty(send, 202)
@@ -481,8 +519,9 @@ def build_app(state: ServeState, lifespan: Callable[[Starlette], Any] | None = N
         return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
 
     async def metrics(request: Request) -> Response:
-        if state.metrics is None:
-            return JSONResponse({"error": "not ready: no session yet"}, status_code=503)
+        if state.metrics is None:  # a scrape before the session started: the series exist, at zero
+            state.metrics = Metrics([])
+        state.metrics.ready.set(1 if state.readiness() is None else 0)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     routes = [

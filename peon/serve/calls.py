@@ -15,6 +15,16 @@ Promises:
   (2026-07-28); no answer within ``limits.approval_timeout_seconds`` denies;
 * a call carrying ``peon/idempotencyKey`` runs at most once per key within the window (see
   :mod:`peon.serve.idempotency`);
+* prompts, resources and completion requests are planned by :func:`peon.mcp.features.plan`; one that
+  reads something is a call of the tool that serves it, routed like a ``tools/call`` (approved, audited,
+  cancelled with its stream);
+* once a 2025-11-25 session set a log level, what Peon does to its calls (approvals, refusals, kills,
+  limits; :mod:`peon.mcp.logs`) is sent as ``notifications/message`` on the stream of the call concerned;
+* a job belongs to the MCP session whose call started it (a 2025-11-25 session, or the stateless
+  2026-07-28 requests as one owner): ``job_output``, ``job_stop``, ``job_list``, ``job://`` resources and
+  their completion see only the caller's jobs (another's is ``unknown_job``, as if it did not exist),
+  and ending or expiring the session stops its running jobs; the session's own later requests, on any
+  HTTP connection, keep them;
 * session callbacks arrive on session threads and are moved onto the event loop; nothing here blocks
   the loop on the session (submits and restarts run in worker threads).
 
@@ -50,6 +60,9 @@ RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of it
 MAX_AWAITING_RETRY = 256
 REPLAY_META_KEY = "peon/idempotentReplay"
 REGISTRATION_WAIT_SECONDS = 5.0
+MAX_OWNED_JOBS = 8192  # job owners remembered (the supervisor keeps fewer job records than this)
+STATELESS_OWNER = ""  # the owner of jobs started by 2026-07-28 requests, which carry no session
+JOB_TOOLS = frozenset({"job_output", "job_stop"})
 
 log = logging.getLogger("peon.serve")
 
@@ -170,6 +183,8 @@ class Call:
     approval: PendingApproval | None = None
     final: ToolResult | None = None  # finished while no request was waiting for it
     finished_at: float = 0.0
+    step: p.Step | None = None  # set when the call serves a prompts/resources/completion request
+    trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
 
 
 @dataclass(frozen=True)
@@ -181,7 +196,8 @@ class Answer:
 
 class CallRouter:
     def __init__(self, session: Any, identity: p.ServerIdentity, metrics: Metrics, *,
-                 loop: asyncio.AbstractEventLoop, idempotency_window: float, idempotency_entries: int):
+                 loop: asyncio.AbstractEventLoop, idempotency_window: float, idempotency_entries: int,
+                 telemetry: Any = None):
         self.session = session
         self.identity = identity
         self.metrics = metrics
@@ -193,6 +209,9 @@ class CallRouter:
             idempotency_window, idempotency_entries, time.monotonic)
         self.calls: dict[str, Call] = {}  # by the session's call id
         self.awaiting_retry: dict[str, Call] = {}
+        self.catalog = p.Catalog.of(session.info, session.tools())
+        self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
+        self.job_owners: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._registered = asyncio.Condition()
         self._ids = itertools.count(1)
         self._restart_lock = threading.Lock()
@@ -225,24 +244,57 @@ class CallRouter:
                 return Answer(self._answer(ev.id, ev.version, claim.outcome, replay=True))
             if isinstance(claim, Follow):
                 return self._follow(ev, claim.key)
+        foreign = self._foreign_job(ev.name, ev.arguments, mcp_session)
+        if foreign is not None:
+            return Answer(self._answer(ev.id, ev.version, foreign))
         stream = Stream()
         call = Call(ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, ev.id, stream, mcp_session,
                     idempotency_key=key)
-        if mcp_session is not None:
-            mcp_session.calls[ev.id] = call
+        return await self._submit(call, "tools/call", meta)
+
+    async def feature(self, ev: p.Feature, mcp_session: McpSession | None) -> Answer | Stream:
+        """A prompts, resources or completion request: answered at once, or by one tool call."""
+        if mcp_session is not None and ev.id in mcp_session.calls:
+            return Answer(p.error_response(ev.id, p.INVALID_REQUEST,
+                                           f"request id {ev.id!r} is already in use by a running call"))
+        planned = p.plan(ev.method, ev.params, self.catalog, ev.version)
+        if isinstance(planned, p.Answer):
+            return Answer(p.respond(ev.id, ev.version, planned.result, self.identity))
+        if isinstance(planned, p.Refused):
+            return Answer(p.error_response(ev.id, planned.code, planned.message, planned.data))
+        foreign = self._foreign_job(planned.tool, planned.arguments, mcp_session)
+        if foreign is not None:
+            refused = p.failure(planned, foreign)
+            return Answer(p.error_response(ev.id, refused.code, refused.message, refused.data))
+        # The stateless revision asks for approval by answering a tools/call: a step there cannot ask.
+        call = Call(planned.tool, planned.arguments, ev.version, None, ev.can_elicit and not p.is_modern(ev.version),
+                    ev.id, Stream(), mcp_session, step=planned)
+        return await self._submit(call, ev.method, ev.params.get("_meta"))
+
+    async def _submit(self, call: Call, method: str, meta: Any) -> Stream:
+        stream = call.stream
+        assert stream is not None
+        if self.telemetry is not None:
+            call.trace = self.telemetry.call(call.name, method, meta,
+                                             call.mcp_session.id if call.mcp_session is not None else None)
+        if call.mcp_session is not None:
+            call.mcp_session.calls[call.request_id] = call
         self._track(+1)
         await self._recover_session()
         try:
             handle = await asyncio.to_thread(
-                self.session.submit, ev.name, ev.arguments,
-                on_progress=lambda update: self._soon(self._progress, call, update))
+                self.session.submit, call.name, call.arguments,
+                on_progress=lambda update: self._soon(self._progress, call, update),
+                **({"trace": call.trace.traceparent()} if call.trace is not None else {}))
         except Exception as exc:  # a bug or a dead session must fail this call, not the server
-            log.exception("submitting %s failed", ev.name)
+            log.exception("submitting %s failed", call.name)
             handle = None
-            failure = ToolResult.failure("", ev.name, ErrorCode.SESSION_CLOSED,
+            failure = ToolResult.failure("", call.name, ErrorCode.SESSION_CLOSED,
                                          f"the call could not be submitted: {exc}")
             self._done(call, failure)
             return stream
+        if call.trace is not None:
+            call.trace.submitted(handle.call_id)
         async with self._registered:
             call.handle, call.key = handle, handle.call_id
             self.calls[call.key] = call
@@ -308,7 +360,7 @@ class CallRouter:
             except PeonError as exc:
                 log.error("could not restart the session: %s: %s", exc.code.value, exc.message)
                 return
-            self.metrics.restarts.inc()
+            self.metrics.restarted()
             log.info("session restarted (supervisor pid %s)", self.session.supervisor_pid)
 
     # -- events from the session (moved onto the loop) ----------------------------------------------
@@ -326,7 +378,66 @@ class CallRouter:
         message, call.last_progress = shaped
         call.stream.notify(message, droppable=True)
 
+    # -- jobs and their sessions --------------------------------------------------------------------
+
+    @staticmethod
+    def _owner(mcp_session: McpSession | None) -> str:
+        return mcp_session.id if mcp_session is not None else STATELESS_OWNER
+
+    def _foreign_job(self, tool: str, arguments: dict[str, Any], mcp_session: McpSession | None) -> ToolResult | None:
+        """The ``unknown_job`` answer of a job tool call naming a job the caller's session did not start."""
+        job_id = arguments.get("job_id") if tool in JOB_TOOLS and isinstance(arguments, dict) else None
+        if not isinstance(job_id, str) or self.job_owners.get(job_id) == self._owner(mcp_session):
+            return None
+        return ToolResult.failure("", tool, ErrorCode.UNKNOWN_JOB, f"no job of this MCP session has the id "
+                                  f"{job_id[:64]!r} (a job belongs to the session that started it)",
+                                  {"job_id": job_id[:64]})
+
+    def _claim_jobs(self, call: Call, result: ToolResult) -> ToolResult:
+        """Remember which session a job belongs to; show a job list only the caller's jobs."""
+        if not result.ok or result.value is None:
+            return result
+        owner = self._owner(call.mcp_session)
+        job_id = result.value.get("job_id")
+        if isinstance(job_id, str) and call.name not in JOB_TOOLS:
+            self.job_owners[job_id] = owner
+            self.job_owners.move_to_end(job_id)
+            while len(self.job_owners) > MAX_OWNED_JOBS:
+                self.job_owners.popitem(last=False)
+        if call.name == "job_list":
+            jobs = [job for job in result.value.get("jobs") or ()
+                    if self.job_owners.get(str(job.get("job_id"))) == owner]
+            value = {**result.value, "jobs": jobs, "running": sum(1 for job in jobs if job.get("state") == "running")}
+            return ToolResult(result.call_id, result.tool, True, value=value)
+        return result
+
+    def _stop_jobs(self, owner: str) -> None:
+        """Stop the jobs a session started (its end or expiry), from a worker thread like every submit; the
+        stops are audited like any call (one of a job that already ended changes nothing)."""
+        owned = [job_id for job_id, job_owner in self.job_owners.items() if job_owner == owner]
+        for job_id in owned:
+            del self.job_owners[job_id]
+        if owned:
+            self.loop.run_in_executor(None, self._submit_stops, owned)
+
+    def _submit_stops(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            with contextlib.suppress(Exception):  # a closed session has stopped every job already
+                self.session.submit("job_stop", {"job_id": job_id})
+
+    def _log(self, call: Call, event: tuple[Any, dict[str, Any]] | None) -> None:
+        """A log message about ``call``, on its stream, when its session asked for that level."""
+        if event is None or call.mcp_session is None or call.stream is None or call.cancelled:
+            return
+        message = call.mcp_session.connection.logs.message(event[0], event[1], time.monotonic())
+        if message is not None:
+            call.stream.notify(message, droppable=True)
+
     def _done(self, call: Call, result: ToolResult) -> None:
+        if call.trace is not None:
+            call.trace.finished(result)
+        result = self._claim_jobs(call, result)
+        self._log(call, p.result_event(result))
         self.calls.pop(call.key, None)
         self._track(-1)
         self.metrics.record_result(result, time.monotonic() - call.submitted_at)
@@ -341,8 +452,17 @@ class CallRouter:
         if call.request_id is None:  # its input_required answer is still waiting for the retry
             call.final, call.finished_at = result, time.monotonic()
             return
-        if call.stream is not None:
+        if call.stream is not None and call.step is not None:
+            call.stream.finish(None if call.cancelled else self._step_answer(call.request_id, call.version,
+                                                                             call.step, result))
+        elif call.stream is not None:
             call.stream.finish(None if call.cancelled else self._answer(call.request_id, call.version, result))
+
+    def _step_answer(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> dict[str, Any]:
+        if result.ok:
+            return p.respond(request_id, version, step.finish(result.value or {}), self.identity)
+        refused = p.failure(step, result)
+        return p.error_response(request_id, refused.code, refused.message, refused.data)
 
     def _track(self, delta: int) -> None:
         self.in_flight += delta
@@ -394,6 +514,7 @@ class CallRouter:
             self.cancel(call, reason)
         for approval in list(mcp_session.elicitations.values()):
             approval.resolve({"decision": "deny", "reason": reason})
+        self._stop_jobs(mcp_session.id)
 
     # -- approval -----------------------------------------------------------------------------------
 
@@ -433,7 +554,7 @@ class CallRouter:
             call.mcp_session.elicitations[approval.elicitation_id] = approval
             call.stream.notify({"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
                                 "params": elicitation}, droppable=False)
-        asked_at = time.monotonic()
+        asked_at, asked_ns = time.monotonic(), time.time_ns()
         try:
             async with asyncio.timeout(self.approval_wait):
                 answer = await asyncio.shield(approval.answered)
@@ -443,8 +564,12 @@ class CallRouter:
             if approval.elicitation_id is not None and call.mcp_session is not None:
                 call.mcp_session.elicitations.pop(approval.elicitation_id, None)
             call.approval = None
+        self._log(call, p.approval_event(request, answer))
+        if call.trace is not None:
+            decider = "client" if answer.get("reason", "").startswith("answered by the user") else "peon"
+            call.trace.approval(asked_ns, str(answer.get("decision")), decider)
         self.metrics.approval_wait.observe(time.monotonic() - asked_at)
-        self.metrics.approvals.labels(str(answer.get("decision"))).inc()
+        self.metrics.approval(str(answer.get("decision")))
         return answer
 
     def _park_for_retry(self, call: Call, elicitation: dict[str, Any]) -> None:

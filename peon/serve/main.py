@@ -32,11 +32,13 @@ from typing import Any
 
 import uvicorn
 
+from peon import otel
 from peon.mcp import protocol as p
 
 from . import logs
 from .app import ServeOptions, ServeState, build_app
 from .guard import Guard, bind_problem
+from .stalls import guarded_protocol
 
 log = logging.getLogger("peon.serve")
 
@@ -125,7 +127,7 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     """Serve until a signal or a failed start; the exit status."""
     logs.configure(config.log_format)
     guard = Guard.build(config.token, config.host, config.allowed_hosts, config.allowed_origins)
-    state = ServeState(guard, identity, config.options)
+    state = ServeState(guard, identity, config.options, telemetry=otel.from_environment())
     sock = listen(config.host, config.port)
     host, port = sock.getsockname()[:2]
     exit_code = [0]
@@ -194,18 +196,33 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
 
         loop.call_soon_threadsafe(begin)  # wakes the loop even while it waits in select()
 
+    async def expire_sessions() -> None:
+        period = min(30.0, max(config.options.session_idle_seconds / 4, 0.1))
+        while True:
+            await asyncio.sleep(period)
+            state.expire_sessions()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         starting.append(asyncio.create_task(start_session()))
+        sweeper = asyncio.create_task(expire_sessions())
         yield
+        sweeper.cancel()
         if not draining:  # uvicorn stopped for another reason: still close the session cleanly
             draining.append(asyncio.create_task(drain()))
         with contextlib.suppress(BaseException):
             await draining[0]
 
     app = build_app(state, lifespan)
+
+    def stalled(why: str) -> None:
+        if state.metrics is not None:
+            state.metrics.limits.labels("request_head" if why == "timeout" else "pending_connections").inc()
+
+    protocol, _ = guarded_protocol(config.options.header_timeout_seconds, config.options.max_pending_connections,
+                                   stalled)
     uv_config = uvicorn.Config(
-        app, interface="asgi3", log_config=None, access_log=False, lifespan="on",
+        app, interface="asgi3", log_config=None, access_log=False, lifespan="on", http=protocol,
         # The gate answers beyond --max-connections with a JSON-RPC 503; uvicorn's own limit is a backstop.
         limit_concurrency=config.max_connections + 16, timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
         timeout_keep_alive=5, server_header=False, proxy_headers=False,
@@ -225,6 +242,8 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     finally:
         sock.close()
         loop.close()
+    if state.telemetry is not None:
+        state.telemetry.shutdown()
     if state.startup_error is not None:
         return exit_code[0] or 1
     return exit_code[0]

@@ -3,7 +3,8 @@
 Promise: every figure is derived from what the session reports for each call (its result, its value's
 process flags) and from what this server itself observes (queue, approvals, HTTP); labels come from
 closed sets (tool names of this session, Peon's error codes, fixed reasons), so a client cannot grow the
-number of series. Each server has its own registry.
+number of series. Each server has its own registry. With OpenTelemetry on (:mod:`peon.otel`), the call,
+approval, kill and restart series are also recorded through the OTel API, under the same names and labels.
 
 Series:
 
@@ -14,10 +15,13 @@ Series:
 * ``peon_process_kills_total{reason}`` — calls whose process tree Peon killed (``deadline``,
   ``cancel``, ``limit``);
 * ``peon_limits_hit_total{limit}`` — ``deadline``, ``output`` (truncated), ``memory``/``pids``/… (the
-  resource limit a call exceeded), ``input`` (too large), ``queue`` (busy), ``request_body`` (HTTP 413);
+  resource limit a call exceeded), ``input`` (too large), ``queue`` (busy), ``request_body`` (HTTP 413 or 408),
+  ``request_head`` and ``pending_connections`` (stalled connections closed, :mod:`peon.serve.stalls`);
 * ``peon_worker_failures_total{kind}`` — ``worker_crashed``, ``worker_oom``, ``worker_hung``,
   ``supervisor_died``; ``peon_supervisor_restarts_total``;
 * ``peon_http_requests_total{endpoint,status}``, ``peon_mcp_sessions``, ``peon_idempotent_replays_total``;
+* ``peon_ready`` — 1 when ``/readyz`` would answer 200, else 0 (set at each scrape: ``/metrics``
+  answers from the moment the server listens, before the session is up);
 * ``peon_containment_info{kind,limits}`` — how the session contains worker trees (``cgroup`` or
   ``process-tree``) and which limits the kernel enforces.
 """
@@ -29,6 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from peon.otel import kill_reason
 from peon.result import ToolResult
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -67,10 +72,39 @@ class Metrics:
         self.replays = Counter("peon_idempotent_replays", "Calls answered from the idempotency store instead "
                                "of running again.", registry=r)
         self.containment = Info("peon_containment", "How worker trees are contained.", registry=r)
+        self.otel: dict[str, Any] = {}  # OpenTelemetry instruments (mirror_to), empty when off
+        self.ready = Gauge("peon_ready", "1 when the server is ready to serve calls (as /readyz), else 0.",
+                           registry=r)
         for kind in WORKER_FAILURES:  # present at zero, so a dashboard can tell "none" from "not exported"
             self.worker_failures.labels(kind)
         for reason in ("deadline", "cancel", "limit"):
             self.process_kills.labels(reason)
+
+    def mirror_to(self, meter: Any) -> None:
+        """Record the call, approval, kill and restart series through an OpenTelemetry meter as well."""
+        self.otel = {
+            "calls": meter.create_counter("peon_calls_total", description="Finished tool calls by tool and outcome."),
+            "duration": meter.create_histogram("peon_call_duration_seconds", unit="s",
+                                               description="Time from submission to result."),
+            "approvals": meter.create_counter("peon_approvals_total", description="Approval requests by decision."),
+            "kills": meter.create_counter("peon_process_kills_total", description="Calls whose tree Peon killed."),
+            "restarts": meter.create_counter("peon_supervisor_restarts_total", description="Supervisors restarted."),
+        }
+
+    def approval(self, decision: str) -> None:
+        decision = decision if decision in ("allow_once", "allow_session", "deny") else "other"
+        self.approvals.labels(decision).inc()
+        if self.otel:
+            self.otel["approvals"].add(1, {"decision": decision})
+
+    def restarted(self) -> None:
+        self.restarts.inc()
+        if self.otel:
+            self.otel["restarts"].add(1)
+
+    def set_tools(self, tools: list[str]) -> None:
+        """The session's tool names, the closed set of the ``tool`` label (known once it started)."""
+        self.tools = frozenset(tools)
 
     def describe_containment(self, containment: dict[str, Any]) -> None:
         self.containment.info({"kind": str(containment.get("kind", "unknown")),
@@ -84,6 +118,12 @@ class Metrics:
         outcome = "ok" if result.ok else (result.error.code if result.error else "tool_failed")
         self.calls.labels(tool, outcome).inc()
         self.duration.labels(tool).observe(seconds)
+        if self.otel:
+            self.otel["calls"].add(1, {"tool": tool, "outcome": outcome})
+            self.otel["duration"].record(seconds, {"tool": tool})
+            reason = kill_reason(result)
+            if reason is not None:
+                self.otel["kills"].add(1, {"reason": reason})
         if not result.ok and result.error is not None:
             code = result.error.code
             if code in WORKER_FAILURES:

@@ -51,7 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="the largest request body (default: limits.max_input_bytes + 1 MiB)")
     ops.add_argument("--max-connections", type=int, default=128, metavar="N", help="concurrent requests before new "
                      "ones get 503 (default: 128; the probes are always answered)")
+    ops.add_argument("--header-timeout-seconds", type=float, default=10.0, metavar="SECONDS",
+                     help="how long a connection may take to send a request head (default: 10)")
+    ops.add_argument("--body-timeout-seconds", type=float, default=30.0, metavar="SECONDS",
+                     help="how long a request body may pause between parts (default: 30)")
+    ops.add_argument("--max-pending-connections", type=int, default=64, metavar="N",
+                     help="connections waiting for a request head; beyond, the oldest is closed (default: 64)")
     ops.add_argument("--max-sessions", type=int, default=64, metavar="N", help="open 2025-11-25 sessions (default: 64)")
+    ops.add_argument("--session-idle-seconds", type=float, default=3600.0, metavar="SECONDS",
+                     help="a 2025-11-25 session without a request (and no call running) this long ends, and its "
+                          "jobs are stopped (default: 3600)")
     ops.add_argument("--idempotency-window", type=float, default=600.0, metavar="SECONDS",
                      help="how long a call's result answers retries with its peon/idempotencyKey (default: 600)")
 
@@ -86,13 +95,14 @@ def command(options: argparse.Namespace) -> int:
         raise ServeUsageError(f"workspace {workspace} is not an existing directory")
     workspace = workspace.resolve()
     try:
-        for name in ("drain_seconds", "keepalive_seconds", "idempotency_window"):
+        for name in ("drain_seconds", "keepalive_seconds", "idempotency_window", "header_timeout_seconds",
+                     "body_timeout_seconds", "session_idle_seconds"):
             value = getattr(options, name)
             if name != "drain_seconds":
                 _positive(f"--{name.replace('_', '-')}", value)
             elif value < 0:
                 raise ValueError(f"--drain-seconds must not be negative, got {value}")
-        for name in ("max_connections", "max_sessions"):
+        for name in ("max_connections", "max_sessions", "max_pending_connections"):
             _positive(f"--{name.replace('_', '-')}", getattr(options, name))
         if not 0 <= options.port <= 65535:
             raise ValueError(f"--port must be 0..65535, got {options.port}")
@@ -119,7 +129,9 @@ def command(options: argparse.Namespace) -> int:
     )
     serve_options = ServeOptions(
         keepalive_seconds=options.keepalive_seconds, max_body_bytes=max_body, max_sessions=options.max_sessions,
-        idempotency_window_seconds=options.idempotency_window, max_requests=options.max_connections)
+        idempotency_window_seconds=options.idempotency_window, max_requests=options.max_connections,
+        header_timeout_seconds=options.header_timeout_seconds, body_timeout_seconds=options.body_timeout_seconds,
+        max_pending_connections=options.max_pending_connections, session_idle_seconds=options.session_idle_seconds)
     serve_config = ServeConfig(
         host=options.host, port=options.port, token=token, token_env=options.token_env,
         allowed_hosts=options.allowed_host, allowed_origins=options.allowed_origin,

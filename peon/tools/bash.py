@@ -133,7 +133,8 @@ class BashTool(Tool):
             # just-checked path, never the typed one.
             confinement.cwd = str(ctx.workspace / str(ctx.approved["cwd_path"]))
         try:
-            spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace), command_environment(ctx.session),
+            spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace),
+                               command_environment(ctx.session, ctx.trace),
                                sandbox=confinement, cwd_fd=cwd_fd)
             outcome = await run_process(spec, ctx)
         finally:

@@ -10,6 +10,10 @@
 //   {"op": "call", "name", "arguments", "progress"}      -> {"result": CallToolResult, "progress": [...]}
 //                                                           or {"error": {"name", "code", "message"}}
 //   {"op": "cancel", "target": <id of a running call>}   -> {"cancelled": true|false}
+//   {"op": "request", "method", "params"}                -> {"result": ...} or {"error": ...}, through the
+//        SDK's typed method for prompts/list|get, resources/list|read|subscribe|templates/list,
+//        logging/setLevel, completion/complete
+// Resource updates and log messages the server sends are reported as events ("resource_updated", "log").
 //   {"op": "close"}                                      -> {"closed": true}, then the driver exits
 // The SDK's own checks run as for any application: results are validated against the tool's
 // outputSchema (listed first), and an invalid one is reported as an error, not a result.
@@ -17,7 +21,9 @@
 import readline from "node:readline";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import {
+  ElicitRequestSchema, LoggingMessageNotificationSchema, ResourceUpdatedNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const config = JSON.parse(process.argv[2]);
 const send = (message) => process.stdout.write(JSON.stringify(message) + "\n");
@@ -30,6 +36,24 @@ if (config.elicit) {
     return { action: "accept", content: config.elicit };
   });
 }
+
+client.setNotificationHandler(ResourceUpdatedNotificationSchema, async (note) => {
+  send({ event: "resource_updated", params: note.params });
+});
+client.setNotificationHandler(LoggingMessageNotificationSchema, async (note) => {
+  send({ event: "log", params: note.params });
+});
+
+const requests = {
+  "prompts/list": (params) => client.listPrompts(params),
+  "prompts/get": (params) => client.getPrompt(params),
+  "resources/list": (params) => client.listResources(params),
+  "resources/templates/list": (params) => client.listResourceTemplates(params),
+  "resources/read": (params) => client.readResource(params),
+  "resources/subscribe": (params) => client.subscribeResource(params),
+  "logging/setLevel": (params) => client.setLoggingLevel(params.level),
+  "completion/complete": (params) => client.complete(params),
+};
 
 const transport = new StdioClientTransport({
   command: config.command, args: config.args, env: config.env, cwd: config.cwd, stderr: "inherit",
@@ -64,6 +88,11 @@ async function handle(command) {
       } finally {
         running.delete(id);
       }
+    }
+    if (op === "request") {
+      const run = requests[command.method];
+      if (!run) return { id, error: { name: "DriverError", code: null, message: `no typed method for ${command.method}` } };
+      return { id, result: await run(command.params ?? {}) };
     }
     if (op === "cancel") {
       const controller = running.get(command.target);
