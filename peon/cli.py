@@ -362,7 +362,8 @@ def probe_subreaper() -> dict[str, Any]:
 
 
 def probe_tempdir() -> dict[str, Any]:
-    """Where a session would put its runtime directory (the forkserver's socket), or why nowhere."""
+    """The temporary directory commands would get (``tempfile``'s choice), or why there is none. A session itself
+    needs none: its channels are inherited socket pairs."""
     import tempfile
 
     try:
