@@ -11,9 +11,10 @@ Promises:
   say): the client then kills the supervisor and everything below it and answers every pending call
   ``supervisor_died``, saying so. A call not yet started (queued, waiting for its approver or for a
   worker) is bounded too, from the moment it is sent: it must be started or answered by
-  :meth:`Session._start_bound` — after the call sent before it could have been answered, the worker
-  start (twice ``limits.worker_start_seconds``: a hung forkserver is replaced once), the cancel grace,
-  ``limits.worker_grace_seconds``, :data:`ANSWER_MARGIN_SECONDS` and its own ``yield_seconds``, plus
+  :meth:`Session._start_bound` — after the call sent before it could have been answered, the pool's
+  start (:data:`POOL_START_SECONDS`), a worker start (twice ``limits.worker_start_seconds``: a hung
+  forkserver is replaced once), the cancel grace, ``limits.worker_grace_seconds``,
+  :data:`ANSWER_MARGIN_SECONDS` and its own ``yield_seconds`` (152 s with the defaults), plus
   ``limits.approval_timeout_seconds`` from an approval request for it — or the supervisor is taken
   for hung (its event loop blocked, say) and killed, and the call answered ``supervisor_died``. A
   message from the supervisor that cannot be read (over the channel bound, not JSON) is never
@@ -71,6 +72,9 @@ ANSWER_MARGIN_SECONDS = 5.0
 LIVENESS_CHECK_SECONDS = 1.0  # while calls are pending: how often the client looks at its supervisor
 LIVENESS_CHECK_MS = int(LIVENESS_CHECK_SECONDS * 1000)
 CANCEL_GRACE_SECONDS = 2.0  # a cancelled command's TERM → KILL grace (a job_stop waits it out)
+# A session's first calls wait for its pool: the forkserver's launch (a fresh interpreter loading the
+# tools, bounded by 60 s in the supervisor's forker) and its first worker (as long again at most).
+POOL_START_SECONDS = 120.0
 
 Approver = Callable[[dict[str, Any]], Any]
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -554,11 +558,13 @@ class Session:
 
     def _start_bound(self) -> float:
         """How long after it may begin a call must be started (``started``) or answered: its admission,
-        a worker start (twice: a hung forkserver is replaced once), a cancel's grace and the worker
-        grace (a ``job_stop``), and the margin every bound gets."""
+        the pool's start (a session's first calls wait for it), a worker start (twice: a hung forkserver
+        is replaced once), a cancel's grace and the worker grace (a ``job_stop``), and the margin every
+        bound gets. A safety net for a supervisor that stopped answering while running (its event loop
+        blocked): generous, so a slow start on a loaded machine is never taken for one."""
         limits = self.config.config.limits
-        return (ANSWER_MARGIN_SECONDS + 2 * float(limits.worker_start_seconds) + CANCEL_GRACE_SECONDS
-                + float(limits.worker_grace_seconds))
+        return (ANSWER_MARGIN_SECONDS + POOL_START_SECONDS + 2 * float(limits.worker_start_seconds)
+                + CANCEL_GRACE_SECONDS + float(limits.worker_grace_seconds))
 
     def _late_to_start(self, now: float) -> CallHandle | None:
         """The first pending call that is past its bound without having started. Calls run in the

@@ -135,6 +135,7 @@ class _Pump:
         self.lock = threading.Lock()
         self.broken = False  # the real stderr is closed or failing: drop everything
         self.idle = threading.Event()
+        self.watching_target = False  # the real stderr is polled for room (something is buffered)
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     def wake(self) -> None:
@@ -148,38 +149,49 @@ class _Pump:
         poller = select.poll()
         poller.register(self.source, select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
-        watching_target = False
+        self.watching_target = False
         while True:
-            with self.lock:
-                wants_out = bool(self.buffer.data) and not self.broken
-            if wants_out != watching_target:
-                if wants_out:
-                    poller.register(self.target, select.POLLOUT)
-                else:
+            try:
+                self._step(poller)
+            except Exception:  # never stop emptying the pipe: every writer of descriptor 2 would block
+                with self.lock:
+                    self.broken = True
+                    self.buffer.discard_all()
+                if self.watching_target:
                     poller.unregister(self.target)
-                watching_target = wants_out
-            if not wants_out and self._source_empty():
-                self.idle.set()
-            for fd, events in poller.poll(None):
-                if fd == self.source:
-                    self._read()
-                elif fd == self._wake_r:
-                    while _read_some(self._wake_r):
-                        pass
-                elif events & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
-                    self._break()
-                else:
-                    self._write()
+                    self.watching_target = False
+
+    def _step(self, poller: select.poll) -> None:
+        with self.lock:
+            wants_out = bool(self.buffer.data) and not self.broken
+        if wants_out != self.watching_target:
+            if wants_out:
+                poller.register(self.target, select.POLLOUT)
+            else:
+                poller.unregister(self.target)
+            self.watching_target = wants_out
+        if not wants_out and self._source_empty():
+            self.idle.set()
+        for fd, events in poller.poll(None):
+            if fd == self.source:
+                self._read()
+            elif fd == self._wake_r:
+                while _read_some(self._wake_r):
+                    pass
+            elif events & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                self._break()
+            else:
+                self._write()
 
     def _source_empty(self) -> bool:
         return _pending(self.source) == 0
 
     def _read(self) -> None:
+        self.idle.clear()  # before the read: drain() must not see it idle with bytes in hand
         try:
             chunk = os.read(self.source, READ_BYTES)
         except BlockingIOError:
             return
-        self.idle.clear()
         with self.lock:
             if self.broken:
                 self.buffer._drop(chunk, ends_line=False)
@@ -291,7 +303,8 @@ def drain(timeout: float = EXIT_DRAIN_SECONDS) -> None:
     if pump is None:
         return
     until = time.monotonic() + timeout
-    while time.monotonic() < until and not (pump.idle.is_set() and pump.buffer.data == b""):
+    while time.monotonic() < until and not (pump.idle.is_set() and not pump.buffer.data
+                                            and _pending(pump.source) == 0):
         time.sleep(0.005)
     with pump.lock:
         pump.buffer.finish()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+import peon.session
 from helpers import ALLOW_ALL
 from peon.supervisor.diagnostics import BUFFER_BYTES, DiagnosticBuffer, drop_notice
 
@@ -166,7 +167,8 @@ def test_no_session_process_holds_the_hosts_stderr(open_session, containment, wo
 
 # -- the client's bound on calls not yet started ------------------------------------------------
 
-def test_a_call_the_supervisor_never_starts_is_answered_by_its_bound(open_session):
+def test_a_call_the_supervisor_never_starts_is_answered_by_its_bound(open_session, monkeypatch):
+    monkeypatch.setattr(peon.session, "POOL_START_SECONDS", 5.0)  # the allowance for a slow first start
     limits = {"worker_start_seconds": 1.0, "worker_grace_seconds": 1.0}
     session = open_session({**ALLOW_ALL, "limits": limits}, env={"PYTHONPATH": str(FIXTURES)},
                            tools=["peon_fault_tools:HangSupervisorTool"])
@@ -180,7 +182,8 @@ def test_a_call_the_supervisor_never_starts_is_answered_by_its_bound(open_sessio
     assert not session.alive
 
 
-def test_a_call_waiting_for_its_approver_is_not_taken_for_a_hang(open_session, workspace):
+def test_a_call_waiting_for_its_approver_is_not_taken_for_a_hang(open_session, workspace, monkeypatch):
+    monkeypatch.setattr(peon.session, "POOL_START_SECONDS", 5.0)
     (workspace / "f.txt").write_text("hello\n")
     answered = threading.Event()
 
@@ -198,3 +201,19 @@ def test_a_call_waiting_for_its_approver_is_not_taken_for_a_hang(open_session, w
     answered.set()
     result = handle.result(timeout=30)
     assert result.ok, result.error
+
+
+def test_diagnostics_written_just_before_the_supervisor_exits_reach_stderr(tmp_path, leftovers):
+    script = tmp_path / "host.py"
+    script.write_text(textwrap.dedent("""\
+        import sys
+        import peon
+        session = peon.Session(sys.argv[1], state_dir=sys.argv[2])
+        session._send_bytes(b"not json\\n")  # the supervisor says it ignored it, on stderr
+        session.close()  # at once: the line is written as the supervisor exits
+    """))
+    (tmp_path / "ws").mkdir()
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "ws"), str(tmp_path / "state")],
+                          capture_output=True, text=True, env=leftovers.env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "peon-supervisor: ignored a malformed message from the client" in done.stderr
