@@ -20,7 +20,7 @@ Promises:
   back — the file is truncated to its size before the write — so the next line never lands on a
   fragment; a log found ending in a fragment when it is opened (a crash, or a cut that failed) is
   repaired first: cut back to its last newline, reported on stderr and in a ``"event": "repaired"``
-  line;
+  line (a file that cannot be cut, append-only say, gets a newline ending the fragment instead);
 * the log is bounded: when a line would take ``audit.jsonl`` past ``audit.max_bytes`` the file is
   rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped),
   all or nothing: the oldest backup is first moved aside (``audit.jsonl.dropping``), every rename goes
@@ -215,7 +215,13 @@ class AuditLog:
                 end = start
         finally:
             os.close(reader)
-        os.ftruncate(self._fd, keep)
+        try:
+            os.ftruncate(self._fd, keep)
+        except OSError as exc:  # an append-only file, say: end the fragment, so the next line stands alone
+            self._append(b"\n")
+            print(f"peon-supervisor: the audit log {self.path} ended in a partial line of {size - keep} bytes "
+                  f"that cannot be cut ({exc.strerror}): it was ended with a newline", file=sys.stderr)
+            return
         print(f"peon-supervisor: the audit log {self.path} ended in a partial line: cut {size - keep} "
               f"bytes back to its last complete line", file=sys.stderr)
         self._append(_encode({"event": "repaired", "time": _timestamp(time.time()), "cut_bytes": size - keep,

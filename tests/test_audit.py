@@ -462,3 +462,20 @@ def test_a_rotation_that_cannot_be_undone_still_loses_nothing(tmp_path, monkeypa
     after = _contents(tmp_path)
     assert after["audit.jsonl"] == b'{"line":"next"}\n'
     assert "audit.jsonl.dropping" not in after
+
+
+def test_a_partial_tail_that_cannot_be_cut_is_ended_with_a_newline(tmp_path, capsys, monkeypatch):
+    (tmp_path / "audit.jsonl").write_bytes(b'{"call_id":"c1"}\n{"call_id":"c2","to')
+    real = os.ftruncate
+
+    def append_only(fd, size):  # as on a file with chattr +a
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "ftruncate", append_only)
+    log = AuditLog(tmp_path, max_bytes=1 << 20, backups=1)
+    log.commit({"call_id": "c3"})
+    monkeypatch.setattr(os, "ftruncate", real)
+    log.close()
+    lines = (tmp_path / "audit.jsonl").read_bytes().splitlines()
+    assert lines[1] == b'{"call_id":"c2","to' and json.loads(lines[2]) == {"call_id": "c3"}
+    assert "cannot be cut (Operation not permitted): it was ended with a newline" in capsys.readouterr().err
