@@ -150,7 +150,7 @@ def run_session(options: argparse.Namespace) -> None:
             continue
         wrong = check(session, call, result) if result.ok and call.checked else None
         emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
-              "took": time.time() - started, "bound": bound, "ok": result.ok,
+              "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
               "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
               "message": None if result.ok else result.error.message[:300]})
         if not result.ok and result.error.code == "supervisor_died":
@@ -580,6 +580,12 @@ def report(slots: list[Slot], faults: list[Fault], skipped: Counter[str], by_mod
             firsts[event["code"]] = event.get("message") or ""
     for code, message in sorted(firsts.items()):
         print(f"chaos: first {code}: {message}")
+    answered = [e for e in calls if e["took"] is not None and "timeout" in e]
+    if answered:
+        worst = max(answered, key=lambda e: e["took"] - e["timeout"])
+        print(f"chaos: slowest answer past its own timeout: {worst['took'] - worst['timeout']:.1f} s "
+              f"({worst['kind']}, {worst['code'] or 'ok'}; "
+              f"its bound allowed {worst['bound'] - worst['timeout']:.0f} s)")
     for line in found[:50]:
         print(f"chaos: VIOLATION {line}")
     if len(found) > 50:
