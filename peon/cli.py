@@ -15,7 +15,8 @@ Promises:
 * ``peon doctor`` resolves each agent exactly as its adapter does, and exits 0 when a session can
   start, 2 when the configuration is invalid or refused, 1 when the session fails for another reason;
   ``peon doctor --clean`` first removes the empty cgroups of Peon sessions whose supervisor is gone
-  (never a live session's, never one that holds a process) and lists what it removed and kept;
+  (never a live session's, never one that holds a process) and ends sessions abandoned for good (a
+  stopped supervisor whose client is gone), and lists what it removed, ended and kept;
 * every session a command opens is closed, with everything it started, before the command exits.
 """
 
@@ -463,9 +464,10 @@ def clean_leftover_cgroups(support: Any) -> dict[str, Any]:
     from peon.workers import cgroup
 
     if support.parent is None:
-        return {"parent": None, "removed": [], "kept": {}, "failed": {}, "detail": support.reason}
+        return {"parent": None, "removed": [], "ended": [], "kept": {}, "failed": {}, "detail": support.reason}
     report = cgroup.remove_leftovers(support.parent)
-    return {"parent": str(support.parent), "removed": report.removed, "kept": report.kept, "failed": report.failed}
+    return {"parent": str(support.parent), "removed": report.removed, "ended": report.ended, "kept": report.kept,
+            "failed": report.failed}
 
 
 def print_doctor(facts: Mapping[str, Any]) -> None:
@@ -487,6 +489,7 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         else:
             print(f"clean        removed {len(left['removed'])} leftover cgroup(s) in {left['parent']}"
                   + "".join(f"\n  removed    {name}" for name in left["removed"])
+                  + "".join(f"\n  ended      {name} (supervisor stopped, client gone)" for name in left["ended"])
                   + "".join(f"\n  kept       {name} ({why})" for name, why in left["kept"].items())
                   + "".join(f"\n  failed     {name}: {why}" for name, why in left["failed"].items()))
     sub = facts["subreaper"]

@@ -14,9 +14,9 @@ supervisor's event loop. Two implementations, chosen once per session:
   whole, listed again until nothing below the worker is alive).
 
 A session in cgroup mode also removes, once, as its first worker starts (off the event loop, after
-``ready``), the empty cgroups that sessions whose supervisor is gone left beside its own
-(:func:`peon.workers.cgroup.remove_leftovers`: on evidence, never a live session's), and says so on
-stderr.
+``ready``), the empty cgroups that sessions whose supervisor is gone left beside its own, and ends
+sessions abandoned for good (supervisor stopped, client gone) (:func:`peon.workers.cgroup.remove_leftovers`:
+on evidence, never a live session's), and says so on stderr.
 
 Workers share one cgroup rather than one each because every placement of a process in a cgroup is
 a migration, and a migration waits for an RCU grace period: 8 ms on the idle 2-core development
@@ -142,6 +142,9 @@ class CgroupContainment(Containment):
         if report.removed:
             print(f"peon-supervisor: removed {len(report.removed)} empty cgroup(s) left by sessions whose supervisor "
                   f"is gone: {', '.join(report.removed)}", file=sys.stderr)
+        if report.ended:
+            print(f"peon-supervisor: ended {len(report.ended)} abandoned session(s) (supervisor stopped, client gone) "
+                  f"and removed their cgroups: {', '.join(report.ended)}", file=sys.stderr)
         for name, why in report.failed.items():
             print(f"peon-supervisor: cannot remove the leftover cgroup {name}: {why}", file=sys.stderr)
         return report

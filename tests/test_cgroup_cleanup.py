@@ -53,6 +53,13 @@ def test_only_an_empty_cgroup_of_a_gone_supervisor_is_removed(owner, populated, 
     assert judge_leftover("user-service", owner, populated) == "not Peon's"
 
 
+@pytest.mark.parametrize("populated", [False, True])
+def test_a_session_abandoned_for_good_is_ended(populated):
+    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", "abandoned", populated) == (
+        "end: its supervisor is stopped and its client is gone")
+    assert judge_leftover("peon-probe-4242-99", "abandoned", False) == "remove"  # a probe's is only removed
+
+
 def test_a_pid_is_its_owner_only_if_it_started_before_the_cgroup():
     child = subprocess.Popen(["true"])
     child.wait()
@@ -103,18 +110,26 @@ def test_leftovers_are_removed_and_live_or_busy_ones_kept():
             cgroup.Cgroup(path).kill_and_remove()
 
 
-def _kill_client_and_supervisor_together(tmp_path: Path, leftovers) -> Path:
-    """Start a client holding a cgroup session, SIGKILL it and its supervisor at once; return the
-    cgroup the supervisor leaves behind (emptied by parent-death signals, never removed)."""
+def _start_host(tmp_path: Path, leftovers) -> tuple[subprocess.Popen, dict]:
+    """A client process holding a cgroup session whose forkserver and a worker have run."""
     workspace, script = tmp_path / "host-ws", tmp_path / "host.py"
     workspace.mkdir()
     script.write_text(HOST)
     host = subprocess.Popen([sys.executable, str(script), str(workspace), str(tmp_path / "host-state")],
                             stdout=subprocess.PIPE, env=leftovers.env())
+    line = host.stdout.readline()
+    if not line:
+        host.kill()
+        host.wait()
+        pytest.fail("the host did not open its session")
+    return host, json.loads(line)
+
+
+def _kill_client_and_supervisor_together(tmp_path: Path, leftovers) -> Path:
+    """Start a client holding a cgroup session, SIGKILL it and its supervisor at once; return the
+    cgroup the supervisor leaves behind (emptied by parent-death signals, never removed)."""
+    host, info = _start_host(tmp_path, leftovers)
     try:
-        line = host.stdout.readline()
-        assert line, "the host did not open its session"
-        info = json.loads(line)
         os.kill(host.pid, signal.SIGKILL)
         os.kill(info["supervisor"], signal.SIGKILL)
     finally:
@@ -146,3 +161,37 @@ def test_doctor_clean_removes_the_cgroup_of_a_supervisor_killed_with_its_client(
     facts = json.loads(done.stdout)
     assert left.name in facts["leftover_cgroups"]["removed"], facts["leftover_cgroups"]
     assert not left.exists()
+
+
+@needs_cgroups
+def test_a_stopped_supervisor_whose_client_died_is_ended_with_its_session(tmp_path, leftovers):
+    host, info = _start_host(tmp_path, leftovers)
+    supervisor, left = info["supervisor"], Path(info["cgroup"])
+    below = proctree.descendants(supervisor)
+    assert below  # the forkserver and its workers
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        parent = CGROUP_SUPPORT.parent
+        assert parent is not None
+        report = remove_leftovers(parent)  # its client lives: it is kept, whatever its state
+        assert left.name in report.kept and left.name not in report.ended
+        os.kill(host.pid, signal.SIGKILL)  # now nothing will ever continue or answer it
+        host.wait()
+        assert wait_for(lambda: proctree.stat_fields(supervisor) is not None
+                        and proctree.stat_fields(supervisor)[1] != host.pid)
+        if proctree.stat_fields(supervisor)[1] != 1:
+            pytest.skip("a subreaper adopted the supervisor: its client's death is not evident from its parent")
+        assert wait_for(lambda: proctree.state(supervisor) == "T")  # still stopped, with everything below it
+        report = remove_leftovers(parent)
+        assert left.name in report.ended, report
+        assert not left.exists()
+        assert wait_for(lambda: not any(proctree.state(pid) not in (None, "Z") for pid in [supervisor, *below]))
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        for pid in [supervisor, *below]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
