@@ -107,6 +107,8 @@ def next_call(rng: random.Random, n: int) -> Call:
         "kill_worker": "kill -KILL $PPID; sleep 5",
         "stop_forkserver": ppid + "kill -STOP $(ppid $PPID); sleep 1",
         "kill_supervisor": ppid + "kill -KILL $(ppid $(ppid $PPID)); sleep 5",
+        # The worker cannot act on its parent's death while stopped: the command must not outlive it.
+        "stop_worker_kill_supervisor": ppid + "kill -STOP $PPID; kill -KILL $(ppid $(ppid $PPID)); sleep 300",
         "fork_loop": f"exec {sys.executable} forkloop.py 150",
         "memory_hog": (f"exec {sys.executable} -c 'import time\nb=[]\nfor _ in range(40):\n"
                        f"    b.append(bytearray(16 << 20)); time.sleep(0.02)\ntime.sleep(5)'"),
@@ -243,6 +245,9 @@ class Instance:
     events: list[dict[str, Any]] = field(default_factory=list)
     killed: bool = False
     leftovers: list[str] = field(default_factory=list)  # processes alive after it closed or died
+    # Every process seen in its session's tree, (pid, start time): Peon's titled processes cannot be
+    # found by their environment (a long title overwrites it), so they are remembered while alive.
+    seen: set[tuple[int, float]] = field(default_factory=set)
 
 
 def violations(instances: Iterable[Instance], faults: Iterable[Fault], audit: Mapping[str, dict[str, Any]],
@@ -335,35 +340,60 @@ class Slot:
     def audit_log(self) -> Path:
         return self.current.state / "audit.jsonl"
 
-    def finish(self, killed: bool = False) -> None:
-        """After its client exited (or was killed): what of its session is still alive."""
+    def finish(self, killed: bool = False, replace: bool = False) -> None:
+        """After its client exited (or was killed): what of its session is still alive. ``replace``: a
+        new client starts first, as after a crash (its session cleans up what a dead one left)."""
         assert self.process is not None and self.reader is not None
         self.process.wait()
         self.reader.join(10)
         inst = self.current
         inst.killed = killed
-        inst.leftovers = wait_gone(inst.tag, 15.0)
+        if replace:
+            self.start()
+        inst.leftovers = wait_gone(inst, 15.0)
+
+    def sample(self) -> None:
+        """Remember the processes of the current session's tree (for the leftover check)."""
+        import psutil
+
+        supervisor = self.supervisor() if self.instances else None
+        if supervisor is None:
+            return
+        for pid, _ in session_processes(supervisor):
+            try:
+                self.current.seen.add((pid, psutil.Process(pid).create_time()))
+            except psutil.Error:
+                continue
 
 
-def tagged(tag: str) -> list[int]:
+def alive_of(inst: Instance) -> list[int]:
+    """The processes of ``inst``'s sessions still alive: commands carry its tag in their environment,
+    Peon's own processes were seen in its trees."""
     import psutil
 
-    found = []
+    found = set()
     for process in psutil.process_iter():
         try:
-            if process.pid != os.getpid() and process.environ().get(TAG) == tag and process.status() != "zombie":
-                found.append(process.pid)
+            if process.pid != os.getpid() and process.environ().get(TAG) == inst.tag and process.status() != "zombie":
+                found.add(process.pid)
         except psutil.Error:
             continue
-    return found
+    for pid, started in list(inst.seen):  # a copy: the sampler adds to it
+        try:
+            process = psutil.Process(pid)
+            if process.create_time() == started and process.status() != "zombie":
+                found.add(pid)
+        except psutil.Error:
+            continue
+    return sorted(found)
 
 
-def wait_gone(tag: str, timeout: float) -> list[str]:
+def wait_gone(inst: Instance, timeout: float) -> list[str]:
     """The processes of a session still alive ``timeout`` after its client ended (then killed)."""
     from peon.workers import proctree
 
     until = time.monotonic() + timeout
-    while (alive := tagged(tag)) and time.monotonic() < until:
+    while (alive := alive_of(inst)) and time.monotonic() < until:
         time.sleep(0.2)
     left = [f"{pid} {proctree.cmdline(pid)!r}" for pid in alive]
     for pid in alive:
@@ -429,10 +459,10 @@ def inject(rng: random.Random, slot: Slot, kind: str, later: list[tuple[float, A
         return Fault(slot.index, "immutable_log", now, end, str(log))
     if kind == "client_death":
         assert slot.process is not None
+        dead = slot.process.pid
         slot.process.kill()
-        slot.finish(killed=True)
-        slot.start()
-        return Fault(slot.index, "client_death", now, time.time(), f"client {slot.process.pid}")
+        slot.finish(killed=True, replace=True)
+        return Fault(slot.index, "client_death", now, time.time(), f"client {dead}")
     raise ValueError(kind)
 
 
@@ -477,9 +507,21 @@ def orchestrate(options: argparse.Namespace) -> int:
     later: list[tuple[float, Any]] = []
     skipped: Counter[str] = Counter()
     keep = False
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.5):
+            for slot in slots:
+                try:
+                    slot.sample()
+                except Exception:  # a tree changing under the walk: the next sample sees it
+                    continue
+
+    sampler = threading.Thread(target=sample, daemon=True)
     try:
         for slot in slots:
             slot.start()
+        sampler.start()
         while time.time() < until - 1:
             pause = min(rng.expovariate(1 / options.fault_every), max(until - 1 - time.time(), 0))
             deadline = time.time() + pause
@@ -503,6 +545,9 @@ def orchestrate(options: argparse.Namespace) -> int:
                 slot.process.wait(timeout=max(until - time.time(), 0) + 120)
             except subprocess.TimeoutExpired:
                 slot.process.kill()
+        sampling.set()
+        sampler.join()
+        for slot in slots:
             slot.finish()
         # A last session per mode: it removes the cgroups dead supervisors left (cgroup mode).
         with tempfile.TemporaryDirectory() as spare:
@@ -527,7 +572,13 @@ def orchestrate(options: argparse.Namespace) -> int:
         report(slots, faults, skipped, by_mode, end - start, cgroup.probe().available)
         if found:
             keep = True
-            print(f"chaos: the clients' and supervisors' stderr are kept in {root}")
+            for slot in slots:
+                for number, inst in enumerate(slot.instances, 1):
+                    with open(root / f"slot-{slot.index}-client-{number}.events", "w") as out:
+                        out.writelines(json.dumps(event) + "\n" for event in inst.events)
+            with open(root / "faults", "w") as out:
+                out.writelines(json.dumps(fault.__dict__) + "\n" for fault in faults)
+            print(f"chaos: the clients' events, the faults and the clients' and supervisors' stderr are in {root}")
         return 1 if found else 0
     finally:
         for _, action in later:
@@ -536,7 +587,7 @@ def orchestrate(options: argparse.Namespace) -> int:
             if slot.process is not None and slot.process.poll() is None:
                 slot.process.kill()
             for inst in slot.instances:
-                wait_gone(inst.tag, 0)
+                wait_gone(inst, 0)
             if slot.mounted:
                 subprocess.run(["umount", "-l", str(slot.root)], capture_output=True)
         for slot in slots:
