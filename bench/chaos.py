@@ -395,7 +395,8 @@ def wait_gone(inst: Instance, timeout: float) -> list[str]:
     until = time.monotonic() + timeout
     while (alive := alive_of(inst)) and time.monotonic() < until:
         time.sleep(0.2)
-    left = [f"{pid} {proctree.cmdline(pid)!r}" for pid in alive]
+    left = [f"{pid} {proctree.cmdline(pid)!r} (state {proctree.state(pid)}, "
+            f"parent {(proctree.stat_fields(pid) or '??')[1]})" for pid in alive]
     for pid in alive:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -530,7 +531,7 @@ def orchestrate(options: argparse.Namespace) -> int:
                 time.sleep(min(0.1, max(deadline - time.time(), 0)))
             if time.time() >= until - 1:
                 break
-            kind, slot = rng.choice(OUTSIDE_FAULTS), rng.choice(slots)
+            kind, slot = rng.choice(options.faults), rng.choice(slots)
             fault = inject(rng, slot, kind, later)
             if fault is None:
                 skipped[kind] += 1
@@ -660,6 +661,8 @@ def main() -> None:
     parser.add_argument("--containment", choices=["both", "cgroup", "process-tree"], default="both")
     parser.add_argument("--fault-every", type=float, default=4.0, help="mean seconds between injected faults")
     parser.add_argument("--recovery", type=float, default=60.0, help="seconds a session has to recover")
+    parser.add_argument("--faults", type=lambda text: text.split(","), default=list(OUTSIDE_FAULTS),
+                        help=f"the outside faults to inject, comma-separated (default: {','.join(OUTSIDE_FAULTS)})")
     parser.add_argument("--runner", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workspace", help=argparse.SUPPRESS)
     parser.add_argument("--state", help=argparse.SUPPRESS)
@@ -669,6 +672,9 @@ def main() -> None:
     if options.runner:
         run_session(options)
         return
+    unknown = set(options.faults) - set(OUTSIDE_FAULTS)
+    if unknown:
+        parser.error(f"--faults: unknown kinds {sorted(unknown)}; known: {', '.join(OUTSIDE_FAULTS)}")
     sys.exit(orchestrate(options))
 
 
