@@ -15,9 +15,12 @@ Promises:
   running) once the session is up; a second Ctrl-C does not wait;
 * ``peon doctor`` resolves each agent exactly as its adapter does, and exits 0 when a session can
   start, 2 when the configuration is invalid or refused, 1 when the session fails for another reason
-  (no writable temporary directory included: a fact it shows, with the fix, never a traceback);
-* an operating-system error that stops a command (no temporary directory, no such interpreter) is one
-  sentence on stderr and exit status 1;
+  (a missing writable temporary directory is a fact it shows, with the fix, never a traceback);
+  ``peon doctor --clean`` first removes the empty cgroups of Peon sessions whose supervisor is gone
+  (never a live session's, never one that holds a process) and ends sessions abandoned for good (a
+  stopped supervisor whose client is gone), and lists what it removed, ended and kept;
+* an operating-system error that stops a command (no such interpreter, ...) is one sentence on stderr
+  and exit status 1;
 * every session a command opens is closed, with everything it started, before the command exits.
 """
 
@@ -438,6 +441,8 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     }
     support = cgroup.probe()
     facts["cgroup_v2"] = {"available": support.available, "detail": support.reason}
+    if options.clean:
+        facts["leftover_cgroups"] = clean_leftover_cgroups(support)
     agents: dict[str, Any] = {}
     session_layers = None
     session_sandbox: dict[str, Any] | None = None
@@ -473,6 +478,17 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     return code
 
 
+def clean_leftover_cgroups(support: Any) -> dict[str, Any]:
+    """``peon doctor --clean``: remove the empty cgroups of sessions whose supervisor is gone."""
+    from peon.workers import cgroup
+
+    if support.parent is None:
+        return {"parent": None, "removed": [], "ended": [], "kept": {}, "failed": {}, "detail": support.reason}
+    report = cgroup.remove_leftovers(support.parent)
+    return {"parent": str(support.parent), "removed": report.removed, "ended": report.ended, "kept": report.kept,
+            "failed": report.failed}
+
+
 def print_doctor(facts: Mapping[str, Any]) -> None:
     py, kernel = facts["python"], facts["kernel"]
     print(f"python       {py['version']} ({py['executable']})")
@@ -485,6 +501,16 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         print(f"limits       {containment.get('limits')}")
     cg = facts["cgroup_v2"]
     print(f"cgroup v2    {'yes' if cg['available'] else 'no'}: {cg['detail']}")
+    if "leftover_cgroups" in facts:
+        left = facts["leftover_cgroups"]
+        if left["parent"] is None:
+            print(f"clean        nothing to clean: {left['detail']}")
+        else:
+            print(f"clean        removed {len(left['removed'])} leftover cgroup(s) in {left['parent']}"
+                  + "".join(f"\n  removed    {name}" for name in left["removed"])
+                  + "".join(f"\n  ended      {name} (supervisor stopped, client gone)" for name in left["ended"])
+                  + "".join(f"\n  kept       {name} ({why})" for name, why in left["kept"].items())
+                  + "".join(f"\n  failed     {name}: {why}" for name, why in left["failed"].items()))
     sub = facts["subreaper"]
     print(f"subreaper    {'yes' if sub['supported'] else 'no'}: {sub['detail']}")
     o2 = facts["openat2"]
@@ -605,6 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="show the facts about this machine that matter to Peon")
     doctor.add_argument("--json", action="store_true", help="print the facts as JSON")
+    doctor.add_argument("--clean", action="store_true",
+                        help="first remove the empty cgroups of Peon sessions whose supervisor is gone")
     common(doctor)
     doctor.set_defaults(run=cmd_doctor)
     return parser

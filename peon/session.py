@@ -9,9 +9,17 @@ Promises:
   never waits forever. A running call is answered by its deadline + ``limits.worker_grace_seconds``
   + :data:`ANSWER_MARGIN_SECONDS` even if the supervisor stops answering (stopped with ``SIGSTOP``,
   say): the client then kills the supervisor and everything below it and answers every pending call
-  ``supervisor_died``, saying so. A message from the supervisor that cannot be read (over the
-  channel bound, not JSON) is never skipped: the call it names is answered ``too_large``, and a
-  message that names no call means the supervisor is broken (killed, ``supervisor_died``);
+  ``supervisor_died``, saying so. A call not yet started (queued, waiting for its approver or for a
+  worker) is bounded too, from the moment it is sent: it must be started or answered by
+  :meth:`Session._start_bound` — after the call sent before it could have been answered, the pool's
+  start (:data:`POOL_START_SECONDS`), a worker start (twice ``limits.worker_start_seconds``: a hung
+  forkserver is replaced once), the cancel grace, ``limits.worker_grace_seconds``,
+  :data:`ANSWER_MARGIN_SECONDS` and its own ``yield_seconds`` (152 s with the defaults), plus
+  ``limits.approval_timeout_seconds`` from an approval request for it — or the supervisor is taken
+  for hung (its event loop blocked, say) and killed, and the call answered ``supervisor_died``. A
+  message from the supervisor that cannot be read (over the channel bound, not JSON) is never
+  skipped: the call it names is answered ``too_large``, and a message that names no call means the
+  supervisor is broken (killed, ``supervisor_died``);
 * a session whose supervisor does not become ready within :data:`START_TIMEOUT_SECONDS` raises, and
   nothing of it is left: the supervisor and everything below it are killed;
 * at most ``limits.max_queued_calls`` unanswered calls holding at most ``limits.max_queued_bytes`` of
@@ -65,6 +73,10 @@ LIVENESS_CHECK_MS = int(LIVENESS_CHECK_SECONDS * 1000)
 # The most workers the client tracks at once (process-tree containment); a supervisor has a few
 # (standbys, the running call, jobs.max_running jobs): the bound only caps what a broken one could send.
 MAX_TRACKED_WORKERS = 4096
+CANCEL_GRACE_SECONDS = 2.0  # a cancelled command's TERM → KILL grace (a job_stop waits it out)
+# A session's first calls wait for its pool: the forkserver's launch (a fresh interpreter loading the
+# tools, bounded by 60 s in the supervisor's forker) and its first worker (as long again at most).
+POOL_START_SECONDS = 120.0
 
 Approver = Callable[[dict[str, Any]], Any]
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -98,6 +110,8 @@ class CallHandle(PendingResult):
         self.session = session
         self.on_progress = on_progress
         self.size = 0  # encoded bytes, counted against limits.max_queued_bytes while unanswered
+        self.sent_at = 0.0  # time.monotonic() when it was sent
+        self.own_wait = 0.0  # its yield_seconds: how long it asked to wait before its answer
 
     def cancel(self) -> None:
         """Ask the supervisor to cancel: a queued call never starts; a running one gets TERM → 2 s → KILL."""
@@ -170,6 +184,9 @@ class Session:
         self._ready = threading.Event()
         self._start_reply: dict[str, Any] | None = None
         self._answer_by: dict[str, float] = {}  # running calls: when the supervisor must have answered
+        self._asked_until: dict[str, float] = {}  # calls put to the approver: when the supervisor denies them
+        self._last_answer_at = 0.0  # when the supervisor last answered a call: the next may start then
+        self._next_start_look = 0.0  # when the calls not yet started are next checked against their bound
         self._gave_up: str | None = None  # why the client killed an unresponsive supervisor
         self._answering: CallHandle | None = None  # the call whose answer was dispatched last
         self._stopped_since: float | None = None  # when the supervisor was first seen stopped
@@ -361,6 +378,9 @@ class Session:
                 handle._resolve(ToolResult.failure(call_id, name, ErrorCode.BUSY, busy[0], busy[1]))
                 return handle
             handle.size = len(data)
+            handle.sent_at = time.monotonic()
+            if isinstance(args, dict) and isinstance(args.get("yield_seconds"), (int, float)):
+                handle.own_wait = min(max(float(args["yield_seconds"]), 0.0), 3600.0)
             self._handles[call_id] = handle
             if self._reader_idle:
                 self._reader_idle = False
@@ -512,6 +532,15 @@ class Session:
             overdue = [(call_id, at) for call_id, at in self._answer_by.items() if at + ANSWER_MARGIN_SECONDS <= now]
             handles = {call_id: self._handles.get(call_id) for call_id, _ in overdue}
             pending = len(self._handles)
+        if not overdue and pending and now >= self._next_start_look:
+            self._next_start_look = now + LIVENESS_CHECK_SECONDS
+            late = self._late_to_start(now)
+            if late is not None:
+                self._abandon(f"stopped answering: call {late.call_id} ({late.tool}) was neither started nor "
+                              f"answered {now - late.sent_at:.1f} s after it was sent, past its bound (the calls "
+                              f"before it, approval, worker start and grace; its process state: "
+                              f"{proctree.status(self._proc.pid) or 'gone'})")
+                return
         if not overdue:
             # A call that has not said when it must be answered (quick so far, queued, awaiting
             # approval) is not answered by a stopped supervisor either: look at it now and then.
@@ -533,6 +562,38 @@ class Session:
         how = " (its process was stopped)" if state == "stopped" else ""
         self._abandon(f"stopped answering: it did not answer {what} by its deadline + worker grace + "
                       f"{ANSWER_MARGIN_SECONDS:g} s{how}")
+
+    def _start_bound(self) -> float:
+        """How long after it may begin a call must be started (``started``) or answered: its admission,
+        the pool's start (a session's first calls wait for it), a worker start (twice: a hung forkserver
+        is replaced once), a cancel's grace and the worker grace (a ``job_stop``), and the margin every
+        bound gets. A safety net for a supervisor that stopped answering while running (its event loop
+        blocked): generous, so a slow start on a loaded machine is never taken for one."""
+        limits = self.config.config.limits
+        return (ANSWER_MARGIN_SECONDS + POOL_START_SECONDS + 2 * float(limits.worker_start_seconds)
+                + CANCEL_GRACE_SECONDS + float(limits.worker_grace_seconds))
+
+    def _late_to_start(self, now: float) -> CallHandle | None:
+        """The first pending call that is past its bound without having started. Calls run in the
+        order they were sent: each may begin once the one before it is answered (or could have been
+        at the latest), so the bounds chain; an approval request extends its call's bound by the
+        approver's time."""
+        bound_each = self._start_bound()
+        with self._lock:
+            previous = self._last_answer_at  # the latest time the call before could have been answered
+            for call_id, handle in self._handles.items():
+                answer_by = self._answer_by.get(call_id)
+                if answer_by is not None:  # running: bounded by its own answer_by
+                    previous = max(previous, answer_by + ANSWER_MARGIN_SECONDS)
+                    continue
+                bound = max(handle.sent_at, previous) + bound_each + handle.own_wait
+                asked = self._asked_until.get(call_id)
+                if asked is not None:
+                    bound = max(bound, asked + bound_each + handle.own_wait)
+                if now >= bound:
+                    return handle
+                previous = bound
+        return None
 
     def _abandon(self, why: str) -> None:
         """The supervisor cannot be trusted to answer: kill it and everything below it. The reader then
@@ -576,9 +637,11 @@ class Session:
         reader interrupted before it could answer it."""
         with self._lock:
             self._answer_by.pop(call_id, None)
+            self._asked_until.pop(call_id, None)
             handle = self._handles.pop(call_id, None)
             if handle is not None:
                 self._answering = handle
+                self._last_answer_at = time.monotonic()
             elif again and self._answering is not None and self._answering.call_id == call_id:
                 handle = self._answering
         return handle
@@ -603,6 +666,10 @@ class Session:
             if handle is not None and handle.on_progress is not None:
                 handle.on_progress({k: v for k, v in message.items() if k not in ("op", "id")})
         elif op == "approval_request":
+            timeout = message.get("timeout_seconds")
+            with self._lock:
+                if str(message.get("call_id")) in self._handles and isinstance(timeout, (int, float)):
+                    self._asked_until[str(message.get("call_id"))] = time.monotonic() + min(float(timeout), 1e6)
             helper_thread(self._answer_approval, args=(message,)).start()
 
     def _track_worker(self, message: dict[str, Any]) -> None:
@@ -679,6 +746,7 @@ class Session:
         with self._lock:
             handles, self._handles = list(self._handles.values()), {}
             self._answer_by.clear()
+            self._asked_until.clear()
         for handle in handles:
             handle._resolve(ToolResult.failure(handle.call_id, handle.tool, code, message))
 

@@ -16,8 +16,17 @@ Promises:
 * a line never holds file contents, tool output or free-form input: of the input only the fields in
   :data:`RECORDED_INPUT_FIELDS` are kept (strings shortened), the others are named in
   ``input_omitted``, and ``input_sha256`` identifies the exact input;
+* a line is in the log whole or not at all: a write that fails or is short (a full disk) is cut
+  back — the file is truncated to its size before the write — so the next line never lands on a
+  fragment; a log found ending in a fragment when it is opened (a crash, or a cut that failed) is
+  repaired first: cut back to its last newline, reported on stderr and in a ``"event": "repaired"``
+  line (a file that cannot be cut, append-only say, gets a newline ending the fragment instead);
 * the log is bounded: when a line would take ``audit.jsonl`` past ``audit.max_bytes`` the file is
-  rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped);
+  rotated (``audit.jsonl`` → ``audit.jsonl.1`` → … → ``audit.jsonl.<backups>``, the oldest dropped),
+  all or nothing: the oldest backup is first moved aside (``audit.jsonl.dropping``), every rename goes
+  to a free name, and a rotation that fails at any step is undone, so no backup is shifted,
+  overwritten or dropped unless the whole rotation succeeded (the line is then refused like any
+  line that cannot be written);
 * the log stays open between lines while ``audit.jsonl`` is the file it opened (same device and
   inode, checked with one ``lstat`` before each line); a file moved, replaced or rotated away is
   reopened by path;
@@ -31,9 +40,11 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
+import time
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
@@ -47,6 +58,8 @@ from peon.validation import canonical_json
 from .grants import input_digest
 
 FILE_NAME = "audit.jsonl"
+DROPPING_SUFFIX = ".dropping"  # the oldest backup while a rotation runs: removed once it succeeded
+TAIL_CHUNK_BYTES = 64 * 1024
 # Input fields that say what a call does without carrying contents (a write's `content` and an agent's
 # `prompt` are left out).
 RECORDED_INPUT_FIELDS = frozenset({"command", "path", "name", "mode", "offset", "limit", "timeout_seconds",
@@ -160,11 +173,60 @@ class AuditLog:
                 raise OSError(str(exc)) from None
             opened = os.fstat(fd)
             self._fd, self._open_id = fd, (opened.st_dev, opened.st_ino)
-        written = os.write(self._fd, line)
-        if written != len(line):  # a short write: the line is not in the log whole
-            raise OSError(f"short write to {self.path} ({written} of {len(line)} bytes)")
-        if self.fsync:
-            os.fdatasync(self._fd)
+            self._repair_tail(opened.st_size)
+        self._append(line)
+
+    def _append(self, line: bytes) -> None:
+        """One ``write(2)`` of ``line`` (and ``fdatasync``); on any failure the file is cut back to its
+        size before, so no fragment is left for the next line to be appended to."""
+        fd = self._fd
+        before = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, line)
+            if written != len(line):  # a short write (a full disk): the line is not in the log whole
+                raise OSError(errno.ENOSPC, f"short write to {self.path} ({written} of {len(line)} bytes)")
+            if self.fsync:
+                os.fdatasync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, before)
+            except OSError as cut:  # reopened and repaired before the next line
+                self.close()
+                raise OSError(exc.errno, f"{exc.strerror or exc}; and the part written could not be "
+                                         f"cut back ({cut.strerror}): it is cut when the log is next opened") from exc
+            raise
+
+    def _repair_tail(self, size: int) -> None:
+        """A log that does not end with a newline (a line cut short by a crash, or a cut back that
+        failed) is cut back to its last newline, and says so, before anything is appended to it."""
+        if size == 0:
+            return
+        reader = os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.pread(reader, 1, size - 1) == b"\n":
+                return
+            keep, end = 0, size
+            while end > 0:
+                start = max(0, end - TAIL_CHUNK_BYTES)
+                newline = os.pread(reader, end - start, start).rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                end = start
+        finally:
+            os.close(reader)
+        try:
+            os.ftruncate(self._fd, keep)
+        except OSError as exc:  # an append-only file, say: end the fragment, so the next line stands alone
+            self._append(b"\n")
+            print(f"peon-supervisor: the audit log {self.path} ended in a partial line of {size - keep} bytes "
+                  f"that cannot be cut ({exc.strerror}): it was ended with a newline", file=sys.stderr)
+            return
+        print(f"peon-supervisor: the audit log {self.path} ended in a partial line: cut {size - keep} "
+              f"bytes back to its last complete line", file=sys.stderr)
+        self._append(_encode({"event": "repaired", "time": _timestamp(time.time()), "cut_bytes": size - keep,
+                              "reason": "the log ended in a partial line (a write cut short); it was cut back "
+                                        "to its last complete line"}))
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -180,12 +242,41 @@ class AuditLog:
             return False
         return True
 
+    def _backup(self, index: int) -> Path:
+        return self.path.with_name(f"{FILE_NAME}.{index}")
+
     def _rotate(self) -> None:
+        """All or nothing: every rename goes to a free name (the oldest backup first moved aside), and
+        one that fails undoes those before it; the oldest is removed only once all succeeded."""
+        self.close()
         if self.backups == 0:
             os.unlink(self.path)
             return
-        for index in range(self.backups - 1, 0, -1):
-            older = self.path.with_name(f"{FILE_NAME}.{index}")
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{FILE_NAME}.{index + 1}"))
-        os.replace(self.path, self.path.with_name(f"{FILE_NAME}.1"))
+        aside = self.path.with_name(FILE_NAME + DROPPING_SUFFIX)
+        oldest = self._backup(self.backups)
+        if aside.exists() and not oldest.exists():  # an earlier rotation could not undo its first step
+            os.rename(aside, oldest)
+        moves = [(oldest, aside)] if oldest.exists() else []
+        moves += [(self._backup(i), self._backup(i + 1)) for i in range(self.backups - 1, 0, -1)
+                  if self._backup(i).exists()]
+        moves.append((self.path, self._backup(1)))
+        done: list[tuple[Path, Path]] = []
+        try:
+            for source, target in moves:
+                os.rename(source, target)
+                done.append((source, target))
+        except OSError as exc:
+            stuck = []
+            for source, target in reversed(done):
+                try:
+                    os.rename(target, source)
+                except OSError:
+                    stuck.append(f"{target.name} (was {source.name})")
+            how = (f"; undoing it failed too, nothing is lost but these names moved: {', '.join(stuck)}"
+                   if stuck else "; it was undone, the backups are as they were")
+            raise OSError(exc.errno, f"cannot rotate {self.path}: {exc.strerror or exc}{how}") from exc
+        if done and done[0][1] == aside:
+            try:
+                os.unlink(aside)
+            except OSError:
+                pass  # dropped at the next rotation

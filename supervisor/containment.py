@@ -13,6 +13,11 @@ supervisor's event loop. Two implementations, chosen once per session:
 * :class:`ProcessTreeContainment` — the fallback: the process-tree sweep alone (process groups killed
   whole, listed again until nothing below the worker is alive).
 
+A session in cgroup mode also removes, once, as its first worker starts (off the event loop, after
+``ready``), the empty cgroups that sessions whose supervisor is gone left beside its own, and ends
+sessions abandoned for good (supervisor stopped, client gone) (:func:`peon.workers.cgroup.remove_leftovers`:
+on evidence, never a live session's), and says so on stderr.
+
 Workers share one cgroup rather than one each because every placement of a process in a cgroup is
 a migration, and a migration waits for an RCU grace period: 8 ms on the idle 2-core development
 machine, 11 ms (and 10-67 ms measured inside a starting worker) under load, on the path of every
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +128,26 @@ class CgroupContainment(Containment):
             raise
         self.description = (f"cgroup v2 with cgroup.kill, the workers in {self.workers.path}, "
                             "and process-tree sweeps")
+        self._leftovers_swept = False
+
+    def prepare(self) -> WorkerSlot:
+        if not self._leftovers_swept:  # the first worker start: after ready, on the forker thread
+            self._leftovers_swept = True
+            self.remove_leftovers()
+        return super().prepare()
+
+    def remove_leftovers(self) -> cgroup.LeftoverReport:
+        """Remove the empty cgroups of sessions whose supervisor is gone beside this session's own."""
+        report = cgroup.remove_leftovers(self.session.path.parent)
+        if report.removed:
+            print(f"peon-supervisor: removed {len(report.removed)} empty cgroup(s) left by sessions whose supervisor "
+                  f"is gone: {', '.join(report.removed)}", file=sys.stderr)
+        if report.ended:
+            print(f"peon-supervisor: ended {len(report.ended)} abandoned session(s) (supervisor stopped, client gone) "
+                  f"and removed their cgroups: {', '.join(report.ended)}", file=sys.stderr)
+        for name, why in report.failed.items():
+            print(f"peon-supervisor: cannot remove the leftover cgroup {name}: {why}", file=sys.stderr)
+        return report
 
     @property
     def workers_cgroup(self) -> str | None:

@@ -56,6 +56,7 @@ from peon.workers import linux
 from peon.workers.channel import Channel, ChannelError
 from peon.workers.reaper import REAPER
 
+from . import diagnostics
 from .audit import audit_entry, decision_entry, job_entry
 from .facts import gather
 from .jobs import Job, JobTable
@@ -321,6 +322,9 @@ class Supervisor:
                 return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
         deadline = Deadline.after(admission.timeout_seconds)
         if tool.served_by_supervisor:
+            if self.started_notices:  # the client bounds it by its deadline, not by the queue's bound
+                self._notify({"op": "started", "id": call.id,
+                              "answer_by": deadline.at + state.config.limits.worker_grace_seconds})
             self._serve_beside(call, self._serve_here(tool, admission.args, call, deadline, request.details))
             return None
         if background:
@@ -523,6 +527,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m peon.supervisor")
     parser.add_argument("--fd", type=int, required=True, help="the connected socket to the client")
     options = parser.parse_args(argv)
+    diagnostics.install()  # before anything can print, and before the forkserver inherits descriptor 2
     linux.unblock_signals()
     linux.set_dumpable(False)  # no ptrace, no pidfd_getfd from processes of the same user
     linux.set_child_subreaper()
@@ -533,6 +538,7 @@ def main(argv: list[str] | None = None) -> None:
     # down the interpreter's modules would only add ~70 ms to every session's close.
     sys.stdout.flush()
     sys.stderr.flush()
+    diagnostics.drain()
     os._exit(code)
 
 

@@ -343,3 +343,139 @@ def test_commit_raises_and_syncs(tmp_path, monkeypatch):
     assert len(synced) == 1
     with pytest.raises(OSError):
         AuditLog(tmp_path / "missing", max_bytes=1 << 20, backups=1).commit({"x": 3})
+
+
+# -- whole lines or none, and rotation all or nothing ------------------------------------------------
+
+
+def _lines(path) -> list[dict]:
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data == b"" or data.endswith(b"\n"), data[-80:]
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_a_short_write_on_a_full_disk_leaves_the_log_as_it_was(tmp_path):
+    mount = tmp_path / "small-fs"
+    _mount_tmpfs(mount, "256k")
+    try:
+        log = AuditLog(mount, max_bytes=1 << 20, backups=1)
+        log.commit({"line": 1})
+        before = (mount / "audit.jsonl").read_bytes()
+        _fill(mount)  # the log's page has room for a few KiB more, the file system for nothing else
+        with pytest.raises(OSError) as raised:
+            log.commit({"line": 2, "pad": "x" * 20_000})  # the kernel writes what fits in the page
+        assert raised.value.errno == errno.ENOSPC
+        assert (mount / "audit.jsonl").read_bytes() == before  # cut back: no fragment
+        assert not log.record({"line": 3, "pad": "y" * 20_000})
+        os.unlink(mount / "filler")
+        log.commit({"line": 4})
+        assert [entry["line"] for entry in _lines(mount / "audit.jsonl")] == [1, 4]
+        log.close()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_failed_sync_leaves_the_log_as_it_was(tmp_path, monkeypatch):
+    log = AuditLog(tmp_path, max_bytes=1 << 20, backups=1, fsync=True)
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
+    log.commit({"line": 1})
+
+    def failing(fd):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError):
+        log.commit({"line": 2})
+    assert [entry["line"] for entry in _lines(tmp_path / "audit.jsonl")] == [1]
+
+
+@pytest.mark.parametrize("tail", [b'{"event":"decision","call_id":"c2","to', b"no newline at all"])
+def test_a_partial_tail_is_cut_back_when_the_log_is_opened(tmp_path, capsys, tail):
+    whole = b'{"event":"result","call_id":"c1"}\n' if tail.startswith(b"{") else b""
+    (tmp_path / "audit.jsonl").write_bytes(whole + tail)
+    log = AuditLog(tmp_path, max_bytes=1 << 20, backups=1)
+    log.commit({"event": "decision", "call_id": "c3"})
+    log.close()
+    entries = _lines(tmp_path / "audit.jsonl")
+    assert [entry.get("call_id") for entry in entries] == (["c1"] if whole else []) + [None, "c3"]
+    assert entries[-2]["event"] == "repaired" and entries[-2]["cut_bytes"] == len(tail)
+    assert f"cut {len(tail)} bytes back to its last complete line" in capsys.readouterr().err
+
+
+def _contents(directory) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def _rotating_log(tmp_path) -> AuditLog:
+    (tmp_path / "audit.jsonl").write_bytes(b'{"file":"current"}\n' + b'{"pad":"' + b"p" * 1000 + b'"}\n')
+    for index in (1, 2, 3):
+        (tmp_path / f"audit.jsonl.{index}").write_bytes(f'{{"file":"backup {index}"}}\n'.encode())
+    return AuditLog(tmp_path, max_bytes=1024, backups=3)
+
+
+def _fail_rename_at(monkeypatch, step: int, undo_fails: bool = False) -> list[tuple[str, str]]:
+    """Make the ``step``-th rename fail (and every later one when ``undo_fails``); returns the renames tried."""
+    tried: list[tuple[str, str]] = []
+    real = os.rename
+
+    def rename(source, target, *args, **kwargs):
+        tried.append((os.path.basename(source), os.path.basename(target)))
+        if len(tried) - 1 == step or (undo_fails and len(tried) - 1 > step):
+            raise OSError(errno.EIO, "injected rename failure")
+        return real(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "replace", rename)
+    return tried
+
+
+@pytest.mark.parametrize("step", [0, 1, 2, 3])  # the oldest aside, .2 → .3, .1 → .2, the current → .1
+def test_a_rotation_that_fails_at_any_rename_changes_nothing(tmp_path, monkeypatch, step):
+    log = _rotating_log(tmp_path)
+    before = _contents(tmp_path)
+    tried = _fail_rename_at(monkeypatch, step)
+    with pytest.raises(OSError, match="it was undone, the backups are as they were"):
+        log.commit({"line": "new"})
+    assert len(tried) > step
+    assert _contents(tmp_path) == before  # nothing shifted, overwritten or dropped
+    monkeypatch.undo()
+    log.commit({"line": "new"})  # the same rotation, now whole
+    after = _contents(tmp_path)
+    assert after["audit.jsonl"] == b'{"line":"new"}\n'
+    assert after["audit.jsonl.1"] == before["audit.jsonl"]
+    assert after["audit.jsonl.2"] == before["audit.jsonl.1"]
+    assert after["audit.jsonl.3"] == before["audit.jsonl.2"]
+    assert sorted(after) == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2", "audit.jsonl.3"]
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_a_rotation_that_cannot_be_undone_still_loses_nothing(tmp_path, monkeypatch, step):
+    log = _rotating_log(tmp_path)
+    before = _contents(tmp_path)
+    _fail_rename_at(monkeypatch, step, undo_fails=True)
+    with pytest.raises(OSError, match="nothing is lost"):
+        log.commit({"line": "new"})
+    monkeypatch.undo()
+    assert sorted(_contents(tmp_path).values()) == sorted(before.values())  # every file's content, somewhere
+    log.commit({"line": "next"})  # a later rotation puts the oldest back first, then drops it
+    after = _contents(tmp_path)
+    assert after["audit.jsonl"] == b'{"line":"next"}\n'
+    assert "audit.jsonl.dropping" not in after
+
+
+def test_a_partial_tail_that_cannot_be_cut_is_ended_with_a_newline(tmp_path, capsys, monkeypatch):
+    (tmp_path / "audit.jsonl").write_bytes(b'{"call_id":"c1"}\n{"call_id":"c2","to')
+    real = os.ftruncate
+
+    def append_only(fd, size):  # as on a file with chattr +a
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "ftruncate", append_only)
+    log = AuditLog(tmp_path, max_bytes=1 << 20, backups=1)
+    log.commit({"call_id": "c3"})
+    monkeypatch.setattr(os, "ftruncate", real)
+    log.close()
+    lines = (tmp_path / "audit.jsonl").read_bytes().splitlines()
+    assert lines[1] == b'{"call_id":"c2","to' and json.loads(lines[2]) == {"call_id": "c3"}
+    assert "cannot be cut (Operation not permitted): it was ended with a newline" in capsys.readouterr().err

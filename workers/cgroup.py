@@ -6,15 +6,28 @@ not when it may not (no cgroup2 mount, no permission, a kernel without ``cgroup.
 ones created while the kill runs. :meth:`Cgroup.kill_and_remove` returns only when the cgroup is
 empty and removed, or says it could not within its timeout; it may run from several threads or
 processes at once on the same tree (a cgroup that vanishes meanwhile counts as removed).
+
+:func:`remove_leftovers` removes the empty cgroups of Peon sessions whose supervisor is gone (a
+supervisor killed together with its client leaves its cgroup behind), on evidence only: the
+supervisor's pid is in the cgroup's name, and it is gone when no process has that pid, the process
+is a zombie, or the process that has it started after the cgroup was made (a reused pid). A cgroup
+whose supervisor may be alive, or that still holds a process, is not removed: removing only empty
+cgroups, with ``rmdir``, cannot end anything. One case is ended: a session abandoned for good — its
+supervisor is stopped (``SIGSTOP``) and was orphaned (its parent is now init: a supervisor's parent
+is its client, which died). Such a supervisor can never answer anyone, and continued it would see
+its client's end closed and exit; it is killed with everything below it and its cgroup, as its
+client would have done. :func:`judge_leftover` is the decision, pure.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 
 def cgroup2_mount() -> Path | None:
@@ -210,3 +223,107 @@ class Cgroup:
                     continue
                 raise
         return True
+
+
+# -- leftovers of sessions whose supervisor is gone --------------------------------------------------
+
+# ``peon-<session>-<supervisor pid>`` (session_cgroup_name) and ``peon-probe-<pid>-<ns>`` (probe).
+_SESSION_NAME = re.compile(r"^peon-(?P<session>.+)-(?P<pid>[0-9]+)$")
+_PROBE_NAME = re.compile(r"^peon-probe-(?P<pid>[0-9]+)-[0-9]+$")
+# psutil's start times are computed from the boot time, which /proc gives in whole seconds.
+START_TIME_SLACK_SECONDS = 2.0
+
+Owner = Literal["gone", "alive", "reused", "abandoned"]
+Verdict = Literal["remove", "end: its supervisor is stopped and its client is gone",
+                  "keep: its supervisor may be alive", "keep: it holds processes", "not Peon's"]
+
+
+def owner_pid(name: str) -> int | None:
+    """The pid of the process that made the cgroup ``name`` (a session's supervisor, or a prober);
+    None when the name is not one of Peon's."""
+    match = _PROBE_NAME.match(name) or _SESSION_NAME.match(name)
+    return int(match["pid"]) if match else None
+
+
+def judge_leftover(name: str, owner: Owner, populated: bool) -> Verdict:
+    """What to do with the cgroup ``name``: removed only when it is Peon's, empty, and the process
+    that made it is gone (or its pid now names a process started after the cgroup was made)."""
+    if owner_pid(name) is None:
+        return "not Peon's"
+    if owner == "abandoned" and _SESSION_NAME.match(name) and not _PROBE_NAME.match(name):
+        return "end: its supervisor is stopped and its client is gone"
+    if populated:
+        return "keep: it holds processes"
+    if owner == "alive":
+        return "keep: its supervisor may be alive"
+    return "remove"
+
+
+def owner_state(pid: int, cgroup_made_at: float) -> Owner:
+    """Whether the process ``pid``, which made a cgroup at ``cgroup_made_at`` (epoch seconds), lives;
+    ``abandoned``: it is a Peon supervisor, stopped, whose parent (its client) is gone."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        status = process.status()
+        if status == psutil.STATUS_ZOMBIE:  # dead, not yet reaped (its parent died with it)
+            return "gone"
+        started = process.create_time()
+        if started > cgroup_made_at + START_TIME_SLACK_SECONDS:
+            return "reused"
+        if (status == psutil.STATUS_STOPPED and process.ppid() == 1
+                and " ".join(process.cmdline()).startswith("peon-supervisor")):
+            return "abandoned"
+    except psutil.NoSuchProcess:
+        return "gone"
+    except psutil.Error:
+        return "alive"  # cannot tell: keep it
+    return "alive"
+
+
+@dataclass
+class LeftoverReport:
+    removed: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)  # abandoned sessions killed, then removed
+    kept: dict[str, str] = field(default_factory=dict)  # name -> why
+    failed: dict[str, str] = field(default_factory=dict)  # name -> the error
+
+
+def remove_leftovers(parent: Path) -> LeftoverReport:
+    """Remove the empty cgroups below ``parent`` that Peon sessions (or probes) left when their
+    supervisor died; say what was kept and why. Never kills a process."""
+    report = LeftoverReport()
+    try:
+        names = sorted(entry.name for entry in os.scandir(parent) if entry.is_dir(follow_symlinks=False)
+                       and entry.name.startswith("peon-"))
+    except OSError as exc:
+        report.failed[str(parent)] = exc.strerror or str(exc)
+        return report
+    for name in names:
+        pid = owner_pid(name)
+        if pid is None:
+            continue
+        group = Cgroup(parent / name)
+        try:
+            made_at = os.stat(group.path).st_ctime  # cgroupfs: set when the directory is made
+            verdict = judge_leftover(name, owner_state(pid, made_at), group.populated())  # below it too
+            if verdict.startswith("end:"):
+                from . import proctree
+
+                proctree.kill_tree(pid, include_root=True, timeout=5.0)
+                if group.kill_and_remove():
+                    report.ended.append(name)
+                else:
+                    report.failed[name] = "its abandoned session was killed but its cgroup did not empty"
+            elif verdict != "remove":
+                report.kept[name] = verdict
+            elif group._remove_tree():
+                report.removed.append(name)
+            else:
+                report.kept[name] = "keep: it holds processes"  # one joined meanwhile
+        except FileNotFoundError:
+            continue  # removed meanwhile (its client, another session)
+        except OSError as exc:
+            report.failed[name] = exc.strerror or str(exc)
+    return report

@@ -1,0 +1,197 @@
+"""Leftover cgroups: a supervisor killed together with its client leaves its empty ``peon-*`` cgroup;
+the next session (and ``peon doctor --clean``) removes it, on evidence, never a live session's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import CGROUP_SUPPORT, wait_for
+from peon.workers import cgroup, proctree
+from peon.workers.cgroup import judge_leftover, owner_pid, owner_state, remove_leftovers
+
+needs_cgroups = pytest.mark.skipif(not CGROUP_SUPPORT.available, reason=f"cgroup v2: {CGROUP_SUPPORT.reason}")
+
+HOST = textwrap.dedent("""\
+    import json, sys, time
+    import peon
+    session = peon.Session(sys.argv[1], {"runtime": {"containment": "cgroup"}, "approval": {"process": "allow"}},
+                           state_dir=sys.argv[2])
+    assert session.call("bash", {"command": "true"}).ok  # the forkserver and a worker are in the cgroup
+    print(json.dumps({"supervisor": session.supervisor_pid, "cgroup": session.info["containment"]["cgroup"]}),
+          flush=True)
+    time.sleep(600)
+""")
+
+
+# -- the decision (pure) and its evidence -----------------------------------------------------------
+
+def test_the_owner_is_read_from_peon_names_only():
+    assert owner_pid("peon-4c1e9a0b2f3d4e5f-4242") == 4242
+    assert owner_pid("peon-my-own-session-id-17") == 17  # a session id may hold dashes
+    assert owner_pid("peon-probe-99-123456789") == 99  # a probe that died half-way
+    assert owner_pid("peon-") is None and owner_pid("peon-abc") is None and owner_pid("other-session-12") is None
+
+
+@pytest.mark.parametrize(("owner", "populated", "verdict"), [
+    ("gone", False, "remove"),
+    ("reused", False, "remove"),
+    ("alive", False, "keep: its supervisor may be alive"),
+    ("gone", True, "keep: it holds processes"),
+    ("alive", True, "keep: it holds processes"),
+])
+def test_only_an_empty_cgroup_of_a_gone_supervisor_is_removed(owner, populated, verdict):
+    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", owner, populated) == verdict
+    assert judge_leftover("user-service", owner, populated) == "not Peon's"
+
+
+@pytest.mark.parametrize("populated", [False, True])
+def test_a_session_abandoned_for_good_is_ended(populated):
+    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", "abandoned", populated) == (
+        "end: its supervisor is stopped and its client is gone")
+    assert judge_leftover("peon-probe-4242-99", "abandoned", False) == "remove"  # a probe's is only removed
+
+
+def test_a_pid_is_its_owner_only_if_it_started_before_the_cgroup():
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert owner_state(child.pid, time.time()) == "gone"
+    assert owner_state(os.getpid(), time.time()) == "alive"
+    assert owner_state(os.getpid(), time.time() - 3600 * 24 * 365) == "reused"  # made long before it started
+    zombie = os.fork()
+    if zombie == 0:
+        os._exit(0)
+    try:  # killed with its client: dead, not yet reaped by whoever inherited it
+        assert wait_for(lambda: proctree.state(zombie) == "Z")
+        assert owner_state(zombie, time.time()) == "gone"
+    finally:
+        os.waitpid(zombie, 0)
+
+
+# -- real cgroups ---------------------------------------------------------------------------------
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@needs_cgroups
+def test_leftovers_are_removed_and_live_or_busy_ones_kept():
+    parent = CGROUP_SUPPORT.parent
+    assert parent is not None
+    tag = os.urandom(4).hex()
+    dead, busy = parent / f"peon-{tag}dead-{_dead_pid()}", parent / f"peon-{tag}busy-{_dead_pid()}"
+    live, foreign = parent / f"peon-{tag}live-{os.getpid()}", parent / f"other-{tag}-{_dead_pid()}"
+    for path in (dead, busy, live, foreign):
+        os.mkdir(path)
+    os.mkdir(dead / "workers")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        cgroup.Cgroup(busy).add(sleeper.pid)
+        report = remove_leftovers(parent)
+        assert dead.name in report.removed and not dead.exists()
+        assert report.kept[busy.name] == "keep: it holds processes" and busy.exists()
+        assert report.kept[live.name] == "keep: its supervisor may be alive" and live.exists()
+        assert foreign.exists() and foreign.name not in report.kept
+        assert sleeper.poll() is None  # nothing is killed
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for path in (busy, live, foreign):
+            cgroup.Cgroup(path).kill_and_remove()
+
+
+def _start_host(tmp_path: Path, leftovers) -> tuple[subprocess.Popen, dict]:
+    """A client process holding a cgroup session whose forkserver and a worker have run."""
+    workspace, script = tmp_path / "host-ws", tmp_path / "host.py"
+    workspace.mkdir()
+    script.write_text(HOST)
+    host = subprocess.Popen([sys.executable, str(script), str(workspace), str(tmp_path / "host-state")],
+                            stdout=subprocess.PIPE, env=leftovers.env())
+    line = host.stdout.readline()
+    if not line:
+        host.kill()
+        host.wait()
+        pytest.fail("the host did not open its session")
+    return host, json.loads(line)
+
+
+def _kill_client_and_supervisor_together(tmp_path: Path, leftovers) -> Path:
+    """Start a client holding a cgroup session, SIGKILL it and its supervisor at once; return the
+    cgroup the supervisor leaves behind (emptied by parent-death signals, never removed)."""
+    host, info = _start_host(tmp_path, leftovers)
+    try:
+        os.kill(host.pid, signal.SIGKILL)
+        os.kill(info["supervisor"], signal.SIGKILL)
+    finally:
+        if host.poll() is None:
+            host.kill()
+        host.wait()
+    left = Path(info["cgroup"])
+    assert wait_for(lambda: not cgroup.Cgroup(left).populated(), 30)  # its workers died with it
+    time.sleep(0.2)  # nobody removes it: the client that would have is gone
+    assert left.exists()
+    return left
+
+
+@needs_cgroups
+def test_the_next_session_removes_the_cgroup_of_a_supervisor_killed_with_its_client(open_session, tmp_path,
+                                                                                  leftovers):
+    left = _kill_client_and_supervisor_together(tmp_path, leftovers)
+    session = open_session({"runtime": {"containment": "cgroup"}})
+    assert wait_for(lambda: not left.exists(), 30), f"{left} is still there"
+    own = Path(session.info["containment"]["cgroup"])
+    assert own.exists() and session.call("bash", {"command": "true"}).ok  # its own is kept
+
+
+@needs_cgroups
+def test_doctor_clean_removes_the_cgroup_of_a_supervisor_killed_with_its_client(tmp_path, leftovers, workspace):
+    left = _kill_client_and_supervisor_together(tmp_path, leftovers)
+    done = subprocess.run([sys.executable, "-m", "peon.cli", "doctor", "--clean", "--json", "-w", str(workspace)],
+                          capture_output=True, text=True, env=leftovers.env(), timeout=120)
+    facts = json.loads(done.stdout)
+    assert left.name in facts["leftover_cgroups"]["removed"], facts["leftover_cgroups"]
+    assert not left.exists()
+
+
+@needs_cgroups
+def test_a_stopped_supervisor_whose_client_died_is_ended_with_its_session(tmp_path, leftovers):
+    host, info = _start_host(tmp_path, leftovers)
+    supervisor, left = info["supervisor"], Path(info["cgroup"])
+    below = proctree.descendants(supervisor)
+    assert below  # the forkserver and its workers
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        parent = CGROUP_SUPPORT.parent
+        assert parent is not None
+        report = remove_leftovers(parent)  # its client lives: it is kept, whatever its state
+        assert left.name in report.kept and left.name not in report.ended
+        os.kill(host.pid, signal.SIGKILL)  # now nothing will ever continue or answer it
+        host.wait()
+        assert wait_for(lambda: proctree.stat_fields(supervisor) is not None
+                        and proctree.stat_fields(supervisor)[1] != host.pid)
+        if proctree.stat_fields(supervisor)[1] != 1:
+            pytest.skip("a subreaper adopted the supervisor: its client's death is not evident from its parent")
+        assert wait_for(lambda: proctree.state(supervisor) == "T")  # still stopped, with everything below it
+        report = remove_leftovers(parent)
+        assert left.name in report.ended, report
+        assert not left.exists()
+        assert wait_for(lambda: not any(proctree.state(pid) not in (None, "Z") for pid in [supervisor, *below]))
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        for pid in [supervisor, *below]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
