@@ -92,6 +92,7 @@ Policy = Action  # allow / ask / deny, as peon.policy decides them
 ContainmentMode = Literal["auto", "cgroup", "process-tree"]
 SandboxMode = Literal["off", "auto", "required"]
 SandboxKind = Literal["landlock", "bwrap"]
+SandboxCaches = Literal["session", "user", "off"]
 LayerKind = Literal["defaults", "user", "project", "overrides"]
 # A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
 RiskName = Annotated[ToolRisk, Field(strict=False)]
@@ -208,11 +209,22 @@ class Sandbox(_Section):
     network: bool
     isolate_signals: bool
     isolate_abstract_sockets: bool
+    protected: tuple[str, ...] = ()
+    caches: SandboxCaches = "session"
 
     @field_validator("writable", "readable")
     @classmethod
     def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_sandbox_path(item) for item in value)
+
+    @field_validator("protected")
+    @classmethod
+    def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            parts = item.split("/")
+            if not item or item.startswith("/") or "\0" in item or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"{item!r} must be a relative path without '.', '..' or empty parts")
+        return value
 
 
 class ToolsConfig(_Section):
@@ -563,7 +575,10 @@ def _sandbox_refusal(name: str, value: Any, user: Any) -> str | None:
         return None if value is False or user.network is True else "a project may only turn the network off"
     if name in ("isolate_signals", "isolate_abstract_sockets"):
         return None if value is True or getattr(user, name) is False else "a project may only turn isolation on"
-    return "only the user chooses the sandbox's kind and its writable and readable paths"
+    if name == "protected":
+        missing = [item for item in user.protected if item not in value]
+        return None if not missing else f"a project may only add protected paths, not remove {missing}"
+    return "only the user chooses the sandbox's kind, its writable and readable paths and its caches"
 
 
 def _lookup(data: Mapping[str, Any], key: str) -> Any:

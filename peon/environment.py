@@ -15,7 +15,10 @@ Promises:
   current directory", which for every command is the workspace, so a repository could otherwise
   supply the ``git``, ``node`` or ``claude`` that runs. When no absolute entry is left (or the session
   has no ``PATH``), it is the POSIX default ``/bin:/usr/bin`` — an unset ``PATH`` would not do: bash's
-  built-in default ends with ``.``.
+  built-in default ends with ``.``;
+* when the session's OS sandbox is active and has a cache directory (``sandbox.caches``), the caches and
+  homes of common tools (npm, pip, XDG, cargo, go, uv, yarn, pnpm) point beneath it, each only when
+  neither the session's environment nor ``[environment]`` names it already.
 """
 
 from __future__ import annotations
@@ -53,7 +56,26 @@ def command_environment(session: Any) -> dict[str, str]:
     """The environment of a command or agent started in ``session`` (a :class:`peon.tool.SessionView`)."""
     table: Any = getattr(session.config, "environment", None)
     settings = table.to_dict() if table is not None and hasattr(table, "to_dict") else dict(table or {})
-    return build_environment(session.env, settings)
+    env = build_environment(session.env, settings)
+    status = getattr(session, "sandbox", None) or {}
+    caches = status.get("cache_dir") if status.get("active") else None
+    if isinstance(caches, str) and os.path.isabs(caches):
+        env.update(cache_environment(caches, env))
+    return env
+
+
+# Tool caches and homes pointed at the sandbox's cache directory unless the environment names them.
+CACHE_VARIABLES = {"npm_config_cache": "npm", "PIP_CACHE_DIR": "pip", "XDG_CACHE_HOME": "xdg", "CARGO_HOME": "cargo",
+                   "GOCACHE": "go-build", "GOMODCACHE": "go-mod", "UV_CACHE_DIR": "uv",
+                   "YARN_CACHE_FOLDER": "yarn", "npm_config_store_dir": "pnpm-store"}
+
+
+def cache_environment(cache_dir: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables to add to ``env`` so tool caches live beneath ``cache_dir``: only those not set."""
+    out = {name: f"{cache_dir}/{sub}" for name, sub in CACHE_VARIABLES.items() if not env.get(name)}
+    if "npm_config_update_notifier" not in env:
+        out["npm_config_update_notifier"] = "false"  # it writes beneath ~/.config, read-only in the sandbox
+    return out
 
 
 def search_path(env: Mapping[str, str]) -> str:

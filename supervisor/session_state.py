@@ -78,8 +78,11 @@ class SessionState:
         skills = discover(workspace, env, loaded.config.skills.max_skills)
         # Decided once: "required" refuses to start here rather than run anything unsandboxed.
         command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
-        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env)
         state_dir = Path(start["state_dir"])
+        runtime_dir = [start["runtime_dir"]] if start.get("runtime_dir") else []
+        peon_dirs = [str(state_dir), str(state_dir.parent), *runtime_dir]  # kept from sandboxed commands
+        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env, hidden=peon_dirs,
+                                                session_id=session_id)
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:

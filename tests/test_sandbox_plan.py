@@ -15,7 +15,7 @@ from peon.tool import SessionView, ToolRisk
 from peon.tools.bash import BashTool
 from peon.workers import landlock as ll
 from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
-from peon.workers.sandbox_plan import SandboxPlan, bwrap_argv, landlock_rules, unenforced
+from peon.workers.sandbox_plan import SandboxPlan, bwrap_argv, kind_limits, landlock_rules, unenforced
 
 PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
 
@@ -62,8 +62,14 @@ def test_what_each_abi_cannot_enforce_is_named():
     assert "truncate" in gaps[0]
     assert unenforced("landlock", 3, network=True, isolate_signals=False, isolate_abstract_sockets=False) == []
     # bwrap: abstract sockets live in the network namespace, which it shares when the network is on.
-    assert unenforced("bwrap", 0, **options) == []
+    # ... and a read-only bind does not stop connect() on a named unix socket in the bound tree.
+    assert "named unix sockets" in unenforced("bwrap", 0, **options)[0]
     assert "isolate_abstract_sockets" in unenforced("bwrap", 0, **{**options, "network": True})[0]
+    # Landlock without its namespaces: protected paths, host unix sockets and a private loopback are named.
+    gaps = unenforced("landlock", 7, **options, namespaces=False, protected=True)
+    assert "sandbox.protected" in gaps[0] and "named unix sockets" in gaps[1] and "CAP_SYS_ADMIN" in gaps[1]
+    assert kind_limits("landlock", namespaces=False) and "utimes" in kind_limits("landlock", namespaces=False)[0]
+    assert kind_limits("landlock", namespaces=True) == kind_limits("bwrap", namespaces=False) == []
 
 
 def test_bwrap_command_line():
@@ -121,9 +127,10 @@ def test_paths_expand_home_of_the_session():
 # -- configuration ---------------------------------------------------------------------------------
 
 
-def test_sandbox_defaults_keep_v01_behaviour():
+def test_sandbox_is_on_by_default_where_the_kernel_allows():
     config = load_config(env={}).config
-    assert config.sandbox.mode == "off" and config.sandbox.kind == "landlock"
+    assert config.sandbox.mode == "auto" and config.sandbox.kind == "landlock"
+    assert ".git/hooks" in config.sandbox.protected and config.sandbox.caches == "session"
     assert config.sandbox.readable == ("/",) and config.sandbox.network is True
     assert config.agents.claude.sandbox is False
 
@@ -204,7 +211,8 @@ def test_call_details_and_result_summary():
     switched_off = call_details(STATUS, enabled=False, why_not="agents.pi.sandbox is false")
     assert switched_off == {"active": False, "mode": "auto", "reason": "agents.pi.sandbox is false"}
     assert result_summary(call_details(STATUS)) == {"kind": "landlock", "abi": 6, "network": False,
-                                                    "writable": ["/ws", "/tmp", "/dev/null"]}
+                                                    "writable": ["/ws", "/tmp", "/dev/null"],
+                                                    "layers": ["landlock"], "not_enforced": []}
     assert result_summary(None) is None
 
 
