@@ -32,6 +32,7 @@ import difflib
 import json
 import math
 import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -191,6 +192,9 @@ class Runtime(_Section):
     containment: ContainmentMode
 
 
+_HOST_ENTRY = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
+
+
 def _sandbox_path(value: str) -> str:
     if "\0" in value:
         raise ValueError("a path cannot contain NUL")
@@ -206,7 +210,7 @@ class Sandbox(_Section):
     kind: SandboxKind
     writable: tuple[str, ...]
     readable: tuple[str, ...]
-    network: bool
+    network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...] = ()
@@ -216,6 +220,15 @@ class Sandbox(_Section):
     @classmethod
     def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_sandbox_path(item) for item in value)
+
+    @field_validator("network")
+    @classmethod
+    def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
+        if isinstance(value, tuple):
+            for item in value:
+                if not _HOST_ENTRY.fullmatch(item):
+                    raise ValueError(f"{item!r} is not a host name, *.domain, or host:port")
+        return value
 
     @field_validator("protected")
     @classmethod
@@ -572,7 +585,11 @@ def _sandbox_refusal(name: str, value: Any, user: Any) -> str | None:
                     "sandbox (off < auto < required)")
         return None
     if name == "network":
-        return None if value is False or user.network is True else "a project may only turn the network off"
+        if value is False or user.network is True:
+            return None
+        if isinstance(value, (list, tuple)) and isinstance(user.network, tuple) and set(value) <= set(user.network):
+            return None
+        return "a project may only turn the network off or narrow the user's allowlist"
     if name in ("isolate_signals", "isolate_abstract_sockets"):
         return None if value is True or getattr(user, name) is False else "a project may only turn isolation on"
     if name == "protected":

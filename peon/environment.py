@@ -18,7 +18,9 @@ Promises:
   built-in default ends with ``.``;
 * when the session's OS sandbox is active and has a cache directory (``sandbox.caches``), the caches and
   homes of common tools (npm, pip, XDG, cargo, go, uv, yarn, pnpm) point beneath it, each only when
-  neither the session's environment nor ``[environment]`` names it already.
+  neither the session's environment nor ``[environment]`` names it already; with an egress allowlist
+  (``sandbox.network = [hosts...]``), ``HTTP(S)_PROXY`` name the session's proxy and ``NO_PROXY`` the
+  command's own loopback, whatever the session had.
 """
 
 from __future__ import annotations
@@ -61,7 +63,22 @@ def command_environment(session: Any) -> dict[str, str]:
     caches = status.get("cache_dir") if status.get("active") else None
     if isinstance(caches, str) and os.path.isabs(caches):
         env.update(cache_environment(caches, env))
+    egress = status.get("egress") if status.get("active") else None
+    proxy = egress.get("proxy") if isinstance(egress, dict) else None
+    if isinstance(proxy, str):
+        env.update(proxy_environment(proxy))
     return env
+
+
+# Local addresses stay direct: inside the sandbox they are the command's own loopback.
+NO_PROXY = "localhost,127.0.0.1,::1"
+
+
+def proxy_environment(proxy: str) -> dict[str, str]:
+    """The variables that send a command's HTTP(S) traffic through the session's egress proxy: set
+    whatever the session had, since the proxy is the only way out of the sandbox."""
+    return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+            "NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
 
 
 # Tool caches and homes pointed at the sandbox's cache directory unless the environment names them.

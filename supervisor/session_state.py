@@ -26,6 +26,7 @@ from peon.workers import sandbox
 from peon.workers.cgroup import session_cgroup_name
 from peon.workers.limits import ResourceLimits
 
+from . import egress
 from . import containment as containment_mod
 from .approval import ApprovalHook
 from .audit import AuditLog
@@ -83,6 +84,10 @@ class SessionState:
         peon_dirs = [str(state_dir), str(state_dir.parent), *runtime_dir]  # kept from sandboxed commands
         sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env, hidden=peon_dirs,
                                                 session_id=session_id)
+        try:  # sandbox.network = [hosts...]: the proxy is the commands' only way out
+            egress.start(sandbox_status)
+        except OSError as exc:
+            sandbox_status.setdefault("notes", []).append(f"the egress proxy could not start ({exc}): no network")
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:

@@ -219,3 +219,21 @@ def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[
     after = os.stat(".")
     if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
         raise OSError(f"the working directory {cwd} changed while the sandbox was built")
+
+
+def listen_in(path: str, inode: int, backlog: int = 64) -> socket.socket:
+    """A TCP listener on ``127.0.0.1`` (a free port) inside the network namespace at ``path``: a socket
+    belongs to the namespace it was created in, whichever thread serves it afterwards."""
+    made: list[socket.socket] = []
+
+    def create() -> None:
+        join_network(path, inode)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(backlog)
+        made.append(listener)
+
+    failed = _in_thread(create)
+    if failed is not None:
+        raise OSError(getattr(failed, "errno", None), f"cannot listen in the session's network namespace: {failed}")
+    return made[0]

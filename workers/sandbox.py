@@ -272,16 +272,21 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
     readable = _resolve_paths(section.readable, env, skipped)
     hidden_real = hideable((os.path.realpath(p) for p in hidden if os.path.isabs(p)), [*writable, *readable])
     status["cache_dir"] = caches
-    options = {"network": section.network, "isolate_signals": section.isolate_signals,
+    allowlist = tuple(section.network) if isinstance(section.network, (tuple, list)) else ()
+    network = section.network is True  # an allowlist is no network but through the session's egress proxy
+    options = {"network": network, "isolate_signals": section.isolate_signals,
                "isolate_abstract_sockets": section.isolate_abstract_sockets}
     notes = [f"skipped writable or readable path {entry}" for entry in skipped]
     protected = tuple(section.protected)
     seccomp_problem = f"reported unavailable ({SIMULATE_ENV})" if simulate.no_seccomp else syscall_filter.available()
     kind = section.kind
     if kind == "bwrap":
-        bwrap = probe_bwrap(env, simulate, network=section.network)
+        bwrap = probe_bwrap(env, simulate, network=network)
         status["bwrap"] = bwrap.to_dict()
         gaps = unenforced("bwrap", 0, **options)
+        if allowlist:
+            gaps.append("sandbox.network as an allowlist (its proxy is reachable only from the landlock kind's "
+                        "network namespace); no network at all instead")
         if bwrap.works and gaps and mode == "required":
             raise SandboxUnavailable('sandbox.mode is "required" but bwrap cannot enforce: ' + "; ".join(gaps),
                                      {"feature": "bwrap", "not_enforced": gaps})
@@ -304,14 +309,17 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
         reason = f"Landlock is unavailable: {landlock.detail}; commands run unsandboxed"
         return {**status, "reason": reason, "fixes": list(landlock.fixes), "notes": notes,
                 "not_enforced": ["everything: commands run unsandboxed"]}
-    mount_view, netns = _namespaces(simulate, section.network, notes)
-    layered = mount_view and (section.network or bool(netns))
+    mount_view, netns = _namespaces(simulate, network, notes)
+    layered = mount_view and (network or bool(netns))
+    if allowlist and netns is None:
+        notes.append("sandbox.network is an allowlist, but without the session's network namespace no proxy can be "
+                      "the only way out: no network at all instead")
     gaps = unenforced("landlock", landlock.abi, **options, namespaces=layered, protected=bool(protected))
     limits = kind_limits("landlock", namespaces=layered)
     if seccomp_problem:
         notes.append(f"no seccomp filter: {seccomp_problem}")
         limits.append(f"setuid/setgid/sticky chmod and io_uring (seccomp: {seccomp_problem})")
-        if not section.network and netns is None:
+        if not network and netns is None:
             gaps.append(f"sandbox.network = false for UDP, raw and non-IP sockets (seccomp: {seccomp_problem})")
     if hidden_real and not mount_view and readable == ["/"]:
         limits.append("Peon's state and runtime directories stay readable by commands (hiding them needs the mount "
@@ -325,6 +333,8 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
     plan = SandboxPlan("landlock", tuple(writable), tuple(readable), abi=landlock.abi, protected=protected,
                        netns=netns.path if netns else "", netns_inode=netns.inode if netns else 0,
                        mount_view=mount_view, seccomp=not seccomp_problem, hidden=hidden_real, **options)
+    if allowlist and netns is not None:
+        status["egress"] = {"allow": list(allowlist), "netns": netns.path, "netns_inode": netns.inode}
     return {**status, "active": True, "kind": "landlock", "plan": plan.to_dict(), "not_enforced": gaps,
             "enforced": enforced(plan), "layers": layers(plan), "notes": notes}
 
