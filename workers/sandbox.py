@@ -55,7 +55,8 @@ from peon.errors import ErrorCode, PeonError, ToolError
 from . import landlock as ll
 from . import namespaces, syscall_filter
 from .sandbox_plan import (DEVICE_FILES, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths,
-                           kind_limits, landlock_rules, layers, protected_paths, seccomp_rules, unenforced)
+                           kind_limits, landlock_rules, layers, protected_paths, quiet_profile, seccomp_rules,
+                           unenforced)
 
 SIMULATE_ENV = "PEON_SANDBOX_SIMULATE"
 BWRAP_PROBE_TIMEOUT_SECONDS = 10.0
@@ -453,7 +454,7 @@ class LandlockConfinement(Confinement):
                 except OSError as exc:
                     outcome.append(_unavailable(f"the Landlock sandbox could not be applied: {exc}"))
                     return
-                outcome.append(start(argv, executable))
+                outcome.append(start(quiet_profile(argv), executable))
             except BaseException as exc:  # handed to the worker's thread, which raises it
                 outcome.append(exc)
             finally:

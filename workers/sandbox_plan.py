@@ -338,3 +338,17 @@ def hideable(candidates: Iterable[str], keep: Iterable[str]) -> tuple[str, ...]:
             out.append(path)
     return tuple(out)
 
+
+
+# A login shell's profile runs with stderr to /dev/null inside the sandbox: profiles that write beneath
+# the home directory (pyenv rehash, nvm, completions caches) fail there, and their complaints would head
+# every result. The command's own stderr is restored before its first line runs.
+QUIET_PROFILE = 'exec 2>/dev/null; exec "$0" -lc "$1"'
+
+
+def quiet_profile(argv: Sequence[str]) -> list[str]:
+    """``[bash, -lc, command]`` as a shell that silences the profile, then runs ``command`` with its
+    stderr on the output again; any other argv unchanged."""
+    if len(argv) == 3 and argv[1] == "-lc" and os.path.basename(argv[0]) == "bash":
+        return [argv[0], "-c", QUIET_PROFILE, argv[0], "exec 2>&1\n" + argv[2]]
+    return list(argv)
