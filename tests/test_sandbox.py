@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 
 import pytest
 
@@ -113,6 +114,32 @@ def test_tcp_to_a_loopback_listener_is_refused_with_network_false(box):
     assert box.peers.accepted() == 0
     control = run_unsandboxed({"tcp_connect": actions["tcp_connect"]}, box.guard.env())
     assert control == {"tcp_connect": "ok"} and box.peers.accepted() == 1
+
+
+@needs[4]
+def test_without_namespaces_seccomp_refuses_what_landlock_does_not_see(box, tmp_path):
+    """Landlock alone (no root for the namespaces): UDP (DNS included), packet sockets and setuid bits
+    are refused by the seccomp filter; the session names what stays unenforced."""
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.settimeout(0.5)
+    (box.workspace / "tool").write_text("#!/bin/sh\n")
+    actions = {"udp": ["udp_send", "127.0.0.1", receiver.getsockname()[1]],
+               "packet": ["open_socket", socket.AF_PACKET, socket.SOCK_RAW],
+               "setuid": ["chmod", str(box.workspace / "tool"), 0o4755]}
+    try:
+        got = outcomes(box.call(probe_command(actions)))
+        assert got == {"udp": "EACCES", "packet": "EAFNOSUPPORT", "setuid": "EPERM"}
+        with pytest.raises(TimeoutError):
+            receiver.recvfrom(16)
+        assert run_unsandboxed({"udp": actions["udp"]}, box.guard.env()) == {"udp": "ok"}
+        assert receiver.recvfrom(16)[0] == b"x"
+    finally:
+        receiver.close()
+    status = box.session.info["sandbox"]
+    assert status["layers"] == ["landlock", "seccomp"]
+    assert any("named unix sockets" in gap for gap in status["not_enforced"])
+    assert any("utimes" in gap for gap in status["not_enforced"])
 
 
 @needs[6]

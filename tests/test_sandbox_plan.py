@@ -4,6 +4,7 @@ project may change there, and the worker failing closed on an approval without a
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,11 @@ from peon.tool import SessionView, ToolRisk
 from peon.tools.bash import BashTool
 from peon.workers import landlock as ll
 from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
-from peon.workers.sandbox_plan import SandboxPlan, bwrap_argv, kind_limits, landlock_rules, unenforced
+from peon.environment import CACHE_VARIABLES, cache_environment
+from peon.workers.sandbox_plan import (
+    QUIET_PROFILE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits, landlock_rules, layers,
+    protected_paths, quiet_profile, seccomp_rules, unenforced,
+)
 
 PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
 
@@ -243,3 +248,95 @@ def test_doctor_describes_the_session_sandbox_in_one_line():
                     "NOT enforced: sandbox.isolate_signals (needs Landlock ABI 6)")
     failed = describe_sandbox({"error": "sandbox_unavailable: no"})
     assert failed == "the session did not start: sandbox_unavailable: no"
+
+
+# -- the layers beside Landlock ---------------------------------------------------------------------
+
+
+def test_protected_paths_are_the_existing_ones_inside_the_writable_roots():
+    existing = {"/ws/.git/hooks", "/ws/.claude", "/ws/.vscode", "/tmp/.idea"}
+    links = {"/ws/.vscode": "/etc/vscode"}  # leads out: read-only there already
+    got = protected_paths(("/ws", "/tmp", "/dev/null"), (".git/hooks", ".claude", ".mcp.json", ".vscode", ".idea"),
+                          lambda p: links.get(p, p), existing.__contains__)
+    assert got == ["/ws/.git/hooks", "/ws/.claude", "/tmp/.idea"]
+
+
+def test_host_sockets_are_the_named_ones_listed():
+    listing = ("Num       RefCount Protocol Flags    Type St Inode Path\n"
+               "0000: 00000002 00000000 00010000 0001 01 1234 /run/docker.sock\n"
+               "0000: 00000002 00000000 00010000 0001 01 1235 @abstract-name\n"
+               "0000: 00000002 00000000 00010000 0001 01 1236\n"
+               "0000: 00000002 00000000 00010000 0001 01 1237 /tmp/with space.sock\n"
+               "0000: 00000002 00000000 00010000 0001 01 1238 /run/docker.sock\n"
+               "0000: 00000002 00000000 00010000 0001 01 1239 relative.sock\n")
+    assert host_socket_paths(listing) == ["/run/docker.sock", "/tmp/with space.sock"]
+
+
+def test_peon_directories_are_hidden_only_where_nothing_needed_lies_beneath():
+    assert hideable(["/state/peon/sessions/s1", "/state/peon/sessions", "/tmp/peon-run-x", "/tmp/t", "/"],
+                    ["/tmp/t/ws", "/tmp", "/dev/null"]) == ("/state/peon/sessions/s1", "/state/peon/sessions",
+                                                            "/tmp/peon-run-x")
+
+
+def test_seccomp_rules_follow_the_plan():
+    full = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=7, netns="/proc/1/task/2/ns/net",
+                       netns_inode=5, mount_view=True, seccomp=True)
+    rules = seccomp_rules(full)
+    assert rules.special_chmod and rules.no_io_uring and not rules.metadata and not rules.inet_stream_only
+    assert set(rules.socket_families) == {1, 2, 10, 16}
+    bare = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=7, seccomp=True)
+    assert seccomp_rules(bare).metadata and seccomp_rules(bare).inet_stream_only
+    online = SandboxPlan("landlock", ("/ws",), ("/",), True, True, True, abi=7, seccomp=True, mount_view=True)
+    assert seccomp_rules(online).socket_families == () and not seccomp_rules(online).inet_stream_only
+    # With its own network namespace, TCP there is the command's own loopback: no Landlock TCP rules.
+    assert landlock_rules(full, {"/ws", "/"}).handled_net == 0
+    assert layers(full) == ["landlock", "mount_view", "network_namespace", "seccomp"]
+    assert any("private network namespace" in line for line in enforced(full))
+
+
+def test_the_new_plan_fields_round_trip_and_are_checked():
+    plan = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=7, protected=(".git/hooks",),
+                       netns="/proc/1/task/2/ns/net", netns_inode=5, mount_view=True, seccomp=True,
+                       hidden=("/state",))
+    assert SandboxPlan.from_dict(plan.to_dict()) == plan
+    for key, value in [("protected", ["../x"]), ("protected", ["/abs"]), ("netns", "/etc/netns"),
+                       ("netns_inode", 0), ("mount_view", "yes"), ("hidden", ["rel"])]:
+        with pytest.raises(ValueError):
+            SandboxPlan.from_dict({**plan.to_dict(), key: value})
+
+
+def test_a_login_profile_is_silenced_and_the_command_keeps_its_stderr():
+    assert quiet_profile(["/bin/bash", "-lc", "make"]) == ["/bin/bash", "-c", QUIET_PROFILE, "/bin/bash",
+                                                           "exec 2>&1\nmake"]
+    assert quiet_profile(["/usr/bin/claude", "-p", "x"]) == ["/usr/bin/claude", "-p", "x"]
+
+
+def test_caches_point_at_the_cache_directory_unless_set():
+    env = cache_environment("/c", {"PIP_CACHE_DIR": "/mine", "GOCACHE": ""})
+    assert "PIP_CACHE_DIR" not in env and env["GOCACHE"] == "/c/go-build" and env["npm_config_cache"] == "/c/npm"
+    assert set(CACHE_VARIABLES) - {"PIP_CACHE_DIR"} <= set(env)
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"network": ["bad host!"]}, "sandbox.network"),
+    ({"protected": ["../escape"]}, "sandbox.protected"),
+    ({"caches": "everywhere"}, "sandbox.caches"),
+])
+def test_bad_new_sandbox_settings_name_the_key(table, key):
+    with pytest.raises(ConfigError) as caught:
+        load_config({"sandbox": table}, env={})
+    assert key in caught.value.message
+
+
+def test_a_project_may_narrow_the_allowlist_and_add_protected_paths(tmp_path):
+    user = '[sandbox]\nnetwork = ["pypi.org", "registry.npmjs.org"]\n'
+    env = {"PEON_CONFIG": str(tmp_path / "user.toml")}
+    narrowed = load_config(workspace=project(tmp_path, '[sandbox]\nnetwork = ["pypi.org"]\n'
+                                             'protected = [".git/hooks", ".git/config", ".gitmodules", ".peon", '
+                                             '".claude", ".codex", ".mcp.json", ".github/workflows", ".vscode", '
+                                             '".idea", "Makefile"]\n', user), env=env).config.sandbox
+    assert narrowed.network == ("pypi.org",) and "Makefile" in narrowed.protected
+    for text in ('[sandbox]\nnetwork = ["evil.test"]\n', '[sandbox]\nprotected = []\n'):
+        shutil.rmtree(tmp_path / "ws")
+        with pytest.raises(ConfigError):
+            load_config(workspace=project(tmp_path, text, user), env=env)
