@@ -37,19 +37,50 @@ XATTR_CALLS: tuple[str | int, ...] = ("setxattr", "lsetxattr", "fsetxattr", "rem
                                       "fremovexattr", SYS_SETXATTRAT, SYS_REMOVEXATTRAT)
 
 
-def _library() -> Any:
-    import pyseccomp  # type: ignore[import-untyped]  # loads libseccomp.so; only where a filter is built
+# pyseccomp finds libc and libseccomp with ctypes.util.find_library, which runs `ldconfig -p` in a
+# subprocess: 40-60 ms of every worker's call (bench/bench_sandbox.py). The sonames are stable, so they are
+# tried first, and the module is loaded once, here, in the process that forks the workers.
+_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
-    return pyseccomp
+
+def _load() -> tuple[Any, str]:
+    import ctypes
+    import ctypes.util
+
+    search = ctypes.util.find_library
+
+    def known_first(name: str) -> str | None:
+        soname = _SONAMES.get(name)
+        if soname is not None:
+            try:
+                ctypes.CDLL(soname)
+                return soname
+            except OSError:
+                pass
+        return search(name)
+
+    ctypes.util.find_library = known_first
+    try:
+        import pyseccomp  # type: ignore[import-untyped]
+    except (ImportError, OSError, RuntimeError) as exc:
+        return None, f"libseccomp cannot be loaded ({exc}); install libseccomp2"
+    finally:
+        ctypes.util.find_library = search
+    return pyseccomp, ""
+
+
+_pyseccomp, _problem = _load()
+
+
+def _library() -> Any:
+    if _pyseccomp is None:
+        raise RuntimeError(_problem)
+    return _pyseccomp
 
 
 def available() -> str:
     """"" when a filter can be built here, else why not."""
-    try:
-        _library()
-    except (ImportError, OSError, RuntimeError) as exc:
-        return f"libseccomp cannot be loaded ({exc}); install libseccomp2"
-    return ""
+    return _problem
 
 
 class Filter:
