@@ -285,6 +285,7 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
         bwrap = probe_bwrap(env, simulate, network=network)
         status["bwrap"] = bwrap.to_dict()
         gaps = unenforced("bwrap", 0, **options)
+        limits = kind_limits("bwrap", namespaces=True, network=network)
         if allowlist:
             gaps.append("sandbox.network as an allowlist (its proxy is reachable only from the landlock kind's "
                         "network namespace); no network at all instead")
@@ -294,7 +295,7 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
         if bwrap.works:
             plan = SandboxPlan("bwrap", tuple(writable), tuple(readable), bwrap=bwrap.path, protected=protected,
                                hidden=hidden_real, **options)
-            return {**status, "active": True, "kind": "bwrap", "plan": plan.to_dict(), "not_enforced": gaps,
+            return {**status, "active": True, "kind": "bwrap", "plan": plan.to_dict(), "not_enforced": gaps + limits,
                     "enforced": enforced(plan), "layers": layers(plan), "notes": notes}
         if mode == "required":
             raise SandboxUnavailable(
@@ -415,7 +416,7 @@ class BwrapConfinement(Confinement):
                 raise _unavailable(f"bwrap starts a pinned executable only through /proc/self/fd/N, not {executable}")
             os.set_inheritable(fd, True)
             inner[0] = executable
-        return start(bwrap_argv(self.plan, inner, self.cwd), None)
+        return start(bwrap_argv(self.plan, quiet_profile(inner), self.cwd), None)
 
 
 class LandlockConfinement(Confinement):

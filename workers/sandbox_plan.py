@@ -118,10 +118,15 @@ class SandboxPlan:
                    mount_view, seccomp, paths("hidden") if "hidden" in data else ())
 
 
-def kind_limits(kind: Kind, *, namespaces: bool) -> list[str]:
+def kind_limits(kind: Kind, *, namespaces: bool, network: bool = True) -> list[str]:
     """What this kind cannot do whatever the configuration, one sentence each (listed in ``not_enforced``
     beside :func:`unenforced`, but no reason for ``mode = "required"`` to refuse: no setting asks for it)."""
-    if kind == "bwrap" or namespaces:
+    if kind == "bwrap":
+        # Covering each socket with a bind would make bwrap fail whenever one vanishes before it starts.
+        return [] if network else [
+            "named unix sockets of host daemons in the bound tree (a read-only bind does not stop connect; narrow "
+            "sandbox.readable, or use kind = \"landlock\" as root, whose mount view covers them)"]
+    if namespaces:
         return []
     return ["chmod of ordinary mode bits and utimes outside the writable paths (Landlock does not see metadata; "
             f"needs {NAMESPACES_NEED}; setuid/setgid/sticky chmod, chown and xattr changes are refused everywhere "
@@ -148,10 +153,6 @@ def unenforced(kind: Kind, abi: int, *, network: bool, isolate_signals: bool,
         if isolate_abstract_sockets and network:
             return ["sandbox.isolate_abstract_sockets with sandbox.network = true (bwrap shares the network "
                     "namespace, and abstract unix sockets with it, unless network = false)"]
-        if not network:
-            return ["sandbox.network = false for named unix sockets of host daemons in the bound tree (a "
-                    "read-only bind does not stop connect; narrow sandbox.readable, or use kind = \"landlock\" "
-                    "as root, whose mount view covers them)"]
         return []
     gaps = []
     if not namespaces:
