@@ -10,7 +10,8 @@ Promises:
   so — by the host name the client asked for (an entry ``name`` allows every port, ``name:port`` one
   port, ``*.domain`` every name beneath ``domain``); everything else is answered ``403`` with a body
   that names the host and port and the setting, and the refusal is kept in :attr:`Proxy.refused`
-  (bounded) for the session to report;
+  (bounded); :func:`name_refusals` adds those made while a call ran to its result's ``sandbox.refused``
+  (a session's calls share the proxy, so a refusal is named in every call running at that moment);
 * everything is bounded: the request head (16 KiB), the connections at once (64, more wait in the
   listener's backlog), the time to send a head (30 s) and to connect out (30 s); a connection's bytes
   go only to the one host checked for its first request;
@@ -24,6 +25,7 @@ import collections
 import contextlib
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -108,7 +110,12 @@ class Proxy:
         host, port = listener.getsockname()[:2]
         self.address = f"http://{host}:{port}"
         self.refused: collections.deque[str] = collections.deque(maxlen=REFUSALS_KEPT)
+        self.refused_at: collections.deque[tuple[float, str]] = collections.deque(maxlen=REFUSALS_KEPT)
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+
+    def refused_since(self, moment: float) -> list[str]:
+        """The hosts refused since ``moment`` (``time.monotonic()``), oldest first."""
+        return [host for at, host in list(self.refused_at) if at >= moment]
 
     async def serve(self) -> None:
         server = await asyncio.start_server(self._client, sock=self.listener, limit=HEAD_LIMIT)
@@ -136,6 +143,7 @@ class Proxy:
             return
         if not allowed(request.host, request.port, self.entries):
             self.refused.append(f"{request.host}:{request.port}")
+            self.refused_at.append((time.monotonic(), f"{request.host}:{request.port}"))
             writer.write(refusal(request.host, request.port))
             await writer.drain()
             return
@@ -173,6 +181,21 @@ async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
                 sink.write_eof()
 
 
+_running: Proxy | None = None  # the session's proxy (one session per supervisor process)
+
+
+def name_refusals(reply: dict[str, Any], started_at: float) -> dict[str, Any]:
+    """``reply`` with the hosts refused since ``started_at`` in its value's ``sandbox.refused``."""
+    value = reply.get("value")
+    if _running is None or not isinstance(value, dict) or not isinstance(value.get("sandbox"), dict):
+        return reply
+    box = value["sandbox"]
+    refused = list(dict.fromkeys(_running.refused_since(started_at)))
+    if not refused:
+        return reply
+    return {**reply, "value": {**value, "sandbox": {**box, "refused": refused}}}
+
+
 def start(status: dict[str, Any]) -> Proxy | None:
     """Start the proxy for a session status with an ``egress`` section; sets ``status["egress"]["proxy"]``.
     None when there is nothing to start."""
@@ -186,4 +209,6 @@ def start(status: dict[str, Any]) -> Proxy | None:
     proxy = Proxy(listener, tuple(egress["allow"]))
     threading.Thread(target=asyncio.run, args=(proxy.serve(),), name="peon-egress", daemon=True).start()
     egress["proxy"] = proxy.address
+    global _running
+    _running = proxy
     return proxy

@@ -105,6 +105,12 @@ def unsandboxed(actions: dict[str, list]) -> dict[str, str]:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def run_call(session, command: str) -> dict:
+    r = session.call("bash", {"command": command})
+    assert r.ok, r.error
+    return r.value
+
+
 def run(session, command: str, **args) -> str:
     r = session.call("bash", {"command": command, "timeout_seconds": 300, **args})
     assert r.ok, r.error
@@ -366,9 +372,14 @@ def test_an_allowlisted_registry_answers_and_another_is_refused_by_name(day):
                  "try: print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())\n"
                  "except urllib.error.HTTPError as e: print(e.code, e.read().decode())\"")
         # NO_PROXY keeps localhost direct (the sandbox's own loopback); these URLs mean the host's.
-        out = run(session, f"echo $HTTP_PROXY; env -u NO_PROXY -u no_proxy {fetch} http://localhost:{a}/simple/; "
-                           f"env -u NO_PROXY -u no_proxy {fetch} http://localhost:{b}/simple/; "
-                           f"{fetch} http://localhost:{b}/simple/ 2>&1 | tail -1")
+        r = session.call("bash", {"command": f"echo $HTTP_PROXY; env -u NO_PROXY -u no_proxy {fetch} "
+                                             f"http://localhost:{a}/simple/; env -u NO_PROXY -u no_proxy {fetch} "
+                                             f"http://localhost:{b}/simple/; {fetch} http://localhost:{b}/simple/ "
+                                             "2>&1 | tail -1"})
+        assert r.ok, r.error
+        out = r.value["output"]
+        assert r.value["sandbox"]["refused"] == [f"localhost:{b}"]  # the result names what was refused
+        assert "refused" not in run_call(session, "true")["sandbox"]
         lines = out.splitlines()
         assert lines[0] == proxy
         assert lines[1] == "the allowed registry"
