@@ -310,6 +310,10 @@ def test_with_network_false_every_escape_is_refused_and_named(day, workspace, tm
                    "stop_supervisor": ["kill", supervisor, 19]}
         if cgroup:
             actions["leave_cgroup"] = ["write", str(Path(cgroup).parent / "cgroup.procs")]
+        runtime = getattr(session, "_runtime_dir", None)  # the client's run directory (the forkserver's socket)
+        peon_sockets = [path for path in Path(runtime).iterdir() if path.is_socket()] if runtime else []
+        for index, path in enumerate(peon_sockets):
+            actions[f"peon_socket_{index}"] = ["unix", str(path)]
         got = outcomes(session.call("bash", {"command": probe(actions)}))
         expected = {"tcp": "ECONNREFUSED", "udp": "timeout", "dns": "timeout", "unix": "ECONNREFUSED",
                     "packet_socket": "EAFNOSUPPORT", "chmod_setuid_outside": "EPERM", "chmod_setuid_inside": "EPERM",
@@ -320,6 +324,7 @@ def test_with_network_false_every_escape_is_refused_and_named(day, workspace, tm
             expected["tcp6"] = "ECONNREFUSED"
         if cgroup:
             expected["leave_cgroup"] = "EROFS"
+        expected.update({f"peon_socket_{index}": "ENOENT" for index in range(len(peon_sockets))})
         assert got == expected
         assert set(peers.reached().values()) == {0}
         assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
