@@ -176,6 +176,7 @@ class SessionState:
             self.containment.close()
         finally:
             self.audit.close()
+            sandbox.remove_session_cache(self.view.sandbox)
             if self.view.root_fd >= 0:
                 os.close(self.view.root_fd)
 

@@ -228,6 +228,8 @@ def test_a_day_of_work_under_the_default_sandbox(day, workspace, tmp_path, lefto
     assert lines[0] == "200" and lines[1:] == [str(cache / "pip"), str(cache / "go-build")], out
     assert len(list((cache / "xdg" / "build").iterdir())) == 200
     assert not (leftovers.home / ".profile-cache").exists()
+    session.close()
+    assert not cache.exists()  # a session's cache directory goes with it
 
 
 class HostPeers:

@@ -254,6 +254,13 @@ def cache_dir(section: Any, env: Mapping[str, str], session_id: str) -> str | No
     return os.path.realpath(path)
 
 
+def remove_session_cache(status: Mapping[str, Any]) -> None:
+    """Remove a ``caches = "session"`` directory when its session ends (a per-user one stays)."""
+    path = status.get("cache_dir")
+    if status.get("caches") == "session" and isinstance(path, str) and os.path.basename(path).startswith("peon-cache-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def session_status(section: Any, workspace: str, env: Mapping[str, str],
                    hidden: Sequence[str] = (), session_id: str = "") -> dict[str, Any]:
     """The session's sandbox decision as plain data (``Session.info["sandbox"]``); ``env`` is the
@@ -272,7 +279,7 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
     writable = _resolve_paths([workspace, temp_dir(env), *DEVICE_FILES, *section.writable, *extra], env, skipped)
     readable = _resolve_paths(section.readable, env, skipped)
     hidden_real = hideable((os.path.realpath(p) for p in hidden if os.path.isabs(p)), [*writable, *readable])
-    status["cache_dir"] = caches
+    status["cache_dir"], status["caches"] = caches, getattr(section, "caches", "off")
     allowlist = tuple(section.network) if isinstance(section.network, (tuple, list)) else ()
     network = section.network is True  # an allowlist is no network but through the session's egress proxy
     options = {"network": network, "isolate_signals": section.isolate_signals,
