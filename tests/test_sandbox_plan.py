@@ -4,6 +4,7 @@ project may change there, and the worker failing closed on an approval without a
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -342,3 +343,19 @@ def test_a_project_may_narrow_the_allowlist_and_add_protected_paths(tmp_path):
         shutil.rmtree(tmp_path / "ws")
         with pytest.raises(ConfigError):
             load_config(workspace=project(tmp_path, text, user), env=env)
+
+
+def test_a_session_cache_directory_planted_in_the_temp_dir_is_not_used(tmp_path):
+    """The per-session cache directory is made in a shared temp dir: a link planted there under its name
+    (to /etc, say) must not become a writable path."""
+    from peon.workers.sandbox import cache_dir
+
+    (tmp_path / "peon-cache-s1").symlink_to("/etc")
+    section = SimpleNamespace(caches="session")
+    assert cache_dir(section, {"TMPDIR": str(tmp_path)}, "s1") is None
+    made = cache_dir(section, {"TMPDIR": str(tmp_path)}, "s2")
+    assert made == str(tmp_path.resolve() / "peon-cache-s2") and os.stat(made).st_mode & 0o777 == 0o700
+    assert cache_dir(section, {"TMPDIR": str(tmp_path)}, "s2") == made  # already ours
+    assert cache_dir(SimpleNamespace(caches="off"), {"TMPDIR": str(tmp_path)}, "s3") is None
+    user = cache_dir(SimpleNamespace(caches="user"), {"HOME": str(tmp_path / "home")}, "s4")
+    assert user == str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox")

@@ -248,7 +248,15 @@ def cache_dir(section: Any, env: Mapping[str, str], session_id: str) -> str | No
     else:
         return None
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        if caches == "session":  # in a shared temp dir: made here, or already ours (a directory, not a link)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                info = os.lstat(path)
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                    return None
+        else:
+            os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError:
         return None
     return os.path.realpath(path)
