@@ -210,9 +210,12 @@ def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[
         try:
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
                 continue
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue  # gone since it was listed, or beyond even this thread's reach (a FUSE mount of a user)
+        try:
             mount("/dev/null", path, MS_BIND)
         except FileNotFoundError:
-            continue  # gone since it was listed
+            continue  # gone in between
     # The thread's working directory still is the directory on the mount beneath the new bind; the
     # command must start on the bind (the same directory: device and inode are checked).
     os.chdir(cwd)
