@@ -72,6 +72,9 @@ def unix(path):
 def packet():
     socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close()
 
+def raw():
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()
+
 def write(path):
     with open(path, "w") as f:
         f.write("#!/bin/sh\necho planted\n")
@@ -302,6 +305,7 @@ def test_with_network_false_every_escape_is_refused_and_named(day, workspace, tm
         cgroup = session.info.get("containment", {}).get("cgroup")
         actions = {**peers.actions(),
                    "packet_socket": ["packet"],
+                   "raw_socket": ["raw"],
                    "chmod_setuid_outside": ["chmod", str(outside / "tool"), 0o4755],
                    "chmod_setuid_inside": ["chmod", str(workspace / "script"), 0o4755],
                    "chmod_outside": ["chmod", str(outside / "tool"), 0o777],
@@ -318,7 +322,8 @@ def test_with_network_false_every_escape_is_refused_and_named(day, workspace, tm
             actions[f"peon_socket_{index}"] = ["unix", str(path)]
         got = outcomes(session.call("bash", {"command": probe(actions)}))
         expected = {"tcp": "ECONNREFUSED", "udp": "timeout", "dns": "timeout", "unix": "ECONNREFUSED",
-                    "packet_socket": "EAFNOSUPPORT", "chmod_setuid_outside": "EPERM", "chmod_setuid_inside": "EPERM",
+                    "packet_socket": "EAFNOSUPPORT", "raw_socket": "EPERM",
+                    "chmod_setuid_outside": "EPERM", "chmod_setuid_inside": "EPERM",
                     "chmod_outside": "EROFS", "utime_outside": "EROFS",
                     "git_hook": "EROFS", "audit_log": "ENOENT", "supervisor_environ": "EACCES",
                     "stop_supervisor": "EPERM"}
