@@ -12,8 +12,8 @@ Promises:
   that names the host and port and the setting, and the refusal is kept in :attr:`Proxy.refused`
   (bounded); :func:`name_refusals` adds those made while a call ran to its result's ``sandbox.refused``
   (a session's calls share the proxy, so a refusal is named in every call running at that moment);
-* everything is bounded: the request head (16 KiB), the connections at once (64, more wait in the
-  listener's backlog), the time to send a head (30 s) and to connect out (30 s); a connection's bytes
+* everything is bounded: the request head (16 KiB), the connections at once (64; one more is answered
+  ``503`` and closed), the time to send a head (30 s) and to connect out (30 s); a connection's bytes
   go only to the one host checked for its first request;
 * it runs on one daemon thread with its own event loop and never raises into the supervisor.
 """
@@ -111,7 +111,7 @@ class Proxy:
         self.address = f"http://{host}:{port}"
         self.refused: collections.deque[str] = collections.deque(maxlen=REFUSALS_KEPT)
         self.refused_at: collections.deque[tuple[float, str]] = collections.deque(maxlen=REFUSALS_KEPT)
-        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._active = 0  # connections being carried (the proxy's one event loop counts them)
 
     def refused_since(self, moment: float) -> list[str]:
         """The hosts refused since ``moment`` (``time.monotonic()``), oldest first."""
@@ -123,15 +123,22 @@ class Proxy:
             await server.serve_forever()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async with self._slots:
+        try:
+            if self._active >= MAX_CONNECTIONS:  # refused at once: waiting would hold a descriptor each
+                writer.write(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n"
+                             + f"peon: the egress proxy already carries {MAX_CONNECTIONS} connections\n".encode())
+                return
+            self._active += 1
             try:
                 await self._handle(reader, writer)
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
-                pass
             finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
+                self._active -= 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

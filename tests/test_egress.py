@@ -5,13 +5,15 @@ refused one gets 403 naming it, a malformed head gets 400, and the refusals are 
 from __future__ import annotations
 
 import asyncio
+import errno
 import http.server
 import socket
 import threading
 
 import pytest
 
-from peon.supervisor.egress import REFUSALS_KEPT, BadRequest, Proxy, allowed, parse_head
+from helpers import wait_for
+from peon.supervisor.egress import MAX_CONNECTIONS, REFUSALS_KEPT, BadRequest, Proxy, allowed, parse_head
 
 
 @pytest.mark.parametrize("host, port, entries, verdict", [
@@ -88,8 +90,22 @@ def test_the_proxy_lets_through_only_the_allowlist():
         assert refused.startswith(b"HTTP/1.1 403") and f"127.0.0.1:{up} is not in sandbox.network".encode() in refused
         assert exchange(port, b"nonsense\r\n\r\n").startswith(b"HTTP/1.1 400")
         assert list(proxy.refused) == [f"127.0.0.1:{up}"] and proxy.refused.maxlen == REFUSALS_KEPT
+        # Bounded: connections that never send a head hold a slot each until their 30 s are up; one more than
+        # the bound is answered 503 at once instead of waiting with a descriptor of the supervisor's.
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+        try:
+            assert wait_for(lambda: proxy._active == MAX_CONNECTIONS, 10)
+            try:  # the answer, or a reset: the head it sent was never read
+                assert exchange(port, b"CONNECT localhost:1 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 503")
+            except OSError as exc:  # closed at once; a wait would end in TimeoutError instead
+                assert exc.errno in (errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE), exc
+        finally:
+            for sock in idle:
+                sock.close()
+        assert wait_for(lambda: proxy._active == 0, 10)
     finally:
         serving.cancel()
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), loop).result(10)  # let the handlers finish
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         listener.close()
