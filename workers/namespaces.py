@@ -183,6 +183,9 @@ def host_sockets_text() -> str:
         return listing.read()
 
 
+_kept: list[int] = []  # this worker's call's mount namespace (see enter)
+
+
 def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[str], protected: Iterable[str],
           hidden: Iterable[str], sockets: Iterable[str]) -> None:
     """In the confined thread: its own filesystem context, the session's network, the mount view."""
@@ -216,6 +219,10 @@ def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[
             mount("/dev/null", path, MS_BIND)
         except FileNotFoundError:
             continue  # gone in between
+    # Held by the worker until it exits (close-on-exec: the command never has it): otherwise the command's
+    # exit would be the last reference, and tearing the namespace down (an RCU grace period) would delay
+    # the moment the call sees it end by milliseconds (bench/bench_sandbox.py).
+    _kept.append(os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC))
     # The thread's working directory still is the directory on the mount beneath the new bind; the
     # command must start on the bind (the same directory: device and inode are checked).
     os.chdir(cwd)
