@@ -369,6 +369,13 @@ def test_doctor_reports_the_sandbox_and_known_fixes(leftovers, workspace, tmp_pa
     assert "sandbox      auto: not sandboxed (Landlock is unavailable" in text
     assert "landlock     no: " in text and "fix: use a kernel built with CONFIG_SECURITY_LANDLOCK=y" in text
     assert "bwrap        no: " in text and "fix: install bubblewrap" in text
+    # The layers beside Landlock: each said available or not, with the fix; the session lists each rule.
+    layered = {"PEON_SANDBOX_SIMULATE": "no-namespaces,no-seccomp"}
+    text = run_peon(leftovers, workspace, "doctor", "--config", str(config), env=layered).stdout
+    assert "namespaces   no: reported unavailable" in text and "fix: run Peon as root" in text
+    assert "seccomp      no: reported unavailable" in text and "fix: install libseccomp2" in text
+    assert "layers landlock;" in text and "NOT enforced: chmod of ordinary mode bits and utimes" in text
+    assert "enforced: writes outside the writable paths are refused" in text
     config.write_text('[sandbox]\nmode = "required"\n')
     call = run_peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), env=missing)
     assert_clean_failure(call, 1, 'sandbox.mode is "required" but Landlock is unavailable')
