@@ -84,7 +84,7 @@ def proxy_environment(proxy: str) -> dict[str, str]:
 # Tool caches and homes pointed at the sandbox's cache directory unless the environment names them.
 CACHE_VARIABLES = {"npm_config_cache": "npm", "PIP_CACHE_DIR": "pip", "XDG_CACHE_HOME": "xdg", "CARGO_HOME": "cargo",
                    "GOCACHE": "go-build", "GOMODCACHE": "go-mod", "UV_CACHE_DIR": "uv",
-                   "YARN_CACHE_FOLDER": "yarn", "npm_config_store_dir": "pnpm-store"}
+                   "YARN_CACHE_FOLDER": "yarn", "pnpm_config_store_dir": "pnpm-store"}
 
 
 def cache_environment(cache_dir: str, env: Mapping[str, str]) -> dict[str, str]:
