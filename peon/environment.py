@@ -20,7 +20,8 @@ Promises:
   homes of common tools (npm, pip, XDG, cargo, go, uv, yarn, pnpm) point beneath it, each only when
   neither the session's environment nor ``[environment]`` names it already; with an egress allowlist
   (``sandbox.network = [hosts...]``), ``HTTP(S)_PROXY`` name the session's proxy and ``NO_PROXY`` the
-  command's own loopback, whatever the session had.
+  command's own loopback, whatever the session had; with ``sandbox.network = false``, package managers
+  are put in their offline modes (:data:`OFFLINE`) unless the session set those variables.
 """
 
 from __future__ import annotations
@@ -67,7 +68,16 @@ def command_environment(session: Any) -> dict[str, str]:
     proxy = egress.get("proxy") if isinstance(egress, dict) else None
     if isinstance(proxy, str):
         env.update(proxy_environment(proxy))
+    plan = status.get("plan") if status.get("active") else None
+    if isinstance(plan, dict) and plan.get("network") is False and proxy is None:
+        env.update({name: value for name, value in OFFLINE.items() if name not in env})
     return env
+
+
+# With sandbox.network = false nothing can be fetched: package managers are told so (unless the session set
+# these), and fail at once with their own "offline" error instead of retrying for tens of seconds.
+OFFLINE = {"PIP_RETRIES": "0", "npm_config_offline": "true", "UV_OFFLINE": "1", "CARGO_NET_OFFLINE": "true",
+           "GOPROXY": "off", "YARN_ENABLE_OFFLINE_MODE": "1"}
 
 
 # Local addresses stay direct: inside the sandbox they are the command's own loopback.

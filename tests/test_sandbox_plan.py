@@ -359,3 +359,27 @@ def test_a_session_cache_directory_planted_in_the_temp_dir_is_not_used(tmp_path)
     assert cache_dir(SimpleNamespace(caches="off"), {"TMPDIR": str(tmp_path)}, "s3") is None
     user = cache_dir(SimpleNamespace(caches="user"), {"HOME": str(tmp_path / "home")}, "s4")
     assert user == str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox")
+
+
+def test_the_environment_follows_the_sandbox_network():
+    """network = false: package managers in offline mode (unless set); an allowlist: the proxy instead;
+    caches beneath the cache directory either way; nothing of this without an active sandbox."""
+    from peon.environment import OFFLINE, command_environment
+
+    def env_for(status: dict, given: dict | None = None) -> dict:
+        config = SimpleNamespace(environment={})
+        return command_environment(SimpleNamespace(config=config, env={"PATH": "/bin", **(given or {})},
+                                                   sandbox=status))
+
+    offline = {"active": True, "cache_dir": "/c", "plan": {"network": False}}
+    env = env_for(offline, {"PIP_RETRIES": "3"})
+    assert env["PIP_RETRIES"] == "3" and env["npm_config_offline"] == "true" and env["GOPROXY"] == "off"
+    assert env["PIP_CACHE_DIR"] == "/c/pip" and "HTTP_PROXY" not in env
+    allowlisted = {**offline, "egress": {"proxy": "http://127.0.0.1:5"}}
+    env = env_for(allowlisted, {"HTTPS_PROXY": "http://elsewhere"})
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:5"
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+    assert not set(OFFLINE) & set(env)
+    online = env_for({"active": True, "cache_dir": "/c", "plan": {"network": True}})
+    assert not set(OFFLINE) & set(online) and online["npm_config_cache"] == "/c/npm"
+    assert env_for({"active": False, "cache_dir": "/c"}) == {"PATH": "/bin"}
