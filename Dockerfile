@@ -16,15 +16,23 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     XDG_STATE_HOME=/state
 
 # git: most coding agents expect it in the workspace (bash and coreutils come with the base image).
+# libseccomp2: the OS sandbox's seccomp filter (UDP, raw sockets, setuid bits, io_uring).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git ca-certificates \
+    && apt-get install -y --no-install-recommends git ca-certificates libseccomp2 \
     && rm -rf /var/lib/apt/lists/*
 
+# The OS sandbox is on (sandbox.mode = "auto", the default): as an unprivileged user that is Landlock and
+# seccomp (the mount view and private network namespace need CAP_SYS_ADMIN; `peon doctor` says what is
+# enforced). Commands read only the system, the workspace and the temp directory: /state (audit log,
+# grants) stays out of their reach.
 RUN groupadd --gid 10001 peon \
     && useradd --uid 10001 --gid 10001 --home-dir /home/peon --create-home --shell /bin/bash peon \
-    && mkdir -p /workspace /state \
-    && chown 10001:10001 /workspace /state
+    && mkdir -p /workspace /state /home/peon/.config/peon \
+    && printf '%s\n' '[sandbox]' \
+       'readable = ["/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin", "/opt", "/proc", "/sys", "/dev", "/run", "/home/peon", "/workspace"]' \
+       > /home/peon/.config/peon/config.toml \
+    && chown -R 10001:10001 /workspace /state /home/peon
 
 WORKDIR /opt/peon
 COPY pyproject.toml README.md ./

@@ -1,9 +1,12 @@
 """What the OS sandbox costs per call, against the same call unsandboxed, measured in the same run.
 
 1. Per call, through a real session: ``session.call("bash", ...)`` with ``[sandbox] mode = "off"`` (the
-   baseline), with Landlock, and with bubblewrap (where it can run), interleaved call by call so every
-   variant sees the same machine. Two commands: ``true`` and a short real one (``git status`` in a small
-   repository, or ``ls -R /usr/include`` without git). Goal: Landlock <= 1.05x. Wall time per call
+   baseline); the default sandbox (``auto``: Landlock with the mount view and seccomp where this machine
+   allows); the same with ``network = false`` (plus the session's network namespace, joined per call);
+   Landlock alone (the layers beside it switched off with ``PEON_SANDBOX_SIMULATE``); and bubblewrap
+   (where it can run), interleaved call by call so every variant sees the same machine. Two commands:
+   ``true`` and a short real one (``git status`` in a small repository, or ``ls -R /usr/include`` without
+   git). Goal: the default sandbox <= 1.05x in CPU, <= 1.10x in wall time. Wall time per call
    (median), then CPU time per call (everything the session's processes and this client used, in
    alternating batches): on a busy machine wall time mostly measures waiting for a CPU.
 2. ``--strategies``: how the worker could start a command inside a Landlock domain, measured in one
@@ -55,7 +58,9 @@ def describe(times: list[float]) -> str:
 
 
 def session_variants(workspace: Path, state: Path, env: dict) -> dict[str, peon.Session]:
-    variants = {"off": {"mode": "off"}, "landlock": {"mode": "required", "kind": "landlock"}}
+    variants: dict[str, dict] = {"off": {"mode": "off"}, "default": {}, "offline": {"network": False},
+                                 "landlock": {"kind": "landlock"}}  # auto: it lists what it leaves out
+    envs = {"landlock": {**env, sandbox.SIMULATE_ENV: "no-namespaces,no-seccomp"}}
     bwrap = sandbox.probe_bwrap(env, network=True)
     if bwrap.works:
         variants["bwrap"] = {"mode": "required", "kind": "bwrap", "isolate_abstract_sockets": False}
@@ -66,7 +71,9 @@ def session_variants(workspace: Path, state: Path, env: dict) -> dict[str, peon.
         variants["landlock"].update(isolate_signals=False, isolate_abstract_sockets=False)
     sessions = {}
     for name, table in variants.items():
-        sessions[name] = peon.Session(workspace, {**ALLOW, "sandbox": table}, state_dir=state / name, env=env)
+        sessions[name] = peon.Session(workspace, {**ALLOW, "sandbox": table}, state_dir=state / name,
+                                      env=envs.get(name, env))
+        print(f"{name:<9} layers: {sessions[name].info['sandbox'].get('layers') or 'none'}")
     return sessions
 
 
@@ -152,7 +159,7 @@ def main_calls(calls: int) -> None:
             bench_calls(sessions, command, "short command", calls)
             bench_cpu(sessions, "true", "bash true", calls)
             bench_cpu(sessions, command, "short command", calls)
-            print(f"(short command: {command})")
+            print(f"(short command: {command}; ratios against mode = off in the same run)")
         finally:
             for session in sessions.values():
                 session.close()

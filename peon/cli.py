@@ -550,8 +550,18 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
         simulate = sandbox.Simulation.parse(os.environ.get(sandbox.SIMULATE_ENV, ""))
     except PeonError as exc:
         return {"session": session, "error": exc.message}
+    from peon.workers import namespaces, syscall_filter
+
+    layers = {"namespaces": "reported unavailable" if simulate.no_namespaces else namespaces.probe(),
+              "seccomp": "reported unavailable" if simulate.no_seccomp else syscall_filter.available()}
     return {"session": session, "landlock": sandbox.probe_landlock(simulate).to_dict(),
-            "bwrap": sandbox.probe_bwrap(os.environ, simulate).to_dict()}
+            "bwrap": sandbox.probe_bwrap(os.environ, simulate).to_dict(),
+            "namespaces": {"available": not layers["namespaces"],
+                           "detail": layers["namespaces"] or "mount view and private network namespace per session",
+                           "fixes": [] if not layers["namespaces"] else
+                           ["run Peon as root (CAP_SYS_ADMIN), or use sandbox.kind = \"bwrap\""]},
+            "seccomp": {"available": not layers["seccomp"], "detail": layers["seccomp"] or "libseccomp loaded",
+                        "fixes": [] if not layers["seccomp"] else ["install libseccomp2"]}}
 
 
 def describe_sandbox(status: Mapping[str, Any] | None) -> str:
@@ -564,10 +574,14 @@ def describe_sandbox(status: Mapping[str, Any] | None) -> str:
         return f"{mode}: not sandboxed ({status.get('reason')})"
     plan = status["plan"]
     kind = f"landlock ABI {plan['abi']}" if plan["kind"] == "landlock" else f"bwrap ({plan['bwrap']})"
-    text = (f"{mode}: {kind}; writes beneath {', '.join(plan['writable'])}; reads beneath "
-            f"{', '.join(plan['readable'])}; network {'on' if plan['network'] else 'off'}")
-    if status.get("not_enforced"):
-        text += "; NOT enforced: " + "; ".join(status["not_enforced"])
+    egress = status.get("egress")
+    network = "on" if plan["network"] else f"only {', '.join(egress['allow'])} (proxy)" if egress else "off"
+    text = (f"{mode}: {kind}; layers {' + '.join(status.get('layers') or [plan['kind']])}; writes beneath "
+            f"{', '.join(plan['writable'])}; reads beneath {', '.join(plan['readable'])}; network {network}")
+    for line in status.get("enforced") or ():
+        text += f"\n               enforced: {line}"
+    for line in status.get("not_enforced") or ():
+        text += f"\n               NOT enforced: {line}"
     return text
 
 
@@ -576,7 +590,7 @@ def print_sandbox(facts: Mapping[str, Any]) -> None:
     if facts.get("error"):
         print(f"  error: {facts['error']}")
         return
-    for name in ("landlock", "bwrap"):
+    for name in ("landlock", "bwrap", "namespaces", "seccomp"):
         probe = facts[name]
         print(f"{name:<12} {'yes' if probe['available'] else 'no'}: {probe['detail']}")
         for fix in probe["fixes"]:

@@ -32,6 +32,7 @@ import difflib
 import json
 import math
 import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ Policy = Action  # allow / ask / deny, as peon.policy decides them
 ContainmentMode = Literal["auto", "cgroup", "process-tree"]
 SandboxMode = Literal["off", "auto", "required"]
 SandboxKind = Literal["landlock", "bwrap"]
+SandboxCaches = Literal["session", "user", "off"]
 LayerKind = Literal["defaults", "user", "project", "overrides"]
 # A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
 RiskName = Annotated[ToolRisk, Field(strict=False)]
@@ -190,6 +192,9 @@ class Runtime(_Section):
     containment: ContainmentMode
 
 
+_HOST_ENTRY = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
+
+
 def _sandbox_path(value: str) -> str:
     if "\0" in value:
         raise ValueError("a path cannot contain NUL")
@@ -205,14 +210,34 @@ class Sandbox(_Section):
     kind: SandboxKind
     writable: tuple[str, ...]
     readable: tuple[str, ...]
-    network: bool
+    network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
     isolate_signals: bool
     isolate_abstract_sockets: bool
+    protected: tuple[str, ...] = ()
+    caches: SandboxCaches = "session"
 
     @field_validator("writable", "readable")
     @classmethod
     def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_sandbox_path(item) for item in value)
+
+    @field_validator("network")
+    @classmethod
+    def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
+        if isinstance(value, tuple):
+            for item in value:
+                if not _HOST_ENTRY.fullmatch(item):
+                    raise ValueError(f"{item!r} is not a host name, *.domain, or host:port")
+        return value
+
+    @field_validator("protected")
+    @classmethod
+    def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            parts = item.split("/")
+            if not item or item.startswith("/") or "\0" in item or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"{item!r} must be a relative path without '.', '..' or empty parts")
+        return value
 
 
 class ToolsConfig(_Section):
@@ -560,10 +585,17 @@ def _sandbox_refusal(name: str, value: Any, user: Any) -> str | None:
                     "sandbox (off < auto < required)")
         return None
     if name == "network":
-        return None if value is False or user.network is True else "a project may only turn the network off"
+        if value is False or user.network is True:
+            return None
+        if isinstance(value, (list, tuple)) and isinstance(user.network, tuple) and set(value) <= set(user.network):
+            return None
+        return "a project may only turn the network off or narrow the user's allowlist"
     if name in ("isolate_signals", "isolate_abstract_sockets"):
         return None if value is True or getattr(user, name) is False else "a project may only turn isolation on"
-    return "only the user chooses the sandbox's kind and its writable and readable paths"
+    if name == "protected":
+        missing = [item for item in user.protected if item not in value]
+        return None if not missing else f"a project may only add protected paths, not remove {missing}"
+    return "only the user chooses the sandbox's kind, its writable and readable paths and its caches"
 
 
 def _lookup(data: Mapping[str, Any], key: str) -> Any:

@@ -17,7 +17,13 @@ Promises:
   current directory", which for every command is the workspace, so a repository could otherwise
   supply the ``git``, ``node`` or ``claude`` that runs. When no absolute entry is left (or the session
   has no ``PATH``), it is the POSIX default ``/bin:/usr/bin`` — an unset ``PATH`` would not do: bash's
-  built-in default ends with ``.``.
+  built-in default ends with ``.``;
+* when the session's OS sandbox is active and has a cache directory (``sandbox.caches``), the caches and
+  homes of common tools (npm, pip, XDG, cargo, go, uv, yarn, pnpm) point beneath it, each only when
+  neither the session's environment nor ``[environment]`` names it already; with an egress allowlist
+  (``sandbox.network = [hosts...]``), ``HTTP(S)_PROXY`` name the session's proxy and ``NO_PROXY`` the
+  command's own loopback, whatever the session had; with ``sandbox.network = false``, package managers
+  are put in their offline modes (:data:`OFFLINE`) unless the session set those variables.
 """
 
 from __future__ import annotations
@@ -80,7 +86,49 @@ def command_environment(session: Any, trace: Mapping[str, str] | None = None) ->
     env = build_environment(session.env, settings)
     for key, value in trace_context(trace).items():
         env[TRACE_VARIABLES[key]] = value
+    status = getattr(session, "sandbox", None) or {}
+    caches = status.get("cache_dir") if status.get("active") else None
+    if isinstance(caches, str) and os.path.isabs(caches):
+        env.update(cache_environment(caches, env))
+    egress = status.get("egress") if status.get("active") else None
+    proxy = egress.get("proxy") if isinstance(egress, dict) else None
+    if isinstance(proxy, str):
+        env.update(proxy_environment(proxy))
+    plan = status.get("plan") if status.get("active") else None
+    if isinstance(plan, dict) and plan.get("network") is False and proxy is None:
+        env.update({name: value for name, value in OFFLINE.items() if name not in env})
     return env
+
+
+# With sandbox.network = false nothing can be fetched: package managers are told so (unless the session set
+# these), and fail at once with their own "offline" error instead of retrying for tens of seconds.
+OFFLINE = {"PIP_RETRIES": "0", "npm_config_offline": "true", "UV_OFFLINE": "1", "CARGO_NET_OFFLINE": "true",
+           "GOPROXY": "off", "YARN_ENABLE_OFFLINE_MODE": "1"}
+
+
+# Local addresses stay direct: inside the sandbox they are the command's own loopback.
+NO_PROXY = "localhost,127.0.0.1,::1"
+
+
+def proxy_environment(proxy: str) -> dict[str, str]:
+    """The variables that send a command's HTTP(S) traffic through the session's egress proxy: set
+    whatever the session had, since the proxy is the only way out of the sandbox."""
+    return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+            "NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
+
+
+# Tool caches and homes pointed at the sandbox's cache directory unless the environment names them.
+CACHE_VARIABLES = {"npm_config_cache": "npm", "PIP_CACHE_DIR": "pip", "XDG_CACHE_HOME": "xdg", "CARGO_HOME": "cargo",
+                   "GOCACHE": "go-build", "GOMODCACHE": "go-mod", "UV_CACHE_DIR": "uv",
+                   "YARN_CACHE_FOLDER": "yarn", "pnpm_config_store_dir": "pnpm-store"}
+
+
+def cache_environment(cache_dir: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables to add to ``env`` so tool caches live beneath ``cache_dir``: only those not set."""
+    out = {name: f"{cache_dir}/{sub}" for name, sub in CACHE_VARIABLES.items() if not env.get(name)}
+    if "npm_config_update_notifier" not in env:
+        out["npm_config_update_notifier"] = "false"  # it writes beneath ~/.config, read-only in the sandbox
+    return out
 
 
 def search_path(env: Mapping[str, str]) -> str:

@@ -45,6 +45,8 @@ from .tool import RISK_NAMES, ToolRisk
 Action = Literal["allow", "ask", "deny"]
 POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
 STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
+# The detail a write to an agent-control path carries (peon/tools/target.py): such a call is asked at least.
+AGENT_CONTROL = "agent_control"
 Scope = Literal["call", "tool", "risk"]
 AnswerName = Literal["allow_once", "allow_session", "deny"]
 DecidedBy = Literal["policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
@@ -320,6 +322,10 @@ class ApprovalPolicy:
                 matched.append((floor.decision, rule))
         if not matched and note:  # the per-risk value decided: say why the allow rules did not
             rule = f"{rule} ({note})"
+        control = request.details.get(AGENT_CONTROL) if isinstance(request.details, Mapping) else None
+        if isinstance(control, str) and STRICTNESS[action] < STRICTNESS["ask"]:
+            action, rule = "ask", (f"a write beneath the agent-control path {control!r} (sandbox.protected) is "
+                                   f"asked at least; {rule} would allow it")
         return Verdict(action, rule)
 
     def _per_risk(self, request: ApprovalRequest) -> tuple[Action, str]:

@@ -57,6 +57,7 @@ from peon.workers.channel import Channel, ChannelError
 from peon.workers.reaper import REAPER
 
 from . import diagnostics
+from . import egress
 from .audit import audit_entry, decision_entry, job_entry
 from .facts import gather
 from .jobs import Job, JobTable
@@ -231,6 +232,7 @@ class Supervisor:
         return None
 
     async def _reply(self, call: PendingCall, reply: dict) -> None:
+        reply = egress.name_refusals(reply, call.started_at)  # the egress allowlist's refusals during the call
         if self.calls.get(call.id) is call:
             del self.calls[call.id]
             self.held_bytes -= call.size

@@ -26,6 +26,7 @@ from peon.workers import sandbox
 from peon.workers.cgroup import session_cgroup_name
 from peon.workers.limits import ResourceLimits
 
+from . import egress
 from . import containment as containment_mod
 from .approval import ApprovalHook
 from .audit import AuditLog
@@ -78,8 +79,15 @@ class SessionState:
         skills = discover(workspace, env, loaded.config.skills.max_skills)
         # Decided once: "required" refuses to start here rather than run anything unsandboxed.
         command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
-        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env)
         state_dir = Path(start["state_dir"])
+        runtime_dir = [start["runtime_dir"]] if start.get("runtime_dir") else []
+        peon_dirs = [str(state_dir), str(state_dir.parent), *runtime_dir]  # kept from sandboxed commands
+        sandbox_status = sandbox.session_status(loaded.config.sandbox, str(workspace), command_env, hidden=peon_dirs,
+                                                session_id=session_id)
+        try:  # sandbox.network = [hosts...]: the proxy is the commands' only way out
+            egress.start(sandbox_status)
+        except OSError as exc:
+            sandbox_status.setdefault("notes", []).append(f"the egress proxy could not start ({exc}): no network")
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
@@ -168,6 +176,7 @@ class SessionState:
             self.containment.close()
         finally:
             self.audit.close()
+            sandbox.remove_session_cache(self.view.sandbox)
             if self.view.root_fd >= 0:
                 os.close(self.view.root_fd)
 

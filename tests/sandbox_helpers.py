@@ -49,6 +49,13 @@ def bind_tcp():
     finally:
         s.close()
 
+def udp_send(host, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"x", (host, port))
+
+def open_socket(family, kind):
+    socket.socket(family, kind).close()
+
 def ptrace_seize(pid):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.ptrace(0x4206, pid, None, None) != 0:  # PTRACE_SEIZE

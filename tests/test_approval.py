@@ -37,11 +37,16 @@ def test_the_approver_sees_the_whole_request(approving, workspace):
     (request,) = approver.requests
     assert request["op"] == "approval_request" and len(request["request_id"]) >= 16
     assert request["call_id"] == r.call_id
-    assert (request["tool"], request["risk"], request["risk_reason"]) == ("bash", "process", "declared risk of bash")
+    # The OS sandbox is on by default where the kernel allows it: the request says so, and how.
+    sandboxed = bool(session.info["sandbox"].get("active"))
+    reason = "declared risk of bash" + (", inside the OS sandbox" if sandboxed else "")
+    assert (request["tool"], request["risk"], request["risk_reason"]) == ("bash", "process", reason)
     assert request["summary"] == "run in /bin/bash -lc: echo hi"
-    assert request["details"] == {"argv": ["/bin/bash", "-lc", "echo hi"], "cwd": str(workspace.resolve()),
-                                  "timeout_seconds": 5, "segments": [{"words": ["echo", "hi"]}]}
-    assert request["sandboxed"] is False
+    details = dict(request["details"])
+    assert details.pop("sandbox", {}).get("active", False) is sandboxed
+    assert details == {"argv": ["/bin/bash", "-lc", "echo hi"], "cwd": str(workspace.resolve()),
+                       "timeout_seconds": 5, "segments": [{"words": ["echo", "hi"]}]}
+    assert request["sandboxed"] is sandboxed
     assert request["canonical_input"] == '{"command":"echo hi","timeout_seconds":5}'
     assert request["scopes"] == ["call", "tool", "risk"]
     assert request["timeout_seconds"] == 120.0  # limits.approval_timeout_seconds, so a prompt can give up too

@@ -214,7 +214,7 @@ def test_the_approval_request_shows_the_parsed_segments(approving):
         {"words": ["echo", "?"]},
     ]
     assert details["dynamic"] == ["it uses command substitution ($(date))"]
-    assert request["sandboxed"] is False
+    assert request["sandboxed"] is bool(session.info["sandbox"].get("active"))  # on by default where it can be
 
 
 # -- sandboxed calls -------------------------------------------------------------------------------------
@@ -223,7 +223,8 @@ def test_the_approval_request_shows_the_parsed_segments(approving):
 def test_process_sandboxed_decides_sandboxed_process_calls(open_session, workspace, tmp_path):
     approver = Recorder()
     state = tmp_path / "sandbox-state"
-    session = open_session({"approval": {**DEFAULT_APPROVAL, "process_sandboxed": "allow"}},
+    # bash outside the OS sandbox (mode = "off"), beside a tool whose calls run inside it.
+    session = open_session({"approval": {**DEFAULT_APPROVAL, "process_sandboxed": "allow"}, "sandbox": {"mode": "off"}},
                            env={"XDG_CONFIG_HOME": str(tmp_path / "none"), "PYTHONPATH": str(FIXTURES)},
                            tools=["peon_test_tools:SandboxedProcessTool"], approver=approver, state_dir=state)
     r = session.call("sandboxed_touch", {"path": "made"})

@@ -99,7 +99,9 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path, lef
     assert allowed["decision"]["rule"] == (
         'approval.rules[0] in overrides (tool = "bash", command_prefix = "echo policy-allow") says \'allow\' '
         '(every part allowed: `echo policy-allow`)')
-    assert (allowed["risk"], allowed["risk_reason"]) == ("process", "declared risk of bash")
+    sandboxed = bool(session.info["sandbox"].get("active"))  # the OS sandbox is on by default where it can be
+    assert (allowed["risk"], allowed["risk_reason"]) == (
+        "process", "declared risk of bash" + (", inside the OS sandbox" if sandboxed else ""))
     assert allowed["input"] == {"command": "echo policy-allow"}
     check("policy-deny", "policy", False, {"ok": False, "error": "denied"})
     ask = check("ask-allow", "approver", True, {"ok": True})
@@ -254,7 +256,8 @@ def test_a_write_failure_is_reported_not_raised(tmp_path, capsys):
 
 def test_the_decision_line_is_written_before_the_call_runs(open_session, env, tmp_path):
     state = tmp_path / "before"
-    session = open_session({}, env=env, state_dir=state)  # the fixture allows every risk
+    # The command reads Peon's audit log: only outside the OS sandbox, which hides it from commands.
+    session = open_session({"sandbox": {"mode": "off"}}, env=env, state_dir=state)  # the fixture allows every risk
     r = session.call("bash", {"command": f"grep -c 'token-before-run' {state / 'audit.jsonl'}"})
     assert r.ok and r.value["output"] == "1\n", r  # the running command found its own decision line
     (decision,) = read_log(state, "decision")
@@ -264,7 +267,7 @@ def test_the_decision_line_is_written_before_the_call_runs(open_session, env, tm
 
 def test_a_call_that_kills_its_supervisor_still_has_its_decision_line(open_session, env, tmp_path):
     state = tmp_path / "killed"
-    session = open_session({}, env=env, state_dir=state)
+    session = open_session({"sandbox": {"mode": "off"}}, env=env, state_dir=state)  # the sandbox refuses the kill
     r = session.call("bash", {"command": f"kill -9 {session.supervisor_pid}; sleep 30"})
     assert r.error.code == "supervisor_died", r
     (decision,) = read_log(state, "decision")

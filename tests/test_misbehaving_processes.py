@@ -1,6 +1,9 @@
 """A command that stops (``SIGSTOP``) a Peon process, or moves itself out of its cgroup, never hangs a
 call, never loses its output, and never survives: every call is answered by its deadline + grace (+
-the client's margin when the supervisor itself stops answering), whichever process misbehaves."""
+the client's margin when the supervisor itself stops answering), whichever process misbehaves.
+
+These are the guarantees without the OS sandbox (sandbox.mode = "off"): inside it, stopping a Peon process
+or leaving the cgroup is refused outright (tests/test_sandbox_workflow.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from helpers import CGROUP_SUPPORT, living, wait_for
 from peon.workers import proctree
 
 PPID = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "  # the parent of a pid (titles have spaces)
-FAST = {"limits": {"worker_grace_seconds": 0.5, "worker_start_seconds": 1.0}}
+UNSANDBOXED = {"sandbox": {"mode": "off"}}
+FAST = {"limits": {"worker_grace_seconds": 0.5, "worker_start_seconds": 1.0}, **UNSANDBOXED}
 SLACK = 6.0  # generous: only a hang takes this long
 
 
@@ -112,7 +116,7 @@ def escape_to_parent(session) -> str:
 
 @needs_root_cgroup
 def test_a_process_that_moves_out_of_its_cgroup_still_dies_and_the_call_keeps_its_output(open_session, workspace):
-    session = open_session({"runtime": {"containment": "cgroup"}})
+    session = open_session({"runtime": {"containment": "cgroup"}, **UNSANDBOXED})
     command = f"sleep 1000 & echo $! > esc.pid; {escape_to_parent(session)} && echo moved"
     r = timed_call(session, {"command": command}, SLACK)
     assert r.ok and r.value["output"] == "moved\n", r
@@ -122,7 +126,7 @@ def test_a_process_that_moves_out_of_its_cgroup_still_dies_and_the_call_keeps_it
 
 @needs_root_cgroup
 def test_a_process_that_moved_out_of_its_cgroup_dies_with_the_supervisor(open_session, workspace, leftovers):
-    session = open_session({"runtime": {"containment": "cgroup"}})
+    session = open_session({"runtime": {"containment": "cgroup"}, **UNSANDBOXED})
     handle = session.submit("bash", {"command": f"sleep 1000 & echo $! > esc.pid; {escape_to_parent(session)}; wait"})
     assert wait_for(lambda: (workspace / "esc.pid").exists() and (workspace / "esc.pid").read_text().strip(), 10)
     escaped = int((workspace / "esc.pid").read_text())

@@ -54,6 +54,8 @@ def exercise(session, tag: str) -> list:
         result = session.call(name, args)
         value = {k: v for k, v in (result.value or {}).items()
                  if k not in ("duration_ms", "sha256", "mtime_ns", "job_id")}  # job ids count the session's calls
+        if isinstance(value.get("sandbox"), dict):  # the writable paths name each session's own workspace and cache
+            value["sandbox"] = {k: v for k, v in value["sandbox"].items() if k != "writable"}
         outcomes.append((result.tool, result.ok, result.error.code if result.error else None, value))
     return outcomes
 

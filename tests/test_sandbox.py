@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 
 import pytest
 
@@ -27,6 +29,8 @@ needs = {abi: pytest.mark.skipif(abi > ABI, reason=f"needs Landlock ABI {abi}; t
          for abi in (1, 3, 4, 6)}
 landlock = needs[1]  # the tests below that run commands inside a real Landlock domain
 STRICT = {"mode": "required", "kind": "landlock", "network": False}
+# Landlock alone refuses with EACCES; its mount view (root) with EROFS.
+DENIED = re.compile("Permission denied|Read-only file system")
 
 
 class Box:
@@ -38,8 +42,11 @@ class Box:
             directory.mkdir()
         (self.outside / "precious").write_text("keep me")
         self.guard = guard
-        self.env = {"TMPDIR": str(self.tmp)}  # the sandbox's temp dir: outside/ is outside every writable path
-        sandbox = {**STRICT, "network": ABI < ll.NET_ABI, "isolate_signals": ABI >= ll.SCOPE_ABI,
+        # The sandbox's temp dir: outside/ is outside every writable path. Landlock alone (the layer every
+        # kernel with Landlock has): the mount view and network namespace are tested in test_sandbox_workflow.py.
+        self.env = {"TMPDIR": str(self.tmp), "PEON_SANDBOX_SIMULATE": "no-namespaces"}
+        # "auto": what Landlock alone leaves out (unix sockets by path, metadata) is listed, not refused.
+        sandbox = {**STRICT, "mode": "auto", "network": ABI < ll.NET_ABI, "isolate_signals": ABI >= ll.SCOPE_ABI,
                    "isolate_abstract_sockets": ABI >= ll.SCOPE_ABI}
         self.session = open_module_session(self.workspace, root / "state", guard, sandbox, self.env)
         self.peers = Peers(guard)
@@ -107,6 +114,32 @@ def test_tcp_to_a_loopback_listener_is_refused_with_network_false(box):
     assert box.peers.accepted() == 0
     control = run_unsandboxed({"tcp_connect": actions["tcp_connect"]}, box.guard.env())
     assert control == {"tcp_connect": "ok"} and box.peers.accepted() == 1
+
+
+@needs[4]
+def test_without_namespaces_seccomp_refuses_what_landlock_does_not_see(box, tmp_path):
+    """Landlock alone (no root for the namespaces): UDP (DNS included), packet sockets and setuid bits
+    are refused by the seccomp filter; the session names what stays unenforced."""
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.settimeout(0.5)
+    (box.workspace / "tool").write_text("#!/bin/sh\n")
+    actions = {"udp": ["udp_send", "127.0.0.1", receiver.getsockname()[1]],
+               "packet": ["open_socket", socket.AF_PACKET, socket.SOCK_RAW],
+               "setuid": ["chmod", str(box.workspace / "tool"), 0o4755]}
+    try:
+        got = outcomes(box.call(probe_command(actions)))
+        assert got == {"udp": "EACCES", "packet": "EAFNOSUPPORT", "setuid": "EPERM"}
+        with pytest.raises(TimeoutError):
+            receiver.recvfrom(16)
+        assert run_unsandboxed({"udp": actions["udp"]}, box.guard.env()) == {"udp": "ok"}
+        assert receiver.recvfrom(16)[0] == b"x"
+    finally:
+        receiver.close()
+    status = box.session.info["sandbox"]
+    assert status["layers"] == ["landlock", "seccomp"]
+    assert any("named unix sockets" in gap for gap in status["not_enforced"])
+    assert any("utimes" in gap for gap in status["not_enforced"])
 
 
 @needs[6]
@@ -309,7 +342,7 @@ def test_agent_adapters_are_sandboxed_only_when_switched_on(open_session, tmp_pa
         approver=lambda request: seen.append(request) or "allow_once")
     inside = session.call("agent_claude", {"prompt": "say hello"})
     assert inside.ok and inside.value["exit_code"] != 0, inside.value
-    assert "Permission denied" in inside.value["output"] and inside.value["sandbox"]["kind"] == "landlock"
+    assert DENIED.search(inside.value["output"]) and inside.value["sandbox"]["kind"] == "landlock"
     assert agents.records() == []  # its log is outside the sandbox's writable paths
     assert seen[0]["details"]["sandbox"]["active"] is True
 
@@ -336,6 +369,13 @@ def test_doctor_reports_the_sandbox_and_known_fixes(leftovers, workspace, tmp_pa
     assert "sandbox      auto: not sandboxed (Landlock is unavailable" in text
     assert "landlock     no: " in text and "fix: use a kernel built with CONFIG_SECURITY_LANDLOCK=y" in text
     assert "bwrap        no: " in text and "fix: install bubblewrap" in text
+    # The layers beside Landlock: each said available or not, with the fix; the session lists each rule.
+    layered = {"PEON_SANDBOX_SIMULATE": "no-namespaces,no-seccomp"}
+    text = run_peon(leftovers, workspace, "doctor", "--config", str(config), env=layered).stdout
+    assert "namespaces   no: reported unavailable" in text and "fix: run Peon as root" in text
+    assert "seccomp      no: reported unavailable" in text and "fix: install libseccomp2" in text
+    assert "layers landlock;" in text and "NOT enforced: chmod of ordinary mode bits and utimes" in text
+    assert "enforced: writes outside the writable paths are refused" in text
     config.write_text('[sandbox]\nmode = "required"\n')
     call = run_peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), env=missing)
     assert_clean_failure(call, 1, 'sandbox.mode is "required" but Landlock is unavailable')
@@ -354,8 +394,8 @@ def test_unattended_sandboxed_commands_run_and_still_stop_at_the_boundary(open_s
                              env={"TMPDIR": str(tmp_path / "ws")})
     r = sandboxed.call("bash", {"command": f"touch inside; touch {outside}/escape"})
     assert r.ok, r.error
-    assert "Permission denied" in r.value["output"] and (workspace / "inside").exists()
+    assert DENIED.search(r.value["output"]) and (workspace / "inside").exists()
     assert list(outside.iterdir()) == []
-    unsandboxed = open_session(approval)
+    unsandboxed = open_session({**approval, "sandbox": {"mode": "off"}})
     r = unsandboxed.call("bash", {"command": "touch inside-again"})
     assert not r.ok and r.error.code == "denied" and not (workspace / "inside-again").exists()

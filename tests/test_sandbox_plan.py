@@ -4,6 +4,8 @@ project may change there, and the worker failing closed on an approval without a
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +17,11 @@ from peon.tool import SessionView, ToolRisk
 from peon.tools.bash import BashTool
 from peon.workers import landlock as ll
 from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
-from peon.workers.sandbox_plan import SandboxPlan, bwrap_argv, landlock_rules, unenforced
+from peon.environment import CACHE_VARIABLES, cache_environment
+from peon.workers.sandbox_plan import (
+    QUIET_PROFILE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits, landlock_rules, layers,
+    protected_paths, quiet_profile, seccomp_rules, unenforced,
+)
 
 PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
 
@@ -64,6 +70,11 @@ def test_what_each_abi_cannot_enforce_is_named():
     # bwrap: abstract sockets live in the network namespace, which it shares when the network is on.
     assert unenforced("bwrap", 0, **options) == []
     assert "isolate_abstract_sockets" in unenforced("bwrap", 0, **{**options, "network": True})[0]
+    # Landlock without its namespaces: protected paths, host unix sockets and a private loopback are named.
+    gaps = unenforced("landlock", 7, **options, namespaces=False, protected=True)
+    assert "sandbox.protected" in gaps[0] and "named unix sockets" in gaps[1] and "CAP_SYS_ADMIN" in gaps[1]
+    assert kind_limits("landlock", namespaces=False) and "utimes" in kind_limits("landlock", namespaces=False)[0]
+    assert kind_limits("landlock", namespaces=True) == kind_limits("bwrap", namespaces=False) == []
 
 
 def test_bwrap_command_line():
@@ -121,9 +132,10 @@ def test_paths_expand_home_of_the_session():
 # -- configuration ---------------------------------------------------------------------------------
 
 
-def test_sandbox_defaults_keep_v01_behaviour():
+def test_sandbox_is_on_by_default_where_the_kernel_allows():
     config = load_config(env={}).config
-    assert config.sandbox.mode == "off" and config.sandbox.kind == "landlock"
+    assert config.sandbox.mode == "auto" and config.sandbox.kind == "landlock"
+    assert ".git/hooks" in config.sandbox.protected and config.sandbox.caches == "session"
     assert config.sandbox.readable == ("/",) and config.sandbox.network is True
     assert config.agents.claude.sandbox is False
 
@@ -204,7 +216,8 @@ def test_call_details_and_result_summary():
     switched_off = call_details(STATUS, enabled=False, why_not="agents.pi.sandbox is false")
     assert switched_off == {"active": False, "mode": "auto", "reason": "agents.pi.sandbox is false"}
     assert result_summary(call_details(STATUS)) == {"kind": "landlock", "abi": 6, "network": False,
-                                                    "writable": ["/ws", "/tmp", "/dev/null"]}
+                                                    "writable": ["/ws", "/tmp", "/dev/null"],
+                                                    "layers": ["landlock"], "not_enforced": []}
     assert result_summary(None) is None
 
 
@@ -225,13 +238,148 @@ def test_the_worker_fails_closed_on_an_unusable_approval():
     assert confinement_for(context({"sandbox": {"active": False, "mode": "auto"}}, "auto")) is None
 
 
-def test_doctor_describes_the_session_sandbox_in_one_line():
+def test_doctor_describes_the_session_sandbox_and_each_enforced_and_unenforced_rule():
     from peon.cli import describe_sandbox
 
     assert describe_sandbox({"mode": "off", "active": False, "reason": 'sandbox.mode is "off"'}) == (
         'off: not sandboxed (sandbox.mode is "off")')
-    line = describe_sandbox({**STATUS, "not_enforced": ["sandbox.isolate_signals (needs Landlock ABI 6)"]})
-    assert line == ("auto: landlock ABI 6; writes beneath /ws, /tmp, /dev/null; reads beneath /; network off; "
-                    "NOT enforced: sandbox.isolate_signals (needs Landlock ABI 6)")
+    line = describe_sandbox({**STATUS, "not_enforced": ["sandbox.isolate_signals (needs Landlock ABI 6)"],
+                             "enforced": ["writes outside the writable paths are refused"]})
+    assert line.splitlines() == [
+        "auto: landlock ABI 6; layers landlock; writes beneath /ws, /tmp, /dev/null; reads beneath /; network off",
+        "               enforced: writes outside the writable paths are refused",
+        "               NOT enforced: sandbox.isolate_signals (needs Landlock ABI 6)"]
     failed = describe_sandbox({"error": "sandbox_unavailable: no"})
     assert failed == "the session did not start: sandbox_unavailable: no"
+
+
+# -- the layers beside Landlock ---------------------------------------------------------------------
+
+
+def test_protected_paths_are_the_existing_ones_inside_the_writable_roots():
+    existing = {"/ws/.git/hooks", "/ws/.claude", "/ws/.vscode", "/tmp/.idea"}
+    links = {"/ws/.vscode": "/etc/vscode"}  # leads out: read-only there already
+    got = protected_paths(("/ws", "/tmp", "/dev/null"), (".git/hooks", ".claude", ".mcp.json", ".vscode", ".idea"),
+                          lambda p: links.get(p, p), existing.__contains__)
+    assert got == ["/ws/.git/hooks", "/ws/.claude", "/tmp/.idea"]
+
+
+def test_host_sockets_are_the_named_ones_listed():
+    listing = ("Num       RefCount Protocol Flags    Type St Inode Path\n"
+               "0000: 00000002 00000000 00010000 0001 01 1234 /run/docker.sock\n"
+               "0000: 00000002 00000000 00010000 0001 01 1235 @abstract-name\n"
+               "0000: 00000002 00000000 00010000 0001 01 1236\n"
+               "0000: 00000002 00000000 00010000 0001 01 1237 /tmp/with space.sock\n"
+               "0000: 00000002 00000000 00010000 0001 01 1238 /run/docker.sock\n"
+               "0000: 00000002 00000000 00010000 0001 01 1239 relative.sock\n")
+    assert host_socket_paths(listing) == ["/run/docker.sock", "/tmp/with space.sock"]
+
+
+def test_peon_directories_are_hidden_only_where_nothing_needed_lies_beneath():
+    assert hideable(["/state/peon/sessions/s1", "/state/peon/sessions", "/tmp/peon-run-x", "/tmp/t", "/"],
+                    ["/tmp/t/ws", "/tmp", "/dev/null"]) == ("/state/peon/sessions/s1", "/state/peon/sessions",
+                                                            "/tmp/peon-run-x")
+
+
+def test_seccomp_rules_follow_the_plan():
+    full = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=7, netns="/proc/1/task/2/ns/net",
+                       netns_inode=5, mount_view=True, seccomp=True)
+    rules = seccomp_rules(full)
+    assert rules.special_chmod and rules.no_io_uring and not rules.metadata and not rules.inet_stream_only
+    assert set(rules.socket_families) == {1, 2, 10, 16}
+    bare = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=7, seccomp=True)
+    assert seccomp_rules(bare).metadata and seccomp_rules(bare).inet_stream_only
+    online = SandboxPlan("landlock", ("/ws",), ("/",), True, True, True, abi=7, seccomp=True, mount_view=True)
+    assert seccomp_rules(online).socket_families == () and not seccomp_rules(online).inet_stream_only
+    # With its own network namespace, TCP there is the command's own loopback: no Landlock TCP rules.
+    assert landlock_rules(full, {"/ws", "/"}).handled_net == 0
+    assert layers(full) == ["landlock", "mount_view", "network_namespace", "seccomp"]
+    assert any("private network namespace" in line for line in enforced(full))
+
+
+def test_the_new_plan_fields_round_trip_and_are_checked():
+    plan = SandboxPlan("landlock", ("/ws",), ("/",), False, True, True, abi=7, protected=(".git/hooks",),
+                       netns="/proc/1/task/2/ns/net", netns_inode=5, mount_view=True, seccomp=True,
+                       hidden=("/state",))
+    assert SandboxPlan.from_dict(plan.to_dict()) == plan
+    for key, value in [("protected", ["../x"]), ("protected", ["/abs"]), ("netns", "/etc/netns"),
+                       ("netns_inode", 0), ("mount_view", "yes"), ("hidden", ["rel"])]:
+        with pytest.raises(ValueError):
+            SandboxPlan.from_dict({**plan.to_dict(), key: value})
+
+
+def test_a_login_profile_is_silenced_and_the_command_keeps_its_stderr():
+    assert quiet_profile(["/bin/bash", "-lc", "make"]) == ["/bin/bash", "-c", QUIET_PROFILE + "make"]
+    assert QUIET_PROFILE.endswith("} 2>/dev/null\n")
+    assert quiet_profile(["/usr/bin/claude", "-p", "x"]) == ["/usr/bin/claude", "-p", "x"]
+
+
+def test_caches_point_at_the_cache_directory_unless_set():
+    env = cache_environment("/c", {"PIP_CACHE_DIR": "/mine", "GOCACHE": ""})
+    assert "PIP_CACHE_DIR" not in env and env["GOCACHE"] == "/c/go-build" and env["npm_config_cache"] == "/c/npm"
+    assert set(CACHE_VARIABLES) - {"PIP_CACHE_DIR"} <= set(env)
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"network": ["bad host!"]}, "sandbox.network"),
+    ({"protected": ["../escape"]}, "sandbox.protected"),
+    ({"caches": "everywhere"}, "sandbox.caches"),
+])
+def test_bad_new_sandbox_settings_name_the_key(table, key):
+    with pytest.raises(ConfigError) as caught:
+        load_config({"sandbox": table}, env={})
+    assert key in caught.value.message
+
+
+def test_a_project_may_narrow_the_allowlist_and_add_protected_paths(tmp_path):
+    user = '[sandbox]\nnetwork = ["pypi.org", "registry.npmjs.org"]\n'
+    env = {"PEON_CONFIG": str(tmp_path / "user.toml")}
+    narrowed = load_config(workspace=project(tmp_path, '[sandbox]\nnetwork = ["pypi.org"]\n'
+                                             'protected = [".git/hooks", ".git/config", ".gitmodules", ".peon", '
+                                             '".claude", ".codex", ".mcp.json", ".github/workflows", ".vscode", '
+                                             '".idea", "Makefile"]\n', user), env=env).config.sandbox
+    assert narrowed.network == ("pypi.org",) and "Makefile" in narrowed.protected
+    for text in ('[sandbox]\nnetwork = ["evil.test"]\n', '[sandbox]\nprotected = []\n'):
+        shutil.rmtree(tmp_path / "ws")
+        with pytest.raises(ConfigError):
+            load_config(workspace=project(tmp_path, text, user), env=env)
+
+
+def test_a_session_cache_directory_planted_in_the_temp_dir_is_not_used(tmp_path):
+    """The per-session cache directory is made in a shared temp dir: a link planted there under its name
+    (to /etc, say) must not become a writable path."""
+    from peon.workers.sandbox import cache_dir
+
+    (tmp_path / "peon-cache-s1").symlink_to("/etc")
+    section = SimpleNamespace(caches="session")
+    assert cache_dir(section, {"TMPDIR": str(tmp_path)}, "s1") is None
+    made = cache_dir(section, {"TMPDIR": str(tmp_path)}, "s2")
+    assert made == str(tmp_path.resolve() / "peon-cache-s2") and os.stat(made).st_mode & 0o777 == 0o700
+    assert cache_dir(section, {"TMPDIR": str(tmp_path)}, "s2") == made  # already ours
+    assert cache_dir(SimpleNamespace(caches="off"), {"TMPDIR": str(tmp_path)}, "s3") is None
+    user = cache_dir(SimpleNamespace(caches="user"), {"HOME": str(tmp_path / "home")}, "s4")
+    assert user == str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox")
+
+
+def test_the_environment_follows_the_sandbox_network():
+    """network = false: package managers in offline mode (unless set); an allowlist: the proxy instead;
+    caches beneath the cache directory either way; nothing of this without an active sandbox."""
+    from peon.environment import OFFLINE, command_environment
+
+    def env_for(status: dict, given: dict | None = None) -> dict:
+        config = SimpleNamespace(environment={})
+        return command_environment(SimpleNamespace(config=config, env={"PATH": "/bin", **(given or {})},
+                                                   sandbox=status))
+
+    offline = {"active": True, "cache_dir": "/c", "plan": {"network": False}}
+    env = env_for(offline, {"PIP_RETRIES": "3"})
+    assert env["PIP_RETRIES"] == "3" and env["npm_config_offline"] == "true" and env["GOPROXY"] == "off"
+    assert env["PIP_CACHE_DIR"] == "/c/pip" and "HTTP_PROXY" not in env
+    allowlisted = {**offline, "egress": {"proxy": "http://127.0.0.1:5"}}
+    env = env_for(allowlisted, {"HTTPS_PROXY": "http://elsewhere"})
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:5"
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+    assert not set(OFFLINE) & set(env)
+    online = env_for({"active": True, "cache_dir": "/c", "plan": {"network": True}})
+    assert not set(OFFLINE) & set(online) and online["npm_config_cache"] == "/c/npm"
+    assert env_for({"active": False, "cache_dir": "/c"}) == {"PATH": "/bin"}

@@ -561,6 +561,7 @@ def test_a_read_only_cgroup_hierarchy_is_reported(env, workspace, tmp_path):
         assert 'peon_containment_info{kind="process-tree"' in text, text
         ready = next(json.loads(line) for line in server.log().splitlines() if '"event": "ready"' in line)
         assert ready["containment"] == "process-tree" and "Read-only file system" in ready["containment_detail"]
+        assert "sandbox" in ready and isinstance(ready["sandbox_not_enforced"], list)  # what the sandbox enforces
         done = final_message(modern_post(server.port, 1, "tools/call", {"name": "bash", "arguments": {
             "command": "sleep 300 & echo started"}})[2])
         assert done["result"]["structuredContent"]["output"] == "started\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -70,7 +71,7 @@ def test_the_prompt_shows_the_request(drive, workspace):
     child.expect(PROMPT)
     shown = child.before
     assert "tool:    bash" in shown
-    assert "risk:    process (declared risk of bash)" in shown
+    assert re.search(r"risk:    process \(declared risk of bash(, inside the OS sandbox)?\)", shown)
     assert "action:  run in /bin/bash -lc: echo shown" in shown
     assert '    argv: ["/bin/bash", "-lc", "echo shown"]' in shown
     assert f"    cwd: {workspace.resolve()}" in shown

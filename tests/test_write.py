@@ -166,3 +166,31 @@ def test_workspace_parent_untouched(fs_session, workspace):
     ok(fs_session, {"path": "top.txt", "content": "a", "mode": "create"})
     ok(fs_session, {"path": "top.txt", "content": "b" * 100000, "mode": "replace"})
     assert (sorted(os.listdir(parent)), os.stat(parent).st_mtime_ns) == before
+
+
+def test_writes_to_agent_control_paths_are_asked_even_when_filesystem_is_allowed(open_session, workspace):
+    """sandbox.protected (.git/hooks, .claude, .mcp.json...) is rated by the resolved path: a write there,
+    or through a harmless-looking link to there, is asked although approval.filesystem = "allow"; other
+    writes are not."""
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".claude").mkdir()
+    (workspace / "innocent").symlink_to(".git/hooks")
+    requests = []
+
+    def approver(request):
+        requests.append(request)
+        return "deny"
+
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "allow"}}, approver=approver)
+    ok(session, {"path": "notes.txt", "content": "x", "mode": "create"})
+    assert requests == []
+    for path in (".git/hooks/pre-commit", "innocent/post-checkout", ".claude/settings.json", ".mcp.json"):
+        r = session.call("write", {"path": path, "content": "#!/bin/sh\n", "mode": "create"})
+        assert r.error.code == "denied", (path, r)
+    assert [req["details"]["agent_control"] for req in requests] == [".git/hooks", ".git/hooks", ".claude", ".mcp.json"]
+    assert "agent-control path" in requests[1]["risk_reason"] and "resolves to" in requests[1]["risk_reason"]
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists() and not (workspace / ".mcp.json").exists()
+    # The list is configurable: a project may add to it, and a user may shorten it.
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "allow"},
+                            "sandbox": {"protected": [".claude"]}}, approver=approver)
+    ok(session, {"path": ".mcp.json", "content": "{}", "mode": "create"})

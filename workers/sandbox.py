@@ -27,7 +27,12 @@ Promises:
 
 ``PEON_SANDBOX_SIMULATE`` in the session's environment (for tests and diagnosis) makes the probes
 report less than the machine has, never more: ``no-landlock``, ``landlock-abi=N``, ``no-bwrap``,
-comma-separated.
+``no-namespaces``, ``no-seccomp``, comma-separated.
+
+Beside Landlock, the landlock kind adds what this machine allows (:mod:`peon.workers.namespaces`,
+:mod:`peon.workers.syscall_filter`): a read-only mount view and, with ``network = false``, the
+session's private network namespace (root), and a seccomp filter (libseccomp). The session's status
+lists what is enforced (``enforced``, ``layers``) and what is not (``not_enforced``).
 """
 
 from __future__ import annotations
@@ -48,7 +53,10 @@ from peon.environment import split_search_path
 from peon.errors import ErrorCode, PeonError, ToolError
 
 from . import landlock as ll
-from .sandbox_plan import DEVICE_FILES, SandboxPlan, bwrap_argv, landlock_rules, unenforced
+from . import namespaces, syscall_filter
+from .sandbox_plan import (DEVICE_FILES, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths,
+                           kind_limits, landlock_rules, layers, protected_paths, quiet_profile, seccomp_rules,
+                           unenforced)
 
 SIMULATE_ENV = "PEON_SANDBOX_SIMULATE"
 BWRAP_PROBE_TIMEOUT_SECONDS = 10.0
@@ -70,23 +78,23 @@ class Simulation:
     no_landlock: bool = False
     landlock_abi: int | None = None
     no_bwrap: bool = False
+    no_namespaces: bool = False
+    no_seccomp: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Simulation:
-        no_landlock = no_bwrap = False
+        flags = {"no-landlock": False, "no-bwrap": False, "no-namespaces": False, "no-seccomp": False}
         abi = None
         for item in filter(None, (part.strip() for part in text.split(","))):
-            if item == "no-landlock":
-                no_landlock = True
-            elif item == "no-bwrap":
-                no_bwrap = True
+            if item in flags:
+                flags[item] = True
             elif item.startswith("landlock-abi=") and item.partition("=")[2].isdigit():
                 abi = int(item.partition("=")[2])
             else:
                 raise PeonError(ErrorCode.CONFIG_INVALID,
-                                f"{SIMULATE_ENV} has an unknown item {item!r}; expected no-landlock, landlock-abi=N "
-                                "or no-bwrap", {SIMULATE_ENV: text})
-        return cls(no_landlock, abi, no_bwrap)
+                                f"{SIMULATE_ENV} has an unknown item {item!r}; expected no-landlock, landlock-abi=N, "
+                                "no-bwrap, no-namespaces or no-seccomp", {SIMULATE_ENV: text})
+        return cls(flags["no-landlock"], abi, flags["no-bwrap"], flags["no-namespaces"], flags["no-seccomp"])
 
 
 @dataclass(frozen=True)
@@ -208,9 +216,64 @@ def _resolve_paths(entries: Sequence[str], env: Mapping[str, str], skipped: list
     return out
 
 
-def session_status(section: Any, workspace: str, env: Mapping[str, str]) -> dict[str, Any]:
+def _namespaces(simulate: Simulation, network: bool,
+                notes: list[str]) -> tuple[bool, namespaces.NetworkNamespace | None]:
+    """Whether the landlock kind gets its mount view, and the session's network namespace (network = false)."""
+    why = f"reported unavailable ({SIMULATE_ENV})" if simulate.no_namespaces else namespaces.probe()
+    if why:
+        notes.append(f"no mount view or private network namespace: {why}")
+        return False, None
+    if network:
+        return True, None
+    try:
+        return True, namespaces.session_network()
+    except OSError as exc:
+        notes.append(f"no private network namespace: {exc}")
+        return False, None
+
+
+def cache_dir(section: Any, env: Mapping[str, str], session_id: str) -> str | None:
+    """The sandbox's cache directory (created 0700), or None (``caches = "off"``, or it cannot be)."""
+    caches = getattr(section, "caches", "off")
+    if caches == "session":
+        path = os.path.join(temp_dir(env), f"peon-cache-{session_id or os.getpid()}")
+    elif caches == "user":
+        base = env.get("XDG_CACHE_HOME") or ""
+        if not os.path.isabs(base):
+            home = env.get("HOME") or ""
+            if not os.path.isabs(home):
+                return None
+            base = os.path.join(home, ".cache")
+        path = os.path.join(base, "peon", "sandbox")
+    else:
+        return None
+    try:
+        if caches == "session":  # in a shared temp dir: made here, or already ours (a directory, not a link)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                info = os.lstat(path)
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                    return None
+        else:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return os.path.realpath(path)
+
+
+def remove_session_cache(status: Mapping[str, Any]) -> None:
+    """Remove a ``caches = "session"`` directory when its session ends (a per-user one stays)."""
+    path = status.get("cache_dir")
+    if status.get("caches") == "session" and isinstance(path, str) and os.path.basename(path).startswith("peon-cache-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def session_status(section: Any, workspace: str, env: Mapping[str, str],
+                   hidden: Sequence[str] = (), session_id: str = "") -> dict[str, Any]:
     """The session's sandbox decision as plain data (``Session.info["sandbox"]``); ``env`` is the
-    environment commands run with (:func:`peon.environment.command_environment`)."""
+    environment commands run with (:func:`peon.environment.command_environment`); ``hidden`` are Peon's
+    own directories (state, runtime), kept from commands where the kind can."""
     mode = section.mode
     if mode == "off":
         return {"mode": "off", "active": False, "reason": 'sandbox.mode is "off"'}
@@ -219,23 +282,36 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str]) -> dict
     status: dict[str, Any] = {"mode": mode, "active": False, "configured_kind": section.kind,
                               "landlock": landlock.to_dict()}
     skipped: list[str] = []
-    writable = _resolve_paths([workspace, temp_dir(env), *DEVICE_FILES, *section.writable], env, skipped)
+    caches = cache_dir(section, env, session_id)
+    extra = [caches] if caches else []
+    writable = _resolve_paths([workspace, temp_dir(env), *DEVICE_FILES, *section.writable, *extra], env, skipped)
     readable = _resolve_paths(section.readable, env, skipped)
-    options = {"network": section.network, "isolate_signals": section.isolate_signals,
+    hidden_real = hideable((os.path.realpath(p) for p in hidden if os.path.isabs(p)), [*writable, *readable])
+    status["cache_dir"], status["caches"] = caches, getattr(section, "caches", "off")
+    allowlist = tuple(section.network) if isinstance(section.network, (tuple, list)) else ()
+    network = section.network is True  # an allowlist is no network but through the session's egress proxy
+    options = {"network": network, "isolate_signals": section.isolate_signals,
                "isolate_abstract_sockets": section.isolate_abstract_sockets}
     notes = [f"skipped writable or readable path {entry}" for entry in skipped]
+    protected = tuple(section.protected)
+    seccomp_problem = f"reported unavailable ({SIMULATE_ENV})" if simulate.no_seccomp else syscall_filter.available()
     kind = section.kind
     if kind == "bwrap":
-        bwrap = probe_bwrap(env, simulate, network=section.network)
+        bwrap = probe_bwrap(env, simulate, network=network)
         status["bwrap"] = bwrap.to_dict()
         gaps = unenforced("bwrap", 0, **options)
+        limits = kind_limits("bwrap", namespaces=True, network=network)
+        if allowlist:
+            gaps.append("sandbox.network as an allowlist (its proxy is reachable only from the landlock kind's "
+                        "network namespace); no network at all instead")
         if bwrap.works and gaps and mode == "required":
             raise SandboxUnavailable('sandbox.mode is "required" but bwrap cannot enforce: ' + "; ".join(gaps),
                                      {"feature": "bwrap", "not_enforced": gaps})
         if bwrap.works:
-            plan = SandboxPlan("bwrap", tuple(writable), tuple(readable), bwrap=bwrap.path, **options)
-            return {**status, "active": True, "kind": "bwrap", "plan": plan.to_dict(), "not_enforced": gaps,
-                    "notes": notes}
+            plan = SandboxPlan("bwrap", tuple(writable), tuple(readable), bwrap=bwrap.path, protected=protected,
+                               hidden=hidden_real, **options)
+            return {**status, "active": True, "kind": "bwrap", "plan": plan.to_dict(), "not_enforced": gaps + limits,
+                    "enforced": enforced(plan), "layers": layers(plan), "notes": notes}
         if mode == "required":
             raise SandboxUnavailable(
                 f'sandbox.mode is "required" with sandbox.kind = "bwrap", but {bwrap.detail}; fix: '
@@ -248,16 +324,36 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str]) -> dict
                 f'sandbox.mode is "required" but Landlock is unavailable: {landlock.detail}; fix: '
                 + "; or ".join(landlock.fixes), {"feature": "landlock", "fixes": list(landlock.fixes)})
         reason = f"Landlock is unavailable: {landlock.detail}; commands run unsandboxed"
-        return {**status, "reason": reason, "fixes": list(landlock.fixes), "notes": notes}
-    gaps = unenforced("landlock", landlock.abi, **options)
+        return {**status, "reason": reason, "fixes": list(landlock.fixes), "notes": notes,
+                "not_enforced": ["everything: commands run unsandboxed"]}
+    mount_view, netns = _namespaces(simulate, network, notes)
+    layered = mount_view and (network or bool(netns))
+    if allowlist and netns is None:
+        notes.append("sandbox.network is an allowlist, but without the session's network namespace no proxy can be "
+                      "the only way out: no network at all instead")
+    gaps = unenforced("landlock", landlock.abi, **options, namespaces=layered, protected=bool(protected))
+    limits = kind_limits("landlock", namespaces=layered)
+    if seccomp_problem:
+        notes.append(f"no seccomp filter: {seccomp_problem}")
+        limits.append(f"setuid/setgid/sticky chmod and io_uring (seccomp: {seccomp_problem})")
+        if not network and netns is None:
+            gaps.append(f"sandbox.network = false for UDP, raw and non-IP sockets (seccomp: {seccomp_problem})")
+    if hidden_real and not mount_view and readable == ["/"]:
+        limits.append("Peon's state and runtime directories stay readable by commands (hiding them needs the mount "
+                      "view, i.e. root, or kind = \"bwrap\")")
     if gaps and mode == "required":
         raise SandboxUnavailable(
             'sandbox.mode is "required" but this kernel cannot enforce: ' + "; ".join(gaps)
             + ' (turn those settings off, or use mode = "auto" to run with what the kernel enforces)',
             {"feature": "landlock", "abi": landlock.abi, "not_enforced": gaps})
-    plan = SandboxPlan("landlock", tuple(writable), tuple(readable), abi=landlock.abi, **options)
+    gaps += limits
+    plan = SandboxPlan("landlock", tuple(writable), tuple(readable), abi=landlock.abi, protected=protected,
+                       netns=netns.path if netns else "", netns_inode=netns.inode if netns else 0,
+                       mount_view=mount_view, seccomp=not seccomp_problem, hidden=hidden_real, **options)
+    if allowlist and netns is not None:
+        status["egress"] = {"allow": list(allowlist), "netns": netns.path, "netns_inode": netns.inode}
     return {**status, "active": True, "kind": "landlock", "plan": plan.to_dict(), "not_enforced": gaps,
-            "notes": notes}
+            "enforced": enforced(plan), "layers": layers(plan), "notes": notes}
 
 
 def call_details(status: Mapping[str, Any], *, enabled: bool = True, why_not: str = "") -> dict[str, Any] | None:
@@ -277,8 +373,13 @@ def result_summary(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What a process result says about its sandbox (None: it ran unsandboxed)."""
     if not details or not details.get("active"):
         return None
+    try:
+        plan = SandboxPlan.from_dict(details)
+    except ValueError:
+        plan = None
     return {"kind": details["kind"], "abi": details.get("abi") or None, "network": details["network"],
-            "writable": list(details["writable"])}
+            "writable": list(details["writable"]), "layers": layers(plan) if plan else [details["kind"]],
+            "not_enforced": list(details.get("not_enforced", ()))}
 
 
 # -- applying a plan in the worker -----------------------------------------------------------------
@@ -330,7 +431,7 @@ class BwrapConfinement(Confinement):
                 raise _unavailable(f"bwrap starts a pinned executable only through /proc/self/fd/N, not {executable}")
             os.set_inheritable(fd, True)
             inner[0] = executable
-        return start(bwrap_argv(self.plan, inner, self.cwd), None)
+        return start(bwrap_argv(self.plan, quiet_profile(inner), self.cwd), None)
 
 
 class LandlockConfinement(Confinement):
@@ -340,9 +441,16 @@ class LandlockConfinement(Confinement):
     def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
         set_dumpable(False)  # for the rest of this worker's life: it serves this one call
         close_descriptors_on_exec()
+        plan = self.plan
         try:
-            ruleset = build_ruleset(self.plan)
-        except OSError as exc:
+            ruleset = build_ruleset(plan)
+            # Read before the thread joins the session's network: the host's sockets, not the session's.
+            sockets = (host_socket_paths(namespaces.host_sockets_text())
+                       if plan.mount_view and not plan.network else [])
+            protected = (protected_paths(plan.writable, plan.protected, os.path.realpath, os.path.lexists)
+                         if plan.mount_view else [])
+            syscalls = syscall_filter.build(seccomp_rules(plan)) if plan.seccomp else None
+        except (OSError, ValueError, RuntimeError) as exc:
             raise _unavailable(f"the Landlock sandbox could not be built: {exc}") from None
         outcome: list[Any] = []
         done = _thread.allocate_lock()
@@ -351,12 +459,18 @@ class LandlockConfinement(Confinement):
         def confined() -> None:  # on the dedicated thread: only it, and what it starts, enters the domain
             try:
                 try:
+                    if plan.mount_view or plan.netns:
+                        namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode, mount_view=plan.mount_view,
+                                         writable=plan.writable, protected=protected, hidden=plan.hidden,
+                                         sockets=sockets)
                     drop_capabilities()
                     ruleset.restrict_current_thread()
+                    if syscalls is not None:
+                        syscalls.load()
                 except OSError as exc:
                     outcome.append(_unavailable(f"the Landlock sandbox could not be applied: {exc}"))
                     return
-                outcome.append(start(argv, executable))
+                outcome.append(start(quiet_profile(argv), executable))
             except BaseException as exc:  # handed to the worker's thread, which raises it
                 outcome.append(exc)
             finally:

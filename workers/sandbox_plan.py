@@ -14,12 +14,18 @@ Promises:
   readable paths and every right beneath the writable ones, so what is not granted is denied;
 * :func:`bwrap_argv` builds a bubblewrap command line with a read-only view of the readable paths,
   writable binds of the writable ones, a fresh ``/dev`` and ``/proc``, its own pid, IPC and UTS
-  namespaces (and network namespace when TCP is refused), and all capabilities dropped.
+  namespaces (and network namespace when TCP is refused), and all capabilities dropped;
+* the layers beside Landlock are decided here too: the session's private network namespace
+  (``netns``), the read-only mount view (``mount_view``: everything outside the writable paths, the
+  agent-control paths inside them and the named unix sockets of host daemons), and the seccomp filter
+  (:func:`seccomp_rules`); :func:`protected_paths` and :func:`host_socket_paths` pick, from what the
+  worker read, exactly which paths those layers cover.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -34,6 +40,11 @@ DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/uran
 
 MIN_FS_ABI = 3  # truncate(2) is a write; below ABI 3 Landlock does not see it
 
+# The files that steer the next agent, the next git command or the editor: read-only inside the writable
+# roots (sandbox.protected), and elevated to ask when the write tool targets them.
+PROTECTED_DEFAULT = (".git/hooks", ".git/config", ".gitmodules", ".peon", ".claude", ".codex", ".mcp.json",
+                     ".github/workflows", ".vscode", ".idea")
+
 
 @dataclass(frozen=True)
 class SandboxPlan:
@@ -45,10 +56,23 @@ class SandboxPlan:
     isolate_abstract_sockets: bool
     abi: int = 0  # the Landlock ABI the plan is enforced with (landlock kind)
     bwrap: str = ""  # the bubblewrap executable (bwrap kind)
+    # Relative paths read-only beneath each writable directory (enforced with mount_view or bwrap).
+    protected: tuple[str, ...] = ()
+    # landlock kind, network = false, namespaces available: the session's network namespace (only its
+    # own loopback) as a /proc path, and its inode, which the worker checks before joining it.
+    netns: str = ""
+    netns_inode: int = 0
+    # landlock kind, namespaces available: a mount namespace per call in which everything outside the
+    # writable paths is read-only (metadata included), the protected paths too, and (network = false)
+    # the named unix sockets bound on the host are covered.
+    mount_view: bool = False
+    seccomp: bool = False  # the filter of seccomp_rules() is loaded in the confined thread
+    hidden: tuple[str, ...] = ()  # Peon's own directories, covered by an empty tmpfs in the mount view
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["writable"], out["readable"] = list(self.writable), list(self.readable)
+        out["protected"], out["hidden"] = list(self.protected), list(self.hidden)
         return out
 
     @classmethod
@@ -77,22 +101,67 @@ class SandboxPlan:
             raise ValueError("a landlock sandbox needs the Landlock ABI it is enforced with")
         if kind == "bwrap" and not bwrap.startswith("/"):
             raise ValueError(f"a bwrap sandbox needs the absolute path of bwrap, got {bwrap!r}")
+        protected = data.get("protected", [])
+        if not isinstance(protected, (list, tuple)) or not all(
+                isinstance(p, str) and relative_path_ok(p) for p in protected):
+            raise ValueError(f"sandbox.protected must be a list of relative paths without '..', got {protected!r}")
+        netns, netns_inode = data.get("netns", ""), data.get("netns_inode", 0)
+        if not isinstance(netns, str) or (netns and not netns.startswith("/proc/")):
+            raise ValueError(f"sandbox netns must be a /proc path, got {netns!r}")
+        if not isinstance(netns_inode, int) or isinstance(netns_inode, bool) or (netns and netns_inode <= 0):
+            raise ValueError(f"sandbox netns_inode must be the namespace's inode, got {netns_inode!r}")
+        mount_view, seccomp = data.get("mount_view", False), data.get("seccomp", False)
+        if not isinstance(mount_view, bool) or not isinstance(seccomp, bool):
+            raise ValueError(f"sandbox mount_view and seccomp must be true or false, got {mount_view!r}, {seccomp!r}")
         return cls(kind, paths("writable"), paths("readable"), flag("network"), flag("isolate_signals"),
-                   flag("isolate_abstract_sockets"), abi, bwrap)
+                   flag("isolate_abstract_sockets"), abi, bwrap, tuple(protected), netns, netns_inode,
+                   mount_view, seccomp, paths("hidden") if "hidden" in data else ())
+
+
+def kind_limits(kind: Kind, *, namespaces: bool, network: bool = True) -> list[str]:
+    """What this kind cannot do whatever the configuration, one sentence each (listed in ``not_enforced``
+    beside :func:`unenforced`, but no reason for ``mode = "required"`` to refuse: no setting asks for it)."""
+    if kind == "bwrap":
+        # Covering each socket with a bind would make bwrap fail whenever one vanishes before it starts.
+        return [] if network else [
+            "named unix sockets of host daemons in the bound tree (a read-only bind does not stop connect; narrow "
+            "sandbox.readable, or use kind = \"landlock\" as root, whose mount view covers them)"]
+    if namespaces:
+        return []
+    return ["chmod of ordinary mode bits and utimes outside the writable paths (Landlock does not see metadata; "
+            f"needs {NAMESPACES_NEED}; setuid/setgid/sticky chmod, chown and xattr changes are refused everywhere "
+            "by seccomp)"]
+
+
+def relative_path_ok(path: str) -> bool:
+    """A protected entry: relative, normalized, never leaving its root."""
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
 # -- what a kernel can enforce ---------------------------------------------------------------------
 
 
+NAMESPACES_NEED = "a mount and network namespace per call, which needs root (CAP_SYS_ADMIN) for kind = \"landlock\""
+
+
 def unenforced(kind: Kind, abi: int, *, network: bool, isolate_signals: bool,
-               isolate_abstract_sockets: bool) -> list[str]:
-    """The configured restrictions this sandbox cannot enforce, one sentence each."""
+               isolate_abstract_sockets: bool, namespaces: bool = True, protected: bool = False) -> list[str]:
+    """The configured restrictions this sandbox cannot enforce, one sentence each. ``namespaces``: the
+    landlock kind can add its mount view and network namespace; ``protected``: sandbox.protected is set."""
     if kind == "bwrap":  # its own pid namespace keeps signals in; abstract sockets live in the network namespace
         if isolate_abstract_sockets and network:
             return ["sandbox.isolate_abstract_sockets with sandbox.network = true (bwrap shares the network "
                     "namespace, and abstract unix sockets with it, unless network = false)"]
         return []
     gaps = []
+    if not namespaces:
+        if protected:
+            gaps.append(f"sandbox.protected inside the writable paths (needs {NAMESPACES_NEED}, or kind = \"bwrap\")")
+        if not network:
+            gaps.append("sandbox.network = false for named unix sockets of host daemons and for the command's own "
+                        f"loopback, which is refused rather than private (needs {NAMESPACES_NEED}; "
+                        "UDP, raw and other socket families are refused by seccomp)")
     if abi < MIN_FS_ABI:
         gaps.append(f"truncate(2) of files outside the writable paths (needs Landlock ABI {MIN_FS_ABI}, Linux 6.2; "
                     f"this kernel has ABI {abi})")
@@ -123,7 +192,8 @@ def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) ->
     """The ruleset for ``plan`` at its ABI; ``directories`` says which of its paths are directories
     (a rule on a file may only carry the rights that apply to files)."""
     fs = ll.fs_rights(plan.abi)
-    net = 0 if plan.network or plan.abi < ll.NET_ABI else ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
+    # With the session's network namespace the command has only its own loopback: TCP there is its own.
+    net = 0 if plan.network or plan.netns or plan.abi < ll.NET_ABI else ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
     scoped = 0
     if plan.abi >= ll.SCOPE_ABI:
         scoped |= ll.SCOPE_SIGNAL if plan.isolate_signals else 0
@@ -157,8 +227,133 @@ def bwrap_argv(plan: SandboxPlan, argv: Sequence[str], cwd: str) -> list[str]:
         if path.startswith("/dev/") and path in DEVICE_FILES:
             continue  # the fresh /dev has them
         out += ["--bind", path, path]
+    for path in protected_paths(plan.writable, plan.protected, os.path.realpath, os.path.lexists):
+        out += ["--ro-bind", path, path]
+    for path in plan.hidden:
+        if os.path.isdir(path):
+            out += ["--tmpfs", path, "--remount-ro", path]
     out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not plan.network:
         out.append("--unshare-net")
     out += ["--cap-drop", "ALL", "--chdir", cwd, "--", *argv]
     return out
+
+
+# -- what the mount view and the seccomp filter cover ----------------------------------------------
+
+
+def inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def protected_paths(writable: Iterable[str], protected: Iterable[str], realpath: Any, exists: Any) -> list[str]:
+    """The existing protected paths beneath the writable directories, resolved, that stay inside one of
+    them (a link leading elsewhere leads to something read-only already). ``realpath`` and ``exists`` are
+    the I/O, passed in."""
+    roots = [w for w in writable if not w.startswith("/dev/")]
+    out: list[str] = []
+    for root in roots:
+        for entry in protected:
+            candidate = f"{root.rstrip('/')}/{entry}"
+            if not exists(candidate):
+                continue
+            real = realpath(candidate)
+            if any(inside(real, r) for r in roots) and real not in out:
+                out.append(real)
+    return out
+
+
+def host_socket_paths(proc_net_unix: str) -> list[str]:
+    """The absolute paths of the named unix sockets listed in ``/proc/net/unix`` (its text), in order,
+    without repeats. Abstract sockets (``@...``) and relative names are not paths a command can open."""
+    out: list[str] = []
+    for line in proc_net_unix.splitlines()[1:]:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith("/") and fields[7] not in out:
+            out.append(fields[7])
+    return out
+
+
+# seccomp: what the filter refuses, as data (the worker turns it into libseccomp rules).
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
+SPECIAL_MODE_BITS = 0o7000  # setuid, setgid, sticky
+
+
+@dataclass(frozen=True)
+class SeccompRules:
+    special_chmod: bool  # chmod/fchmod/fchmodat with setuid, setgid or sticky bits: EPERM
+    metadata: bool  # chown family: EPERM; setxattr family: EOPNOTSUPP (no mount view to make them EROFS)
+    socket_families: tuple[int, ...]  # socket() of any other family: EAFNOSUPPORT; () allows every family
+    inet_stream_only: bool  # AF_INET/AF_INET6 sockets other than SOCK_STREAM: EACCES (no private namespace)
+    no_io_uring: bool = True  # io_uring would perform socket and file operations past the filter
+
+
+def seccomp_rules(plan: SandboxPlan) -> SeccompRules:
+    offline = not plan.network
+    families = (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK) if offline else ()
+    return SeccompRules(special_chmod=True, metadata=not plan.mount_view, socket_families=families,
+                        inet_stream_only=offline and not plan.netns)
+
+
+def layers(plan: SandboxPlan) -> list[str]:
+    """The mechanisms enforcing ``plan``, for results and ``peon doctor``."""
+    out: list[str] = [plan.kind]
+    out += ["mount_view"] if plan.mount_view else []
+    out += ["network_namespace"] if plan.netns or (plan.kind == "bwrap" and not plan.network) else []
+    out += ["seccomp"] if plan.seccomp else []
+    return out
+
+
+def enforced(plan: SandboxPlan) -> list[str]:
+    """What ``plan`` enforces, one sentence each (what it cannot is :func:`unenforced`)."""
+    out = ["writes outside the writable paths are refused"]
+    if plan.mount_view or plan.kind == "bwrap":
+        out.append("metadata changes (chmod, chown, utimes, xattrs) outside the writable paths are refused "
+                   "(read-only mounts)")
+    if plan.protected and (plan.mount_view or plan.kind == "bwrap"):
+        out.append("the protected paths inside the writable roots are read-only: " + ", ".join(plan.protected))
+    if plan.hidden and (plan.mount_view or plan.kind == "bwrap"):
+        out.append("Peon's own state and runtime directories are hidden")
+    if plan.seccomp:
+        out.append("setuid, setgid and sticky chmod are refused everywhere; io_uring is refused")
+    if not plan.network:
+        if plan.netns or plan.kind == "bwrap":
+            out.append("no network: a private network namespace with only its own loopback (TCP, UDP, DNS, raw, IPv6)")
+        elif plan.seccomp:
+            out.append("no TCP (Landlock); UDP, raw and other socket families refused (seccomp)")
+        if plan.mount_view:
+            out.append("named unix sockets bound on the host when the call starts are covered")
+    if plan.readable != ("/",):
+        out.append("reads outside the readable paths are refused")
+    return out
+
+
+def hideable(candidates: Iterable[str], keep: Iterable[str]) -> tuple[str, ...]:
+    """The candidates (Peon's directories) that can be covered without covering a path in ``keep`` (the
+    workspace, the writable and readable roots): none that is ``/``, or holds or is one of them."""
+    kept = list(keep)
+    out: list[str] = []
+    for path in candidates:
+        if path != "/" and not any(inside(k, path) for k in kept) and path not in out:
+            out.append(path)
+    return tuple(out)
+
+
+
+# A login shell's profile runs with stderr to /dev/null inside the sandbox: profiles that write beneath
+# the home directory (pyenv rehash, nvm, completions caches) fail there, and their complaints would head
+# every result. The files bash -l reads are sourced, in its order, by the same shell with only their stderr
+# silenced (a second shell to redirect around `bash -l` costs 1.1 ms of CPU per call); the command follows
+# on the next line, so a syntax error in it is still reported, one line later than written.
+QUIET_PROFILE = ("{ if [ -r /etc/profile ]; then . /etc/profile; fi; "
+                 "if [ -r ~/.bash_profile ]; then . ~/.bash_profile; elif [ -r ~/.bash_login ]; then . ~/.bash_login; "
+                 "elif [ -r ~/.profile ]; then . ~/.profile; fi; } 2>/dev/null\n")
+
+
+def quiet_profile(argv: Sequence[str]) -> list[str]:
+    """``[bash, -lc, command]`` as a shell that reads the login profile silently, then runs ``command``;
+    any other argv unchanged."""
+    if len(argv) == 3 and argv[1] == "-lc" and os.path.basename(argv[0]) == "bash":
+        return [argv[0], "-c", QUIET_PROFILE + argv[2]]
+    return list(argv)

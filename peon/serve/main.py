@@ -159,7 +159,9 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
             "event": "ready", "workspace": info.get("workspace"), "supervisor_pid": info.get("pid"),
             "containment": (info.get("containment") or {}).get("kind"), "tools": len(session.tools()),
             "containment_detail": (info.get("containment") or {}).get("description"),
-            "limits": (info.get("containment") or {}).get("limits")}})
+            "limits": (info.get("containment") or {}).get("limits"),
+            "sandbox": (info.get("sandbox") or {}).get("layers") or "off",  # what is and is not enforced
+            "sandbox_not_enforced": (info.get("sandbox") or {}).get("not_enforced", [])}})
 
     starting: list[asyncio.Task[None]] = []
     draining: list[asyncio.Task[None]] = []

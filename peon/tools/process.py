@@ -52,12 +52,17 @@ def with_session_timeout(schema: Mapping[str, Any], session: SessionView) -> dic
 
 SANDBOX_RESULT_PROPERTY = {
     "type": ["object", "null"],
-    "description": "The OS sandbox the command ran in (null: none): its kind, the Landlock ABI, whether TCP "
-                   "was allowed, and the paths beneath which it could write; other writes fail with EACCES.",
+    "description": "The OS sandbox the command ran in (null: none): its kind, the Landlock ABI, whether the "
+                   "network was allowed, the paths beneath which it could write (other writes fail with EACCES or "
+                   "EROFS), the layers enforcing it, what this machine does not enforce, and the hosts the "
+                   "session's egress allowlist refused while the call ran.",
     "properties": {
         "kind": {"type": "string", "enum": ["landlock", "bwrap"]},
         "abi": {"type": ["integer", "null"]},
         "network": {"type": "boolean"},
         "writable": {"type": "array", "items": {"type": "string"}},
+        "layers": {"type": "array", "items": {"type": "string"}},
+        "not_enforced": {"type": "array", "items": {"type": "string"}},
+        "refused": {"type": "array", "items": {"type": "string"}},
     },
 }

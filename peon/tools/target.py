@@ -10,6 +10,11 @@ Promises:
   secret-like. A call that cannot succeed (``not_found``, ``outside_workspace``, ``already_exists``...)
   fails here, before anyone is asked. ``assess_risk`` and ``approval_details`` of one call see the same
   resolution, so the risk the policy rates is the risk of the path the approver is shown.
+* a ``create`` or ``replace`` whose typed **or** resolved path is, or is beneath, an agent-control path
+  (``sandbox.protected``: ``.git/hooks``, ``.git/config``, ``.claude``, ``.mcp.json``...; the same list
+  the sandbox makes read-only, whatever ``sandbox.mode``) carries ``agent_control`` (the entry) in its
+  details, and the approval policy asks about it at least (:data:`peon.policy.AGENT_CONTROL`): every
+  tool that writes through this module inherits that;
 * :meth:`Target.details` is what the approval request shows and what the worker receives as approved:
   ``path`` is the resolved workspace-relative path (what ``path_prefix`` approval rules match),
   ``typed_path`` the path as typed, only when it resolves elsewhere, and ``file_id`` /
@@ -22,12 +27,13 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from peon.errors import ErrorCode, ToolError
 from peon.paths import WorkspacePath
+from peon.policy import AGENT_CONTROL
 from peon.secret_paths import SecretMatch, secret_match
 from peon.tool import SessionView
 from peon.workers import fs
@@ -41,6 +47,7 @@ class Target:
     resolution: fs.Resolution
     secret: SecretMatch | None  # from the typed path, else from the resolved one
     secret_on_resolved_only: bool
+    agent_control: str | None = None  # the sandbox.protected entry a write targets (typed or resolved path)
 
     @property
     def redirected(self) -> bool:
@@ -64,7 +71,24 @@ class Target:
         if self.resolution.file is not None:
             out["file_id"] = str(self.resolution.file)
         out["directory_id"] = str(self.resolution.directory)
+        if self.agent_control is not None:
+            out[AGENT_CONTROL] = self.agent_control
         return out
+
+    def agent_control_reason(self) -> str | None:
+        if self.agent_control is None:
+            return None
+        return (f"it writes beneath the agent-control path {self.agent_control!r} (sandbox.protected), which steers "
+                "later agents, git or the editor")
+
+
+def agent_control_entry(parts: tuple[str, ...], protected: Iterable[str]) -> str | None:
+    """The first ``protected`` entry that ``parts`` (a workspace-relative path) is, or is beneath."""
+    for entry in protected:
+        prefix = tuple(entry.split("/"))
+        if parts[:len(prefix)] == prefix:
+            return entry
+    return None
 
 
 def resolve_for(root: int, typed: WorkspacePath, access: Access) -> fs.Resolution:
@@ -84,7 +108,12 @@ def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Targ
     resolved_parts = tuple(resolution.path.split("/"))
     resolved_match = (typed_match if resolved_parts == typed.parts  # not redirected: the same answer
                       else secret_match(resolved_parts, session.env))
-    return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None)
+    control = None
+    if access != "read":
+        protected = getattr(getattr(session.config, "sandbox", None), "protected", ())
+        control = agent_control_entry(typed.parts, protected) or agent_control_entry(resolved_parts, protected)
+    return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None,
+                  control)
 
 
 # One call's assess_risk and approval_details receive the same args object; they share one resolution.

@@ -85,6 +85,7 @@ class WriteTool(Tool):
         target = approval_target(path, args["mode"], args, session)
         secret = target.secret_reason()  # names the resolved path itself when only that one matched
         note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
+        note = "; ".join(filter(None, (note, target.agent_control_reason())))
         return RiskAssessment(ToolRisk.FILESYSTEM, f"{args['mode']}s a file inside the workspace"
                                                    + (f" ({note})" if note else ""))
 

@@ -1,0 +1,249 @@
+"""Linux namespaces for the landlock sandbox: the session's private network and each call's mount view.
+
+Promises:
+
+* :func:`probe` says whether this process may create mount and network namespaces from one of its
+  threads (root, or ``CAP_SYS_ADMIN``; a container's seccomp profile may still refuse) and never raises;
+* :func:`session_network` creates, once per process (the session's supervisor), a network namespace with
+  only its own loopback, up, held by a parked thread for the session's life; it returns the
+  ``/proc`` path a worker joins it by and its inode (a worker joins only the namespace with that inode).
+  Every call of the session shares it, so a server one call started in the background answers the next;
+* :func:`enter` runs in the confined thread before Landlock: it gives the thread its own filesystem
+  context, joins the session's network namespace, and with ``mount_view`` builds a mount namespace in
+  which every mount is read-only (file contents and metadata alike: ``chmod``, ``chown``, ``utimes``,
+  xattrs fail with ``EROFS``) except binds of the writable paths, the protected paths beneath them are
+  read-only binds again, Peon's own directories (``hidden``: state, runtime) are covered by an empty
+  read-only tmpfs, and each named unix socket bound on the host when the call started has
+  ``/dev/null`` bound over it (``connect`` fails with ``ECONNREFUSED``). Any failure raises ``OSError``
+  and nothing is started.
+
+Threads: ``unshare(CLONE_NEWNS | CLONE_FS)`` and ``setns(CLONE_NEWNET)`` change only the calling thread
+(its ``nsproxy`` and ``fs_struct``), which is why the confined thread can do them in a multi-threaded
+worker; ``CLONE_NEWUSER`` cannot, so without root this layer is not available and the plan says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import stat
+import struct
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fcntl import ioctl
+
+CLONE_FS = 0x00000200
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_BIND = 1 << 12
+MS_REC = 1 << 14
+MS_PRIVATE = 1 << 18
+SYS_MOUNT_SETATTR = 442  # the same on every architecture
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+SIOCGIFFLAGS, SIOCSIFFLAGS = 0x8913, 0x8914
+IFF_UP, IFF_RUNNING = 0x1, 0x40
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(result: int, what: str) -> None:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), f"unshare({flags:#x})")
+
+
+def mount(source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None) -> None:
+    _check(_libc.mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
+                       flags, data.encode() if data else None), f"mount({source} on {target})")
+
+
+def cover(path: str) -> None:
+    """An empty, read-only directory over ``path``: what was beneath is neither readable nor connectable."""
+    mount("peon-hidden", path, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs", "size=4k,mode=0500")
+
+
+def set_read_only(path: str, read_only: bool, recursive: bool = True) -> None:
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else MOUNT_ATTR_RDONLY, 0, 0)
+    _check(_libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), path.encode(),
+                         ctypes.c_uint(AT_RECURSIVE if recursive else 0), ctypes.byref(attr),
+                         ctypes.c_size_t(ctypes.sizeof(attr))), f"mount_setattr({path})")
+
+
+def loopback_up() -> None:
+    """Bring ``lo`` up in the calling thread's network namespace."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack("16sH14x", ioctl(sock, SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0)))[1]
+        ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP | IFF_RUNNING))
+
+
+def _in_thread(work: object) -> BaseException | None:
+    """Run ``work`` on a throwaway thread (its namespaces die with it); what it raised, or None."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()  # type: ignore[operator]
+        except BaseException as exc:  # handed back to the caller
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, name="peon-namespace-probe", daemon=True)
+    thread.start()
+    thread.join()
+    return raised[0] if raised else None
+
+
+def probe() -> str:
+    """"" when mount and network namespaces can be made here, else why not."""
+    def trial() -> None:
+        unshare(CLONE_FS | CLONE_NEWNS | CLONE_NEWNET)
+        mount(None, "/", MS_REC | MS_PRIVATE)
+        loopback_up()
+
+    failed = _in_thread(trial)
+    if failed is None:
+        return ""
+    return f"this process cannot create mount and network namespaces ({failed}); they need root (CAP_SYS_ADMIN)"
+
+
+@dataclass(frozen=True)
+class NetworkNamespace:
+    path: str  # /proc/<pid>/task/<tid>/ns/net of the parked thread
+    inode: int
+
+
+_session_network: NetworkNamespace | None = None
+_session_lock = threading.Lock()
+
+
+def session_network() -> NetworkNamespace:
+    """The process's private network namespace (created at the first call); ``OSError`` if it cannot be."""
+    global _session_network
+    with _session_lock:
+        if _session_network is not None:
+            return _session_network
+        ready = threading.Event()
+        made: list[NetworkNamespace | BaseException] = []
+
+        def hold() -> None:
+            try:
+                unshare(CLONE_NEWNET)
+                loopback_up()
+                made.append(NetworkNamespace(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/ns/net",
+                                             os.stat("/proc/thread-self/ns/net").st_ino))
+            except BaseException as exc:  # handed to the caller
+                made.append(exc)
+                return
+            finally:
+                ready.set()
+            threading.Event().wait()  # parked for the process's life: the namespace lives as long
+
+        threading.Thread(target=hold, name="peon-session-netns", daemon=True).start()
+        ready.wait()
+        if isinstance(made[0], BaseException):
+            raise OSError(getattr(made[0], "errno", None), f"cannot create the session's network namespace: "
+                                                          f"{made[0]}")
+        _session_network = made[0]
+        return _session_network
+
+
+def join_network(path: str, inode: int) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_ino != inode:
+            raise OSError(f"{path} is no longer the session's network namespace (inode {inode})")
+        _check(_libc.setns(fd, CLONE_NEWNET), "setns(network)")
+    finally:
+        os.close(fd)
+
+
+def host_sockets_text() -> str:
+    """``/proc/net/unix`` as the calling thread's network namespace lists it."""
+    with open("/proc/thread-self/net/unix", encoding="utf-8", errors="surrogateescape") as listing:
+        return listing.read()
+
+
+_kept: list[int] = []  # this worker's call's mount namespace (see enter)
+
+
+def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[str], protected: Iterable[str],
+          hidden: Iterable[str], sockets: Iterable[str]) -> None:
+    """In the confined thread: its own filesystem context, the session's network, the mount view."""
+    unshare(CLONE_FS | (CLONE_NEWNS if mount_view else 0))
+    if netns:
+        join_network(netns, netns_inode)
+    if not mount_view:
+        return
+    cwd = os.getcwd()
+    before = os.stat(".")
+    mount(None, "/", MS_REC | MS_PRIVATE)  # nothing done here propagates to the host
+    set_read_only("/", True)
+    for path in writable:
+        if path.startswith("/dev/"):
+            continue  # device files stay writable on a read-only mount
+        mount(path, path, MS_BIND | MS_REC)
+        set_read_only(path, False)
+    for path in protected:
+        mount(path, path, MS_BIND | MS_REC)
+        set_read_only(path, True)
+    for path in hidden:
+        if os.path.isdir(path):
+            cover(path)
+    for path in sockets:
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue  # gone since it was listed, or beyond even this thread's reach (a FUSE mount of a user)
+        try:
+            mount("/dev/null", path, MS_BIND)
+        except FileNotFoundError:
+            continue  # gone in between
+    # Held by the worker until it exits (close-on-exec: the command never has it): otherwise the command's
+    # exit would be the last reference, and tearing the namespace down (an RCU grace period) would delay
+    # the moment the call sees it end by milliseconds (bench/bench_sandbox.py).
+    _kept.append(os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC))
+    # The thread's working directory still is the directory on the mount beneath the new bind; the
+    # command must start on the bind (the same directory: device and inode are checked).
+    os.chdir(cwd)
+    after = os.stat(".")
+    if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        raise OSError(f"the working directory {cwd} changed while the sandbox was built")
+
+
+def listen_in(path: str, inode: int, backlog: int = 64) -> socket.socket:
+    """A TCP listener on ``127.0.0.1`` (a free port) inside the network namespace at ``path``: a socket
+    belongs to the namespace it was created in, whichever thread serves it afterwards."""
+    made: list[socket.socket] = []
+
+    def create() -> None:
+        join_network(path, inode)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(backlog)
+        made.append(listener)
+
+    failed = _in_thread(create)
+    if failed is not None:
+        raise OSError(getattr(failed, "errno", None), f"cannot listen in the session's network namespace: {failed}")
+    return made[0]
