@@ -82,6 +82,14 @@ def written(path: Path) -> bool:
         return False
 
 
+def stderr_until(capfd, text: str, timeout: float = 10.0) -> str:
+    """What was written to this process's stderr (fd 2) until ``text`` appears in it, or ``timeout`` passes: the
+    supervisor's diagnostics arrive through its own drain thread, so a test waits for its line, never samples."""
+    seen: list[str] = []
+    wait_for(lambda: seen.append(capfd.readouterr().err) or text in "".join(seen), timeout)
+    return "".join(seen)
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):
     """``predicate()``'s first true value, polled until ``timeout`` (a hang guard, not a speed claim);
     its last value when time runs out, so the caller's assert shows what was seen."""
