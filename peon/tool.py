@@ -114,6 +114,10 @@ class Tool(abc.ABC):
     served_by_supervisor: ClassVar[bool] = False
     # The supervisor keeps this tool's process output (``ctx.output``) and gives its result a job_id.
     keeps_output: ClassVar[bool] = False
+    # Whether ``execute`` may start a process. A tool that starts none (``read``, ``write``) is served by
+    # a worker that goes on to serve further such calls after a clean result; one that does (the
+    # default) gets a worker that is replaced after its call.
+    starts_processes: ClassVar[bool] = True
 
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         """The input schema in this session (``read_skill`` lists the discovered names); asked once,

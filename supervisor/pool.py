@@ -1,19 +1,24 @@
-"""The supervisor's workers: standbys kept ready, one dedicated worker per call, all owned here.
+"""The supervisor's workers: one call at a time per worker, workers kept ready, all owned here.
 
-Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (a standby, started before the call
-arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
-worker's result, or an error saying how the worker failed — crashed, killed by the OOM killer, hung
-past deadline + grace, broke the channel's protocol (:mod:`peon.workers.messages`), or could not be
-started in time. It returns by the call's deadline + ``limits.worker_grace_seconds`` (+ the cancel
-grace after a cancel) whatever the worker or the forkserver do. When it returns an error, the worker
-and its whole tree are already dead. When it returns a worker's result, the worker is still exiting
-(it waits for its channel to close); that, its containment's release and the next standby's start
-happen right after the reply, off the call's path. :meth:`WorkerPool.close` kills every worker the
-pool started and stops the forkserver.
+Promise: :meth:`WorkerPool.run` hands a call to a worker that serves nothing else meanwhile — one
+waiting for a call (a standby started before the call arrived, or a worker put back after a clean call
+of a tool that starts no process), so the call does not wait for a process start-up — and returns
+exactly one outcome: the worker's result, or an error saying how the worker failed — crashed, killed
+by the OOM killer, hung past deadline + grace, broke the channel's protocol
+(:mod:`peon.workers.messages`), or could not be started in time. It returns by the call's deadline +
+``limits.worker_grace_seconds`` (+ the cancel grace after a cancel) whatever the worker or the
+forkserver do. When it returns an error, the worker and its whole tree are already dead. When it
+returns a worker's result, the worker either waits for its next call (:func:`peon.workers.reuse.serves_again`,
+at most ``limits.worker_max_calls`` calls, never after a cancel) or is retired: it exits once its
+channel is closed; that, its containment's release and the next standby's start happen right after
+the reply, off the call's path. One standby is kept while the session is idle, a second while calls
+use workers up. :meth:`WorkerPool.close` kills every worker the pool started and stops the forkserver.
 
 In Erlang/OTP terms the pool supervises *temporary* children: a worker is never restarted, a failed
-one is reported and replaced by a fresh standby. A worker is a :class:`WorkerHandle`, usable by more
-than the call executor: whoever holds one sends it messages and consumes what it sends.
+one is reported and replaced by a fresh standby; a worker serving calls of tools that start no
+process is *transient* in the sense of a prefork server's worker: kept while its calls end cleanly,
+replaced after its ``worker_max_calls``-th. A worker is a :class:`WorkerHandle`, usable by more than
+the call executor: whoever holds one sends it messages and consumes what it sends.
 
 Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`peon.supervisor.forker`);
 the supervisor watches each through a pidfd and its ``Process.sentinel``, looks at a standby's state
@@ -48,12 +53,22 @@ from peon.workers.messages import (
     parse_worker_message,
 )
 from peon.workers.reaper import describe_exitcode
+from peon.workers.reuse import serves_again
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
 from .forker import Forker, ForkerGone, StartedWorker
 
-STANDBY_WORKERS = 2  # started ahead: back-to-back calls never wait for a start-up
+# Workers kept ready: one while the session is idle; two once calls use workers up (a call of a tool
+# that starts processes, or one that fails), so back-to-back calls never wait for a start-up, and
+# back to one after BUSY_STANDBY_SECONDS without such a call.
+IDLE_STANDBYS = 1
+BUSY_STANDBYS = 2
+BUSY_STANDBY_SECONDS = 1.0
+# A call that will use its worker up and is still running this long after it took it (a long command,
+# a background job) has the next standby started meanwhile; a quick one has it started after its reply.
+REFILL_DURING_CALL_SECONDS = 0.05
+MAX_CALLS_PER_WORKER = 1000  # unless limits.worker_max_calls says otherwise
 EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
 STATUS_WAIT_SECONDS = 1.0  # how long after a worker's exit its status may take to arrive
 RELEASE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)  # a cgroup still emptying
@@ -75,6 +90,7 @@ class WorkerHandle:
         self.slot = started.slot
         self.channel = FrameChannel(started.channel)
         self.call_id: str | None = None
+        self.calls = 0  # calls it answered with a result
         try:  # opened now, off the call's path: looking at its state later is one pread
             self.watch: proctree.StateWatch | None = proctree.StateWatch(self.pid)
         except OSError:  # it is gone already: take() discards it
@@ -142,17 +158,24 @@ class WorkerHandle:
 
 class WorkerPool:
     def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
-                 standbys: int = STANDBY_WORKERS):
+                 max_calls: int = MAX_CALLS_PER_WORKER, idle_standbys: int = IDLE_STANDBYS,
+                 busy_standbys: int = BUSY_STANDBYS):
         self.spawn_forker = spawn_forker
         self.containment = containment
         self.grace_seconds = grace_seconds
-        self.standbys = standbys
+        self.max_calls = max_calls
+        self.idle_standbys = idle_standbys
+        self.busy_standbys = max(busy_standbys, idle_standbys)
+        self.standbys = idle_standbys  # how many are kept ready now
         self.forker: Forker | None = None
         self.live: dict[int, WorkerHandle] = {}  # every worker not yet released
-        self._ready: deque[asyncio.Task[WorkerHandle]] = deque()
+        # Workers ready for a call, the next first: standbys being started or waiting, and workers that
+        # served a call and wait for the next (put back in front: their pages are their own already).
+        self._ready: deque[asyncio.Future[WorkerHandle]] = deque()
+        self._calm: asyncio.TimerHandle | None = None  # brings the standbys back to idle_standbys
         self._background: set[asyncio.Task[Any]] = set()
         self._unclosed: list[WorkerHandle] = []  # exited, but multiprocessing has no status for them yet
-        self._first: asyncio.Task[WorkerHandle] | None = None  # the first standby, while the session starts
+        self._first: asyncio.Future[WorkerHandle] | None = None  # the first standby, while the session starts
         self._closing = False
         self._last_activity = 0.0  # loop time a call last took a worker, got its reply, or woke one
 
@@ -204,12 +227,40 @@ class WorkerPool:
             task.add_done_callback(_quiet)
             self._ready.append(task)
 
+    def _used_up(self) -> None:
+        """A call used a worker up: keep a second standby ready until calls stop doing so."""
+        loop = asyncio.get_running_loop()
+        self.standbys = self.busy_standbys
+        if self._calm is not None:
+            self._calm.cancel()
+        self._calm = loop.call_later(BUSY_STANDBY_SECONDS, self._back_to_idle)
+
+    def _back_to_idle(self) -> None:
+        """No call used a worker up for a while: retire the standbys past ``idle_standbys`` (the newest
+        first; one still starting is left to the next call)."""
+        self._calm = None
+        self.standbys = self.idle_standbys
+        for task in reversed(list(self._ready)):
+            if len(self._ready) <= self.standbys:
+                break
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self._ready.remove(task)
+                self._after_call(task.result())
+
+    def _put_back(self, worker: WorkerHandle) -> None:
+        """A worker that served a call and may serve another: the next call takes it."""
+        ready = asyncio.get_running_loop().create_future()
+        ready.set_result(worker)
+        self._ready.appendleft(ready)
+
     async def take(self, until: float) -> WorkerHandle:
-        """A fresh worker (a standby when one is ready), started by ``until`` (loop time) or
-        :class:`ForkerGone`. Standbys that died or were stopped while they waited are discarded."""
+        """A worker that waits for a call (a standby, or one put back after a call, when one is
+        ready), started by ``until`` (loop time) or :class:`ForkerGone`. Workers that died or were
+        stopped while they waited are discarded."""
         loop = asyncio.get_running_loop()
         fresh_starts = 0
         while True:
+            task: asyncio.Future[WorkerHandle]
             if self._ready:
                 task = self._ready.popleft()
             elif fresh_starts < 2:
@@ -265,19 +316,28 @@ class WorkerPool:
         cancelled: asyncio.Event,
         on_progress: Callable[[dict[str, Any]], Awaitable[None]],
         on_event: Callable[[WorkerMessage], None] | None = None,
+        starts_processes: bool = True,
     ) -> dict[str, Any]:
-        """Run ``call`` in a fresh worker. With ``call["stream"]`` the worker sends its command's output
-        and start (``output``, ``spawned``) to ``on_event``, which may raise :class:`ProtocolError`."""
+        """Run ``call`` in a worker that serves nothing else meanwhile. With ``call["stream"]`` the worker
+        sends its command's output and start (``output``, ``spawned``) to ``on_event``, which may raise
+        :class:`ProtocolError`. After a call of a tool that starts no process (``starts_processes``
+        false) whose result lets it (:func:`peon.workers.reuse.serves_again`), that was not cancelled,
+        the worker serves the next call, until it has answered ``max_calls``; after any other call it
+        is retired (its channel closed) or, when it failed, killed with its tree before this returns."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         try:
             worker = await self.take(deadline.at)
         except ForkerGone as exc:
+            self._used_up()
             loop.call_soon(self._replenish)
             return _failure(ErrorCode.WORKER_CRASHED, f"no worker could be started for {tool}: {exc}")
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
+        refill = loop.call_later(REFILL_DURING_CALL_SECONDS, self._replenish) if starts_processes else None
+        if starts_processes:
+            self._used_up()
         try:
             reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
@@ -286,9 +346,19 @@ class WorkerPool:
             raise
         finally:
             self._last_activity = loop.time()
+            if refill is not None:
+                refill.cancel()
         if reply.get("op") == "result":  # reported by the worker, which swept its own tree first
+            worker.calls += 1
+            if (worker.calls < self.max_calls and not cancelled.is_set() and not self._closing
+                    and serves_again(starts_processes, reply)):
+                worker.call_id = None
+                self._put_back(worker)
+                return reply
+            self._used_up()
             loop.call_soon(self._after_call, worker)  # after the reply has gone out
         else:
+            self._used_up()
             await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
             loop.call_soon(self._replenish)
         return reply
@@ -428,6 +498,8 @@ class WorkerPool:
     async def close(self) -> None:
         """Kill every worker and everything below them, stop the forkserver, wait until all are gone."""
         self._closing = True
+        if self._calm is not None:
+            self._calm.cancel()
         while self._ready:
             task = self._ready.popleft()
             try:

@@ -329,7 +329,8 @@ class Supervisor:
                                                  "progress": call.progress, "approved": request.details,
                                                  "stream": "end" if job is not None else None},
                                                 deadline, call.cancelled, forward_progress,
-                                                self.jobs.on_event(job) if job is not None else None)
+                                                self.jobs.on_event(job) if job is not None else None,
+                                                starts_processes=tool.starts_processes or job is not None)
         finally:
             if notice is not None:
                 notice.cancel()
@@ -490,7 +491,8 @@ async def _begin_pool(state: SessionState) -> WorkerPool:
     from .pool import WorkerPool
 
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
-                      state.containment, state.config.limits.worker_grace_seconds)
+                      state.containment, state.config.limits.worker_grace_seconds,
+                      max_calls=int(state.config.limits.worker_max_calls))
     await pool.begin()
     return pool
 

@@ -1,0 +1,162 @@
+"""A worker serves calls of tools that start no process one after another, and is replaced after
+anything but a clean call, after ``limits.worker_max_calls`` calls, and after every call of a tool
+that starts processes; the session keeps one standby while idle and a second while calls use workers up."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from helpers import living, wait_for
+from peon.errors import ErrorCode
+from peon.workers import proctree
+from peon.workers.reuse import CLEAN_ERRORS, serves_again
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TOOLS = ["peon_test_tools:ResidentTool", "peon_test_tools:EchoTool"]
+
+
+def _workers(session) -> list[int]:
+    return [p for p in proctree.descendants(session.supervisor_pid) if proctree.cmdline(p).startswith("peon-worker")]
+
+
+def _standbys(session) -> list[int]:
+    return [p for p in _workers(session) if proctree.cmdline(p) == "peon-worker standby"]
+
+
+@pytest.fixture
+def resident_session(open_session, containment):
+    def factory(**limits):
+        return open_session({"runtime": {"containment": containment}, "limits": limits},
+                            env={"PYTHONPATH": str(FIXTURES)}, tools=TOOLS)
+    return factory
+
+
+def _pid(session, then: str = "return", **args) -> int:
+    result = session.call("resident", {"then": then, **args})
+    assert result.ok, result.error
+    return result.value["pid"]
+
+
+# -- the rule (pure) ----------------------------------------------------------------------------------
+
+
+def test_the_rule_keeps_a_worker_only_after_a_clean_call_of_a_tool_that_starts_no_process():
+    ok = {"op": "result", "id": "c", "ok": True, "value": {}}
+    assert serves_again(False, ok)
+    assert not serves_again(True, ok)
+    for code in CLEAN_ERRORS:
+        assert serves_again(False, {"op": "result", "id": "c", "ok": False, "error": {"code": code, "message": "m"}})
+    for code in (ErrorCode.TIMEOUT, ErrorCode.CANCELLED, ErrorCode.TOOL_FAILED, ErrorCode.TOO_LARGE,
+                 ErrorCode.WORKER_CRASHED, ErrorCode.WORKER_HUNG, ErrorCode.WORKER_OOM, "no_such_code"):
+        error = {"code": getattr(code, "value", code), "message": "m"}
+        assert not serves_again(False, {"op": "result", "id": "c", "ok": False, "error": error}), code
+    assert not serves_again(False, {"op": "result", "id": "c", "ok": False, "error": "timeout"})
+    assert not serves_again(False, {"op": "progress", "id": "c"})
+
+
+# -- through a session ----------------------------------------------------------------------------------
+
+
+def test_one_worker_serves_calls_until_worker_max_calls(resident_session):
+    session = resident_session(worker_max_calls=3)
+    pids = [_pid(session) for _ in range(7)]
+    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6], pids
+    assert pids[0] not in pids[3:]
+    assert wait_for(lambda: living([pids[0], pids[3]]) == [], 10), "a retired worker exits"
+    assert pids[6] in _workers(session)  # and the current one waits, as a standby
+    assert wait_for(lambda: pids[6] in _standbys(session), 10)
+
+
+def test_an_expected_error_keeps_the_worker_an_unexpected_one_replaces_it(resident_session):
+    session = resident_session()
+    first = _pid(session)
+    r = session.call("resident", {"then": "expected_error"})
+    assert not r.ok and r.error.code == "not_found"
+    assert _pid(session) == first
+    r = session.call("resident", {"then": "unexpected_error"})
+    assert not r.ok and r.error.code == "tool_failed"
+    assert _pid(session) != first
+    assert wait_for(lambda: living([first]) == [], 10)
+
+
+def test_a_timeout_or_a_cancel_replaces_the_worker(resident_session):
+    session = resident_session()
+    first = _pid(session)
+    r = session.call("resident", {"then": "wait", "timeout_seconds": 0.2})
+    assert not r.ok and r.error.code == "timeout"
+    second = _pid(session)
+    assert second != first
+    handle = session.submit("resident", {"then": "wait"})
+    assert wait_for(lambda: proctree.cmdline(second) == f"peon-worker resident {handle.call_id}", 10)
+    handle.cancel()
+    handle.result(timeout=30)
+    third = _pid(session)
+    assert third not in (first, second)
+    assert wait_for(lambda: living([first, second]) == [], 10)
+
+
+def test_a_tool_that_starts_no_process_but_leaves_one_fails_and_loses_its_worker(resident_session):
+    session = resident_session()
+    first = _pid(session)
+    r = session.call("resident", {"then": "litter"})
+    assert not r.ok and r.error.code == "tool_failed", r
+    assert "starts no process" in r.error.message
+    assert _pid(session) != first
+    assert wait_for(lambda: living([first]) == [], 10)
+
+
+def test_a_tool_that_starts_processes_gets_a_fresh_worker_every_call(resident_session):
+    session = resident_session()
+    pids = [session.call("echo", {"text": "x"}).value["pid"] for _ in range(3)]
+    assert len(set(pids)) == 3, pids
+    # A waiting worker that served a resident call may take a process call: its last one.
+    resident = _pid(session)
+    assert session.call("echo", {"text": "x"}).value["pid"] == resident
+    assert _pid(session) != resident
+
+
+def test_a_waiting_worker_that_died_or_was_stopped_is_never_given_a_call(resident_session):
+    session = resident_session()
+    first = _pid(session)
+    os.kill(first, signal.SIGKILL)  # (killed as it is handed a call, it is a worker killed mid-call)
+    assert wait_for(lambda: living([first]) == [], 10)
+    second = _pid(session)
+    assert second != first
+    os.kill(second, signal.SIGSTOP)
+    assert wait_for(lambda: proctree.state(second) in ("T", "t"), 10)
+    third = _pid(session)
+    assert third not in (first, second)
+    assert wait_for(lambda: living([second]) == [], 10), "the stopped worker is killed, not left behind"
+
+
+def test_a_worker_killed_during_a_later_call_is_reported_and_replaced(resident_session):
+    session = resident_session()
+    first = _pid(session)
+    handle = session.submit("resident", {"then": "wait"})
+    assert wait_for(lambda: proctree.cmdline(first) == f"peon-worker resident {handle.call_id}", 10)
+    os.kill(first, signal.SIGKILL)
+    r = handle.result(timeout=30)
+    assert not r.ok and r.error.code == "worker_crashed"
+    assert _pid(session) != first
+
+
+def test_reads_and_writes_share_one_worker_and_the_idle_session_keeps_one_standby(open_session, workspace):
+    session = open_session()
+    (workspace / "a.txt").write_text("a" * 4096)
+    assert session.call("read", {"path": "a.txt"}).ok
+    served = wait_for(lambda: _standbys(session), 10)
+    for _ in range(5):
+        assert session.call("read", {"path": "a.txt"}).ok
+        assert session.call("write", {"path": "b.txt", "content": "b" * 2048, "mode": "create"}
+                            if not (workspace / "b.txt").exists() else
+                            {"path": "b.txt", "content": "b" * 2048, "mode": "replace"}).ok
+    # No worker was used up: the one that served them all is the only one.
+    assert wait_for(lambda: _workers(session) == served, 10), (_workers(session), served)
+    # A call that uses its worker up brings a second standby; an idle while takes it back to one.
+    assert session.call("bash", {"command": "true"}).ok
+    assert wait_for(lambda: len(_standbys(session)) == 2, 10)
+    assert wait_for(lambda: len(_workers(session)) == 1, 10)
