@@ -114,9 +114,9 @@ class Tool(abc.ABC):
     served_by_supervisor: ClassVar[bool] = False
     # The supervisor keeps this tool's process output (``ctx.output``) and gives its result a job_id.
     keeps_output: ClassVar[bool] = False
-    # Whether ``execute`` may start a process. A tool that starts none (``read``, ``write``) is served by
-    # a worker that goes on to serve further such calls after a clean result; one that does (the
-    # default) gets a worker that is replaced after its call.
+    # Whether ``execute`` may start a process. A worker goes on to serve further calls after a clean
+    # call of a tool that starts none (``read``, ``write``), and after one of a tool that does (the
+    # default) only if its commands went through the process runner and all ended clean.
     starts_processes: ClassVar[bool] = True
 
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:

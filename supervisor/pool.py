@@ -301,6 +301,8 @@ class WorkerPool:
         if not task.done() or task.cancelled() or task.exception() is not None:
             return
         worker = task.result()
+        if worker.calls:  # between two calls it waits on its channel, not for wakes: its pages are its own
+            return
         if worker.pidfd >= 0:
             try:
                 signal.pidfd_send_signal(worker.pidfd, WAKE_SIGNAL)
@@ -320,10 +322,12 @@ class WorkerPool:
     ) -> dict[str, Any]:
         """Run ``call`` in a worker that serves nothing else meanwhile. With ``call["stream"]`` the worker
         sends its command's output and start (``output``, ``spawned``) to ``on_event``, which may raise
-        :class:`ProtocolError`. After a call of a tool that starts no process (``starts_processes``
-        false) whose result lets it (:func:`peon.workers.reuse.serves_again`), that was not cancelled,
-        the worker serves the next call, until it has answered ``max_calls``; after any other call it
-        is retired (its channel closed) or, when it failed, killed with its tree before this returns."""
+        :class:`ProtocolError`. When the worker offers to serve again (its result's ``reuse``), the
+        outcome allows it (:func:`peon.workers.reuse.serves_again`) and the call was not cancelled, the
+        worker is put back for the next call, until it has answered ``max_calls``; after any other call
+        it is retired (its channel closed) or, when it failed, killed with its tree before this returns.
+        ``starts_processes``: a call still running after :data:`REFILL_DURING_CALL_SECONDS` has the
+        next standby started meanwhile."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         try:
@@ -335,9 +339,7 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
-        refill = loop.call_later(REFILL_DURING_CALL_SECONDS, self._replenish) if starts_processes else None
-        if starts_processes:
-            self._used_up()
+        refill = loop.call_later(REFILL_DURING_CALL_SECONDS, self._refill) if starts_processes else None
         try:
             reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
@@ -350,10 +352,12 @@ class WorkerPool:
                 refill.cancel()
         if reply.get("op") == "result":  # reported by the worker, which swept its own tree first
             worker.calls += 1
-            if (worker.calls < self.max_calls and not cancelled.is_set() and not self._closing
-                    and serves_again(starts_processes, reply)):
+            offered = reply.pop("reuse", None) is True
+            if (offered and worker.calls < self.max_calls and not cancelled.is_set() and not self._closing
+                    and serves_again(reply)):
                 worker.call_id = None
                 self._put_back(worker)
+                loop.call_soon(self._check_forkserver)
                 return reply
             self._used_up()
             loop.call_soon(self._after_call, worker)  # after the reply has gone out
@@ -362,6 +366,23 @@ class WorkerPool:
             await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
             loop.call_soon(self._replenish)
         return reply
+
+    def _check_forkserver(self) -> None:
+        """A forkserver stopped by a command (it is a process of the same user) is replaced now, not at
+        the next start, which calls served by waiting workers might put off for long: it is killed with
+        its workers (a waiting worker found dead is discarded as a call takes it), and the next start
+        launches a new one."""
+        forker = self.forker
+        if forker is None or forker.pid is None or not forker.alive:  # a start in flight fails with it
+            return
+        if proctree.state(forker.pid) in ("T", "t"):  # alive (its pidfd says so): the pid is still its own
+            forker.kill()
+            self._replenish()
+
+    def _refill(self) -> None:
+        """A long call holds its worker: the next call (a background job's neighbour) gets a standby."""
+        self._used_up()
+        self._replenish()
 
     def _after_call(self, worker: WorkerHandle) -> None:
         worker.channel.close()  # the worker exits when it sees its channel close
@@ -465,7 +486,8 @@ class WorkerPool:
         finally:
             self.live.pop(worker.pid, None)
             if not worker.close():
-                self._unclosed.append(worker)
+                self._unclosed.append(worker)  # released at the next start, or in a moment
+                asyncio.get_running_loop().call_later(STATUS_WAIT_SECONDS, self._close_pending)
 
     async def _release(self, worker: WorkerHandle) -> None:
         for delay in (0.0, *RELEASE_RETRY_SECONDS):

@@ -4,6 +4,7 @@ that starts processes; the session keeps one standby while idle and a second whi
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from helpers import living, wait_for
 from peon.errors import ErrorCode
 from peon.workers import proctree
-from peon.workers.reuse import CLEAN_ERRORS, serves_again
+from peon.workers.messages import ProtocolError, parse_worker_message
+from peon.workers.reuse import CLEAN_ERRORS, may_offer, serves_again
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOOLS = ["peon_test_tools:ResidentTool", "peon_test_tools:EchoTool"]
@@ -44,18 +46,33 @@ def _pid(session, then: str = "return", **args) -> int:
 # -- the rule (pure) ----------------------------------------------------------------------------------
 
 
-def test_the_rule_keeps_a_worker_only_after_a_clean_call_of_a_tool_that_starts_no_process():
+def test_the_rule_keeps_a_worker_only_after_a_clean_outcome_and_commands_that_ended_clean():
     ok = {"op": "result", "id": "c", "ok": True, "value": {}}
-    assert serves_again(False, ok)
-    assert not serves_again(True, ok)
+    assert serves_again(ok)
     for code in CLEAN_ERRORS:
-        assert serves_again(False, {"op": "result", "id": "c", "ok": False, "error": {"code": code, "message": "m"}})
+        assert serves_again({"op": "result", "id": "c", "ok": False, "error": {"code": code, "message": "m"}})
     for code in (ErrorCode.TIMEOUT, ErrorCode.CANCELLED, ErrorCode.TOOL_FAILED, ErrorCode.TOO_LARGE,
                  ErrorCode.WORKER_CRASHED, ErrorCode.WORKER_HUNG, ErrorCode.WORKER_OOM, "no_such_code"):
         error = {"code": getattr(code, "value", code), "message": "m"}
-        assert not serves_again(False, {"op": "result", "id": "c", "ok": False, "error": error}), code
-    assert not serves_again(False, {"op": "result", "id": "c", "ok": False, "error": "timeout"})
-    assert not serves_again(False, {"op": "progress", "id": "c"})
+        assert not serves_again({"op": "result", "id": "c", "ok": False, "error": error}), code
+    assert not serves_again({"op": "result", "id": "c", "ok": False, "error": "timeout"})
+    assert not serves_again({"op": "progress", "id": "c"})
+    clean = {"starts_processes": False, "commands_ended_clean": False, "left_children": False, "cancelled": False,
+             "streams_live": False}
+    assert may_offer(ok, **clean)
+    assert may_offer(ok, **{**clean, "starts_processes": True, "commands_ended_clean": True})
+    assert not may_offer(ok, **{**clean, "starts_processes": True})  # no command, or one that did not end clean
+    for unclean in ("left_children", "cancelled", "streams_live"):
+        assert not may_offer(ok, **{**clean, unclean: True}), unclean
+    assert not may_offer({**ok, "ok": False, "error": {"code": "timeout", "message": "m"}}, **clean)
+
+
+def test_a_worker_may_offer_reuse_in_its_result_and_nothing_else_there():
+    base = {"op": "result", "id": "c", "ok": True, "value": {}}
+    assert parse_worker_message(json.dumps({**base, "reuse": True}).encode(), "c")["reuse"] is True
+    for bad in (False, 1, "yes", None):
+        with pytest.raises(ProtocolError, match="reuse"):
+            parse_worker_message(json.dumps({**base, "reuse": bad}).encode(), "c")
 
 
 # -- through a session ----------------------------------------------------------------------------------
@@ -156,7 +173,56 @@ def test_reads_and_writes_share_one_worker_and_the_idle_session_keeps_one_standb
                             {"path": "b.txt", "content": "b" * 2048, "mode": "replace"}).ok
     # No worker was used up: the one that served them all is the only one.
     assert wait_for(lambda: _workers(session) == served, 10), (_workers(session), served)
-    # A call that uses its worker up brings a second standby; an idle while takes it back to one.
-    assert session.call("bash", {"command": "true"}).ok
+    # A call that uses its worker up (its command leaves a process) brings a second standby; an idle
+    # while takes it back to one.
+    assert session.call("bash", {"command": "sleep 1000 &"}).ok
     assert wait_for(lambda: len(_standbys(session)) == 2, 10)
     assert wait_for(lambda: len(_workers(session)) == 1, 10)
+
+
+def _bash_worker(session, command: str = "true") -> int:
+    """The pid of the worker that ran ``command`` (the command's parent: the worker spawns it)."""
+    result = session.call("bash", {"command": f"{command}; echo $PPID"})
+    assert result.ok, result.error
+    return int(result.value["output"].split()[-1])
+
+
+def test_commands_that_end_by_themselves_share_a_worker_until_worker_max_calls(resident_session):
+    session = resident_session(worker_max_calls=3)
+    pids = [_bash_worker(session, command) for command in ("true", "false", "ls", "true")]
+    assert pids[0] == pids[1] == pids[2] != pids[3], pids  # a non-zero exit is a clean end too
+    assert wait_for(lambda: living([pids[0]]) == [], 10)
+
+
+def test_a_command_that_leaves_a_descendant_times_out_or_is_cancelled_loses_its_worker(resident_session, workspace):
+    session = resident_session()
+    first = _bash_worker(session)
+    assert _bash_worker(session) == first
+    # A daemon outlives the command: the sweep kills it, and the worker is not used again.
+    r = session.call("bash", {"command": "setsid sleep 1000 & echo $PPID"})
+    assert r.ok, r.error
+    assert int(r.value["output"].split()[-1]) == first
+    second = _bash_worker(session)
+    assert second != first
+    assert wait_for(lambda: living([first]) == [], 10)
+    r = session.call("bash", {"command": "echo $PPID; sleep 1000", "timeout_seconds": 0.5})
+    assert r.ok and r.value["timed_out"], r
+    third = _bash_worker(session)
+    assert third != second
+    handle = session.submit("bash", {"command": "echo $PPID > ppid; sleep 1000"})
+    assert wait_for(lambda: (workspace / "ppid").exists() and (workspace / "ppid").read_text().strip(), 10)
+    handle.cancel()
+    assert handle.result(timeout=30).value["cancelled"]
+    assert int((workspace / "ppid").read_text()) == third
+    assert _bash_worker(session) != third
+    assert wait_for(lambda: living([second, third]) == [], 10)
+
+
+def test_a_call_that_runs_no_command_or_a_background_job_does_not_keep_a_process_tool_worker(resident_session):
+    session = resident_session()
+    pids = [session.call("echo", {"text": "x"}).value["pid"] for _ in range(2)]
+    assert pids[0] != pids[1]  # echo starts processes as far as Peon knows, and ran no command
+    job = session.call("bash", {"command": "echo $PPID", "background": True, "yield_seconds": 5})
+    assert job.ok, job.error
+    worker = int(job.value["output"].split()[-1])
+    assert wait_for(lambda: living([worker]) == [], 10)

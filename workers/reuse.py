@@ -1,12 +1,14 @@
 """Whether a worker may serve another call after the one it just answered (pure, no I/O).
 
-Promise: :func:`serves_again` is the one rule the worker and the supervisor's pool both apply, so they
-agree without a message about it. A worker serves another call only after a call of a tool that
-starts no process (``Tool.starts_processes`` false) whose outcome was a value or an expected refusal
-of its input or of the workspace's state (:data:`CLEAN_ERRORS`): any other outcome — a timeout, a
-cancel, an unexpected failure, a too-large result, a crash — may have left the worker in a state
-nobody chose, so it is replaced (fail closed: a code not listed here retires the worker). The pool
-adds what only it knows: the call was not cancelled, and the worker is under ``limits.worker_max_calls``.
+Promise: a worker serves another call only after a call whose outcome was a value or an expected
+refusal of its input or of the workspace's state (:data:`CLEAN_ERRORS`), and, for a tool that starts
+processes (``Tool.starts_processes``), whose commands all ended by themselves with nothing left below
+the worker (:func:`may_offer`). Any other outcome — a timeout, a cancel, an exceeded limit, a
+descendant left behind, an unexpected failure, a too-large result, a crash, a protocol break — may have
+left the worker in a state nobody chose, so it is replaced (fail closed: a code not listed here
+retires the worker). The worker decides what only it knows and says so in its result (``reuse``); the
+supervisor's pool accepts the offer only where :func:`serves_again` holds too, the call was not
+cancelled, and the worker is under ``limits.worker_max_calls``.
 """
 
 from __future__ import annotations
@@ -35,10 +37,19 @@ CLEAN_ERRORS: frozenset[str] = frozenset(code.value for code in (
 ))
 
 
-def serves_again(starts_processes: bool, reply: Mapping[str, Any]) -> bool:
-    """Whether the worker that sent ``reply`` (a ``result`` message) for a tool that does (or does not)
-    start processes may be handed another call."""
-    if starts_processes or reply.get("op", "result") != "result":
+def may_offer(reply: Mapping[str, Any], *, starts_processes: bool, commands_ended_clean: bool,
+              left_children: bool, cancelled: bool, streams_live: bool) -> bool:
+    """Whether a worker offers to serve another call after ``reply``: a tool that starts processes only
+    after it ran commands that all ended clean; never after a cancel, with a child left, or after a
+    background job (its worker serves that job alone)."""
+    if cancelled or left_children or streams_live or (starts_processes and not commands_ended_clean):
+        return False
+    return serves_again(reply)
+
+
+def serves_again(reply: Mapping[str, Any]) -> bool:
+    """Whether the outcome in ``reply`` (a ``result`` message) leaves its worker fit for another call."""
+    if reply.get("op", "result") != "result":
         return False
     if reply.get("ok") is True:
         return True

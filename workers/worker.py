@@ -1,6 +1,7 @@
 """A worker: a ``multiprocessing`` process, forked by the session's forkserver, that serves one call at a
-time: after a clean call of a tool that starts no process it may serve the next one
-(:func:`peon.workers.reuse.serves_again`); after any other call it exits.
+time: after a clean call (:func:`peon.workers.reuse.may_offer`: for a tool that starts processes, its
+commands ended by themselves and left nothing) it offers to serve the next one; after any other call
+it exits.
 
 Promise:
 
@@ -67,7 +68,8 @@ from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
 from .messages import MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output
 from .reaper import REAPER
-from .reuse import serves_again
+from . import runner
+from .reuse import may_offer
 from .runner import CANCEL_GRACE_SECONDS
 
 EXIT_PARENT_GONE = 75
@@ -249,14 +251,16 @@ def _on_wake(signum: int, frame: Any) -> None:
     it starts gets the default disposition back at ``exec``)."""
 
 
-async def _serve_one(sock: socket.socket, data: bytes | None, session: SessionView, tools: dict[str, Tool]) -> int:
+async def _serve_one(sock: socket.socket, data: bytes | None, session: SessionView, tools: dict[str, Tool],
+                     reusable: bool = True) -> int:
     """Serve the call in ``data``, then each next call the supervisor sends while the worker may serve
-    again (:func:`peon.workers.reuse.serves_again`); 0 once the supervisor closes the channel."""
+    again (:func:`peon.workers.reuse.may_offer`; never with ``reusable`` false: a warm-up round's);
+    0 once the supervisor closes the channel."""
     global CURRENT_CHANNEL
     channel = CURRENT_CHANNEL = FrameChannel(sock)
     try:
         while data is not None:
-            again = await _serve_call(channel, data, session, tools)
+            again = await _serve_call(channel, data, session, tools, reusable)
             data = await _next_call(channel) if again else await _linger(channel)
         return 0
     finally:  # a worker's exit would close it; a warm-up round in the forkserver or a standby must
@@ -298,13 +302,15 @@ async def _linger(channel: FrameChannel) -> bytes | None:
     return None
 
 
-async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool]) -> bool:
+async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool],
+                      reusable: bool = True) -> bool:
     """Serve one call; whether this worker may serve another."""
     message: CallMessage = json.loads(data)
     if not isinstance(message, dict) or message.get("op") != "call":
         return False  # retired while on standby
     call_id, tool_name = str(message["id"]), str(message["tool"])
     setproctitle(f"peon-worker {tool_name} {call_id}")
+    runner.begin_call()
     token = CancelToken()
     ctx = ToolContext(
         call_id=call_id,
@@ -337,7 +343,8 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
     progress.stop()
     # Whatever the tool did, nothing it started may outlive the call (a worker with no child has
     # nothing below it: it is a subreaper).
-    if proctree.has_children():
+    left_children = proctree.has_children()
+    if left_children:
         if proctree.kill_tree(os.getpid(), reap=REAPER.reap):
             reply = _error(call_id, ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
         elif tool is not None and not tool.starts_processes:  # and its worker is not reused
@@ -346,9 +353,13 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
                            "left processes behind; they were killed")
     if output is not None:  # every output message precedes the result
         await output.flush()
+    again = reusable and tool is not None and not listener_ended and may_offer(
+        reply, starts_processes=tool.starts_processes, commands_ended_clean=runner.commands_ended_clean(),
+        left_children=left_children, cancelled=token.cancelled, streams_live=stream == "live")
+    if again:
+        reply = {**reply, "reuse": True}
     await channel.send(encode_result(reply, tool_name, call_id))
-    return (tool is not None and not listener_ended and not token.cancelled
-            and serves_again(tool.starts_processes, reply))
+    return again
 
 
 def encode_result(reply: ResultMessage, tool_name: str, call_id: str) -> bytes:
@@ -586,7 +597,7 @@ async def _warm_up_round(session: SessionView, tools: Iterable[Tool], processes:
     served: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(tools, processes)}
     try:
         async with asyncio.timeout(5.0), asyncio.TaskGroup() as group:
-            group.create_task(_serve_one(socket_of(theirs), encode_json(call), session, served))
+            group.create_task(_serve_one(socket_of(theirs), encode_json(call), session, served, reusable=False))
             while (message := await supervisor_side.recv()) is not None and b'"result"' not in message[:32]:
                 pass  # its output, then its result
             supervisor_side.close()  # and the linger ends; the group waits for the serving task
