@@ -12,7 +12,8 @@ and reaped, and this process):
 * ``fork``: a plain ``os.fork()`` of the preloaded image per call, a standby forked ahead with the call
   on its own socketpair; the standby ``posix_spawn``s the command as today's worker does, answers and
   exits; the next standby is forked after the answer;
-* ``Session.call``: Peon's ``bash`` as it is (a ``multiprocessing`` worker per call);
+* ``Session.call``: Peon's ``bash`` as built (a long-lived worker spawning the command, the whole
+  supervisor path in front of it);
 * ``bash -lc true`` started by this process with ``subprocess``: the baseline.
 
 Run: ``python bench/bench_spawn.py [--calls 200] [--apart-calls 30]``
@@ -216,7 +217,7 @@ def main() -> None:
             def peon_cpu() -> float:
                 return sum(accounting.sample().values()) + client_cpu()
 
-            rows.append(("Session.call (a worker per call)", timed(call, args.calls, 0, peon_cpu),
+            rows.append(("Session.call bash true", timed(call, args.calls, 0, peon_cpu),
                          timed(call, args.apart_calls, GAP_SECONDS, peon_cpu)))
     (_, (raw_wall, raw_cpu), (raw_apart, raw_apart_cpu)) = rows[0]
     print(f"{'design':<34} {'back to back':>26} {'apart':>26}")
