@@ -1,23 +1,25 @@
 """The supervisor's workers: one call at a time per worker, workers kept ready, all owned here.
 
 Promise: :meth:`WorkerPool.run` hands a call to a worker that serves nothing else meanwhile — one
-waiting for a call (a standby started before the call arrived, or a worker put back after a clean call
-of a tool that starts no process), so the call does not wait for a process start-up — and returns
+waiting for a call (a standby started before the call arrived, or a worker put back after a clean
+call), so the call does not wait for a process start-up — and returns
 exactly one outcome: the worker's result, or an error saying how the worker failed — crashed, killed
 by the OOM killer, hung past deadline + grace, broke the channel's protocol
 (:mod:`peon.workers.messages`), or could not be started in time. It returns by the call's deadline +
 ``limits.worker_grace_seconds`` (+ the cancel grace after a cancel) whatever the worker or the
 forkserver do. When it returns an error, the worker and its whole tree are already dead. When it
-returns a worker's result, the worker either waits for its next call (:func:`peon.workers.reuse.serves_again`,
-at most ``limits.worker_max_calls`` calls, never after a cancel) or is retired: it exits once its
+returns a worker's result, the worker either waits for its next call (it offered to, and
+:func:`peon.workers.reuse.serves_again` agrees; at most ``limits.worker_max_calls`` calls, never after
+a cancel) or is retired: it exits once its
 channel is closed; that, its containment's release and the next standby's start happen right after
 the reply, off the call's path. One standby is kept while the session is idle, a second while calls
 use workers up. :meth:`WorkerPool.close` kills every worker the pool started and stops the forkserver.
 
 In Erlang/OTP terms the pool supervises *temporary* children: a worker is never restarted, a failed
-one is reported and replaced by a fresh standby; a worker serving calls of tools that start no
-process is *transient* in the sense of a prefork server's worker: kept while its calls end cleanly,
-replaced after its ``worker_max_calls``-th. A worker is a :class:`WorkerHandle`, usable by more than
+one is reported and replaced by a fresh standby; a worker whose calls end cleanly is *transient* in
+the sense of a prefork server's worker: kept while they do, replaced after its ``worker_max_calls``-th.
+A stopped forkserver is replaced as soon as a call served by a waiting worker finds it so. A worker
+is a :class:`WorkerHandle`, usable by more than
 the call executor: whoever holds one sends it messages and consumes what it sends.
 
 Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`peon.supervisor.forker`);

@@ -226,3 +226,60 @@ def test_a_call_that_runs_no_command_or_a_background_job_does_not_keep_a_process
     assert job.ok, job.error
     worker = int(job.value["output"].split()[-1])
     assert wait_for(lambda: living([worker]) == [], 10)
+
+
+# -- the worker's loop, in this process (real sockets, no worker process) -----------------------------
+
+
+def test_the_worker_loop_serves_calls_while_it_offers_to_and_a_warm_up_round_never_offers(tmp_path):
+    import asyncio
+    import socket
+    import sys
+
+    from peon.config import load_config
+    from peon.configview import ResolvedConfig
+    from peon.framing import encode_json
+    from peon.tool import SessionView
+    from peon.workers import worker
+    from peon.workers.channel import FrameChannel
+
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from peon_test_tools import EchoTool, ResidentTool
+    finally:
+        sys.path.remove(str(FIXTURES))
+    loaded = load_config({}, env={"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    view = SessionView(workspace=tmp_path, config=ResolvedConfig(loaded.to_wire()).config, env={})
+    tools = {"resident": ResidentTool(), "echo": EchoTool()}
+
+    def call(call_id: str, tool: str, args: dict) -> bytes:
+        return encode_json({"op": "call", "id": call_id, "tool": tool, "args": args, "deadline": 1e12,
+                            "approved": {}, "progress": False, "stream": None})
+
+    async def conversation(reusable: bool) -> list[dict]:
+        ours, theirs = socket.socketpair()
+        supervisor = FrameChannel(ours)
+        serving = asyncio.create_task(worker._serve_one(theirs, call("c1", "resident", {}), view, tools, reusable))
+        results = [json.loads(await supervisor.recv())]
+        if results[0].get("reuse"):
+            await supervisor.send(encode_json({"op": "cancel", "reason": "late"}))  # stale: skipped
+            await supervisor.send(call("c2", "echo", {"text": "x"}))
+            results.append(json.loads(await supervisor.recv()))
+            await supervisor.send(call("c3", "resident", {}))  # after echo, which ran no command: not served
+            assert await asyncio.wait_for(serving, 10) == 0
+        supervisor.close()
+        assert await asyncio.wait_for(serving, 10) == 0
+        return results
+
+    from setproctitle import getproctitle, setproctitle
+
+    title = getproctitle()  # the loop titles the process it runs in, here the test's
+    try:
+        first, second = asyncio.run(conversation(True))
+        [only] = asyncio.run(conversation(False))
+    finally:
+        setproctitle(title)
+        worker.CURRENT_CHANNEL = None
+    assert first["id"] == "c1" and first["ok"] and first["reuse"] is True
+    assert second["id"] == "c2" and second["ok"] and "reuse" not in second
+    assert only["ok"] and "reuse" not in only

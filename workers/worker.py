@@ -271,7 +271,6 @@ async def _next_call(channel: FrameChannel) -> bytes | None:
     """Wait, as a standby does, for the next call on the channel; None once it closes. A cancel that
     crossed the previous result is stale and skipped; anything else is not the supervisor's and ends
     the worker."""
-    setproctitle("peon-worker standby")
     while True:
         try:
             data = await channel.recv()
@@ -358,6 +357,7 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
         left_children=left_children, cancelled=token.cancelled, streams_live=stream == "live")
     if again:
         reply = {**reply, "reuse": True}
+        setproctitle("peon-worker standby")  # its call is over once the result is out
     await channel.send(encode_result(reply, tool_name, call_id))
     return again
 
