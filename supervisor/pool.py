@@ -67,9 +67,11 @@ from .forker import Forker, ForkerGone, StartedWorker
 IDLE_STANDBYS = 1
 BUSY_STANDBYS = 2
 BUSY_STANDBY_SECONDS = 1.0
-# A call that will use its worker up and is still running this long after it took it (a long command,
-# a background job) has the next standby started meanwhile; a quick one has it started after its reply.
-REFILL_DURING_CALL_SECONDS = 0.05
+# A call of a tool that starts processes still running this long after it took its worker has the next
+# standby started meanwhile (a quick one may leave its worker for the next call, or have the standby
+# started after its reply; started during every call slower than a few ms, standbys fed on the CPU a
+# loaded host lacks). A background job holds its worker for its whole life: it has one started at once.
+REFILL_DURING_CALL_SECONDS = 1.0
 MAX_CALLS_PER_WORKER = 1000  # unless limits.worker_max_calls says otherwise
 EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
 STATUS_WAIT_SECONDS = 1.0  # how long after a worker's exit its status may take to arrive
@@ -341,7 +343,8 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
-        refill = loop.call_later(REFILL_DURING_CALL_SECONDS, self._refill) if starts_processes else None
+        refill = (loop.call_later(0.0 if call.get("stream") == "live" else REFILL_DURING_CALL_SECONDS, self._refill)
+                  if starts_processes else None)
         try:
             reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
