@@ -3,7 +3,8 @@
 Runs ``--calls`` back-to-back ``session.call("read", ...)`` after a warm-up and prints, per call, the
 wall time and the CPU time (user + system, and the system part alone) of the client, the supervisor,
 the forkserver and the workers (children reaped by the forkserver: ``cutime + cstime`` of its
-``/proc/<pid>/stat``, which include each worker's fork, standby warm-up, call and exit). Next to the
+``/proc/<pid>/stat``, which include each worker's fork, standby warm-up, call and exit; and the
+workers still alive, which serve one call after another, with what they reaped). Next to the
 wall time it prints the time to start ``/bin/cat`` on the file, measured in the same run: on two
 cores a call whose processes use more than twice that in CPU cannot be as fast as starting ``cat``.
 
@@ -105,7 +106,10 @@ def main() -> None:
                 figures = {"client": Cpu(me.user, me.system)}
                 figures["supervisor"], _ = own_and_reaped_cpu(supervisor)
                 if forkservers:
-                    figures["forkserver"], figures["workers"] = own_and_reaped_cpu(forkservers[0])
+                    figures["forkserver"], reaped = own_and_reaped_cpu(forkservers[0])
+                    alive = [own_and_reaped_cpu(child.pid) for child in psutil.Process(forkservers[0]).children()]
+                    figures["workers"] = Cpu(reaped.user + sum(own.user + their.user for own, their in alive),
+                                             reaped.system + sum(own.system + their.system for own, their in alive))
                 return figures
 
             before = sample()

@@ -15,9 +15,11 @@ from peon.tool import Tool, ToolContext, ToolRisk
 
 
 class NoopTool(Tool):
-    """Validated, approved and executed in a worker of its own, doing nothing."""
+    """Validated, approved and executed in a worker, doing nothing: like ``read``, it starts no
+    process, so its worker serves call after call (the floor of a call as Peon serves ``read``)."""
 
     name = "bench_noop"
+    starts_processes = False
     description = "Return an empty object."
     risk = ToolRisk.READ_ONLY
     input_schema = {"type": "object", "properties": {}, "additionalProperties": False}

@@ -46,11 +46,12 @@ def rss_kib(pid: int) -> int:
 
 
 def wait_until_settled(sup: int, timeout: float = 5.0) -> None:
-    """Until the session is at rest: the forkserver and two standbys below the supervisor."""
+    """Until the session is at rest: the forkserver and one standby below the supervisor (a second is
+    retired a second after the last call that used a worker up)."""
     until = time.monotonic() + timeout
     while time.monotonic() < until:
         below = proctree.descendants(sup)
-        if len(below) == 3 and sum(proctree.cmdline(p) == "peon-worker standby" for p in below) == 2:
+        if len(below) == 2 and sum(proctree.cmdline(p) == "peon-worker standby" for p in below) == 1:
             return
         time.sleep(0.01)
 

@@ -74,6 +74,7 @@ class Limits(_Section):
     max_input_bytes: int = Field(ge=1024)
     worker_grace_seconds: float = Field(gt=0)
     worker_start_seconds: float = Field(gt=0)
+    worker_max_calls: int = Field(ge=1)
     approval_timeout_seconds: float = Field(gt=0)
     memory_max_bytes: int = Field(ge=1 << 20)
     max_processes: int = Field(ge=1)

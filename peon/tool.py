@@ -116,6 +116,10 @@ class Tool(abc.ABC):
     served_by_supervisor: ClassVar[bool] = False
     # The supervisor keeps this tool's process output (``ctx.output``) and gives its result a job_id.
     keeps_output: ClassVar[bool] = False
+    # Whether ``execute`` may start a process. A worker goes on to serve further calls after a clean
+    # call of a tool that starts none (``read``, ``write``), and after one of a tool that does (the
+    # default) only if its commands went through the process runner and all ended clean.
+    starts_processes: ClassVar[bool] = True
 
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         """The input schema in this session (``read_skill`` lists the discovered names); asked once,

@@ -1,23 +1,29 @@
-"""The supervisor's workers: standbys kept ready, one dedicated worker per call, all owned here.
+"""The supervisor's workers: one call at a time per worker, workers kept ready, all owned here.
 
-Promise: :meth:`WorkerPool.run` hands a call to a fresh worker (a standby, started before the call
-arrived, so the call does not wait for a process start-up) and returns exactly one outcome: the
-worker's result, or an error saying how the worker failed — crashed, killed by the OOM killer, hung
-past deadline + grace, broke the channel's protocol (:mod:`peon.workers.messages`), or could not be
-started in time. The call's time starts when its worker takes it: the wait for a worker is bounded on
-its own by ``limits.worker_start_seconds`` (past it the call is answered ``worker_crashed``, saying
-why, and never runs), its deadline is moved by the time waited, and a result says how long it waited
-(``waited_for_worker_ms``, when it waited at all). It returns by that deadline +
-``limits.worker_grace_seconds`` (+ the cancel grace after a cancel) whatever the worker or the
-forkserver do. When it returns an error, the worker
-and its whole tree are already dead. When it returns a worker's result, the worker is still exiting
-(it waits for its channel to close); that, its containment's release and the next standby's start
-happen right after the reply, off the call's path. :meth:`WorkerPool.close` kills every worker the
-pool started and stops the forkserver.
+Promise: :meth:`WorkerPool.run` hands a call to a worker that serves nothing else meanwhile — one
+waiting for a call (a standby started before the call arrived, or a worker put back after a clean
+call), so the call does not wait for a process start-up — and returns
+exactly one outcome: the worker's result, or an error saying how the worker failed — crashed, killed
+by the OOM killer, hung past deadline + grace, broke the channel's protocol
+(:mod:`peon.workers.messages`), or could not be started in time. The call's time starts when its worker
+takes it: the wait for a worker is bounded on its own by ``limits.worker_start_seconds`` (past it the call
+is answered ``worker_crashed``, saying why, and never runs), its deadline is moved by the time waited, and
+a result says how long it waited (``waited_for_worker_ms``, when it waited at all). It returns by that
+deadline + ``limits.worker_grace_seconds`` (+ the cancel grace after a cancel) whatever the worker or the
+forkserver do. When it returns an error, the worker and its whole tree are already dead. When it
+returns a worker's result, the worker either waits for its next call (it offered to, and
+:func:`peon.workers.reuse.serves_again` agrees; at most ``limits.worker_max_calls`` calls, never after
+a cancel) or is retired: it exits once its
+channel is closed; that, its containment's release and the next standby's start happen right after
+the reply, off the call's path. One standby is kept while the session is idle, a second while calls
+use workers up. :meth:`WorkerPool.close` kills every worker the pool started and stops the forkserver.
 
 In Erlang/OTP terms the pool supervises *temporary* children: a worker is never restarted, a failed
-one is reported and replaced by a fresh standby. A worker is a :class:`WorkerHandle`, usable by more
-than the call executor: whoever holds one sends it messages and consumes what it sends.
+one is reported and replaced by a fresh standby; a worker whose calls end cleanly is *transient* in
+the sense of a prefork server's worker: kept while they do, replaced after its ``worker_max_calls``-th.
+A stopped forkserver is replaced as soon as a call served by a waiting worker finds it so. A worker
+is a :class:`WorkerHandle`, usable by more than
+the call executor: whoever holds one sends it messages and consumes what it sends.
 
 Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`peon.supervisor.forker`);
 the supervisor watches each through a pidfd and its ``Process.sentinel``, looks at a standby's state
@@ -53,13 +59,25 @@ from peon.workers.messages import (
     parse_worker_message,
 )
 from peon.workers.reaper import describe_exitcode
+from peon.workers.reuse import serves_again
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 from .containment import Containment, sweep_orphans
 from .containment import start_time as containment_start_time
 from .forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
 
-STANDBY_WORKERS = 2  # started ahead: back-to-back calls never wait for a start-up
+# Workers kept ready: one while the session is idle; two once calls use workers up (a call of a tool
+# that starts processes, or one that fails), so back-to-back calls never wait for a start-up, and
+# back to one after BUSY_STANDBY_SECONDS without such a call.
+IDLE_STANDBYS = 1
+BUSY_STANDBYS = 2
+BUSY_STANDBY_SECONDS = 1.0
+# A call of a tool that starts processes still running this long after it took its worker has the next
+# standby started meanwhile (a quick one may leave its worker for the next call, or have the standby
+# started after its reply; started during every call slower than a few ms, standbys fed on the CPU a
+# loaded host lacks). A background job holds its worker for its whole life: it has one started at once.
+REFILL_DURING_CALL_SECONDS = 1.0
+MAX_CALLS_PER_WORKER = 1000  # unless limits.worker_max_calls says otherwise
 EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
 STATUS_WAIT_SECONDS = 1.0  # how long after a worker's exit its status may take to arrive
 RELEASE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)  # a cgroup still emptying
@@ -82,6 +100,7 @@ class WorkerHandle:
         self.forkserver: int | None = getattr(started, "forkserver", None)
         self.channel = FrameChannel(started.channel)
         self.call_id: str | None = None
+        self.calls = 0  # calls it answered with a result
         try:  # opened now, off the call's path: looking at its state later is one pread
             self.watch: proctree.StateWatch | None = proctree.StateWatch(self.pid)
         except OSError:  # it is gone already: take() discards it
@@ -149,20 +168,27 @@ class WorkerHandle:
 
 class WorkerPool:
     def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
-                 standbys: int = STANDBY_WORKERS, on_worker: Callable[[dict[str, Any]], None] | None = None):
+                 max_calls: int = MAX_CALLS_PER_WORKER, idle_standbys: int = IDLE_STANDBYS,
+                 busy_standbys: int = BUSY_STANDBYS, on_worker: Callable[[dict[str, Any]], None] | None = None):
         self.spawn_forker = spawn_forker
         # Told of each worker as it starts and once it is gone (pid and start time): whoever outlives the
         # supervisor (its client) can then kill the trees of workers that could not kill their own.
         self.on_worker = on_worker
         self.containment = containment
         self.grace_seconds = grace_seconds
-        self.standbys = standbys
+        self.max_calls = max_calls
+        self.idle_standbys = idle_standbys
+        self.busy_standbys = max(busy_standbys, idle_standbys)
+        self.standbys = idle_standbys  # how many are kept ready now
         self.forker: Forker | None = None
         self.live: dict[int, WorkerHandle] = {}  # every worker not yet released
-        self._ready: deque[asyncio.Task[WorkerHandle]] = deque()
+        # Workers ready for a call, the next first: standbys being started or waiting, and workers that
+        # served a call and wait for the next (put back in front: their pages are their own already).
+        self._ready: deque[asyncio.Future[WorkerHandle]] = deque()
+        self._calm: asyncio.TimerHandle | None = None  # brings the standbys back to idle_standbys
         self._background: set[asyncio.Task[Any]] = set()
         self._unclosed: list[WorkerHandle] = []  # exited, but multiprocessing has no status for them yet
-        self._first: asyncio.Task[WorkerHandle] | None = None  # the first standby, while the session starts
+        self._first: asyncio.Future[WorkerHandle] | None = None  # the first standby, while the session starts
         self._closing = False
         self._last_activity = 0.0  # loop time a call last took a worker, got its reply, or woke one
 
@@ -225,12 +251,40 @@ class WorkerPool:
             task.add_done_callback(_quiet)
             self._ready.append(task)
 
+    def _used_up(self) -> None:
+        """A call used a worker up: keep a second standby ready until calls stop doing so."""
+        loop = asyncio.get_running_loop()
+        self.standbys = self.busy_standbys
+        if self._calm is not None:
+            self._calm.cancel()
+        self._calm = loop.call_later(BUSY_STANDBY_SECONDS, self._back_to_idle)
+
+    def _back_to_idle(self) -> None:
+        """No call used a worker up for a while: retire the standbys past ``idle_standbys`` (the newest
+        first; one still starting is left to the next call)."""
+        self._calm = None
+        self.standbys = self.idle_standbys
+        for task in reversed(list(self._ready)):
+            if len(self._ready) <= self.standbys:
+                break
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self._ready.remove(task)
+                self._after_call(task.result())
+
+    def _put_back(self, worker: WorkerHandle) -> None:
+        """A worker that served a call and may serve another: the next call takes it."""
+        ready = asyncio.get_running_loop().create_future()
+        ready.set_result(worker)
+        self._ready.appendleft(ready)
+
     async def take(self, until: float) -> WorkerHandle:
-        """A fresh worker (a standby when one is ready), started by ``until`` (loop time) or
-        :class:`ForkerGone`. Standbys that died or were stopped while they waited are discarded."""
+        """A worker that waits for a call (a standby, or one put back after a call, when one is
+        ready), started by ``until`` (loop time) or :class:`ForkerGone`. Workers that died or were
+        stopped while they waited are discarded."""
         loop = asyncio.get_running_loop()
         fresh_starts = 0
         while True:
+            task: asyncio.Future[WorkerHandle]
             if self._ready:
                 task = self._ready.popleft()
             elif fresh_starts < 2:
@@ -277,6 +331,8 @@ class WorkerPool:
         if not task.done() or task.cancelled() or task.exception() is not None:
             return
         worker = task.result()
+        if worker.calls:  # between two calls it waits on its channel, not for wakes: its pages are its own
+            return
         if worker.pidfd >= 0:
             try:
                 signal.pidfd_send_signal(worker.pidfd, WAKE_SIGNAL)
@@ -293,10 +349,17 @@ class WorkerPool:
         on_progress: Callable[[dict[str, Any]], Awaitable[None]],
         on_event: Callable[[WorkerMessage], None] | None = None,
         on_taken: Callable[[], None] | None = None,
+        starts_processes: bool = True,
     ) -> dict[str, Any]:
-        """Run ``call`` in a fresh worker. With ``call["stream"]`` the worker sends its command's output
-        and start (``output``, ``spawned``) to ``on_event``, which may raise :class:`ProtocolError`.
-        ``deadline`` is moved by the time the call waited for its worker; ``on_taken`` is called then."""
+        """Run ``call`` in a worker that serves nothing else meanwhile. With ``call["stream"]`` the worker
+        sends its command's output and start (``output``, ``spawned``) to ``on_event``, which may raise
+        :class:`ProtocolError`. When the worker offers to serve again (its result's ``reuse``), the
+        outcome allows it (:func:`peon.workers.reuse.serves_again`) and the call was not cancelled, the
+        worker is put back for the next call, until it has answered ``max_calls``; after any other call
+        it is retired (its channel closed) or, when it failed, killed with its tree before this returns.
+        ``deadline`` is moved by the time the call waited for its worker; ``on_taken`` is called then.
+        ``starts_processes``: a call still running after :data:`REFILL_DURING_CALL_SECONDS` has the
+        next standby started meanwhile."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         start_seconds = self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
@@ -304,6 +367,7 @@ class WorkerPool:
         try:
             worker = await self.take(loop.time() + start_seconds)
         except ForkerGone as exc:
+            self._used_up()
             loop.call_soon(self._replenish)
             return _failure(ErrorCode.WORKER_CRASHED,
                             f"{tool} did not run: no worker could be started for it within "
@@ -316,6 +380,8 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
+        refill = (loop.call_later(0.0 if call.get("stream") == "live" else REFILL_DURING_CALL_SECONDS, self._refill)
+                  if starts_processes else None)
         try:
             reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
@@ -324,15 +390,44 @@ class WorkerPool:
             raise
         finally:
             self._last_activity = loop.time()
+            if refill is not None:
+                refill.cancel()
         if reply.get("op") == "result":  # reported by the worker, which swept its own tree first
+            worker.calls += 1
+            offered = reply.pop("reuse", None) is True
+            if (offered and worker.calls < self.max_calls and not cancelled.is_set() and not self._closing
+                    and serves_again(reply)):
+                worker.call_id = None
+                self._put_back(worker)
+                loop.call_soon(self._check_forkserver)
+                return reply
+            self._used_up()
             loop.call_soon(self._after_call, worker)  # after the reply has gone out
         else:
+            self._used_up()
             await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
             loop.call_soon(self._replenish)
         waited_ms = int(waited * 1000)
         if waited_ms and reply.get("ok") and isinstance(reply.get("value"), dict):
             reply["value"] = {**reply["value"], "waited_for_worker_ms": waited_ms}
         return reply
+
+    def _check_forkserver(self) -> None:
+        """A forkserver stopped by a command (it is a process of the same user) is replaced now, not at
+        the next start, which calls served by waiting workers might put off for long: it is killed with
+        its workers (a waiting worker found dead is discarded as a call takes it), and the next start
+        launches a new one."""
+        forker = self.forker
+        if forker is None or forker.pid is None or not forker.alive:  # a start in flight fails with it
+            return
+        if proctree.state(forker.pid) in ("T", "t"):  # alive (its pidfd says so): the pid is still its own
+            forker.kill()
+            self._replenish()
+
+    def _refill(self) -> None:
+        """A long call holds its worker: the next call (a background job's neighbour) gets a standby."""
+        self._used_up()
+        self._replenish()
 
     def _after_call(self, worker: WorkerHandle) -> None:
         worker.channel.close()  # the worker exits when it sees its channel close
@@ -446,7 +541,8 @@ class WorkerPool:
             if self.live.pop(worker.pid, None) is not None:
                 self._announce(worker, started=False)
             if not worker.close():
-                self._unclosed.append(worker)
+                self._unclosed.append(worker)  # released at the next start, or in a moment
+                asyncio.get_running_loop().call_later(STATUS_WAIT_SECONDS, self._close_pending)
 
     async def _release(self, worker: WorkerHandle) -> None:
         for delay in (0.0, *RELEASE_RETRY_SECONDS):
@@ -479,6 +575,8 @@ class WorkerPool:
     async def close(self) -> None:
         """Kill every worker and everything below them, stop the forkserver, wait until all are gone."""
         self._closing = True
+        if self._calm is not None:
+            self._calm.cancel()
         while self._ready:
             task = self._ready.popleft()
             try:

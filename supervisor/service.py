@@ -357,7 +357,8 @@ class Supervisor:
                                                  "stream": "end" if job is not None else None,
                                                  **({"trace": call.trace} if call.trace else {})},
                                                 deadline, call.cancelled, forward_progress,
-                                                self.jobs.on_event(job) if job is not None else None, taken)
+                                                self.jobs.on_event(job) if job is not None else None, taken,
+                                                starts_processes=tool.starts_processes or job is not None)
         finally:
             if notice is not None:
                 notice.cancel()
@@ -520,7 +521,8 @@ async def _begin_pool(state: SessionState,
     from .pool import WorkerPool
 
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
-                      state.containment, state.config.limits.worker_grace_seconds, on_worker=on_worker)
+                      state.containment, state.config.limits.worker_grace_seconds,
+                      max_calls=int(state.config.limits.worker_max_calls), on_worker=on_worker)
     await pool.begin()
     return pool
 

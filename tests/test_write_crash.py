@@ -14,6 +14,7 @@ import time
 import pytest
 
 from peon.paths import TEMP_PREFIX
+from helpers import is_zombie, wait_for
 from peon.workers.proctree import descendants
 
 SIZE = 6 << 20  # large enough that writing and fsyncing takes a while
@@ -87,6 +88,9 @@ def test_sigkill_during_writes_never_leaves_partial_files(open_session, workspac
         except ProcessLookupError:
             pass
         result = handle.result(60)
+        # A write that finished first leaves its worker waiting for the next call, which the kill then
+        # ends: gone before that call, or that call would be the one it crashed.
+        assert wait_for(lambda pid=pid: is_zombie(pid), 10), where
         if result.ok:
             stats["ok"] += 1
         else:

@@ -13,7 +13,8 @@ Wire format: each message is one frame of :mod:`multiprocessing.connection` (see
 ``cancel``; the worker sends ``progress``, ``output`` (the command's bytes, at most
 :data:`MAX_OUTPUT_CHUNK` each, with their absolute offset — consecutive, starting at 0) and at most
 one ``spawned`` (its command has started: a background job is running) messages, then exactly one
-``result``.
+``result``. A result with ``reuse: true`` says the worker will wait for another ``call`` on the same
+channel (:mod:`peon.workers.reuse`); without it the worker exits once the channel closes.
 
 An ``output`` message is the one frame that is not JSON: command output is bulk data (base64 in JSON
 made a streamed 256 MiB flood take 7-9 s; as binary frames it took 0.9-1.4 s, against 0.35-0.45 s
@@ -84,6 +85,7 @@ class ResultMessage(TypedDict, total=False):
     ok: bool
     value: dict[str, Any]
     error: ErrorInfo
+    reuse: bool  # the worker offers to serve another call (peon.workers.reuse)
 
 
 class ProgressMessage(TypedDict, total=False):
@@ -166,9 +168,11 @@ def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
 
 
 def _check_result(message: dict[str, Any]) -> None:
-    extra = set(message) - {"op", "id", "ok", "value", "error"}
+    extra = set(message) - {"op", "id", "ok", "value", "error", "reuse"}
     if extra:
         raise ProtocolError(f"a result has unknown fields {sorted(extra)[:5]}")
+    if "reuse" in message and message["reuse"] is not True:
+        raise ProtocolError(f"a result's 'reuse' is {_short(message['reuse'])}; only true may be sent")
     ok = message.get("ok")
     if ok is True:
         if not isinstance(message.get("value"), dict) or "error" in message:

@@ -28,8 +28,10 @@ In order:
 * when the call's processes exceed a resource limit (:mod:`peon.workers.limits`) the group gets ``SIGKILL``
   at once and the result names the limit.
 
-A worker runs one call, so "every descendant of the worker" is exactly what this call started. The
-runner is meant to run one process at a time per worker.
+A worker runs one call at a time and may serve another only after a call whose every command ended
+by itself with nothing left below the worker (:func:`commands_ended_clean`), so "every descendant of
+the worker" is exactly what this call started. The runner is meant to run one process at a time per
+worker.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
@@ -65,6 +67,26 @@ PROGRESS_INTERVAL_SECONDS = 0.5
 READ_CHUNK = 1 << 20
 FIRST_READ_CHUNK = 64 << 10
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+CommandsEnded = Literal["none", "clean", "unclean"]
+# How this call's commands ended (peon.workers.reuse): "none" started, every one "clean" (it exited
+# by itself, within its deadline and limits, uncancelled, leaving no descendant), or one did not.
+_ENDED: CommandsEnded = "none"
+
+
+def begin_call() -> None:
+    """A new call starts in this worker: no command of it has run yet."""
+    global _ENDED
+    _ENDED = "none"
+
+
+def commands_ended_clean() -> bool:
+    """Whether the call ran commands and every one ended clean (see :data:`_ENDED`)."""
+    return _ENDED == "clean"
+
+
+def _record_end(clean: bool) -> None:
+    global _ENDED
+    _ENDED = "unclean" if not clean or _ENDED == "unclean" else "clean"
 
 
 @dataclass(frozen=True)
@@ -301,6 +323,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             exceeded = limit_hit.result()
         elif exceeded is None and not (timed_out or cancelled):
             exceeded = probe.kernel_verdict()  # e.g. a fork refused at pids.max made the command give up
+        # Orphans were reparented to the worker before the leader's exit was reported.
+        left_behind = not exited.done() or bool(set(proctree.children(os.getpid())) - {pid})
+        _record_end(not (left_behind or timed_out or cancelled or exceeded))
         _kill_descendants()  # returns when nothing below the worker is alive, having reaped what it could
         status = exited.result() if exited.done() else await asyncio.wait_for(exited, timeout=10.0)
         if proctree.children(os.getpid()):
@@ -322,6 +347,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if progress is not None:
             progress.cancel()
         if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
+            _record_end(False)
             _kill_descendants()
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):

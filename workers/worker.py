@@ -1,5 +1,7 @@
-"""A worker: a ``multiprocessing`` process, forked by the session's forkserver, that serves exactly one
-call and exits.
+"""A worker: a ``multiprocessing`` process, forked by the session's forkserver, that serves one call at a
+time: after a clean call (:func:`peon.workers.reuse.may_offer`: for a tool that starts processes, its
+commands ended by themselves and left nothing) it offers to serve the next one; after any other call
+it exits.
 
 Promise:
 
@@ -23,8 +25,10 @@ Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby 
 channel and of the pipe a wake signal writes to: each wake runs one warm-up round) and reads it with
 ``Connection.recv_bytes``; from then on the channel is a :class:`~peon.workers.channel.FrameChannel` on
 the same socket, carrying ``progress`` messages and the ``result`` (:mod:`peon.workers.messages`). After
-its result it waits (bounded) for the supervisor to close the channel, so its exit costs nothing on
-the path of the reply.
+a result that lets it serve again it waits, titled as a standby, for the next ``call`` on that channel
+(the supervisor closes it to retire the worker); after any other result it waits (bounded) for the
+supervisor to close the channel, so its exit costs nothing on the path of the reply, and a call sent
+to it then is never served: it exits.
 
 Titles: ``peon-worker standby`` while waiting, ``peon-worker <tool> <call-id>`` while serving.
 """
@@ -65,6 +69,8 @@ from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
 from .messages import MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output
 from .reaper import REAPER
+from . import runner
+from .reuse import may_offer
 from .runner import CANCEL_GRACE_SECONDS
 
 EXIT_PARENT_GONE = 75
@@ -246,21 +252,65 @@ def _on_wake(signum: int, frame: Any) -> None:
     it starts gets the default disposition back at ``exec``)."""
 
 
-async def _serve_one(sock: socket.socket, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
+async def _serve_one(sock: socket.socket, data: bytes | None, session: SessionView, tools: dict[str, Tool],
+                     reusable: bool = True) -> int:
+    """Serve the call in ``data``, then each next call the supervisor sends while the worker may serve
+    again (:func:`peon.workers.reuse.may_offer`; never with ``reusable`` false: a warm-up round's);
+    0 once the supervisor closes the channel."""
     global CURRENT_CHANNEL
     channel = CURRENT_CHANNEL = FrameChannel(sock)
     try:
-        return await _serve_call(channel, data, session, tools)
+        while data is not None:
+            again = await _serve_call(channel, data, session, tools, reusable)
+            data = await _next_call(channel) if again else await _linger(channel)
+        return 0
     finally:  # a worker's exit would close it; a warm-up round in the forkserver or a standby must
         channel.close()
 
 
-async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool]) -> int:
+async def _next_call(channel: FrameChannel) -> bytes | None:
+    """Wait, as a standby does, for the next call on the channel; None once it closes. A cancel that
+    crossed the previous result is stale and skipped; anything else is not the supervisor's and ends
+    the worker."""
+    while True:
+        try:
+            data = await channel.recv()
+        except Exception:
+            return None
+        if data is None:
+            return None
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return None
+        if isinstance(message, dict) and message.get("op") == "call":
+            return data
+        if not (isinstance(message, dict) and message.get("op") == "cancel"):
+            return None
+
+
+async def _linger(channel: FrameChannel) -> bytes | None:
+    """Exit once the supervisor has the result (it closes the channel), not on its way. A call sent to
+    a worker that may not serve again is never served: the worker exits, and the supervisor reports it."""
+    try:
+        async with asyncio.timeout(LINGER_SECONDS):
+            while (data := await channel.recv()) is not None:
+                if data[:64].find(b'"call"') >= 0:
+                    return None
+    except (TimeoutError, Exception):
+        pass
+    return None
+
+
+async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool],
+                      reusable: bool = True) -> bool:
+    """Serve one call; whether this worker may serve another."""
     message: CallMessage = json.loads(data)
     if not isinstance(message, dict) or message.get("op") != "call":
-        return 0  # retired while on standby
+        return False  # retired while on standby
     call_id, tool_name = str(message["id"]), str(message["tool"])
     setproctitle(f"peon-worker {tool_name} {call_id}")
+    runner.begin_call()
     token = CancelToken()
     ctx = ToolContext(
         call_id=call_id,
@@ -289,22 +339,29 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
         reply = _error(call_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
     else:
         reply = await _execute(tool, message["args"], ctx)
+    listener_ended = listener.done()  # the channel broke, or the supervisor sent what it should not
     listener.cancel()
     progress.stop()
     # Whatever the tool did, nothing it started may outlive the call (a worker with no child has
     # nothing below it: it is a subreaper).
-    if proctree.has_children() and proctree.kill_tree(os.getpid(), reap=REAPER.reap):
-        reply = _error(call_id, ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
+    left_children = proctree.has_children()
+    if left_children:
+        if proctree.kill_tree(os.getpid(), reap=REAPER.reap):
+            reply = _error(call_id, ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
+        elif tool is not None and not tool.starts_processes:  # and its worker is not reused
+            reply = _error(call_id, ErrorCode.TOOL_FAILED,
+                           f"{tool_name} declares that it starts no process (starts_processes is false) but "
+                           "left processes behind; they were killed")
     if output is not None:  # every output message precedes the result
         await output.flush()
+    again = reusable and tool is not None and not listener_ended and may_offer(
+        reply, starts_processes=tool.starts_processes, commands_ended_clean=runner.commands_ended_clean(),
+        left_children=left_children, cancelled=token.cancelled, streams_live=stream == "live")
+    if again:
+        reply = {**reply, "reuse": True}
+        setproctitle("peon-worker standby")  # its call is over once the result is out
     await channel.send(encode_result(reply, tool_name, call_id))
-    try:  # exit once the supervisor has the result (it closes the channel), not on its way
-        async with asyncio.timeout(LINGER_SECONDS):
-            while await channel.recv() is not None:
-                pass
-    except (TimeoutError, Exception):
-        pass
-    return 0
+    return again
 
 
 def encode_result(reply: ResultMessage, tool_name: str, call_id: str) -> bytes:
@@ -542,7 +599,7 @@ async def _warm_up_round(session: SessionView, tools: Iterable[Tool], processes:
     served: dict[str, Tool] = {_WarmUpTool.name: _WarmUpTool(tools, processes)}
     try:
         async with asyncio.timeout(5.0), asyncio.TaskGroup() as group:
-            group.create_task(_serve_one(socket_of(theirs), encode_json(call), session, served))
+            group.create_task(_serve_one(socket_of(theirs), encode_json(call), session, served, reusable=False))
             while (message := await supervisor_side.recv()) is not None and b'"result"' not in message[:32]:
                 pass  # its output, then its result
             supervisor_side.close()  # and the linger ends; the group waits for the serving task

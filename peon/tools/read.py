@@ -170,6 +170,7 @@ READ_OUTPUT_SCHEMA = {
 
 class ReadTool(Tool):
     name = "read"
+    starts_processes = False
     description = (
         "Read a byte range of a file in the workspace as UTF-8 text. Returns the content, the file's total "
         "size and whether the range ended before the end of the file (then next_offset says where to "

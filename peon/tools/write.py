@@ -59,6 +59,7 @@ def _checked(args: Mapping[str, Any]) -> tuple[WorkspacePath, bytes, str | None]
 
 class WriteTool(Tool):
     name = "write"
+    starts_processes = False
     description = (
         "Create or replace a file in the workspace with the given UTF-8 content, installed atomically. "
         "mode 'create' fails if the path exists; mode 'replace' fails if it does not (pass expected_sha256 "

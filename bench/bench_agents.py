@@ -1,0 +1,520 @@
+"""Agents per host: the agent mix by N concurrent agents, CPU per call by process, p50/p99 and the knee.
+
+Each agent owns a workspace (a git repository with a 4 KiB file) and its own server, and repeats the
+agent mix — ``read`` 4 KiB x5, ``git status --short`` x2, ``ls``, ``write`` 2 KiB x2, interleaved —
+one call at a time, either *paced* (a think time drawn uniformly from 50-500 ms after each answer,
+seeded) or *back to back*. For N = 1…64 agents it prints, per front end:
+
+* p50 and p99 of a call's latency as the agent sees it, and the calls per second all agents got;
+* CPU time per call (user + system, from ``/proc``) by process: the client (this process: the agents'
+  event loop and the clients' threads), and the server's processes — for Peon the front end (``peon
+  mcp``), the supervisors, the forkservers, and the workers together with the commands they ran (the
+  ones still alive and the ones reaped); for the peers the two servers and the commands they ran;
+* the knee: the first N whose p99 passes 100 ms (paced).
+
+Front ends: ``embedded`` (a ``peon.AsyncSession`` per agent, all in this process), ``peon mcp`` (a
+``peon mcp`` process per agent, through the official MCP client over stdio), and the peers an agent
+needs for the same tools — ``@modelcontextprotocol/server-filesystem`` (``read_text_file``,
+``write_file``) plus ``mcp-shell-server`` (``shell_execute``), two servers per agent — when
+``bench/install_peers`` installed them; each absent peer is named and skipped. The fronts run one
+after the other for each N, alternating their order, so they see the same machine.
+
+Figures go to ``bench/targets.py`` through :mod:`figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
+with few calls: a smoke check, not a figure.
+
+Run: ``python bench/bench_agents.py [--quick] [--agents 1,2,4,...,64] [--calls 20] [--fronts embedded,mcp,peers]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+import peon
+from figures import record
+
+BENCH = Path(__file__).resolve().parent
+FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
+SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
+PEON = Path(sys.executable).parent / "peon"
+ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
+Kind = Literal["read", "status", "ls", "write"]
+# The agent mix: read 4 KiB x5, git status --short x2, ls, write 2 KiB x2, interleaved.
+MIX: tuple[Kind, ...] = ("read", "status", "read", "write", "read", "ls", "read", "status", "read", "write")
+THINK_SECONDS = (0.05, 0.5)
+KNEE_MS = 100.0
+Rhythm = Literal["paced", "back to back"]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# -- CPU accounting ------------------------------------------------------------------------------------
+
+
+def _stat_cpu(pid: int) -> tuple[float, float]:
+    """(own CPU, CPU of the children it reaped) of ``pid``, in seconds; (0, 0) once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(x) / TICKS for x in fields[11:15])
+    return utime + stime, cutime + cstime
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU of ``pid`` and everything below it, alive or reaped by a member (a process reaped by one
+    that is gone is in that one's parent's count)."""
+    own, reaped = _stat_cpu(pid)
+    return own + reaped + sum(_tree_cpu(child) for child in _children(pid))
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
+
+
+class PeonCpu:
+    """CPU by role for Peon's processes: front ends, supervisors (alone), forkservers (alone), workers
+    with their commands (every child of a forkserver, alive or reaped)."""
+
+    def __init__(self, fronts: list[int], supervisors: list[int]):
+        self.fronts = fronts
+        self.supervisors = supervisors
+
+    @property
+    def forkservers(self) -> list[int]:
+        """Looked up at each sample: a session starts its forkserver after it answered ``ready``."""
+        return [child for sup in self.supervisors for child in _children(sup)
+                if "forkserver" in " ".join(_cmdline(child))]
+
+    def sample(self) -> dict[str, float]:
+        figures = {"front end": sum(_stat_cpu(pid)[0] for pid in self.fronts) if self.fronts else 0.0,
+                   "supervisors": sum(_stat_cpu(pid)[0] for pid in self.supervisors),
+                   "forkservers": 0.0, "workers": 0.0}
+        for forkserver in self.forkservers:
+            own, reaped = _stat_cpu(forkserver)
+            figures["forkservers"] += own
+            figures["workers"] += reaped + sum(_tree_cpu(worker) for worker in _children(forkserver))
+        if not self.fronts:
+            del figures["front end"]
+        return figures
+
+
+class TreeCpu:
+    """CPU of whole process trees under one role each (the peers: a server and what it started)."""
+
+    def __init__(self, roles: dict[str, list[int]]):
+        self.roles = roles
+
+    def sample(self) -> dict[str, float]:
+        return {role: sum(_tree_cpu(pid) for pid in pids) for role, pids in self.roles.items()}
+
+
+def client_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+# -- front ends --------------------------------------------------------------------------------------
+
+
+class Agent:
+    """One agent's server connection: ``call(kind)`` runs one call of the mix and checks its outcome."""
+
+    async def call(self, kind: Kind) -> None:
+        raise NotImplementedError
+
+
+class EmbeddedAgent(Agent):
+    def __init__(self, session: peon.AsyncSession):
+        self.session = session
+
+    async def call(self, kind: Kind) -> None:
+        tool, args = PEON_CALLS[kind]
+        result = await self.session.call(tool, args)
+        if not result.ok:
+            raise RuntimeError(f"{tool} failed: {result.error}")
+
+
+PEON_CALLS: dict[Kind, tuple[str, dict[str, Any]]] = {
+    "read": ("read", {"path": "four_kib.txt"}),
+    "status": ("bash", {"command": "git status --short"}),
+    "ls": ("bash", {"command": "ls"}),
+    "write": ("write", {"path": "two_kib.txt", "content": "w" * 2047 + "\n", "mode": "replace"}),
+}
+
+
+class McpAgent(Agent):
+    """Calls of the mix through MCP clients: ``routes`` maps a kind to (client, tool, arguments)."""
+
+    def __init__(self, routes: dict[Kind, tuple[Any, str, dict[str, Any]]]):
+        self.routes = routes
+
+    async def call(self, kind: Kind) -> None:
+        client, tool, args = self.routes[kind]
+        result = await client.call_tool(tool, args)
+        if result.is_error:
+            raise RuntimeError(f"{tool} failed: {result}")
+
+
+@dataclass
+class Started:
+    agents: list[Agent]
+    cpu: PeonCpu | TreeCpu
+
+
+async def start_embedded(workspaces: list[Path], env: dict[str, str], stack: contextlib.AsyncExitStack) -> Started:
+    sessions = await asyncio.gather(*(peon.AsyncSession(ws, ALLOW, env=env, state_dir=ws.parent / f"{ws.name}.state")
+                                      .start() for ws in workspaces))
+    for session in sessions:
+        stack.push_async_callback(session.aclose)
+    supervisors = [session.session.supervisor_pid for session in sessions if session.session is not None]
+    return Started([EmbeddedAgent(session) for session in sessions], PeonCpu([], supervisors))
+
+
+async def _mcp_client(command: list[str], env: dict[str, str], cwd: Path, stack: contextlib.AsyncExitStack) -> Any:
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(cwd))
+    client = await stack.enter_async_context(
+        Client(stdio_client(params, errlog=SERVER_LOG["file"]), mode="legacy"))
+    await client.list_tools()
+    return client
+
+
+SERVER_LOG: dict[str, Any] = {"file": sys.stderr}
+
+
+def _server_pids(command: list[str], known: set[int]) -> list[int]:
+    """This process's children running ``command`` that are not in ``known``."""
+    found = []
+    for child in psutil.Process().children():
+        if child.pid in known:
+            continue
+        try:
+            line = child.cmdline()
+        except psutil.Error:
+            continue
+        if line[-len(command[1:]):] == command[1:] if command[1:] else Path(command[0]).name in " ".join(line[:2]):
+            found.append(child.pid)
+    return found
+
+
+async def start_mcp(workspaces: list[Path], env: dict[str, str], stack: contextlib.AsyncExitStack) -> Started:
+    agents: list[Agent] = []
+    fronts: list[int] = []
+    before = {child.pid for child in psutil.Process().children()}
+    # One at a time, in this task: an MCP client's cancel scopes must be left in the task that entered them.
+    clients = [await _mcp_client([str(PEON), "mcp", "--workspace", str(ws), "--allow", "process",
+                                "--allow", "filesystem"], env, ws, stack)
+               for ws in workspaces]
+    for client in clients:
+        agents.append(McpAgent({kind: (client, *PEON_CALLS[kind]) for kind in PEON_CALLS}))
+    fronts = [child.pid for child in psutil.Process().children() if child.pid not in before]
+    supervisors = [pid for front in fronts for pid in _children(front)
+                   if "supervisor" in " ".join(_cmdline(pid)) or "peon-supervisor" in " ".join(_cmdline(pid))]
+    return Started(agents, PeonCpu(fronts, supervisors))
+
+
+def peers_available() -> tuple[bool, str]:
+    missing = []
+    if shutil.which("node") is None or not FILESYSTEM.exists():
+        missing.append("server-filesystem (run bench/install_peers; needs node and npm)")
+    if not SHELL_SERVER.exists():
+        missing.append("mcp-shell-server (run bench/install_peers)")
+    return not missing, ", ".join(missing)
+
+
+async def start_peers(workspaces: list[Path], env: dict[str, str], stack: contextlib.AsyncExitStack) -> Started:
+    node = shutil.which("node") or "node"
+    before = {child.pid for child in psutil.Process().children()}
+    filesystems = [await _mcp_client([node, str(FILESYSTEM), str(ws)], env, ws, stack) for ws in workspaces]
+    middle = {child.pid for child in psutil.Process().children()}
+    shell_env = {**env, "ALLOW_COMMANDS": "git,ls"}
+    shells = [await _mcp_client([str(SHELL_SERVER)], shell_env, ws, stack) for ws in workspaces]
+    after = {child.pid for child in psutil.Process().children()}
+    agents: list[Agent] = []
+    for ws, files, shell in zip(workspaces, filesystems, shells, strict=True):
+        agents.append(McpAgent({
+            "read": (files, "read_text_file", {"path": str(ws / "four_kib.txt")}),
+            "write": (files, "write_file", {"path": str(ws / "two_kib.txt"), "content": "w" * 2047 + "\n"}),
+            "status": (shell, "shell_execute", {"command": ["git", "status", "--short"], "directory": str(ws)}),
+            "ls": (shell, "shell_execute", {"command": ["ls"], "directory": str(ws)}),
+        }))
+    return Started(agents, TreeCpu({"server-filesystem": sorted(middle - before),
+                                    "mcp-shell-server": sorted(after - middle)}))
+
+
+FRONTS: dict[str, Callable[..., Any]] = {"embedded": start_embedded, "peon mcp": start_mcp,
+                                         "fs+shell peers": start_peers}
+
+
+# -- one run -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    front: str
+    agents: int
+    rhythm: Rhythm
+    latencies: list[float]
+    wall: float
+    cpu: dict[str, float]  # seconds per call, by role
+
+    @property
+    def calls(self) -> int:
+        return len(self.latencies)
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    @property
+    def server_cpu_ms(self) -> float:
+        return sum(value for role, value in self.cpu.items() if role != "client") * 1000
+
+
+async def drive(agents: list[Agent], calls: int, rhythm: Rhythm, seed: int) -> list[float]:
+    """Every agent makes ``calls`` calls of the mix (starting at its own place in it); the latencies."""
+    latencies: list[float] = []
+
+    async def one(index: int, agent: Agent) -> None:
+        rng = random.Random(seed * 1000 + index)
+        if rhythm == "paced":  # agents do not all start at once
+            await asyncio.sleep(rng.uniform(0, THINK_SECONDS[1]))
+        for i in range(calls):
+            kind = MIX[(index + i) % len(MIX)]
+            started = time.perf_counter()
+            await agent.call(kind)
+            latencies.append(time.perf_counter() - started)
+            if rhythm == "paced":
+                await asyncio.sleep(rng.uniform(*THINK_SECONDS))
+
+    async with asyncio.TaskGroup() as group:
+        for index, agent in enumerate(agents):
+            group.create_task(one(index, agent))
+    return latencies
+
+
+def make_workspaces(root: Path, count: int) -> list[Path]:
+    workspaces = []
+    for i in range(count):
+        ws = root / f"agent-{i}"
+        ws.mkdir(parents=True)
+        (ws / "four_kib.txt").write_text(("x" * 63 + "\n") * 64)
+        (ws / "two_kib.txt").write_text("")
+        (ws / "src").mkdir()
+        (ws / "src" / "main.py").write_text("print('hello')\n")
+        subprocess.run(["git", "init", "-q", str(ws)], check=True)
+        subprocess.run(["git", "-C", str(ws), "add", "."], check=True)
+        subprocess.run(["git", "-C", str(ws), "-c", "user.name=bench", "-c", "user.email=bench@localhost",
+                        "commit", "-q", "-m", "start"], check=True)
+        workspaces.append(ws)
+    return workspaces
+
+
+async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls: int,
+                  rhythms: Iterable[Rhythm]) -> list[Outcome]:
+    outcomes = []
+    async with contextlib.AsyncExitStack() as stack:
+        started: Started = await FRONTS[front](workspaces, env, stack)
+        await drive(started.agents, 3, "back to back", seed=0)  # warm-up: standbys, caches
+        for rhythm in rhythms:
+            await asyncio.sleep(0.3)  # let what the last calls left settle
+            cpu_before, client_before = started.cpu.sample(), client_cpu()
+            begun = time.perf_counter()
+            # At least 100 calls a run: CPU times come in clock ticks (10 ms).
+            latencies = await drive(started.agents, max(calls, -(-100 // len(workspaces))), rhythm,
+                                    seed=len(workspaces))
+            wall = time.perf_counter() - begun
+            await asyncio.sleep(0.05)  # a retired worker's exit lands in its forkserver's count
+            cpu_after, client_after = started.cpu.sample(), client_cpu()
+            count = len(latencies)
+            cpu = {"client": (client_after - client_before) / count,
+                   **{role: (cpu_after[role] - cpu_before.get(role, 0.0)) / count for role in cpu_after}}
+            outcomes.append(Outcome(front, len(workspaces), rhythm, latencies, wall, cpu))
+    return outcomes
+
+
+def show(outcome: Outcome) -> None:
+    roles = ", ".join(f"{role} {value * 1000:.2f}" for role, value in outcome.cpu.items())
+    print(f"  {outcome.front:<15} N={outcome.agents:<3} {outcome.rhythm:<13} p50 {outcome.percentile(0.5):7.2f} ms  "
+          f"p99 {outcome.percentile(0.99):7.2f} ms  {outcome.calls / outcome.wall:7.1f} calls/s  "
+          f"server CPU/call {outcome.server_cpu_ms:6.2f} ms ({roles})", flush=True)
+
+
+def knee(outcomes: list[Outcome], front: str) -> int | None:
+    """The first N whose paced p99 passes the bound (None: none of those measured)."""
+    for outcome in sorted((o for o in outcomes if o.front == front and o.rhythm == "paced"), key=lambda o: o.agents):
+        if outcome.percentile(0.99) > KNEE_MS:
+            return outcome.agents
+    return None
+
+
+def summary(outcomes: list[Outcome], fronts: list[str], sizes: list[int]) -> None:
+    print(f"\nsummary (the knee: first N whose paced p99 > {KNEE_MS:g} ms; measured N: {sizes})")
+    peer = "fs+shell peers"
+    cpu: dict[str, float] = {}
+    for front in fronts:
+        mine = [o for o in outcomes if o.front == front]
+        if not mine:
+            continue
+        found = knee(outcomes, front)
+        per_call = statistics.median(o.server_cpu_ms for o in mine)
+        cpu[front] = per_call
+        capacity = max((o.calls / o.wall for o in mine if o.rhythm == "back to back"), default=0.0)
+        print(f"  {front:<15} knee {'none up to ' + str(max(sizes)) if found is None else 'N=' + str(found):<16} "
+              f"server CPU per call (median over runs) {per_call:6.2f} ms; capacity back to back "
+              f"{capacity:6.1f} calls/s")
+        below = [n for n in sizes if found is None or n < found]
+        record(f"agents.agents.{_key(front)}", float(max(below, default=0)), "agents",
+               measured_up_to=max(sizes), knee=found or 0)
+        record(f"agents.capacity.{_key(front)}", capacity, "calls/s")
+    for front in fronts:
+        if front == peer or front not in cpu:
+            continue
+        record(f"agents.cpu.{_key(front)}", cpu[front], "ms", baseline=cpu.get(peer), against=peer)
+        if peer in cpu:
+            print(f"  server CPU per call, {front} / {peer}: {cpu[front] / cpu[peer]:.2f}x (target <= 1.5x)")
+
+
+# -- at rest: memory of an idle session, and what a background job adds -------------------------------
+
+
+def _tree(pid: int) -> list[int]:
+    try:
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def pss_mib(pids: Iterable[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total / (1 << 20)
+
+
+def python_processes(pids: Iterable[int]) -> int:
+    count = 0
+    for pid in pids:
+        try:
+            count += "python" in Path(psutil.Process(pid).exe()).name
+        except psutil.Error:
+            continue
+    return count
+
+
+async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
+    """PSS of one idle session of ``front`` (its server's processes, after a call and a pause), and for
+    Peon what a background ``sleep`` job adds (PSS, processes, Python processes)."""
+    [workspace] = make_workspaces(root / f"rest-{_key(front)}", 1)
+    async with contextlib.AsyncExitStack() as stack:
+        started: Started = await FRONTS[front]([workspace], env, stack)
+        await drive(started.agents, len(MIX), "back to back", seed=0)
+        await asyncio.sleep(2.0)  # past the pool's return to one standby
+        roots = (started.cpu.supervisors + started.cpu.fronts if isinstance(started.cpu, PeonCpu)
+                 else [pid for pids in started.cpu.roles.values() for pid in pids])
+        if isinstance(started.cpu, PeonCpu) and started.cpu.fronts:
+            roots = started.cpu.fronts  # peon mcp: its supervisor is below it
+        pids = sorted({pid for root_pid in roots for pid in _tree(root_pid)})
+        idle = pss_mib(pids)
+        print(f"  {front:<15} idle session: PSS {idle:.1f} MiB in {len(pids)} processes", flush=True)
+        if front != "fs+shell peers":
+            record(f"idle_pss.{_key(front)}", idle, "MiB", processes=len(pids))
+        if front != "embedded":
+            return
+        agent = started.agents[0]
+        assert isinstance(agent, EmbeddedAgent)
+        result = await agent.session.call("bash", {"command": "exec sleep 60", "background": True})
+        if not result.ok:
+            raise RuntimeError(f"the background job did not start: {result.error}")
+        await asyncio.sleep(1.0)
+        with_job = sorted({pid for root_pid in roots for pid in _tree(root_pid)})
+        added = [pid for pid in with_job if pid not in pids]
+        sleeps = [pid for pid in added if _cmdline(pid)[:1] == ["sleep"]]
+        extra, extra_python = len(added) - len(sleeps), python_processes(added)
+        grown = pss_mib(with_job) - idle
+        print(f"  {front:<15} a background sleep job: +{grown:.2f} MiB PSS, {extra} process(es) besides the "
+              f"command ({extra_python} Python)", flush=True)
+        record("job.pss", grown, "MiB", processes=extra)
+        record("job.python_processes", float(extra_python), "processes")
+        await agent.session.call("job_stop", {"job_id": result.value["job_id"]})
+
+
+def _key(front: str) -> str:
+    return {"embedded": "embedded", "peon mcp": "mcp", "fs+shell peers": "peers"}[front]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="N = 1, 4, 8 and 10 calls per agent: a smoke check")
+    parser.add_argument("--agents", help="comma-separated N (default 1,2,4,8,16,32,48,64)")
+    parser.add_argument("--calls", type=int, help="calls per agent per run (default 20; 10 with --quick)")
+    parser.add_argument("--fronts", default="embedded,mcp,peers", help="which of embedded, mcp, peers")
+    parser.add_argument("--rhythms", default="paced,back-to-back", help="paced and/or back-to-back")
+    args = parser.parse_args()
+    sizes = [int(n) for n in (args.agents or ("1,4,8" if args.quick else "1,2,4,8,16,32,48,64")).split(",")]
+    calls = args.calls or (10 if args.quick else 20)
+    names = {"embedded": "embedded", "mcp": "peon mcp", "peers": "fs+shell peers"}
+    fronts = [names[name.strip()] for name in args.fronts.split(",")]
+    rhythms: list[Rhythm] = ["paced" if r.strip() == "paced" else "back to back" for r in args.rhythms.split(",")]
+    available, missing = peers_available()
+    if "fs+shell peers" in fronts and not available:
+        print(f"peers: absent: {missing} — skipped")
+        fronts.remove("fs+shell peers")
+    print(f"peon {peon.__version__}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
+          f"N = {sizes}; {calls} calls per agent per run; fronts: {', '.join(fronts)}")
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="peon-bench-agents-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
+               "XDG_STATE_HOME": str(home / ".local" / "state"), "XDG_CONFIG_HOME": str(home / ".config")}
+        with (Path(tmp) / "servers.log").open("w+", encoding="utf-8", errors="replace") as log:
+            SERVER_LOG["file"] = log
+            for round_no, size in enumerate(sizes):
+                order = fronts if round_no % 2 == 0 else fronts[::-1]
+                for front in order:
+                    workspaces = make_workspaces(Path(tmp) / f"{_key(front)}-{size}", size)
+                    for outcome in await measure(front, workspaces, env, calls, rhythms):
+                        show(outcome)
+                        outcomes.append(outcome)
+                    shutil.rmtree(workspaces[0].parent, ignore_errors=True)
+            print("\nat rest")
+            for front in fronts:
+                await at_rest(front, Path(tmp), env)
+            SERVER_LOG["file"] = sys.stderr
+    summary(outcomes, fronts, sizes)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
