@@ -357,6 +357,19 @@ MEANINGS = {
     "mcp.bash": "one `bash` call through `peon mcp` against a plain MCP shell server without isolation",
     "mcp.read_rate": "how many calls per second one `peon mcp` session sustains",
     "mcp.start": "how long an MCP client waits before it can list Peon's tools",
+    "agents.cpu.mcp": "the CPU the server side spends per call of a typical agent's mix (reads, `git status`, "
+                      "`ls`, writes) through `peon mcp`, against the two plain MCP servers an agent needs for the "
+                      "same tools: what decides how many agents share a host",
+    "agents.cpu.embedded": "the same for an application embedding Peon (`peon.Session`)",
+    "agents.agents.embedded": "how many agents, each pausing 50-500 ms between calls, one embedded session each, "
+                              "before the slowest 1 % of calls takes more than 100 ms",
+    "agents.agents.mcp": "the same with a `peon mcp` per agent, as coding-agent clients run it",
+    "agents.agents.serve": "the same with every agent a client of one `peon serve`",
+    "idle_pss.embedded": "the memory an embedded session holds while its agent thinks (shared pages divided "
+                         "among the processes sharing them)",
+    "idle_pss.mcp": "the same for `peon mcp`, its own interpreter included",
+    "job.pss": "the memory one background job (a dev server, a watcher) adds beyond the command itself",
+    "job.python_processes": "the Python processes one background job adds",
     "deadline_to_clean.cgroup": "how long after a call's timeout every process it started (a 300-process fork "
                                 "loop) is gone, with cgroup containment",
     "deadline_to_clean.process-tree": "the same without cgroups (containers without a delegated cgroup)",

@@ -420,8 +420,8 @@ class WorkerPool:
         forker = self.forker
         if forker is None or forker.pid is None or not forker.alive:  # a start in flight fails with it
             return
-        if proctree.state(forker.pid) in ("T", "t"):  # alive (its pidfd says so): the pid is still its own
-            forker.kill()
+        if forker.stopped():  # alive (its pidfd says so): the pid is still its own
+            forker.kill(why="it was stopped (by another process) while its workers served calls")
             self._replenish()
 
     def _refill(self) -> None:

@@ -85,7 +85,7 @@ def test_the_wait_for_a_worker_is_bounded_on_its_own_and_the_call_says_why():
             return set()
 
     async def scenario():
-        pool = WorkerPool(NeverStarts, ProcessTreeContainment("test"), 1.0, standbys=0)
+        pool = WorkerPool(NeverStarts, ProcessTreeContainment("test"), 1.0, idle_standbys=0, busy_standbys=0)
         pool.forker = NeverStarts()
         deadline = Deadline.after(60)
         reply = await pool.run({"id": "c1", "tool": "bash", "args": {}}, deadline, asyncio.Event(),
