@@ -69,6 +69,9 @@ def session_config(containment: str) -> dict[str, Any]:
                    "default_timeout_seconds": 20.0, "max_processes": 100, "memory_max_bytes": 192 << 20},
         "audit": {"max_bytes": 4 << 20, "backups": 100},
         "runtime": {"containment": containment},
+        # Unsandboxed: the commands that stop or kill Peon's own processes must reach them (the default
+        # sandbox refuses such signals), the harder case for the core.
+        "sandbox": {"mode": "off"},
     }
 
 
