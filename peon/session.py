@@ -33,7 +33,7 @@ supervisor's messages and answers each submitted call; while a thread waits in :
 (without a progress callback), that thread reads the channel itself and the reader thread stands
 aside, so the answer wakes the caller directly instead of waking the reader thread, which would wake
 the caller in turn (0.75 ms less for a call its supervisor answers alone 100 ms after the last, 0.1 to
-0.65 ms less for a `read` or a `bash` call: docs/operations.md).
+0.65 ms less for a `read` or a `bash` call).
 """
 
 from __future__ import annotations

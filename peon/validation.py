@@ -12,7 +12,7 @@ word and writes the error. So the fast path can only ever say yes where ``jsonsc
 (``tests/test_validation_fast_path.py`` checks that on every built-in schema), and it is only a speed:
 a call's admission after the machine idled took 131 µs in ``jsonschema``'s ``is_valid`` and 8 µs in
 the compiled code (a 4 KiB ``read``'s input, median of 60 after 100 ms of sleep each;
-docs/architecture.md, "What a call costs"). ``jsonschema`` is imported the first time a process needs
+docs/architecture.md, "On a call's path"). ``jsonschema`` is imported the first time a process needs
 it: a session whose tools all have fast paths and whose inputs are all valid never loads it.
 """
 

@@ -321,8 +321,7 @@ class WorkerPool:
         """A call is coming (it is still to be admitted, and may be denied): if the pool has been idle,
         signal the next standby to run one warm-up round now, on an idle core, while the supervisor
         admits the call. At most one wake per pause; back-to-back calls send none. It made a 4 KiB
-        ``read`` 50 ms apart 0.08-0.29 ms faster (docs/operations.md, "A call after a pause wakes
-        its standby")."""
+        ``read`` 50 ms apart 0.08-0.29 ms faster."""
         now = asyncio.get_running_loop().time()
         if now - self._last_activity < WAKE_AFTER_IDLE_SECONDS or not self._ready:
             return

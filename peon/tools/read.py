@@ -218,7 +218,7 @@ class ReadTool(Tool):
         """Read the start of this module's own file, beneath its own directory, as a call reads: approved
         by the resolution the supervisor makes, that resolution insisted on, then read — the whole read
         path, outside the workspace. Without the approval check it left 34 page faults (and 0.2 ms) to
-        every apart ``read``'s first resolution in a fresh worker (docs/operations.md)."""
+        every apart ``read``'s first resolution in a fresh worker."""
         here = os.path.dirname(os.path.abspath(__file__))
         root = os.open(here, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
