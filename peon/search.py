@@ -135,18 +135,25 @@ class _Records:
         return rest
 
 
-class PathReader:
-    """``rg --files --null`` / ``--files-with-matches --null``: one path per NUL-terminated record."""
+class _RecordReader:
+    """A reader of ripgrep's records: whatever follows the last separator at the end is ripgrep's error text."""
 
-    def __init__(self, prefix: str, accept: Callable[[str], bool], on_path: Callable[[str, bool], None]) -> None:
-        self.prefix, self.accept, self.on_path = prefix, accept, on_path
-        self.records = _Records(b"\0", self._record)
-        self.errors: list[str] = []
+    records: _Records
+    errors: list[str]
 
     def finish(self) -> None:
         rest = self.records.finish()
         if rest.strip():
             self.errors.append(show_name(rest[:1000])[0])
+
+
+class PathReader(_RecordReader):
+    """``rg --files --null`` / ``--files-with-matches --null``: one path per NUL-terminated record."""
+
+    def __init__(self, prefix: str, accept: Callable[[str], bool], on_path: Callable[[str, bool], None]) -> None:
+        self.prefix, self.accept, self.on_path = prefix, accept, on_path
+        self.records = _Records(b"\0", self._record)
+        self.errors = []
 
     def _record(self, raw: bytes) -> None:
         if not raw:
@@ -157,18 +164,13 @@ class PathReader:
             self.on_path(path, escaped)
 
 
-class CountReader:
+class CountReader(_RecordReader):
     """``rg --count --null``: ``path NUL count NEWLINE`` per file."""
 
     def __init__(self, prefix: str, accept: Callable[[str], bool], on_count: Callable[[str, int], None]) -> None:
         self.prefix, self.accept, self.on_count = prefix, accept, on_count
         self.records = _Records(b"\n", self._record)
-        self.errors: list[str] = []
-
-    def finish(self) -> None:
-        rest = self.records.finish()
-        if rest.strip():
-            self.errors.append(show_name(rest[:1000])[0])
+        self.errors = []
 
     def _record(self, raw: bytes) -> None:
         name, sep, count = raw.rpartition(b"\0")

@@ -757,20 +757,27 @@ def write_file(root: int, path: WorkspacePath, data: bytes, *, create: bool, exp
         return _write_file(root, path, data, create, expected_sha256, resolver, use_link, expected)
 
 
+def _installable_target(dirfd: int, name: str, path: WorkspacePath, create: bool) -> os.stat_result | None:
+    """What is at ``name`` in ``dirfd`` now (``None``: nothing), when a file may be installed there; otherwise the
+    error that says why not (a name reserved for Peon's temporary files, the wrong kind, exists or is missing)."""
+    if is_temp_name(name):
+        raise ToolError(ErrorCode.INVALID_PATH,
+                        f"path {path.shown} ends in {name!r}, a name reserved for Peon's temporary files")
+    try:
+        existing: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        existing = None
+    problem = target_error(path, create, None if existing is None else _kind(existing.st_mode))
+    if problem is not None:
+        raise problem
+    return existing
+
+
 def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expected_sha256: str | None,
                 resolver: Resolver, use_link: bool, expected: Expected | None) -> WriteOutcome:
     dirfd, name = open_parent(root, path, resolver, follow_final=not create)
     try:
-        if is_temp_name(name):
-            raise ToolError(ErrorCode.INVALID_PATH,
-                            f"path {path.shown} ends in {name!r}, a name reserved for Peon's temporary files")
-        try:
-            existing: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-        except FileNotFoundError:
-            existing = None
-        problem = target_error(path, create, None if existing is None else _kind(existing.st_mode))
-        if problem is not None:
-            raise problem
+        existing = _installable_target(dirfd, name, path, create)
         if expected is not None:
             _check_expected(path, expected, os.fstat(dirfd), name, existing)
         removed = remove_stale_temps(dirfd)
@@ -861,16 +868,7 @@ def _prepare(root: int, change: Change, resolver: Resolver) -> _Staged:
     dirfd, name = open_parent(root, path, resolver, follow_final=not change.create)
     staged = _Staged(change, dirfd, name)
     try:
-        if is_temp_name(name):
-            raise ToolError(ErrorCode.INVALID_PATH,
-                            f"path {path.shown} ends in {name!r}, a name reserved for Peon's temporary files")
-        try:
-            existing: os.stat_result | None = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-        except FileNotFoundError:
-            existing = None
-        problem = target_error(path, change.create, None if existing is None else _kind(existing.st_mode))
-        if problem is not None:
-            raise problem
+        existing = _installable_target(dirfd, name, path, change.create)
         if change.expected is not None:
             _check_expected(path, change.expected, os.fstat(dirfd), name, existing)
         if change.expected_sha256 is not None:
