@@ -50,7 +50,6 @@ def test_a_session_opened_from_a_helper_thread_leaves_its_processes_signals_unbl
     assert result.ok and result.value["exit_code"] == 0, result
     assert int(result.value["output"].split()[1], 16) == 0, result.value["output"]
     title = f"peon-forkserver {session.workspace}"
-    # Waited for, not sampled: a forkserver being replaced (seen stopped, say) has a successor a moment later.
     forkservers: list[int] = []
     assert wait_for(lambda: bool(forkservers.extend(_children_titled(session.supervisor_pid, title)) or forkservers),
                     30), f"no process titled {title!r} below {session.supervisor_pid}"
@@ -63,7 +62,8 @@ def _children_titled(pid: int, title: str) -> list[int]:
     found = []
     for child in psutil.Process(pid).children():
         try:
-            if child.cmdline()[:1] == [title]:
+            # psutil splits a retitled command line on spaces when the title left no NUL at its end.
+            if " ".join(part for part in child.cmdline() if part) == title:
                 found.append(child.pid)
         except psutil.Error:  # an orphan the supervisor is reaping
             pass
