@@ -125,14 +125,27 @@ def emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _write_fixtures(workspace: Path, until: float) -> None:
+    """The files the checked calls expect. A client started while its slot's disk is full (an injected fault)
+    retries until the fault ends: the harness's own set-up failing is not a session that did not recover."""
+    while True:
+        try:
+            for name, text in KNOWN_FILES.items():
+                (workspace / name).write_text(text)
+            (workspace / "forkloop.py").write_text(FORK_LOOP)
+            return
+        except OSError:
+            if time.time() >= until:
+                raise
+            time.sleep(0.2)
+
+
 def run_session(options: argparse.Namespace) -> None:
     """The ``--runner`` process: calls until ``--until`` (epoch seconds), recording every outcome."""
     import peon
 
     workspace, state = Path(options.workspace), Path(options.state)
-    for name, text in KNOWN_FILES.items():
-        (workspace / name).write_text(text)
-    (workspace / "forkloop.py").write_text(FORK_LOOP)
+    _write_fixtures(workspace, options.until)
     env = {"HOME": str(workspace), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
            TAG: options.tag}
     rng = random.Random(options.seed)
