@@ -522,10 +522,7 @@ def _check_continuations(state: _State, root: Any) -> None:
         node = cursor.node
         if descend:
             while join is not None and join < node.start_byte:  # every node before it has been seen
-                while stack and stack[-1][0] <= join:
-                    stack.pop()
-                if not (stack and stack[-1][1]):
-                    state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+                if _joins_a_word(state, stack, join):
                     return
                 join = next(pending, None)
             if join is None:
@@ -548,12 +545,20 @@ def _check_continuations(state: _State, root: Any) -> None:
             break
         descend = False
     while join is not None:  # after the last node
-        while stack and stack[-1][0] <= join:
-            stack.pop()
-        if not (stack and stack[-1][1]):
-            state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+        if _joins_a_word(state, stack, join):
             return
         join = next(pending, None)
+
+
+def _joins_a_word(state: _State, stack: list[tuple[int, bool]], join: int) -> bool:
+    """Whether the backslash-newline at ``join`` joins a word (the line is then made opaque): it does unless the
+    innermost node still open there (``stack``: end byte, keeps) keeps it as text."""
+    while stack and stack[-1][0] <= join:
+        stack.pop()
+    if stack and stack[-1][1]:
+        return False
+    state.add_opaque("a line continuation joins a word bash reads as one (a backslash-newline)")
+    return True
 
 
 def _visit(state: _State, node: Any, origin: str) -> None:
