@@ -110,13 +110,35 @@ def test_leftovers_are_removed_and_live_or_busy_ones_kept():
             cgroup.Cgroup(path).kill_and_remove()
 
 
-def _start_host(tmp_path: Path, leftovers) -> tuple[subprocess.Popen, dict]:
+@pytest.fixture
+def own_parent():
+    """A cgroup of this test's own below the shared parent: the clients started in it make their session
+    cgroups there, out of reach of the sessions other tests open meanwhile (which sweep the shared parent)."""
+    parent = CGROUP_SUPPORT.parent
+    assert parent is not None
+    own = cgroup.Cgroup.create(parent / f"tests-{os.urandom(6).hex()}")
+    yield own.path
+    assert own.kill_and_remove()
+
+
+def _joining(parent: Path | None):
+    """A ``preexec_fn`` that moves the child into ``parent`` before it runs anything."""
+    if parent is None:
+        return None
+
+    def join() -> None:
+        with open(parent / "cgroup.procs", "w") as f:
+            f.write("0")
+    return join
+
+
+def _start_host(tmp_path: Path, leftovers, parent: Path | None = None) -> tuple[subprocess.Popen, dict]:
     """A client process holding a cgroup session whose forkserver and a worker have run."""
     workspace, script = tmp_path / "host-ws", tmp_path / "host.py"
     workspace.mkdir()
     script.write_text(HOST)
     host = subprocess.Popen([sys.executable, str(script), str(workspace), str(tmp_path / "host-state")],
-                            stdout=subprocess.PIPE, env=leftovers.env())
+                            stdout=subprocess.PIPE, env=leftovers.env(), preexec_fn=_joining(parent))
     line = host.stdout.readline()
     if not line:
         host.kill()
@@ -125,10 +147,10 @@ def _start_host(tmp_path: Path, leftovers) -> tuple[subprocess.Popen, dict]:
     return host, json.loads(line)
 
 
-def _kill_client_and_supervisor_together(tmp_path: Path, leftovers) -> Path:
+def _kill_client_and_supervisor_together(tmp_path: Path, leftovers, parent: Path | None = None) -> Path:
     """Start a client holding a cgroup session, SIGKILL it and its supervisor at once; return the
     cgroup the supervisor leaves behind (emptied by parent-death signals, never removed)."""
-    host, info = _start_host(tmp_path, leftovers)
+    host, info = _start_host(tmp_path, leftovers, parent)
     try:
         os.kill(host.pid, signal.SIGKILL)
         os.kill(info["supervisor"], signal.SIGKILL)
@@ -153,15 +175,16 @@ def test_the_next_session_removes_the_cgroup_of_a_supervisor_killed_with_its_cli
 
 
 @needs_cgroups
-def test_doctor_clean_removes_the_cgroup_of_a_supervisor_killed_with_its_client(tmp_path, leftovers, workspace):
-    left = _kill_client_and_supervisor_together(tmp_path, leftovers)
-    there = left.exists()  # False only when a session of a test running beside this one swept it first
+def test_doctor_clean_removes_the_cgroup_of_a_supervisor_killed_with_its_client(tmp_path, leftovers, workspace,
+                                                                               own_parent):
+    left = _kill_client_and_supervisor_together(tmp_path, leftovers, own_parent)
+    assert left.parent == own_parent and left.exists()
     done = subprocess.run([sys.executable, "-m", "peon.cli", "doctor", "--clean", "--json", "-w", str(workspace)],
-                          capture_output=True, text=True, env=leftovers.env(), timeout=120)
+                          capture_output=True, text=True, env=leftovers.env(), timeout=120,
+                          preexec_fn=_joining(own_parent))
     facts = json.loads(done.stdout)
-    assert left.name not in facts["leftover_cgroups"]["kept"], facts["leftover_cgroups"]
-    if there:
-        assert left.name in facts["leftover_cgroups"]["removed"], facts["leftover_cgroups"]
+    assert facts["leftover_cgroups"]["parent"] == str(own_parent)
+    assert left.name in facts["leftover_cgroups"]["removed"], facts["leftover_cgroups"]
     assert not left.exists()
 
 
