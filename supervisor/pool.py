@@ -41,21 +41,24 @@ import sys
 import time
 import traceback
 from collections import deque
+from pathlib import Path
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from peon.cancel import Deadline
 from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
 from peon.framing import encode_json
-from peon.workers import proctree
+from peon.workers import cgroup, proctree
 from peon.workers.channel import ChannelError, FrameChannel
 from peon.workers.messages import (
     CallMessage,
     CancelMessage,
+    HOST_MESSAGE,
     WAKE_SIGNAL,
     OutputStreaming,
     ProtocolError,
     WorkerMessage,
+    parse_host_message,
     parse_worker_message,
 )
 from peon.workers.reaper import describe_exitcode
@@ -84,6 +87,10 @@ RELEASE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)  # a cgroup sti
 # A pool that started or answered no call for this long has a standby whose caches went cold: the
 # next call wakes it (bench_read.py: in-process work is 4.8-8.5x slower after 10 ms of sleep).
 WAKE_AFTER_IDLE_SECONDS = 0.01
+# The job host exits this long after its last job ended: a job started soon after another one finds
+# it, and a session with no job running pays for no process.
+JOB_HOST_LINGER_SECONDS = 5.0
+JOB_HOST_WATCH_SECONDS = 0.5  # how often a job host running jobs is looked at (stopped by someone?)
 
 
 class WorkerHandle:
@@ -166,6 +173,127 @@ class WorkerHandle:
         return True
 
 
+class JobHost:
+    """The supervisor's side of the session's job host (:mod:`peon.workers.job_host`): one worker that
+    runs every background job of the session, in cgroup containment.
+
+    Its channel is read by a task on the event loop, as a worker's is: each job's ``output`` and
+    ``spawned`` go to that job's callback, its ``result`` to its future. The host is trusted only as a
+    worker is: a protocol break, its death, a stop (seen within :data:`JOB_HOST_WATCH_SECONDS` while
+    it runs jobs) or a job left unanswered past its deadline + grace end it — it is killed with its
+    whole tree and every running job's cgroup, and each job it ran ends failed with a stable code and
+    the reason (``details.reason``); the next background job starts a new host. It is retired (its
+    channel closed: it exits) :data:`JOB_HOST_LINGER_SECONDS` after its last job ended."""
+
+    def __init__(self, pool: WorkerPool, worker: WorkerHandle):
+        self.pool = pool
+        self.worker = worker
+        self.jobs: dict[str, tuple[asyncio.Future[dict[str, Any]], Callable[[WorkerMessage], None]]] = {}
+        self.gone = False
+        loop = asyncio.get_running_loop()
+        self._retire: asyncio.TimerHandle | None = None
+        self._reader = loop.create_task(self._read())
+        self._watch = loop.create_task(self._watch_state())
+
+    def add(self, job_id: str, on_event: Callable[[WorkerMessage], None]) -> asyncio.Future[dict[str, Any]]:
+        if self._retire is not None:
+            self._retire.cancel()
+            self._retire = None
+        result: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.jobs[job_id] = (result, on_event)
+        return result
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    payload = await self.worker.channel.recv()
+                except ChannelError as exc:
+                    raise ProtocolError(str(exc)) from None
+                if payload is None:
+                    await self._died()
+                    return
+                message = parse_host_message(payload, self.jobs)
+                result, on_event = self.jobs[message["id"]]
+                if message["op"] == "result":
+                    del self.jobs[message["id"]]
+                    reply = dict(message)
+                    reply.pop("reuse", None)
+                    if not result.done():
+                        result.set_result(reply)
+                    if not self.jobs:
+                        self._retire = asyncio.get_running_loop().call_later(JOB_HOST_LINGER_SECONDS, self.retire)
+                elif message["op"] in ("output", "spawned"):
+                    on_event(message)
+        except ProtocolError as exc:
+            self.fail(ErrorCode.WORKER_CRASHED,
+                      f"the job host broke protocol ({exc}) and was killed with every job it ran",
+                      {"reason": "protocol"})
+        except Exception as exc:  # a bug here ends the host, never the session
+            traceback.print_exc(file=sys.stderr)
+            self.fail(ErrorCode.WORKER_CRASHED, f"the job host's channel failed ({type(exc).__name__}: {exc}); "
+                      "it was killed with every job it ran", {"reason": "job_host"})
+
+    async def _died(self) -> None:
+        if self.gone:  # retired: its channel was closed by us
+            return
+        try:
+            async with asyncio.timeout(EXIT_WAIT_SECONDS):
+                code = await asyncio.shield(self.worker.exited)
+            how = describe_exitcode(code)
+        except TimeoutError:
+            how = "closed its channel"
+        self.fail(ErrorCode.WORKER_CRASHED,
+                  f"the job host (the worker running the session's background jobs) {how}; the job did not "
+                  "complete, and the next background job gets a new job host",
+                  {"reason": "job_host", "status": how})
+
+    async def _watch_state(self) -> None:
+        while True:
+            await asyncio.sleep(JOB_HOST_WATCH_SECONDS)
+            if self.jobs and self.worker.watch is not None and self.worker.watch.state() in ("T", "t"):
+                self.fail(ErrorCode.WORKER_HUNG,
+                          "the job host was stopped (by another process) while it ran this job; it was killed "
+                          "with every job it ran, and the next background job gets a new job host",
+                          {"reason": "job_host_stopped"})
+                return
+
+    def fail(self, code: ErrorCode, message: str, details: dict[str, Any]) -> None:
+        """Kill the host with its whole tree and every running job's cgroup; every job it ran ends
+        with this error."""
+        if self.gone:
+            return
+        self._end()
+        pool = self.pool
+        pool.containment.kill_tree(self.worker.pid, self.worker.slot)
+        ids = list(self.jobs)
+        pool.kill_job_cgroups(ids)
+        for result, _ in self.jobs.values():
+            if not result.done():
+                result.set_result(_failure(code, message, details))
+        self.jobs.clear()
+        pool._spawn_background(pool._finish(self.worker))
+        pool._spawn_background(pool.remove_job_cgroups(ids))
+
+    def retire(self) -> None:
+        """No job ran for :data:`JOB_HOST_LINGER_SECONDS`: the host exits once its channel is closed."""
+        if self.jobs or self.gone:
+            return
+        self._end()
+        self.worker.channel.close()
+        self.pool._spawn_background(self.pool._finish(self.worker))
+
+    def _end(self) -> None:
+        self.gone = True
+        if self.pool.job_host is self:
+            self.pool.job_host = None
+        if self._retire is not None:
+            self._retire.cancel()
+        self._watch.cancel()
+        if self._reader is not asyncio.current_task():
+            self._reader.cancel()
+
+
 class WorkerPool:
     def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
                  max_calls: int = MAX_CALLS_PER_WORKER, idle_standbys: int = IDLE_STANDBYS,
@@ -191,6 +319,8 @@ class WorkerPool:
         self._first: asyncio.Future[WorkerHandle] | None = None  # the first standby, while the session starts
         self._closing = False
         self._last_activity = 0.0  # loop time a call last took a worker, got its reply, or woke one
+        self.job_host: JobHost | None = None  # the worker running every background job (cgroup containment)
+        self._host_start: asyncio.Task[JobHost] | None = None
 
     # -- process start-up -------------------------------------------------------------------------
 
@@ -359,6 +489,8 @@ class WorkerPool:
         ``deadline`` is moved by the time the call waited for its worker; ``on_taken`` is called then.
         ``starts_processes``: a call still running after :data:`REFILL_DURING_CALL_SECONDS` has the
         next standby started meanwhile."""
+        if call.get("stream") == "live" and on_event is not None and self.hosts_jobs:
+            return await self.run_job(call, deadline, cancelled, on_event)
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         start_seconds = self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
@@ -411,6 +543,116 @@ class WorkerPool:
             reply["value"] = {**reply["value"], "waited_for_worker_ms": waited_ms}
         return reply
 
+    # -- background jobs ----------------------------------------------------------------------------
+
+    @property
+    def hosts_jobs(self) -> bool:
+        """Whether background jobs run in the job host: where each can have a cgroup of its own, which
+        attributes every process of a job to it (a daemon that left its process group too). In
+        process-tree containment an orphan cannot be attributed to one of several jobs, so each job
+        keeps a worker of its own there."""
+        return self.containment.workers_cgroup is not None
+
+    async def run_job(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
+                      on_event: Callable[[WorkerMessage], None]) -> dict[str, Any]:
+        """Run the background job ``call`` in the session's job host (started if there is none):
+        the same promise as :meth:`run`, one outcome by the deadline + grace (+ the cancel grace)."""
+        loop = asyncio.get_running_loop()
+        tool, job_id = call["tool"], str(call["id"])
+        start_seconds = self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
+        asked = time.monotonic()
+        try:
+            host = await self._job_host(loop.time() + start_seconds)
+        except ForkerGone as exc:
+            return _failure(ErrorCode.WORKER_CRASHED,
+                            f"{tool} did not run: no job host could be started for it within "
+                            f"limits.worker_start_seconds ({start_seconds:g} s): {exc}", {"reason": "no_worker"})
+        deadline.at += time.monotonic() - asked  # the job's time starts with its host
+        result = host.add(job_id, on_event)
+        try:
+            await host.worker.send(_call_message(call, deadline, True))
+        except OSError:
+            pass  # the host is gone: its reader ends the job
+        try:
+            async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
+                cancel_watch = loop.create_task(self._forward_job_cancel(host, job_id, cancelled, scope))
+                try:
+                    return await asyncio.shield(result)
+                finally:
+                    cancel_watch.cancel()
+        except TimeoutError:
+            if not result.done():
+                host.fail(ErrorCode.WORKER_HUNG,
+                          f"the job host did not end {tool} job {job_id} within its deadline plus "
+                          f"{self.grace_seconds:g} s of grace; it was killed with its whole process tree and "
+                          "every job it ran", {"reason": "job_host_hung"})
+            return result.result()
+        except asyncio.CancelledError:  # the session is closing: the host is killed with the pool
+            if not result.done() and not host.gone:
+                host.jobs.pop(job_id, None)
+                self._spawn_background(self._send_cancel(host, job_id))
+            raise
+
+    async def _job_host(self, until: float) -> JobHost:
+        while self.job_host is None or self.job_host.gone:
+            if self._host_start is None or self._host_start.done():
+                self._host_start = asyncio.get_running_loop().create_task(self._start_job_host(until))
+            await asyncio.shield(self._host_start)
+        return self.job_host
+
+    async def _start_job_host(self, until: float) -> JobHost:
+        """A standby becomes the job host (no start-up of its own); the next standby is started."""
+        worker = await self.take(until)
+        asyncio.get_running_loop().call_soon(self._replenish)
+        worker.call_id = "job host"
+        try:
+            await worker.channel.send(HOST_MESSAGE)
+        except OSError:
+            pass  # it died as it was taken: its reader says so to the first job
+        self.job_host = JobHost(self, worker)
+        return self.job_host
+
+    async def _forward_job_cancel(self, host: JobHost, job_id: str, cancelled: asyncio.Event,
+                                  scope: asyncio.Timeout) -> None:
+        await cancelled.wait()
+        await self._send_cancel(host, job_id)
+        limit = asyncio.get_running_loop().time() + CANCEL_GRACE_SECONDS + self.grace_seconds
+        when = scope.when()
+        if when is None or limit < when:
+            scope.reschedule(limit)
+
+    @staticmethod
+    async def _send_cancel(host: JobHost, job_id: str) -> None:
+        try:
+            await host.worker.send({"op": "cancel", "id": job_id, "reason": "cancelled by the client"})
+        except OSError:
+            pass
+
+    def _job_cgroups(self, job_ids: list[str]) -> list[cgroup.Cgroup]:
+        workers = self.containment.workers_cgroup
+        return [cgroup.Cgroup(cgroup.job_cgroup_path(Path(workers), job_id)) for job_id in job_ids] if workers else []
+
+    def kill_job_cgroups(self, job_ids: list[str]) -> None:
+        """``cgroup.kill`` of these jobs' cgroups: what of them left the host's tree dies too."""
+        for group in self._job_cgroups(job_ids):
+            try:
+                group.kill()
+            except OSError:
+                pass
+
+    async def remove_job_cgroups(self, job_ids: list[str]) -> None:
+        for group in self._job_cgroups(job_ids):
+            for delay in (0.0, *RELEASE_RETRY_SECONDS):
+                if delay:
+                    await asyncio.sleep(delay)
+                try:
+                    if group.remove_now():
+                        break
+                except OSError:
+                    pass
+            else:
+                print(f"peon-supervisor: the job cgroup {group.path} could not be emptied", file=sys.stderr)
+
     def _check_forkserver(self) -> None:
         """A forkserver stopped by a command (it is a process of the same user) is replaced now, not at
         the next start, which calls served by waiting workers might put off for long: it is killed with
@@ -437,12 +679,7 @@ class WorkerPool:
                         cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]],
                         on_event: Callable[[WorkerMessage], None] | None = None) -> dict[str, Any]:
         tool = call["tool"]
-        message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": tool, "args": call["args"],
-                                "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
-                                "progress": bool(call.get("progress")),
-                                "stream": _streaming(call.get("stream")) if on_event is not None else None}
-        if call.get("trace"):
-            message["trace"] = dict(call["trace"])  # the caller's trace context, for the call's commands
+        message = _call_message(call, deadline, on_event is not None)
         try:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))
@@ -576,6 +813,8 @@ class WorkerPool:
         self._closing = True
         if self._calm is not None:
             self._calm.cancel()
+        if self.job_host is not None:  # killed below with every worker; its jobs were answered already
+            self.job_host._end()
         while self._ready:
             task = self._ready.popleft()
             try:
@@ -598,6 +837,16 @@ def _quiet(task: asyncio.Task[Any]) -> None:
     """Standby starts that fail are reported to the call that takes them; nothing to log here."""
     if not task.cancelled():
         task.exception()
+
+
+def _call_message(call: dict[str, Any], deadline: Deadline, streams: bool) -> CallMessage:
+    message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": call["tool"], "args": call["args"],
+                            "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
+                            "progress": bool(call.get("progress")),
+                            "stream": _streaming(call.get("stream")) if streams else None}
+    if call.get("trace"):
+        message["trace"] = dict(call["trace"])  # the caller's trace context, for the call's commands
+    return message
 
 
 def _streaming(value: Any) -> OutputStreaming | None:

@@ -107,6 +107,11 @@ def session_cgroup_path(session_id: str, supervisor_pid: int) -> Path | None:
     return mount / own.lstrip("/") / session_cgroup_name(session_id, supervisor_pid)
 
 
+def job_cgroup_path(workers_cgroup: Path, job_id: str) -> Path:
+    """The cgroup of a background job run by the session's job host: beside the ``workers`` cgroup."""
+    return workers_cgroup.parent / job_id
+
+
 class Cgroup:
     def __init__(self, path: Path):
         self.path = path

@@ -55,11 +55,15 @@ class TreeProbe:
         self.limits = limits
         self.root = root
 
+    def pids(self) -> list[int]:
+        """The processes sampled: everything below ``root``."""
+        return proctree.descendants(self.root)
+
     def check(self) -> str | None:
         import psutil  # here: loaded by the few calls that run long enough to be sampled
 
         members = []
-        for pid in proctree.descendants(self.root):
+        for pid in self.pids():
             try:
                 process = psutil.Process(pid)
                 if process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):

@@ -16,6 +16,12 @@ one ``spawned`` (its command has started: a background job is running) messages,
 ``result``. A result with ``reuse: true`` says the worker will wait for another ``call`` on the same
 channel (:mod:`peon.workers.reuse`); without it the worker exits once the channel closes.
 
+The session's **job host** (:mod:`peon.workers.job_host`) is a standby whose first message is
+:data:`HOST_MESSAGE`; from then on the supervisor sends it a ``call`` per background job (each with its
+job id as ``id``) and ``cancel`` messages naming the job (``id``), and the host sends, for each job
+and tagged with its id, ``spawned``, ``output`` and exactly one ``result``, the jobs' messages
+interleaved; :func:`parse_host_message` accepts exactly those of the jobs it runs.
+
 An ``output`` message is the one frame that is not JSON: command output is bulk data (base64 in JSON
 made a streamed 256 MiB flood take 7-9 s; as binary frames it took 0.9-1.4 s, against 0.35-0.45 s
 without streaming, on the loaded 2-core development machine). Its
@@ -29,12 +35,13 @@ from __future__ import annotations
 import json
 import signal
 import struct
+from collections.abc import Container
 from typing import Any, Literal, NotRequired, TypedDict
 
 from peon.errors import ErrorCode
 from peon.shorten import shorten
 
-SupervisorOp = Literal["call", "cancel"]
+SupervisorOp = Literal["call", "cancel", "host"]
 WorkerOp = Literal["progress", "output", "spawned", "result"]
 WORKER_OPS: frozenset[str] = frozenset(("progress", "output", "spawned", "result"))
 MAX_OUTPUT_CHUNK = 1 << 20  # bytes of command output in one ``output`` message
@@ -63,6 +70,11 @@ class CallMessage(TypedDict):
 class CancelMessage(TypedDict):
     op: Literal["cancel"]
     reason: str
+    id: NotRequired[str]  # to the job host: the job to stop
+
+
+# The first message to a standby that is to become the session's job host.
+HOST_MESSAGE = b'{"op":"host"}'
 
 
 # The pool's wake, sent to a standby when a call arrives after a pause: the standby runs one warm-up
@@ -191,6 +203,25 @@ def _check_result(message: dict[str, Any]) -> None:
         raise ProtocolError("a failed result's error details are not an object")
     if set(error) - {"code", "message", "details"}:
         raise ProtocolError("a failed result's error has unknown fields")
+
+
+def parse_host_message(payload: bytes, running: Container[str]) -> WorkerMessage:
+    """A message from the job host: a worker's message (see :func:`parse_worker_message`) of one of the
+    ``running`` jobs; :class:`ProtocolError` for anything else."""
+    if payload[:1] == OUTPUT_TAG:
+        job_id = payload[2 : 2 + payload[1]].decode("ascii", errors="replace") if len(payload) > 1 else ""
+    else:
+        try:
+            peek = json.loads(payload)
+        except (ValueError, RecursionError):
+            peek = None
+        named = peek.get("id") if isinstance(peek, dict) else None
+        if not isinstance(named, str):
+            return parse_worker_message(payload, "")  # says what is wrong with it
+        job_id = named
+    if job_id not in running:
+        raise ProtocolError(f"a message of the job host names job {_short(job_id)}, which it does not run")
+    return parse_worker_message(payload, job_id)
 
 
 def _has_lone_surrogate(value: Any) -> bool:

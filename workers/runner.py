@@ -31,20 +31,24 @@ In order:
 A worker runs one call at a time and may serve another only after a call whose every command ended
 by itself with nothing left below the worker (:func:`commands_ended_clean`), so "every descendant of
 the worker" is exactly what this call started. The runner is meant to run one process at a time per
-worker.
+worker. What "the call's processes" are is a :class:`ProcessScope`, read from :data:`SCOPE`: for a
+worker, everything below it (:class:`WorkerScope`); for a background job in the job host
+(:mod:`peon.workers.job_host`), which runs several at once, the members of the job's own cgroup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import fcntl
 import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from peon.errors import ErrorCode, ToolError
 from peon.tool import ToolContext
@@ -52,7 +56,7 @@ from peon.terminal_text import clean_terminal_text, newest_lines
 from peon.truncation import BoundedText, HeadTail
 
 from . import proctree
-from .limits import ResourceLimits, probe_for, watch as watch_limits
+from .limits import CgroupProbe, ResourceLimits, TreeProbe, probe_for, watch as watch_limits
 from .reaper import REAPER, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
@@ -188,7 +192,57 @@ def audit_descriptors(report: bool = True) -> list[int]:
     return leaked
 
 
+class WorkerScope:
+    """The call's processes are everything below this worker (a child subreaper serving one call)."""
+
+    def groups(self, until: float) -> set[int]:
+        """The process groups of the call's processes, listed by ``until`` at the latest."""
+        return proctree.groups_below(os.getpid(), until=until)
+
+    def left_behind(self, leader: int) -> bool:
+        """Whether a process of the call other than ``leader`` is alive (orphans are reparented here)."""
+        return bool(set(proctree.children(os.getpid())) - {leader})
+
+    def kill_all(self) -> None:
+        """Kill every process of the call and wait (bounded) until none is alive, reaping what it can."""
+        _kill_descendants()
+
+    async def wait_gone(self) -> None:
+        if proctree.children(os.getpid()):
+            await _wait_descendants_gone()
+
+    def probe(self, limits: ResourceLimits) -> TreeProbe | CgroupProbe:
+        return probe_for(limits, os.getpid())
+
+    @contextlib.contextmanager
+    def spawning(self) -> Iterator[None]:
+        """Around the start of a command: where it is born (a worker's commands: in its own cgroup)."""
+        yield
+
+
+class ProcessScope(Protocol):
+    """What the runner needs to know of "the call's processes" (:class:`WorkerScope`'s methods)."""
+
+    def groups(self, until: float) -> set[int]: ...
+    def left_behind(self, leader: int) -> bool: ...
+    def kill_all(self) -> None: ...
+    async def wait_gone(self) -> None: ...
+    def probe(self, limits: ResourceLimits) -> TreeProbe | CgroupProbe: ...
+    def spawning(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+# The scope of the call or job the current task serves (a task copies it when it is created).
+WORKER_SCOPE = WorkerScope()
+SCOPE: contextvars.ContextVar[ProcessScope] = contextvars.ContextVar("peon_process_scope",
+                                                                     default=WORKER_SCOPE)
+
+
 def _spawn(spec: ProcessSpec, write_fd: int) -> int:
+    with SCOPE.get().spawning():
+        return _spawn_here(spec, write_fd)
+
+
+def _spawn_here(spec: ProcessSpec, write_fd: int) -> int:
     audit_descriptors()
     if spec.cwd_fd is not None:
         os.fchdir(spec.cwd_fd)
@@ -283,7 +337,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     progress = asyncio.create_task(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
     cancel_wait = asyncio.create_task(ctx.cancel.wait())
     limits = ctx.session.config.limits
-    probe = probe_for(ResourceLimits(limits.memory_max_bytes, limits.max_processes), os.getpid())
+    scope = SCOPE.get()
+    probe = scope.probe(ResourceLimits(limits.memory_max_bytes, limits.max_processes))
     # The watchdog stops sampling when the tree is listed ahead of the deadline: see peon.workers.limits.
     limit_hit = asyncio.create_task(watch_limits(probe, until=ctx.deadline.at - PRE_LIST_SECONDS))
     timed_out = cancelled = False
@@ -295,7 +350,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         if ahead > 0:
             done, _ = await asyncio.wait(first, timeout=ahead, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                listed_groups = proctree.groups_below(os.getpid(), until=ctx.deadline.at)
+                listed_groups = scope.groups(until=ctx.deadline.at)
         await asyncio.wait(first, timeout=ctx.deadline.remaining(),
                            return_when=asyncio.FIRST_COMPLETED)
         if not exited.done():
@@ -324,12 +379,11 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         elif exceeded is None and not (timed_out or cancelled):
             exceeded = probe.kernel_verdict()  # e.g. a fork refused at pids.max made the command give up
         # Orphans were reparented to the worker before the leader's exit was reported.
-        left_behind = not exited.done() or bool(set(proctree.children(os.getpid())) - {pid})
+        left_behind = not exited.done() or scope.left_behind(pid)
         _record_end(not (left_behind or timed_out or cancelled or exceeded))
-        _kill_descendants()  # returns when nothing below the worker is alive, having reaped what it could
+        scope.kill_all()  # returns when none of the call's processes is alive, having reaped what it could
         status = exited.result() if exited.done() else await asyncio.wait_for(exited, timeout=10.0)
-        if proctree.children(os.getpid()):
-            await _wait_descendants_gone()
+        await scope.wait_gone()
         if not eof.done():
             try:  # a backed-up output sink resumes reading once the supervisor has taken its queue
                 await asyncio.wait_for(asyncio.shield(eof), DRAIN_GRACE_SECONDS if reading else PAUSED_DRAIN_SECONDS)
@@ -348,7 +402,7 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             progress.cancel()
         if not exited.done():  # unwinding after an unexpected error: still leave nothing behind
             _record_end(False)
-            _kill_descendants()
+            scope.kill_all()
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):
         exit_code, sig = None, proctree.signal_name(os.WTERMSIG(status))

@@ -30,7 +30,11 @@ a result that lets it serve again it waits, titled as a standby, for the next ``
 supervisor to close the channel, so its exit costs nothing on the path of the reply, and a call sent
 to it then is never served: it exits.
 
-Titles: ``peon-worker standby`` while waiting, ``peon-worker <tool> <call-id>`` while serving.
+A standby whose first message is ``host`` (:data:`~peon.workers.messages.HOST_MESSAGE`) becomes the
+session's job host instead (:mod:`peon.workers.job_host`): it runs every background job of the session.
+
+Titles: ``peon-worker standby`` while waiting, ``peon-worker <tool> <call-id>`` while serving,
+``peon-worker jobs`` as the job host.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from peon.skills import SkillRecord
 
 from . import limits, linux, proctree
 from .channel import FrameChannel, socket_of
-from .messages import MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output
+from .messages import HOST_MESSAGE, MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output
 from .reaper import REAPER
 from . import runner
 from .reuse import may_offer
@@ -261,6 +265,10 @@ async def _serve_one(sock: socket.socket, data: bytes | None, session: SessionVi
     channel = CURRENT_CHANNEL = FrameChannel(sock)
     try:
         while data is not None:
+            if data == HOST_MESSAGE and reusable:  # a standby, or a worker between two calls
+                from .job_host import host_jobs  # only the one worker that becomes the session's job host
+
+                return await host_jobs(channel, session, tools)
             again = await _serve_call(channel, data, session, tools, reusable)
             data = await _next_call(channel) if again else await _linger(channel)
         return 0
@@ -283,7 +291,7 @@ async def _next_call(channel: FrameChannel) -> bytes | None:
             message = json.loads(data)
         except ValueError:
             return None
-        if isinstance(message, dict) and message.get("op") == "call":
+        if isinstance(message, dict) and message.get("op") in ("call", "host"):
             return data
         if not (isinstance(message, dict) and message.get("op") == "cancel"):
             return None
@@ -312,20 +320,7 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
     setproctitle(f"peon-worker {tool_name} {call_id}")
     runner.begin_call()
     token = CancelToken()
-    ctx = ToolContext(
-        call_id=call_id,
-        workspace=session.workspace,
-        deadline=Deadline(message["deadline"]),
-        cancel=token,
-        limits=OutputLimits(
-            max_output_bytes=session.config.limits.max_output_bytes,
-            read_max_bytes=session.config.limits.read_max_bytes,
-        ),
-        session=session,
-        approved=message.get("approved") or {},
-        wants_progress=bool(message.get("progress")),
-        trace=trace_context(message.get("trace")),
-    )
+    ctx = call_context(message, session, token)
     progress = _ProgressSender(channel, call_id)
     ctx.report_progress = progress.report
     stream = message.get("stream")
@@ -362,6 +357,24 @@ async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, 
         setproctitle("peon-worker standby")  # its call is over once the result is out
     await channel.send(encode_result(reply, tool_name, call_id))
     return again
+
+
+def call_context(message: CallMessage, session: SessionView, token: CancelToken) -> ToolContext:
+    """The tool's context for the call in ``message`` (a worker's call, or a job in the job host)."""
+    return ToolContext(
+        call_id=str(message["id"]),
+        workspace=session.workspace,
+        deadline=Deadline(message["deadline"]),
+        cancel=token,
+        limits=OutputLimits(
+            max_output_bytes=session.config.limits.max_output_bytes,
+            read_max_bytes=session.config.limits.read_max_bytes,
+        ),
+        session=session,
+        approved=message.get("approved") or {},
+        wants_progress=bool(message.get("progress")),
+        trace=trace_context(message.get("trace")),
+    )
 
 
 def encode_result(reply: ResultMessage, tool_name: str, call_id: str) -> bytes:

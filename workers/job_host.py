@@ -1,0 +1,314 @@
+"""The job host: one worker that runs every background job of a session at once (cgroup containment).
+
+Promise:
+
+* it is a worker like any other — forked by the session's forkserver, a child subreaper, not
+  dumpable, parent-death signal, only its own descriptors — which a standby becomes when its first
+  message is :data:`~peon.workers.messages.HOST_MESSAGE`; titled ``peon-worker jobs``;
+* for each ``call`` (a background job: the same validated call a worker gets, its job id as ``id``)
+  it runs the tool as a worker does (:func:`peon.workers.worker._execute`: same process runner, same
+  spawn path, same sandbox plan) in a task of its own, and sends the job's ``spawned``, ``output``
+  (live) and one ``result``, each tagged with the job's id; a ``cancel`` naming a job cancels that
+  job only (TERM to its group, the grace, KILL);
+* each job's command is born in a cgroup of its own, ``job-<n>`` beside ``workers`` in the session's
+  cgroup, with the limits a worker's call has (``memory.max``, ``pids.max``): the host moves itself
+  into that cgroup around the ``posix_spawn`` and back (a child is created in its parent's cgroup, so
+  no process of the job is ever outside it: no race). "The job's processes" are that cgroup's
+  members (:class:`JobScope`): its deadline, cancel, limits and final kill (``cgroup.kill``) reach
+  them and nothing of another job — a daemon that ``setsid``\\s and double-forks included; the
+  cgroup is removed once empty;
+* below the host nothing lives outside a running job's cgroup: a process that moved itself out of
+  its job's cgroup (a root command can) is killed when a job ends;
+* the end of its channel (the supervisor retires the host or died) or a message that is not the
+  supervisor's ends the host, and every job's processes are killed before it exits.
+
+The supervisor's side is :class:`peon.supervisor.pool.JobHost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from setproctitle import setproctitle
+
+from peon.cancel import CancelToken
+from peon.errors import ErrorCode
+from peon.tool import SessionView, Tool
+
+from . import cgroup, limits, proctree, runner
+from .channel import FrameChannel
+from .limits import CgroupProbe, ResourceLimits, TreeProbe
+from .messages import CallMessage
+from .reaper import REAPER
+from .worker import _error, _execute, _OutputStream, call_context, encode_result
+
+# What a job id looks like (the supervisor's JobTable names them); it names the job's cgroup too.
+JOB_ID = re.compile(r"^job-[0-9]{1,12}$")
+KILL_WAIT_SECONDS = 10.0  # after cgroup.kill, how long the job's cgroup may take to empty
+REMOVE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)
+
+
+def _cgroup_of(pid: int) -> str | None:
+    """The cgroup v2 path of ``pid`` (as in ``/proc/<pid>/cgroup``), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].rstrip("\n")
+    except OSError:
+        return None
+    return None
+
+
+class _MembersProbe(TreeProbe):
+    """The watchdog's sample of a job where the kernel does not enforce a limit: its cgroup's members."""
+
+    def __init__(self, limits: ResourceLimits, scope: JobScope):
+        super().__init__(limits, os.getpid())
+        self.scope = scope
+
+    def pids(self) -> list[int]:
+        return self.scope.members()
+
+
+@dataclass
+class JobScope:
+    """A job's processes: the members of its cgroup (:class:`peon.workers.runner.ProcessScope`)."""
+
+    group: cgroup.Cgroup
+    home: cgroup.Cgroup  # the host's own cgroup, where it returns after each spawn
+
+    def members(self) -> list[int]:
+        alive = []
+        for pid in self.group.all_pids():
+            fields = proctree.stat_fields(pid)
+            if fields is not None and fields[0] not in "ZX":
+                alive.append(pid)
+        return alive
+
+    def groups(self, until: float) -> set[int]:
+        own = os.getpgid(0)
+        found = set()
+        for pid in self.members():
+            if time.monotonic() >= until:
+                break
+            fields = proctree.stat_fields(pid)
+            if fields is not None and fields[2] > 1 and fields[2] != own:
+                found.add(fields[2])
+        return found
+
+    def left_behind(self, leader: int) -> bool:
+        return bool(set(self.members()) - {leader})
+
+    def kill_all(self) -> None:
+        """``cgroup.kill`` (atomic against forks), then wait (bounded) until the cgroup is empty,
+        reaping the members that were the host's children (the leader, orphans)."""
+        until = time.monotonic() + KILL_WAIT_SECONDS
+        delay = 0.0001
+        while True:
+            REAPER.reap()
+            if not self.group.populated():
+                return
+            self.group.kill()
+            if time.monotonic() >= until:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.004)
+
+    async def wait_gone(self) -> None:
+        if self.group.populated():
+            self.kill_all()
+            if self.group.populated():
+                from peon.errors import ToolError
+
+                raise ToolError(ErrorCode.TOOL_FAILED,
+                                f"some processes of this job could not be killed within {KILL_WAIT_SECONDS:g} s")
+
+    def probe(self, limits: ResourceLimits) -> TreeProbe | CgroupProbe:
+        probe = CgroupProbe(limits, self.group.path, os.getpid())
+        probe.fallback = _MembersProbe(limits, self)
+        return probe
+
+    @contextlib.contextmanager
+    def spawning(self) -> Iterator[None]:
+        """The command is born in the job's cgroup: the host is in it while it starts the command."""
+        self.group.add(0)
+        try:
+            yield
+        finally:
+            try:
+                self.home.add(0)
+            except OSError as exc:  # it would be killed with this job, and account for it: fail closed
+                print(f"peon-worker jobs: cannot return to {self.home.path} ({exc}); exiting", file=sys.stderr)
+                _kill_everything()
+                os._exit(70)
+
+
+def _make_job_cgroup(home: cgroup.Cgroup, job_id: str, limits: ResourceLimits) -> cgroup.Cgroup:
+    group = cgroup.Cgroup.create(cgroup.job_cgroup_path(home.path, job_id))
+    try:
+        if (group.path / "memory.max").exists():
+            group.write("memory.max", str(limits.memory_bytes))
+            group.write("memory.swap.max", "0", missing_ok=True)
+        if (group.path / "pids.max").exists():
+            group.write("pids.max", str(limits.processes))
+    except BaseException:
+        os.rmdir(group.path)
+        raise
+    return group
+
+
+async def _remove(group: cgroup.Cgroup) -> None:
+    for delay in (0.0, *REMOVE_RETRY_SECONDS):
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            if group.remove_now():
+                return
+        except OSError:
+            pass
+    print(f"peon-worker jobs: the cgroup {group.path} could not be removed", file=sys.stderr)
+
+
+def _kill_everything() -> None:
+    proctree.kill_tree(os.getpid(), reap=REAPER.reap, timeout=5.0)
+
+
+class Host:
+    """The jobs this host runs, by id."""
+
+    def __init__(self, channel: FrameChannel, session: SessionView, tools: dict[str, Tool], home: cgroup.Cgroup):
+        self.channel = channel
+        self.session = session
+        self.tools = tools
+        self.home = home
+        self.running: dict[str, tuple[CancelToken, cgroup.Cgroup | None]] = {}
+        limits = session.config.limits
+        self.limits = ResourceLimits(int(limits.memory_max_bytes), int(limits.max_processes))
+
+    def start(self, message: CallMessage) -> asyncio.Task[None] | None:
+        job_id = message.get("id")
+        if not isinstance(job_id, str) or not JOB_ID.match(job_id) or job_id in self.running:
+            return None  # not the supervisor's: the host ends
+        token = CancelToken()
+        self.running[job_id] = (token, None)
+        return asyncio.get_running_loop().create_task(self._run(message, job_id, token))
+
+    def cancel(self, job_id: object, reason: str) -> None:
+        entry = self.running.get(job_id) if isinstance(job_id, str) else None
+        if entry is not None:  # a job already ended: a cancel that crossed its result
+            entry[0].cancel(reason)
+
+    async def _run(self, message: CallMessage, job_id: str, token: CancelToken) -> None:
+        tool_name = str(message.get("tool"))
+        ctx = call_context(message, self.session, token)
+        output = _OutputStream(self.channel, job_id, None)
+        ctx.output = output
+        tool = self.tools.get(tool_name)
+        group: cgroup.Cgroup | None = None
+        try:
+            if tool is None:
+                reply = _error(job_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
+            else:
+                try:
+                    group = _make_job_cgroup(self.home, job_id, self.limits)
+                except OSError as exc:
+                    reply = _error(job_id, ErrorCode.TOOL_FAILED,
+                                   f"the job's cgroup could not be made ({exc.strerror}); nothing was started")
+                else:
+                    self.running[job_id] = (token, group)
+                    scope = JobScope(group, self.home)
+                    runner.SCOPE.set(scope)  # this task's (and the tool's) context only
+                    reply = await _execute(tool, message["args"], ctx)
+                    if scope.members():  # whatever the tool did, nothing of the job outlives it
+                        scope.kill_all()
+                        if scope.members():
+                            reply = _error(job_id, ErrorCode.TOOL_FAILED,
+                                           f"some processes {tool_name} started could not be killed")
+            await output.flush()  # every output message precedes the result
+            await self.channel.send(encode_result(reply, tool_name, job_id))
+        except OSError:
+            pass  # the channel is gone: the host ends, and kills everything
+        finally:
+            del self.running[job_id]
+            self.sweep_strays()
+            if group is not None:
+                await _remove(group)
+            if not self.running:
+                setproctitle("peon-worker jobs")
+
+    def sweep_strays(self) -> None:
+        """Kill what lives below the host outside every running job's cgroup (it left its own)."""
+        home = _cgroup_of(os.getpid())
+        if home is None:
+            return
+        parent = home.rpartition("/")[0]
+        allowed = tuple(f"{parent}/{job_id}" for job_id in self.running)
+        for pid in proctree.descendants(os.getpid()):
+            fields = proctree.stat_fields(pid)
+            if fields is None or fields[0] in "ZX":
+                continue
+            where = _cgroup_of(pid)
+            if where is not None and any(where == path or where.startswith(path + "/") for path in allowed):
+                continue
+            print(f"peon-worker jobs: killing process {pid}, outside the cgroup of every running job ({where})",
+                  file=sys.stderr)
+            proctree.kill_tree(pid, include_root=True, reap=REAPER.reap, timeout=5.0)
+        REAPER.reap()
+
+
+async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str, Tool]) -> int:
+    """Run the session's background jobs until the supervisor closes the channel; 0 then, after every
+    job's processes were killed."""
+    setproctitle("peon-worker jobs")
+    home_path = limits.CGROUP  # the session's workers cgroup, where the host serves
+    if home_path is None:
+        channel.close()
+        return 71  # a job host exists only in cgroup containment
+    host = Host(channel, session, tools, cgroup.Cgroup(home_path))
+    tasks: set[asyncio.Task[None]] = set()
+    # Reap orphans of the jobs as they die, between the jobs' own ends.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, REAPER.reap)
+    try:
+        while True:
+            try:
+                data = await channel.recv()
+            except Exception:
+                data = None
+            if data is None:
+                break
+            try:
+                message = json.loads(data)
+            except ValueError:
+                break
+            op = message.get("op") if isinstance(message, dict) else None
+            if op == "call":
+                task = host.start(message)
+                if task is None:
+                    break
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            elif op == "cancel":
+                host.cancel(message.get("id"), str(message.get("reason") or "cancelled by the client"))
+            else:
+                break
+    finally:
+        for token, _ in list(host.running.values()):
+            token.cancel("the job host is ending")
+        _kill_everything()
+        for _, group in list(host.running.values()):
+            if group is not None:
+                group.kill()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        channel.close()
+    return 0
