@@ -40,13 +40,19 @@ class JobInfo:
     output_bytes: int  # everything it wrote
     output_retained_bytes: int  # what the output store still holds of it
     retained_from: int  # the oldest retained offset
+    # Why a job ended without a result of its command (its worker or job host failed...): the error's
+    # code, message and details; None otherwise.
+    error: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "tool": self.tool, "command": self.command, "background": self.background,
-                "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
-                "timed_out": self.timed_out, "started_at": self.started_at, "ended_at": self.ended_at,
-                "output_bytes": self.output_bytes, "output_retained_bytes": self.output_retained_bytes,
-                "retained_from": self.retained_from}
+        value = {"job_id": self.job_id, "tool": self.tool, "command": self.command, "background": self.background,
+                 "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
+                 "timed_out": self.timed_out, "started_at": self.started_at, "ended_at": self.ended_at,
+                 "output_bytes": self.output_bytes, "output_retained_bytes": self.output_retained_bytes,
+                 "retained_from": self.retained_from}
+        if self.error is not None:
+            value["error"] = self.error
+        return value
 
 
 class JobsAccess(Protocol):
@@ -83,6 +89,8 @@ JOB_INFO_PROPERTIES: dict[str, Any] = {
     "output_bytes": {"type": "integer"},
     "output_retained_bytes": {"type": "integer"},
     "retained_from": {"type": "integer"},
+    "error": {"type": "object", "description": "Why the job ended without its command's result (code, message, "
+                                               "details), e.g. its job host crashed; absent otherwise."},
 }
 
 

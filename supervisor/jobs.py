@@ -69,6 +69,7 @@ class JobRecord:
     signal: str | None = None
     timed_out: bool = False
     ended_at: float | None = None
+    error: dict[str, Any] | None = None  # why it ended without its command's result (its host failed...)
 
     def record(self) -> JobRecord:
         """This job's record, without what only running needed."""
@@ -164,6 +165,8 @@ class JobTable:
             job.state = "killed" if killed else "exited"
         else:
             job.state = "killed"
+            error = reply.get("error")
+            job.error = dict(error) if isinstance(error, dict) else None
         job.ended_at = time.time()
         job.ring.compact()  # nothing more is appended: its chunks in a tuple, not a deque
         job.ended.set()
@@ -210,7 +213,7 @@ class JobTable:
         job = self._job(job_id)
         return JobInfo(job.id, job.tool, job.command, job.background, job.state, job.exit_code, job.signal,
                        job.timed_out, _iso(job.started_at) or "", _iso(job.ended_at), job.ring.total,
-                       job.ring.retained, job.ring.start)
+                       job.ring.retained, job.ring.start, job.error)
 
     def list(self) -> list[JobInfo]:
         return [self.info(job_id) for job_id in self.jobs]

@@ -1,0 +1,195 @@
+"""The job host: every background job of a session in one worker (cgroup containment), with real
+processes — one Python process for N jobs, outputs kept apart, one job stopped or killed at its
+deadline without touching the other, a job's daemon killed with its job only, a host killed or
+stopped ending its jobs failed with the reason, and nothing left when the session closes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import CGROUP_SUPPORT
+from helpers import living, wait_for
+from peon.workers import proctree
+
+pytestmark = pytest.mark.skipif(not CGROUP_SUPPORT.available, reason="the job host runs jobs in cgroup containment")
+CGROUP = {"runtime": {"containment": "cgroup"}}
+
+
+def workers(session) -> dict[int, str]:
+    """The session's Python worker processes (pid: title)."""
+    found = {}
+    for pid in proctree.descendants(session.supervisor_pid):
+        title = proctree.cmdline(pid)
+        if title.startswith("peon-worker"):
+            found[pid] = title
+    return found
+
+
+def job_hosts(session) -> list[int]:
+    return [pid for pid, title in workers(session).items() if title.startswith("peon-worker jobs")]
+
+
+def start(session, command: str, **args) -> str:
+    r = session.call("bash", {"command": command, "background": True, **args})
+    assert r.ok, r.error
+    assert r.value["state"] == "running", r.value
+    return str(r.value["job_id"])
+
+
+def output_until(session, job: str, needle: str, timeout: float = 30.0) -> str:
+    text, offset, left = "", 0, timeout
+    while needle not in text and left > 0:
+        r = session.call("job_output", {"job_id": job, "offset": offset, "wait_seconds": 2})
+        assert r.ok, r.error
+        text += r.value["output"]
+        offset = r.value["next_offset"]
+        if r.value["state"] != "running":
+            break
+        left -= 2
+    return text
+
+
+def job_state(session, job: str) -> dict:
+    r = session.call("job_list", {})
+    assert r.ok, r.error
+    return next(info for info in r.value["jobs"] if info["job_id"] == job)
+
+
+def ended(session, job: str, timeout: float = 30.0) -> dict:
+    assert wait_for(lambda: job_state(session, job)["state"] != "running", timeout=timeout), f"{job} still runs"
+    return job_state(session, job)
+
+
+def test_several_jobs_share_one_host_and_their_outputs_never_mix(open_session):
+    session = open_session(CGROUP)
+    first = start(session, "echo ready; for i in $(seq 1 300); do echo A$i; done; sleep 300")
+    assert "ready" in output_until(session, first, "ready")
+    hosts = job_hosts(session)
+    assert len(hosts) == 1, workers(session)
+    python_processes = len(workers(session))
+    others = [start(session, f"echo ready; for i in $(seq 1 300); do echo {tag}$i; done; sleep 300")
+              for tag in ("B", "C")]
+    for job in others:
+        assert "ready" in output_until(session, job, "ready")
+    # Jobs 2 and 3 cost no Python process: the same host runs all three.
+    assert job_hosts(session) == hosts
+    assert len(workers(session)) == python_processes, workers(session)
+    for job, tag in zip((first, *others), "ABC", strict=True):
+        text = output_until(session, job, f"{tag}300")
+        lines = text.split()
+        assert lines == ["ready", *(f"{tag}{i}" for i in range(1, 301))], (job, lines[:5])
+    for job in (first, *others):
+        assert session.call("job_stop", {"job_id": job}).value["state"] == "killed"
+
+
+def test_job_stop_of_one_leaves_the_other_running(open_session):
+    session = open_session(CGROUP)
+    stopped = start(session, "echo pid $$; exec sleep 300")
+    going = start(session, "echo pid $$; while true; do echo tick; sleep 0.1; done")
+    pid_stopped = int(output_until(session, stopped, "pid").split()[1])
+    pid_going = int(output_until(session, going, "pid").split()[1])
+    info = session.call("job_stop", {"job_id": stopped}).value
+    assert info["state"] == "killed" and not living([pid_stopped])
+    assert job_state(session, going)["state"] == "running" and living([pid_going])
+    before = job_state(session, going)["output_bytes"]
+    assert wait_for(lambda: job_state(session, going)["output_bytes"] > before, timeout=10)
+    assert session.call("job_stop", {"job_id": going}).value["state"] == "killed"
+    assert not living([pid_going])
+
+
+def test_a_jobs_daemon_dies_with_its_job_and_not_with_the_other(open_session, workspace):
+    session = open_session(CGROUP)
+    daemon = "(setsid sh -c 'sleep 300 & echo $! > {0}; exit 0' &) ; sleep 0.2; echo started; exec sleep 300"
+    first = start(session, daemon.format("first.pid"))
+    second = start(session, daemon.format("second.pid"))
+    for job in (first, second):
+        assert "started" in output_until(session, job, "started")
+    first_daemon = int((workspace / "first.pid").read_text())
+    second_daemon = int((workspace / "second.pid").read_text())
+    host = job_hosts(session)[0]
+    # Each daemon escaped its job's process group and was reparented to the host: both below it.
+    assert {first_daemon, second_daemon} <= set(proctree.descendants(host))
+    session.call("job_stop", {"job_id": first})
+    assert wait_for(lambda: not living([first_daemon]), timeout=10), "the first job's daemon outlived its job"
+    assert living([second_daemon]), "stopping one job killed the other job's daemon"
+    session.call("job_stop", {"job_id": second})
+    assert wait_for(lambda: not living([second_daemon]), timeout=10)
+
+
+def test_a_jobs_deadline_kills_it_and_not_the_other(open_session):
+    session = open_session(CGROUP)
+    lasting = start(session, "echo pid $$; exec sleep 300")
+    short = start(session, "echo pid $$; exec sleep 300", timeout_seconds=1)
+    info = ended(session, short)
+    assert info["state"] == "killed" and info["timed_out"] is True and info["signal"] == "SIGKILL"
+    assert job_state(session, lasting)["state"] == "running"
+    session.call("job_stop", {"job_id": lasting})
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_a_host_killed_or_stopped_ends_its_jobs_failed_and_the_next_job_works(open_session, how):
+    session = open_session(CGROUP)
+    jobs = [start(session, "echo pid $$; exec sleep 300") for _ in range(2)]
+    pids = [int(output_until(session, job, "pid").split()[1]) for job in jobs]
+    [host] = job_hosts(session)
+    os.kill(host, how)
+    for job in jobs:
+        info = ended(session, job)
+        assert info["state"] == "killed", info
+        reason = "job_host" if how == signal.SIGKILL else "job_host_stopped"
+        expected = "worker_crashed" if how == signal.SIGKILL else "worker_hung"
+        assert info["error"]["code"] == expected and info["error"]["details"]["reason"] == reason, info
+        assert "job host" in info["error"]["message"]
+    assert wait_for(lambda: not living([*pids, host]), timeout=10), "the host's jobs outlived it"
+    after = start(session, "echo pid $$; echo works; exec sleep 300")
+    assert "works" in output_until(session, after, "works")
+    assert job_hosts(session) != [host] and len(job_hosts(session)) == 1
+    assert session.call("job_stop", {"job_id": after}).value["state"] == "killed"
+
+
+def test_the_host_is_retired_after_its_last_job(open_session):
+    session = open_session(CGROUP)
+    job = start(session, "echo pid $$; exec sleep 300")
+    output_until(session, job, "pid")
+    [host] = job_hosts(session)
+    session.call("job_stop", {"job_id": job})
+    assert wait_for(lambda: not living([host]), timeout=20), "the job host outlived its last job"
+    assert job_hosts(session) == []
+
+
+def test_session_close_with_jobs_running_leaves_nothing(open_session, workspace):
+    session = open_session(CGROUP)
+    daemon = "(setsid sh -c 'sleep 300 & echo $! > {0}' &); sleep 0.2; echo pid $$; exec sleep 300"
+    jobs = [start(session, daemon.format(f"d{i}.pid")) for i in range(2)]
+    pids = [int(output_until(session, job, "pid").split()[1]) for job in jobs]
+    pids += [int((workspace / f"d{i}.pid").read_text()) for i in range(2)]
+    pids += job_hosts(session)
+    group = Path(session.info["containment"]["cgroup"])
+    assert sorted(p.name for p in group.iterdir() if p.name.startswith("job-")) == sorted(jobs)
+    session.close()
+    assert wait_for(lambda: not living(pids), timeout=15), [psutil.Process(p).cmdline() for p in living(pids)]
+    assert not group.exists()
+
+
+def test_a_sandboxed_job_in_the_host_is_still_confined(open_session, workspace, tmp_path):
+    outside, tmp = tmp_path / "outside", tmp_path / "tmp"
+    outside.mkdir()
+    tmp.mkdir()
+    # The sandbox's temp dir is tmp/: outside/ is outside every writable path.
+    session = open_session({**CGROUP, "sandbox": {"mode": "auto", "kind": "landlock"}}, env={"TMPDIR": str(tmp)})
+    if not session.info["sandbox"]["active"]:
+        pytest.skip("the landlock sandbox is not available here")
+    free = start(session, "echo pid $$; exec sleep 300")
+    confined = start(session, f"touch {outside}/escaped; echo status $?; touch inside; echo done; exec sleep 300")
+    text = output_until(session, confined, "done")
+    assert "status 1" in text and not (outside / "escaped").exists() and (workspace / "inside").exists(), text
+    assert re.search("Permission denied|Read-only file system", text), text
+    (outside / "control").touch()  # the test itself may write there: the refusal was the sandbox's
+    for job in (free, confined):
+        session.call("job_stop", {"job_id": job})
