@@ -434,7 +434,8 @@ def python_processes(pids: Iterable[int]) -> int:
 
 async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
     """PSS of one idle session of ``front`` (its server's processes, after a call and a pause), and for
-    Peon what a background ``sleep`` job adds (PSS, processes, Python processes)."""
+    Peon what background ``sleep`` jobs add (PSS, processes, Python processes): the first (``job.first_*``,
+    the job host's start included) and a second beside it (``job.*``: what each further job adds)."""
     [workspace] = make_workspaces(root / f"rest-{_key(front)}", 1)
     async with contextlib.AsyncExitStack() as stack:
         started: Started = await FRONTS[front]([workspace], env, stack)
@@ -453,20 +454,30 @@ async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
             return
         agent = started.agents[0]
         assert isinstance(agent, EmbeddedAgent)
-        result = await agent.session.call("bash", {"command": "exec sleep 60", "background": True})
-        if not result.ok:
-            raise RuntimeError(f"the background job did not start: {result.error}")
-        await asyncio.sleep(1.0)
-        with_job = sorted({pid for root_pid in roots for pid in _tree(root_pid)})
-        added = [pid for pid in with_job if pid not in pids]
-        sleeps = [pid for pid in added if _cmdline(pid)[:1] == ["sleep"]]
-        extra, extra_python = len(added) - len(sleeps), python_processes(added)
-        grown = pss_mib(with_job) - idle
-        print(f"  {front:<15} a background sleep job: +{grown:.2f} MiB PSS, {extra} process(es) besides the "
-              f"command ({extra_python} Python)", flush=True)
-        record("job.pss", grown, "MiB", processes=extra)
-        record("job.python_processes", float(extra_python), "processes")
-        await agent.session.call("job_stop", {"job_id": result.value["job_id"]})
+        # Two background jobs: the first starts the session's job host (in cgroup containment), the
+        # second shows what each further job adds.
+        jobs: list[str] = []
+        before, before_pss = pids, idle
+        for which in ("first", "further"):
+            result = await agent.session.call("bash", {"command": "exec sleep 60", "background": True})
+            if not result.ok:
+                raise RuntimeError(f"the background job did not start: {result.error}")
+            jobs.append(result.value["job_id"])
+            await asyncio.sleep(1.0)
+            with_job = sorted({pid for root_pid in roots for pid in _tree(root_pid)})
+            added = [pid for pid in with_job if pid not in before]
+            sleeps = [pid for pid in added if _cmdline(pid)[:1] == ["sleep"]]
+            extra, extra_python = len(added) - len(sleeps), python_processes(added)
+            with_pss = pss_mib(with_job)
+            grown = with_pss - before_pss
+            print(f"  {front:<15} the {which} background sleep job: +{grown:.2f} MiB PSS, {extra} process(es) "
+                  f"besides the command ({extra_python} Python)", flush=True)
+            prefix = "job.first_" if which == "first" else "job."
+            record(f"{prefix}pss", grown, "MiB", processes=extra)
+            record(f"{prefix}python_processes", float(extra_python), "processes")
+            before, before_pss = with_job, with_pss
+        for job in jobs:
+            await agent.session.call("job_stop", {"job_id": job})
 
 
 def _key(front: str) -> str:
