@@ -45,11 +45,12 @@ class JobInfo:
     error: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        value = {"job_id": self.job_id, "tool": self.tool, "command": self.command, "background": self.background,
-                 "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
-                 "timed_out": self.timed_out, "started_at": self.started_at, "ended_at": self.ended_at,
-                 "output_bytes": self.output_bytes, "output_retained_bytes": self.output_retained_bytes,
-                 "retained_from": self.retained_from}
+        value: dict[str, Any] = {
+            "job_id": self.job_id, "tool": self.tool, "command": self.command, "background": self.background,
+            "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
+            "timed_out": self.timed_out, "started_at": self.started_at, "ended_at": self.ended_at,
+            "output_bytes": self.output_bytes, "output_retained_bytes": self.output_retained_bytes,
+            "retained_from": self.retained_from}
         if self.error is not None:
             value["error"] = self.error
         return value

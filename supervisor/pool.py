@@ -588,8 +588,7 @@ class WorkerPool:
                           "every job it ran", {"reason": "job_host_hung"})
             return result.result()
         except asyncio.CancelledError:  # the session is closing: the host is killed with the pool
-            if not result.done() and not host.gone:
-                host.jobs.pop(job_id, None)
+            if not result.done() and not host.gone:  # its result, when it comes, is taken and dropped
                 self._spawn_background(self._send_cancel(host, job_id))
             raise
 
