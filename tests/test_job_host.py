@@ -205,3 +205,32 @@ def test_the_job_hosts_messages_are_checked_against_the_jobs_it_runs():
                     b'{"op":"result","id":"job-3","ok":"yes"}', b"[1]", b"\xff"):
         with pytest.raises(ProtocolError):
             parse_host_message(payload, running)
+
+
+def test_each_jobs_process_limit_counts_its_own_processes_only(open_session):
+    session = open_session({**CGROUP, "limits": {"max_processes": 24}})
+    spawn = "for i in $(seq 1 {0}); do sleep 300 & done; echo forked; wait"
+    calm = start(session, spawn.format(15))
+    busy = start(session, spawn.format(15))
+    for job in (calm, busy):
+        assert "forked" in output_until(session, job, "forked")
+    # 30 processes in all, 15 each: within each job's limit of 24.
+    assert job_state(session, calm)["state"] == "running" and job_state(session, busy)["state"] == "running"
+    more = start(session, spawn.format(40))
+    info = ended(session, more)
+    assert info["state"] == "killed", info
+    assert job_state(session, calm)["state"] == "running" and job_state(session, busy)["state"] == "running"
+    for job in (calm, busy):
+        session.call("job_stop", {"job_id": job})
+
+
+def test_in_process_tree_containment_each_job_keeps_a_worker(open_session):
+    session = open_session({"runtime": {"containment": "process-tree"}})
+    jobs = [start(session, "echo pid $$; exec sleep 300") for _ in range(2)]
+    for job in jobs:
+        output_until(session, job, "pid")
+    titles = workers(session).values()
+    assert not job_hosts(session)
+    assert sum(title.startswith("peon-worker bash job-") for title in titles) == 2, titles
+    for job in jobs:
+        session.call("job_stop", {"job_id": job})
