@@ -234,3 +234,15 @@ def test_in_process_tree_containment_each_job_keeps_a_worker(open_session):
     assert sum(title.startswith("peon-worker bash job-") for title in titles) == 2, titles
     for job in jobs:
         session.call("job_stop", {"job_id": job})
+
+
+def test_no_descriptor_of_the_host_or_of_another_job_reaches_a_job(open_session, workspace):
+    session = open_session(CGROUP)
+    other = start(session, "echo pid $$; exec sleep 300")
+    output_until(session, other, "pid")
+    # The host holds the other job's pipe and pidfd, its channel and the pinned root: none may be inherited.
+    probe = start(session, "ls /proc/$$/fd > fds.txt; echo listed; exec sleep 300")
+    output_until(session, probe, "listed")
+    assert sorted((workspace / "fds.txt").read_text().split()) == ["0", "1", "2"]
+    for job in (other, probe):
+        session.call("job_stop", {"job_id": job})
