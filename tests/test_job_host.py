@@ -246,3 +246,22 @@ def test_no_descriptor_of_the_host_or_of_another_job_reaches_a_job(open_session,
     assert sorted((workspace / "fds.txt").read_text().split()) == ["0", "1", "2"]
     for job in (other, probe):
         session.call("job_stop", {"job_id": job})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may move a process to another cgroup")
+def test_a_process_that_leaves_its_jobs_cgroup_is_killed_when_a_job_ends(open_session, workspace):
+    session = open_session({**CGROUP, "sandbox": {"mode": "off"}})
+    workers_cgroup = Path(session.info["containment"]["cgroup"]) / "workers"
+    escape = (f"setsid sh -c 'echo $$ > escapee.pid; echo $$ > {workers_cgroup}/cgroup.procs; exec sleep 300' & "
+              "sleep 0.3; echo moved; exec sleep 300")
+    other = start(session, "echo pid $$; exec sleep 300")  # keeps the host running meanwhile
+    job = start(session, escape)
+    assert "moved" in output_until(session, job, "moved")
+    [host] = job_hosts(session)
+    escapee = int((workspace / "escapee.pid").read_text())
+    with open(f"/proc/{escapee}/cgroup") as f:
+        assert f.read().strip().endswith("/workers")  # out of its job's cgroup, still below the host
+    session.call("job_stop", {"job_id": job})
+    assert wait_for(lambda: not living([escapee]), timeout=10), "a process that left its job's cgroup survived"
+    assert living([host]) and job_state(session, other)["state"] == "running"
+    session.call("job_stop", {"job_id": other})
