@@ -265,3 +265,21 @@ def test_a_process_that_leaves_its_jobs_cgroup_is_killed_when_a_job_ends(open_se
     assert wait_for(lambda: not living([escapee]), timeout=10), "a process that left its job's cgroup survived"
     assert living([host]) and job_state(session, other)["state"] == "running"
     session.call("job_stop", {"job_id": other})
+
+
+def test_a_host_that_breaks_protocol_is_killed_with_its_jobs(open_session):
+    fixtures = Path(__file__).parent / "fixtures"
+    session = open_session(CGROUP, env={"PYTHONPATH": str(fixtures)}, tools=["job_host_tools:BreakHostTool"])
+    bystander = start(session, "echo pid $$; exec sleep 300")
+    pid = int(output_until(session, bystander, "pid").split()[1])
+    [host] = job_hosts(session)
+    broken = session.call("break_host", {"background": True})
+    assert broken.ok and broken.value["state"] == "running", broken
+    for job in (bystander, broken.value["job_id"]):
+        info = ended(session, job)
+        assert info["state"] == "killed" and info["error"]["code"] == "worker_crashed", info
+        assert info["error"]["details"]["reason"] == "protocol" and "broke protocol" in info["error"]["message"]
+    assert wait_for(lambda: not living([pid, host]), timeout=10)
+    after = start(session, "echo works; exec sleep 300")
+    assert "works" in output_until(session, after, "works")
+    session.call("job_stop", {"job_id": after})

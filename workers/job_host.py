@@ -44,7 +44,7 @@ from peon.cancel import CancelToken
 from peon.errors import ErrorCode
 from peon.tool import SessionView, Tool
 
-from . import cgroup, limits, proctree, runner
+from . import cgroup, limits, proctree, runner, worker
 from .channel import FrameChannel
 from .limits import CgroupProbe, ResourceLimits, TreeProbe
 from .messages import CallMessage
@@ -275,6 +275,7 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
         channel.close()
         return 71  # a job host exists only in cgroup containment
     host = Host(channel, session, tools, cgroup.Cgroup(home_path))
+    worker.CURRENT_CHANNEL = channel  # only tests that play a broken host touch it
     tasks: set[asyncio.Task[None]] = set()
     # Reap orphans of the jobs as they die, between the jobs' own ends.
     asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, REAPER.reap)
