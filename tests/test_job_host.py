@@ -283,3 +283,19 @@ def test_a_host_that_breaks_protocol_is_killed_with_its_jobs(open_session):
     after = start(session, "echo works; exec sleep 300")
     assert "works" in output_until(session, after, "works")
     session.call("job_stop", {"job_id": after})
+
+
+def test_a_hung_host_is_killed_at_a_jobs_deadline_plus_grace(open_session):
+    fixtures = Path(__file__).parent / "fixtures"
+    session = open_session({**CGROUP, "limits": {"worker_grace_seconds": 1}}, env={"PYTHONPATH": str(fixtures)},
+                           tools=["job_host_tools:BlockHostTool"])
+    bystander = start(session, "echo pid $$; exec sleep 300")
+    pid = int(output_until(session, bystander, "pid").split()[1])
+    [host] = job_hosts(session)
+    blocked = session.call("block_host", {"background": True, "timeout_seconds": 1})
+    assert blocked.ok, blocked
+    for job in (blocked.value["job_id"], bystander):
+        info = ended(session, job)
+        assert info["state"] == "killed" and info["error"]["code"] == "worker_hung", info
+        assert info["error"]["details"]["reason"] == "job_host_hung", info
+    assert wait_for(lambda: not living([pid, host]), timeout=10)
