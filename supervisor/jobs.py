@@ -9,15 +9,18 @@ Promises:
   evicted first; a job's output past :data:`peon.output_store.SPILL_BYTES` is kept in an unnamed
   file in the session's state directory, not in this process's memory); an ``output`` message whose
   offset is not the next byte is a protocol error (the worker is killed);
-* a background job runs in its own worker, taken from the pool like any call's, in a task of its own:
-  the serial call executor never waits on it. At most ``jobs.max_running`` run at once (a call beyond
-  is ``job_limit_reached``); each is killed at its deadline (``jobs.max_lifetime_seconds`` unless its
-  ``timeout_seconds`` is shorter);
-* :meth:`JobTable.stop` cancels through the pool's own cancel path (``cancel`` to the worker: TERM to
-  the group, 2 s, KILL, every descendant), and :meth:`JobTable.close` does so for every running job and
-  returns when they have all been answered; the pool's close kills whatever is left. A supervisor that
-  dies takes its jobs along: their workers get the parent-death signal through the forkserver and
-  the session's cgroup is killed;
+* a background job runs through the pool (:meth:`peon.supervisor.pool.WorkerPool.run`: in the session's
+  job host, each job in a cgroup of its own, in cgroup containment; in a worker of its own otherwise),
+  in a task of its own: the serial call executor never waits on it. At most ``jobs.max_running`` run
+  at once (a call beyond is ``job_limit_reached``); each is killed at its deadline
+  (``jobs.max_lifetime_seconds`` unless its ``timeout_seconds`` is shorter);
+* :meth:`JobTable.stop` cancels through the pool's own cancel path (``cancel`` naming the job: TERM to
+  its group, 2 s, KILL, every other process of the job), and :meth:`JobTable.close` does so for every
+  running job and returns when they have all been answered; the pool's close kills whatever is left. A
+  supervisor that dies takes its jobs along: the job host (or their workers) get the parent-death
+  signal through the forkserver and the session's cgroup is killed;
+* a job that ended without its command's result (its host or worker failed) keeps the error that
+  says why (``error`` in ``job_list``);
 * at most :data:`MAX_JOB_RECORDS` job records are kept; past that, the oldest ended job is forgotten
   (its output too). A record holds its job's state and output ring, not its call's result: what the
   supervisor holds of a session's output stays within the store's bounds however many calls it makes.
