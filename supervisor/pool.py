@@ -25,6 +25,13 @@ A stopped forkserver is replaced as soon as a call served by a waiting worker fi
 is a :class:`WorkerHandle`, usable by more than
 the call executor: whoever holds one sends it messages and consumes what it sends.
 
+Background jobs (a call with ``stream: "live"``), in cgroup containment, are run by :meth:`WorkerPool.run_job`
+in the session's job host (:class:`JobHost`, :mod:`peon.workers.job_host`): a standby that became it on
+the first job, running every job at once, each in a cgroup of its own, and retired
+:data:`JOB_HOST_LINGER_SECONDS` after the last; the same one outcome per job by its deadline + grace.
+A host that fails is killed with every job it runs, each answered with the reason. In process-tree
+containment a job takes a worker of its own like any call.
+
 Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`peon.supervisor.forker`);
 the supervisor watches each through a pidfd and its ``Process.sentinel``, looks at a standby's state
 (stopped, zombie) as a call takes it (:class:`peon.workers.proctree.StateWatch`), and kills trees by process
