@@ -6,6 +6,8 @@
 2. Background flood: the same command as a background job, whose output streams live to the
    supervisor's store as binary frames; time from start until ``job_output`` says it exited.
 3. Supervisor CPU time for each, read with psutil.
+4. A background job started and stopped beside a running one (in cgroup containment the session's job
+   host is up: no process start but the command's), against a foreground ``bash true`` call.
 
 Run: ``python bench/bench_jobs.py [--mib N] [--runs N]``
 """
@@ -63,6 +65,24 @@ def main() -> None:
         for name, (wall, cpu) in figures.items():
             print(f"{name:28s} {options.mib} MiB: {wall:6.2f} s wall (x{wall / base:.2f}), "
                   f"supervisor CPU {cpu:.2f} s, {options.mib / wall:7.0f} MiB/s")
+
+        def foreground_true() -> None:
+            assert session.call("bash", {"command": "true"}).ok
+
+        def job_start_stop() -> None:
+            job = session.call("bash", {"command": "exec sleep 600", "background": True}).value["job_id"]
+            assert session.call("job_stop", {"job_id": job}).value["state"] == "killed"
+
+        keeper = session.call("bash", {"command": "exec sleep 600", "background": True}).value["job_id"]
+        starts = {}
+        for name, run in (("foreground bash true", foreground_true), ("background job start + stop", job_start_stop)):
+            samples = [measure(session, supervisor, run) for _ in range(max(options.runs, 10))]
+            starts[name] = (statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples))
+        session.call("job_stop", {"job_id": keeper})
+        base = starts["foreground bash true"][0]
+        print(f"beside a running background job ({session.info['containment']['kind']} containment):")
+        for name, (wall, cpu) in starts.items():
+            print(f"{name:28s} {wall * 1000:7.1f} ms wall (x{wall / base:.2f}), supervisor CPU {cpu * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
