@@ -150,7 +150,7 @@ class JobScope:
             except OSError as exc:  # it would be killed with this job, and account for it: fail closed
                 print(f"peon-worker jobs: cannot return to {self.home.path} ({exc}); exiting", file=sys.stderr)
                 _kill_everything()
-                os._exit(70)
+                os._exit(worker.EXIT_INTERNAL_ERROR)
 
 
 def _make_job_cgroup(home: cgroup.Cgroup, job_id: str, limits: ResourceLimits) -> cgroup.Cgroup:
@@ -273,7 +273,7 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
     home_path = limits.CGROUP  # the session's workers cgroup, where the host serves
     if home_path is None:
         channel.close()
-        return 71  # a job host exists only in cgroup containment
+        return worker.EXIT_NOT_STARTED  # a job host exists only in cgroup containment
     host = Host(channel, session, tools, cgroup.Cgroup(home_path))
     worker.CURRENT_CHANNEL = channel  # only tests that play a broken host touch it
     tasks: set[asyncio.Task[None]] = set()
