@@ -5,6 +5,7 @@ stopped ending its jobs failed with the reason, and nothing left when the sessio
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import signal
@@ -299,3 +300,19 @@ def test_a_hung_host_is_killed_at_a_jobs_deadline_plus_grace(open_session):
         assert info["state"] == "killed" and info["error"]["code"] == "worker_hung", info
         assert info["error"]["details"]["reason"] == "job_host_hung", info
     assert wait_for(lambda: not living([pid, host]), timeout=10)
+
+
+def test_two_floods_through_one_host_arrive_whole_and_apart(open_session):
+    session = open_session(CGROUP)
+    size = 4 << 20
+    jobs = {tag: start(session, f"yes {tag} | head -c {size}") for tag in "AB"}
+    for tag, job in jobs.items():
+        info = ended(session, job)
+        assert info["state"] == "exited" and info["output_bytes"] == size, info
+        offset, data = 0, b""
+        while offset < size:
+            page = session.call("job_output", {"job_id": job, "offset": offset, "limit": 1 << 20, "raw": True})
+            assert page.ok, page.error
+            data += base64.b64decode(page.value["output_base64"])
+            offset = page.value["next_offset"]
+        assert data == f"{tag}\n".encode() * (size // 2), (tag, len(data), set(data))
