@@ -95,6 +95,54 @@ def test_skills_are_prompts_and_resources(workspace, env, mode):
     run(scenario())
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_file_paths_complete_beneath_the_workspace(workspace, env, tmp_path, mode):
+    (workspace / "src" / "apps").mkdir(parents=True)
+    for name in ("src/app.py", "src/apps/main.py", "src/.env", "src/id_rsa", "notes.txt", ".env", "odd,{name}*.txt"):
+        (workspace / name).write_text("x\n")
+    (workspace / "many").mkdir()
+    for number in range(120):
+        (workspace / "many" / f"f{number:03}.txt").write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("x\n")
+    (workspace / "out").symlink_to(outside)
+    (workspace / "inner").symlink_to("src")  # relative and inside: read follows it
+    (workspace / "notes-link.txt").symlink_to(outside / "secret.txt")
+
+    async def scenario():
+        from mcp_types import ResourceTemplateReference
+
+        async with client(workspace, env, mode=mode) as c:
+            async def complete(typed: str):
+                done = await c.complete(ResourceTemplateReference(type="ref/resource", uri="file:///{path}"),
+                                        {"name": "path", "value": typed})
+                return done.completion
+
+            assert (await complete("src/ap")).values == ["src/app.py", "src/apps/"]
+            assert (await complete("src/apps/")).values == ["src/apps/main.py"]
+            assert (await complete("src/")).values == ["src/app.py", "src/apps/"]  # secret-like names left out
+            top = (await complete("")).values
+            assert {"notes.txt", "src/", "many/", "odd,{name}*.txt"} <= set(top), top
+            assert not {".env", "out/", "inner/", "notes-link.txt"} & set(top), top  # symlinks are not followed
+            assert (await complete("odd,{")).values == ["odd,{name}*.txt"]  # typed glob syntax is literal
+            assert (await complete("./src/../src/ap")).values == ["./src/../src/app.py", "./src/../src/apps/"]
+            absolute = str(workspace).lstrip("/") + "/src/ap"
+            assert (await complete(absolute)).values == [absolute + "p.py", absolute + "ps/"]
+            many = await complete("many/f")
+            assert (len(many.values), many.total, many.has_more) == (100, 120, True)
+            assert many.values[0] == "many/f000.txt"
+            assert (await complete("missing/")).values == []
+            assert (await complete("inner/")).values == []  # resolves to src/, not beneath what was typed
+            for escape, rule in (("../", "leaves the workspace"), ("src/../../x", "leaves the workspace"),
+                                 ("out/", "outside")):
+                with pytest.raises(MCPError) as refused:
+                    await complete(escape)
+                assert refused.value.error.code == -32602 and rule in refused.value.error.message, escape
+
+    run(scenario())
+
+
 def test_secret_like_file_resource_needs_approval(workspace, env):
     (workspace / ".env").write_text("TOKEN=hunter2\n")
 
@@ -318,3 +366,34 @@ def p_error(code: str):
     from peon.errors import ErrorCode
 
     return ErrorCode(code)
+
+
+def test_file_path_completion_plans_one_glob_call():
+    from peon.mcp import protocol as p
+    from peon.result import ToolResult
+
+    catalog = p.Catalog((), frozenset({"read", "glob"}), "/ws", lambda parts: parts[-1] == ".env")
+
+    def planned(typed: str):
+        return p.plan("completion/complete", {"ref": {"type": "ref/resource", "uri": "file:///{path}"},
+                                              "argument": {"name": "path", "value": typed}}, catalog, "2025-11-25")
+
+    step = planned("src/a,[b")
+    assert isinstance(step, p.Step) and step.tool == "glob"
+    assert step.arguments == {"pattern": "a\\,\\[b*{,/**}", "path": "src", "limit": 1000}
+    listed = step.finish({"paths": ["src/a,[b.py", "src/a,[bc/d.txt", "src/a,[bc/.env", "lib/a,[b"],
+                          "next_offset": None, "timed_out": False})
+    assert listed["completion"] == {"values": ["src/a,[b.py", "src/a,[bc/"], "total": 2, "hasMore": False}
+    partial = step.finish({"paths": ["src/a,[b.py"], "next_offset": 1000, "timed_out": False})
+    assert partial["completion"] == {"values": ["src/a,[b.py"], "hasMore": True}
+    gone = p.settle(step, ToolResult.failure("c1", "glob", p_error("not_found"), "no such directory"))
+    assert isinstance(gone, p.Answer) and gone.result["completion"]["values"] == []
+    outside = p.settle(step, ToolResult.failure("c1", "glob", p_error("outside_workspace"), "leaves"))
+    assert isinstance(outside, p.Refused) and outside.code == p.INVALID_PARAMS
+    assert planned("/ws/src/").arguments["path"] == "src"
+    for typed in ("../x", "a/../../b", "a\x00"):
+        refused = planned(typed)
+        assert isinstance(refused, p.Refused) and refused.code == p.INVALID_PARAMS, typed
+    assert isinstance(p.plan("completion/complete", {"ref": {"type": "ref/resource", "uri": "file:///{path}"},
+                                                     "argument": {"name": "path", "value": ""}},
+                             p.Catalog((), frozenset({"read"}), "/ws"), "2025-11-25"), p.Answer)  # no glob tool

@@ -47,6 +47,11 @@ def test_sdk_gets_prompts_resources_and_completions(server, mode):
             assert "skill://release-checks" in {str(r.uri) for r in (await c.list_resources()).resources}
             notes = (await c.read_resource(f"file:///notes-{mode}.txt")).contents[0]
             assert notes.text == "hello\n"
+            from mcp_types import ResourceTemplateReference
+
+            done = await c.complete(ResourceTemplateReference(type="ref/resource", uri="file:///{path}"),
+                                    {"name": "path", "value": f"notes-{mode}"})
+            assert done.completion.values == [f"notes-{mode}.txt"]
             with pytest.raises(MCPError) as missing:
                 await c.read_resource("skill://no-such-skill")
             assert missing.value.error.code == -32002

@@ -570,11 +570,11 @@ class StdioServer:
             self._submit(call)
 
     def _finish_step(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> None:
-        if result.ok:
-            self._finish(request_id, version, step.finish(result.value or {}))
-            return
-        refused = p.failure(step, result)
-        self._write(p.error_response(request_id, refused.code, refused.message, refused.data))
+        settled = p.settle(step, result)
+        if isinstance(settled, p.Answer):
+            self._finish(request_id, version, settled.result)
+        else:
+            self._write(p.error_response(request_id, settled.code, settled.message, settled.data))
 
     def _subscription(self, ev: p.Feature) -> None:
         uri = ev.params.get("uri")
