@@ -143,6 +143,41 @@ def test_file_paths_complete_beneath_the_workspace(workspace, env, tmp_path, mod
     run(scenario())
 
 
+def test_prompts_follow_the_skills_a_new_supervisor_discovers(raw_server, workspace):
+    """A supervisor that died is replaced, and the new one discovers the skills again: the prompts follow,
+    and the client is told they changed (it was told it would be, in initialize)."""
+    import os
+    import signal
+
+    from helpers import wait_for
+    from test_mcp_server import raw_error_code
+
+    add_skill(workspace)
+    server = raw_server("--allow", "process")
+    assert server.initialize()["result"]["capabilities"]["prompts"] == {"listChanged": True}
+    server.request(1, "prompts/list")
+    assert [prompt["name"] for prompt in server.recv()["result"]["prompts"]] == ["release-checks"]
+    deploy = workspace / ".peon" / "skills" / "deploy-notes"
+    deploy.mkdir()
+    (deploy / "SKILL.md").write_text("---\nname: deploy-notes\ndescription: How to deploy.\n---\n# Deploy\n")
+    supervisor = server.supervisor_pid()
+    started = workspace / "started"
+    server.request(2, "tools/call", {"name": "bash", "arguments": {"command": f"touch {started}; sleep 300"}})
+    assert wait_for(started.exists, 20)
+    os.kill(supervisor, signal.SIGKILL)
+    died = server.recv()
+    assert died["id"] == 2 and raw_error_code(died["result"]) == "supervisor_died", died
+    server.request(3, "prompts/get", {"name": "release-checks"})  # the next call starts a new supervisor
+    told = server.recv()
+    assert told == {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}, told
+    got = server.recv()
+    assert got["id"] == 3 and "# Release checks" in got["result"]["messages"][0]["content"]["text"], got
+    server.request(4, "prompts/list")
+    assert [prompt["name"] for prompt in server.recv()["result"]["prompts"]] == ["deploy-notes", "release-checks"]
+    server.request(5, "prompts/get", {"name": "deploy-notes"})
+    assert "# Deploy" in server.recv()["result"]["messages"][0]["content"]["text"]
+
+
 def test_secret_like_file_resource_needs_approval(workspace, env):
     (workspace / ".env").write_text("TOKEN=hunter2\n")
 

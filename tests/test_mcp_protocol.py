@@ -178,7 +178,7 @@ def test_initialize_answers_the_clients_version_or_the_newest(requested, answere
     conn = connection()
     result = reply(conn, initialize(requested))["result"]
     assert result["protocolVersion"] == answered
-    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": True},
                                       "resources": {"subscribe": True, "listChanged": False}, "completions": {},
                                       "logging": {}}
     assert result["serverInfo"]["name"] == "peon" and result["serverInfo"]["version"] == "1.2.3"

@@ -12,7 +12,8 @@ Promises:
   is a JSON-RPC error with the tool's stable code in ``data`` (:func:`failure`), ``-32002`` when the
   resource does not exist, except the codes a step answers with its ``empty`` result (a file path typed
   beneath a directory that is not there completes to nothing);
-* bad parameters are a :class:`Refused` ``-32602`` naming the rule, before anything runs.
+* bad parameters are a :class:`Refused` ``-32602`` naming the rule, before anything runs;
+* :func:`prompts_changed` says whether two catalogs list different prompts.
 """
 
 from __future__ import annotations
@@ -161,6 +162,11 @@ def _step(catalog: Catalog, tool: str, arguments: dict[str, Any], finish: Callab
     if tool not in catalog.tools:
         return Refused(INVALID_PARAMS, f"Invalid params: this session has no {tool} tool, which serves this request")
     return Step(tool, arguments, finish, missing)
+
+
+def prompts_changed(before: Catalog, after: Catalog) -> bool:
+    """Whether ``prompts/list`` answers differently (the skills were discovered again, by a new supervisor)."""
+    return prompt_list(before.skills) != prompt_list(after.skills)
 
 
 def settle(step: Step, result: ToolResult) -> Answer | Refused:

@@ -25,6 +25,8 @@ Promises:
 * once the client set a level (``logging/setLevel``), approvals it answered, calls the session refused,
   killed or limited, and supervisor restarts are sent as ``notifications/message`` (rate-limited;
   Peon's facts only, never output or file content);
+* a supervisor that died is replaced before the next call; the new one discovers the skills again, and
+  when that changes the prompts a handshake-era client gets ``notifications/prompts/list_changed``;
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
   one gets TERM → 2 s → KILL) and the cancelled request gets no response;
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
@@ -404,6 +406,12 @@ class StdioServer:
                 return
             log(f"session restarted (supervisor pid {self.session.supervisor_pid})")
             self._log("critical", {"event": "supervisor_restarted", "supervisor_pid": self.session.supervisor_pid})
+            # The new supervisor discovered the skills again: prompts/list and read_skill's schema follow it.
+            before = self.catalog
+            self.connection.set_tools(self.session.tools())
+            self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
+            if p.prompts_changed(before, self.catalog) and self.connection.tells_prompt_changes():
+                self._write({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"})
 
     def _resume(self, ev: p.StartCall) -> None:
         """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""

@@ -362,6 +362,8 @@ class CallRouter:
                 return
             self.metrics.restarted()
             log.info("session restarted (supervisor pid %s)", self.session.supervisor_pid)
+            # The new supervisor discovered the skills again: prompts and skill resources follow it.
+            self.catalog = p.Catalog.of(self.session.info, self.session.tools())
 
     # -- events from the session (moved onto the loop) ----------------------------------------------
 
