@@ -426,6 +426,7 @@ def test_file_path_completion_plans_one_glob_call():
     outside = p.settle(step, ToolResult.failure("c1", "glob", p_error("outside_workspace"), "leaves"))
     assert isinstance(outside, p.Refused) and outside.code == p.INVALID_PARAMS
     assert planned("/ws/src/").arguments["path"] == "src"
+    assert planned("src/" + "x" * 256).result["completion"]["values"] == []  # no name is that long: no call
     for typed in ("../x", "a/../../b", "a\x00"):
         refused = planned(typed)
         assert isinstance(refused, p.Refused) and refused.code == p.INVALID_PARAMS, typed

@@ -28,6 +28,7 @@ from .resources import FILE_TEMPLATE, JOB_TEMPLATE, SKILL_TEMPLATE
 
 MAX_VALUES = 100  # the protocol's most per answer
 MAX_TYPED_CHARS = 4096
+NAME_MAX = 255  # bytes in one file name (Linux)
 MAX_LISTED = 1000  # paths one completion asks glob for (its largest page)
 PATH_EMPTY_ON = frozenset({"not_found", "not_a_directory", "not_a_regular_file"})  # nothing there: no values
 
@@ -87,6 +88,10 @@ class PathQuery:
     directory: str  # the directory part as typed, ending with "/" unless empty
     listed: str  # that directory, normalized and workspace-relative ("." for the workspace)
     stem: str  # the start of the next component
+
+    def may_match(self) -> bool:
+        """Whether a file name can start with the stem (none is longer than NAME_MAX bytes)."""
+        return len(self.stem.encode("utf-8", "surrogatepass")) <= NAME_MAX
 
 
 def path_query(typed: str, workspace: str) -> PathQuery:

@@ -150,6 +150,8 @@ def _plan(method: str, params: Mapping[str, Any], catalog: Catalog, files: bool)
                 [str(job["job_id"]) for job in value.get("jobs") or ()], want.typed))
         if want.source == "files" and files and "read" in catalog.tools and "glob" in catalog.tools:
             query = path_query(want.typed, catalog.workspace)
+            if not query.may_match():
+                return Answer(completion_result((), want.typed))
             return Step("glob", glob_arguments(query),
                         lambda value: path_completion(query, want.typed, value, catalog.is_secret),
                         empty_on=PATH_EMPTY_ON, empty=completion_result((), want.typed))
