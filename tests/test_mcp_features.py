@@ -178,6 +178,53 @@ def test_prompts_follow_the_skills_a_new_supervisor_discovers(raw_server, worksp
     assert "# Deploy" in server.recv()["result"]["messages"][0]["content"]["text"]
 
 
+def test_stateless_clients_listen_for_prompt_changes(workspace, env):
+    """Under 2026-07-28 the change arrives on a subscriptions/listen stream that asked for it."""
+    import os
+    import signal
+
+    import psutil
+    from mcp.shared.subscriptions import PromptsListChanged
+
+    add_skill(workspace)
+
+    def supervisor() -> int:
+        for process in psutil.Process().children(recursive=True):
+            try:
+                if process.cmdline()[:1] == [f"peon-supervisor {workspace}"] or (
+                        process.cmdline()[:2] == ["peon-supervisor", str(workspace)]):
+                    return process.pid
+            except psutil.Error:
+                continue
+        raise AssertionError("no supervisor found")
+
+    async def scenario():
+        async with client(workspace, env, "--allow", "process", mode="auto") as c:
+            assert c.protocol_version == "2026-07-28"
+            assert c.server_capabilities.prompts.list_changed is True
+            assert [prompt.name for prompt in (await c.list_prompts()).prompts] == ["release-checks"]
+            async with c.listen(prompts_list_changed=True) as subscription:
+                assert subscription.honored.prompts_list_changed is True
+                deploy = workspace / ".peon" / "skills" / "deploy-notes"
+                deploy.mkdir()
+                (deploy / "SKILL.md").write_text("---\nname: deploy-notes\ndescription: How to deploy.\n---\n")
+                dead = supervisor()
+                os.kill(dead, signal.SIGKILL)
+                with anyio.fail_after(30):
+                    while psutil.pid_exists(dead) and psutil.Process(dead).status() != psutil.STATUS_ZOMBIE:
+                        await anyio.sleep(0.02)
+                    # The first call may still meet the dead supervisor (supervisor_died); a later one
+                    # starts the new supervisor, which discovers the skills again.
+                    while (await c.call_tool("bash", {"command": "true"})).is_error:
+                        await anyio.sleep(0.05)
+                    event = await subscription.__anext__()
+                assert isinstance(event, PromptsListChanged)
+            names = [prompt.name for prompt in (await c.list_prompts()).prompts]
+            assert names == ["deploy-notes", "release-checks"]
+
+    run(scenario())
+
+
 def test_secret_like_file_resource_needs_approval(workspace, env):
     (workspace / ".env").write_text("TOKEN=hunter2\n")
 

@@ -11,7 +11,7 @@ Promises:
   handshake era logging; resource subscriptions through ``resources/subscribe`` (handshake era) or
   ``subscriptions/listen`` (2026-07-28) where the transport can notify — ``resources/subscribe`` and
   ``logging/setLevel``, which the stateless revision removed, are ``-32601`` there; where the transport
-  can notify, a handshake-era connection is also told when the prompts change (``listChanged``);
+  can notify, the client is also told when the prompts change (``listChanged``);
 * ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
   ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
@@ -64,10 +64,10 @@ STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", 
 def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) -> dict[str, Any]:
     """What a server of this era advertises (``subscribes``: the transport can notify a connection of
     resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern).
-    Such a transport also tells a handshake-era client when the prompts change
-    (:meth:`Connection.tells_prompt_changes`)."""
+    Such a transport also tells the client when the prompts change: a handshake-era one at once
+    (:meth:`Connection.tells_prompt_changes`), a 2026-07-28 one on a ``subscriptions/listen`` stream."""
     capabilities: dict[str, Any] = {"tools": {"listChanged": False},
-                                    "prompts": {"listChanged": era == "handshake" and subscribes},
+                                    "prompts": {"listChanged": subscribes},
                                     "resources": {"subscribe": subscribes,
                                                   "listChanged": False}, "completions": {}}
     if era == "handshake" and logs:
