@@ -26,7 +26,8 @@ Promises:
   killed or limited, and supervisor restarts are sent as ``notifications/message`` (rate-limited;
   Peon's facts only, never output or file content);
 * a supervisor that died is replaced before the next call; the new one discovers the skills again, and
-  when that changes the prompts a handshake-era client gets ``notifications/prompts/list_changed``;
+  when that changes the prompts, ``notifications/prompts/list_changed`` goes to a handshake-era client
+  and on every 2026-07-28 ``subscriptions/listen`` stream that asked for ``promptsListChanged``;
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
   one gets TERM → 2 s → KILL) and the cancelled request gets no response;
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
