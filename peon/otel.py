@@ -19,7 +19,8 @@ Promises:
   gets one ``peon.run`` from submission with ``peon.run.includes_admission``) and ``peon.kill`` when
   Peon killed the call's processes (``peon.kill.reason``: ``deadline``, ``cancel``, ``limit``);
 * a call carries its span's context to the session (:meth:`CallTrace.traceparent`), and ``bash``'s commands
-  get it as ``TRACEPARENT``/``TRACESTATE`` (:func:`peon.environment.command_environment`);
+  and the agent adapters' agents get it as ``TRACEPARENT``/``TRACESTATE``
+  (:func:`peon.environment.command_environment`);
 * metrics through the OTel API carry the Prometheus series' names and closed label sets.
 
 A span never carries arguments, output or file content: only the tool, ids, codes and decisions.

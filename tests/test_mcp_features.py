@@ -95,6 +95,136 @@ def test_skills_are_prompts_and_resources(workspace, env, mode):
     run(scenario())
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_file_paths_complete_beneath_the_workspace(workspace, env, tmp_path, mode):
+    (workspace / "src" / "apps").mkdir(parents=True)
+    for name in ("src/app.py", "src/apps/main.py", "src/.env", "src/id_rsa", "notes.txt", ".env", "odd,{name}*.txt"):
+        (workspace / name).write_text("x\n")
+    (workspace / "many").mkdir()
+    for number in range(120):
+        (workspace / "many" / f"f{number:03}.txt").write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("x\n")
+    (workspace / "out").symlink_to(outside)
+    (workspace / "inner").symlink_to("src")  # relative and inside: read follows it
+    (workspace / "notes-link.txt").symlink_to(outside / "secret.txt")
+
+    async def scenario():
+        from mcp_types import ResourceTemplateReference
+
+        async with client(workspace, env, mode=mode) as c:
+            async def complete(typed: str):
+                done = await c.complete(ResourceTemplateReference(type="ref/resource", uri="file:///{path}"),
+                                        {"name": "path", "value": typed})
+                return done.completion
+
+            assert (await complete("src/ap")).values == ["src/app.py", "src/apps/"]
+            assert (await complete("src/apps/")).values == ["src/apps/main.py"]
+            assert (await complete("src/")).values == ["src/app.py", "src/apps/"]  # secret-like names left out
+            top = (await complete("")).values
+            assert {"notes.txt", "src/", "many/", "odd,{name}*.txt"} <= set(top), top
+            assert not {".env", "out/", "inner/", "notes-link.txt"} & set(top), top  # symlinks are not followed
+            assert (await complete("odd,{")).values == ["odd,{name}*.txt"]  # typed glob syntax is literal
+            assert (await complete("./src/../src/ap")).values == ["./src/../src/app.py", "./src/../src/apps/"]
+            absolute = str(workspace).lstrip("/") + "/src/ap"
+            assert (await complete(absolute)).values == [absolute + "p.py", absolute + "ps/"]
+            many = await complete("many/f")
+            assert (len(many.values), many.total, many.has_more) == (100, 120, True)
+            assert many.values[0] == "many/f000.txt"
+            assert (await complete("missing/")).values == []
+            assert (await complete("inner/")).values == []  # resolves to src/, not beneath what was typed
+            for escape, rule in (("../", "leaves the workspace"), ("src/../../x", "leaves the workspace"),
+                                 ("out/", "outside")):
+                with pytest.raises(MCPError) as refused:
+                    await complete(escape)
+                assert refused.value.error.code == -32602 and rule in refused.value.error.message, escape
+
+    run(scenario())
+
+
+def test_prompts_follow_the_skills_a_new_supervisor_discovers(raw_server, workspace):
+    """A supervisor that died is replaced, and the new one discovers the skills again: the prompts follow,
+    and the client is told they changed (it was told it would be, in initialize)."""
+    import os
+    import signal
+
+    from helpers import wait_for
+    from test_mcp_server import raw_error_code
+
+    add_skill(workspace)
+    server = raw_server("--allow", "process")
+    assert server.initialize()["result"]["capabilities"]["prompts"] == {"listChanged": True}
+    server.request(1, "prompts/list")
+    assert [prompt["name"] for prompt in server.recv()["result"]["prompts"]] == ["release-checks"]
+    deploy = workspace / ".peon" / "skills" / "deploy-notes"
+    deploy.mkdir()
+    (deploy / "SKILL.md").write_text("---\nname: deploy-notes\ndescription: How to deploy.\n---\n# Deploy\n")
+    supervisor = server.supervisor_pid()
+    started = workspace / "started"
+    server.request(2, "tools/call", {"name": "bash", "arguments": {"command": f"touch {started}; sleep 300"}})
+    assert wait_for(started.exists, 20)
+    os.kill(supervisor, signal.SIGKILL)
+    died = server.recv()
+    assert died["id"] == 2 and raw_error_code(died["result"]) == "supervisor_died", died
+    server.request(3, "prompts/get", {"name": "release-checks"})  # the next call starts a new supervisor
+    told = server.recv()
+    assert told == {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}, told
+    got = server.recv()
+    assert got["id"] == 3 and "# Release checks" in got["result"]["messages"][0]["content"]["text"], got
+    server.request(4, "prompts/list")
+    assert [prompt["name"] for prompt in server.recv()["result"]["prompts"]] == ["deploy-notes", "release-checks"]
+    server.request(5, "prompts/get", {"name": "deploy-notes"})
+    assert "# Deploy" in server.recv()["result"]["messages"][0]["content"]["text"]
+
+
+def test_stateless_clients_listen_for_prompt_changes(workspace, env):
+    """Under 2026-07-28 the change arrives on a subscriptions/listen stream that asked for it."""
+    import os
+    import signal
+
+    import psutil
+    from mcp.shared.subscriptions import PromptsListChanged
+
+    add_skill(workspace)
+
+    def supervisor() -> int:
+        for process in psutil.Process().children(recursive=True):
+            try:
+                if process.cmdline()[:1] == [f"peon-supervisor {workspace}"] or (
+                        process.cmdline()[:2] == ["peon-supervisor", str(workspace)]):
+                    return process.pid
+            except psutil.Error:
+                continue
+        raise AssertionError("no supervisor found")
+
+    async def scenario():
+        async with client(workspace, env, "--allow", "process", mode="auto") as c:
+            assert c.protocol_version == "2026-07-28"
+            assert c.server_capabilities.prompts.list_changed is True
+            assert [prompt.name for prompt in (await c.list_prompts()).prompts] == ["release-checks"]
+            async with c.listen(prompts_list_changed=True) as subscription:
+                assert subscription.honored.prompts_list_changed is True
+                deploy = workspace / ".peon" / "skills" / "deploy-notes"
+                deploy.mkdir()
+                (deploy / "SKILL.md").write_text("---\nname: deploy-notes\ndescription: How to deploy.\n---\n")
+                dead = supervisor()
+                os.kill(dead, signal.SIGKILL)
+                with anyio.fail_after(30):
+                    while psutil.pid_exists(dead) and psutil.Process(dead).status() != psutil.STATUS_ZOMBIE:
+                        await anyio.sleep(0.02)
+                    # The first call may still meet the dead supervisor (supervisor_died); a later one
+                    # starts the new supervisor, which discovers the skills again.
+                    while (await c.call_tool("bash", {"command": "true"})).is_error:
+                        await anyio.sleep(0.05)
+                    event = await subscription.__anext__()
+                assert isinstance(event, PromptsListChanged)
+            names = [prompt.name for prompt in (await c.list_prompts()).prompts]
+            assert names == ["deploy-notes", "release-checks"]
+
+    run(scenario())
+
+
 def test_secret_like_file_resource_needs_approval(workspace, env):
     (workspace / ".env").write_text("TOKEN=hunter2\n")
 
@@ -318,3 +448,35 @@ def p_error(code: str):
     from peon.errors import ErrorCode
 
     return ErrorCode(code)
+
+
+def test_file_path_completion_plans_one_glob_call():
+    from peon.mcp import protocol as p
+    from peon.result import ToolResult
+
+    catalog = p.Catalog((), frozenset({"read", "glob"}), "/ws", lambda parts: parts[-1] == ".env")
+
+    def planned(typed: str):
+        return p.plan("completion/complete", {"ref": {"type": "ref/resource", "uri": "file:///{path}"},
+                                              "argument": {"name": "path", "value": typed}}, catalog, "2025-11-25")
+
+    step = planned("src/a,[b")
+    assert isinstance(step, p.Step) and step.tool == "glob"
+    assert step.arguments == {"pattern": "a\\,\\[b*{,/**}", "path": "src", "limit": 1000}
+    listed = step.finish({"paths": ["src/a,[b.py", "src/a,[bc/d.txt", "src/a,[bc/.env", "lib/a,[b"],
+                          "next_offset": None, "timed_out": False})
+    assert listed["completion"] == {"values": ["src/a,[b.py", "src/a,[bc/"], "total": 2, "hasMore": False}
+    partial = step.finish({"paths": ["src/a,[b.py"], "next_offset": 1000, "timed_out": False})
+    assert partial["completion"] == {"values": ["src/a,[b.py"], "hasMore": True}
+    gone = p.settle(step, ToolResult.failure("c1", "glob", p_error("not_found"), "no such directory"))
+    assert isinstance(gone, p.Answer) and gone.result["completion"]["values"] == []
+    outside = p.settle(step, ToolResult.failure("c1", "glob", p_error("outside_workspace"), "leaves"))
+    assert isinstance(outside, p.Refused) and outside.code == p.INVALID_PARAMS
+    assert planned("/ws/src/").arguments["path"] == "src"
+    assert planned("src/" + "x" * 256).result["completion"]["values"] == []  # no name is that long: no call
+    for typed in ("../x", "a/../../b", "a\x00"):
+        refused = planned(typed)
+        assert isinstance(refused, p.Refused) and refused.code == p.INVALID_PARAMS, typed
+    assert isinstance(p.plan("completion/complete", {"ref": {"type": "ref/resource", "uri": "file:///{path}"},
+                                                     "argument": {"name": "path", "value": ""}},
+                             p.Catalog((), frozenset({"read"}), "/ws"), "2025-11-25"), p.Answer)  # no glob tool

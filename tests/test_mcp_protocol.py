@@ -178,7 +178,7 @@ def test_initialize_answers_the_clients_version_or_the_newest(requested, answere
     conn = connection()
     result = reply(conn, initialize(requested))["result"]
     assert result["protocolVersion"] == answered
-    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": True},
                                       "resources": {"subscribe": True, "listChanged": False}, "completions": {},
                                       "logging": {}}
     assert result["serverInfo"]["name"] == "peon" and result["serverInfo"]["version"] == "1.2.3"
@@ -410,7 +410,7 @@ def test_discover_without_handshake():
     result = reply(conn, request("d", "server/discover", {"_meta": MODERN_META}))["result"]
     assert result["resultType"] == "complete"
     assert result["supportedVersions"] == ["2026-07-28"]
-    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+    assert result["capabilities"] == {"tools": {"listChanged": False}, "prompts": {"listChanged": True},
                                       "resources": {"subscribe": True, "listChanged": False}, "completions": {}}
     assert result["_meta"][p.SERVER_INFO_KEY]["name"] == "peon"
     assert {"ttlMs", "cacheScope"} <= set(result)

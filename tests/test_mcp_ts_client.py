@@ -273,6 +273,18 @@ def test_prompts_resources_subscriptions_and_logs(ts_client, workspace):
     completed = ok("completion/complete", ref={"type": "ref/resource", "uri": "job://{id}/output"},
                    argument={"name": "id", "value": ""})
     assert job["job_id"] in completed["completion"]["values"]
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("x\n")
+    (workspace / "src" / ".env").write_text("TOKEN=x\n")
+    files = ok("completion/complete", ref={"type": "ref/resource", "uri": "file:///{path}"},
+               argument={"name": "path", "value": "sr"})
+    assert files["completion"]["values"] == ["src/"]
+    files = ok("completion/complete", ref={"type": "ref/resource", "uri": "file:///{path}"},
+               argument={"name": "path", "value": "src/"})
+    assert files["completion"] == {"values": ["src/app.py"], "total": 1, "hasMore": False}
+    escaped = client.request("request", method="completion/complete", params={
+        "ref": {"type": "ref/resource", "uri": "file:///{path}"}, "argument": {"name": "path", "value": "../"}})
+    assert escaped["error"]["code"] == -32602 and "leaves the workspace" in escaped["error"]["message"], escaped
     ok("resources/subscribe", uri=uri)
     (workspace / "go").write_text("")
 

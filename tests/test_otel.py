@@ -172,3 +172,38 @@ def test_peon_mcp_continues_the_clients_trace(leftovers, workspace, tmp_path):
     assert (call["trace"], call["parent"]) == (trace_id, parent_id)
     assert call["service"] == "peon"
     assert {span["name"] for span in receiver.spans if span["parent"] == call["id"]} == {"peon.admission", "peon.run"}
+
+
+def test_agent_adapters_pass_the_call_span_to_the_agent(leftovers, workspace, tmp_path):
+    """An agent started by an adapter gets the call span's context as TRACEPARENT/TRACESTATE, as bash's
+    commands do: the stand-in ``claude`` prints what it got, and its parent is the call's span."""
+    from test_mcp_server import RawServer, isolated_env
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "claude"
+    agent.write_text('#!/bin/sh\nprintf "%s|%s\\n" "$TRACEPARENT" "$TRACESTATE"\n')
+    agent.chmod(0o755)
+    receiver = Receiver()
+    env = {**isolated_env(leftovers, tmp_path / "home"), "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+           "OTEL_BSP_SCHEDULE_DELAY": "100", "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    server = RawServer(workspace, env, tmp_path, "--allow", "delegate")
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        server.initialize()
+        server.request(1, "tools/call", {"name": "agent_claude", "arguments": {"prompt": "say hi"},
+                                         "_meta": {"traceparent": f"00-{trace_id}-{parent_id}-01",
+                                                   "tracestate": "vendor=opaque"}})
+        answer = server.recv()["result"]
+        assert answer["isError"] is False, answer
+    finally:
+        assert server.close() == 0
+    try:
+        assert wait_for(lambda: receiver.named("tools/call agent_claude"), 30), receiver.spans
+    finally:
+        receiver.close()
+    call = receiver.named("tools/call agent_claude")[0]
+    assert (call["trace"], call["parent"]) == (trace_id, parent_id)
+    seen_parent, seen_state = answer["structuredContent"]["output"].strip().split("|")
+    assert seen_parent == f"00-{trace_id}-{call['id']}-01"
+    assert seen_state == "vendor=opaque"

@@ -40,6 +40,7 @@ def test_sdk_gets_prompts_resources_and_completions(server, mode):
             capabilities = c.server_capabilities
             assert capabilities.prompts is not None and capabilities.completions is not None
             assert not capabilities.resources.subscribe  # no standalone stream to send updates on
+            assert not capabilities.prompts.list_changed  # ... nor to say the prompts changed
             assert (capabilities.logging is not None) == (mode == "legacy")  # on the stream of a call
             assert [p.name for p in (await c.list_prompts()).prompts] == ["release-checks"]
             got = await c.get_prompt("release-checks")
@@ -47,6 +48,11 @@ def test_sdk_gets_prompts_resources_and_completions(server, mode):
             assert "skill://release-checks" in {str(r.uri) for r in (await c.list_resources()).resources}
             notes = (await c.read_resource(f"file:///notes-{mode}.txt")).contents[0]
             assert notes.text == "hello\n"
+            from mcp_types import ResourceTemplateReference
+
+            done = await c.complete(ResourceTemplateReference(type="ref/resource", uri="file:///{path}"),
+                                    {"name": "path", "value": f"notes-{mode}"})
+            assert done.completion.values == [f"notes-{mode}.txt"]
             with pytest.raises(MCPError) as missing:
                 await c.read_resource("skill://no-such-skill")
             assert missing.value.error.code == -32002
@@ -139,3 +145,41 @@ def test_an_expired_session_stops_its_jobs(leftovers, workspace, tmp_path):
         assert status == 404
     finally:
         assert server.stop() == 0
+
+
+def test_prompts_follow_the_skills_a_new_supervisor_discovers(leftovers, workspace, tmp_path):
+    import os
+    import re
+    import signal
+
+    from serve_support import ServeProcess, serve_env
+
+    add_skill(workspace)
+    server = ServeProcess(workspace, serve_env(leftovers, tmp_path), tmp_path, "--allow", "process")
+    try:
+        def prompts() -> list[str]:
+            status, _, body = modern_post(server.port, 1, "prompts/list")
+            assert status == 200, body
+            return [prompt["name"] for prompt in sse_or_json(body)["result"]["prompts"]]
+
+        assert prompts() == ["release-checks"]
+        deploy = workspace / ".peon" / "skills" / "deploy-notes"
+        deploy.mkdir()
+        (deploy / "SKILL.md").write_text("---\nname: deploy-notes\ndescription: How to deploy.\n---\n# Deploy\n")
+        supervisor = int(re.search(r"supervisor_pid=(\d+)", server.log()).group(1))
+        os.kill(supervisor, signal.SIGKILL)
+        assert wait_for(lambda: not living([supervisor]), 20)
+
+        def restarted_call() -> bool:  # the first call after the death may still meet the dying supervisor
+            status, _, body = modern_post(server.port, 2, "tools/call", {"name": "bash",
+                                                                        "arguments": {"command": "true"}})
+            return status == 200 and sse_or_json(body)["result"].get("isError") is False
+
+        assert wait_for(restarted_call, 30), server.log()
+        assert prompts() == ["deploy-notes", "release-checks"]
+    finally:
+        assert server.stop() == 0
+
+
+def sse_or_json(body: bytes) -> dict:
+    return sse_messages(body)[-1] if body.startswith((b"event:", b"data:", b"id:")) else json.loads(body)

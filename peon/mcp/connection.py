@@ -10,7 +10,8 @@ Promises:
 * it advertises what it serves: tools, prompts, resources and completions in both eras, and in the
   handshake era logging; resource subscriptions through ``resources/subscribe`` (handshake era) or
   ``subscriptions/listen`` (2026-07-28) where the transport can notify — ``resources/subscribe`` and
-  ``logging/setLevel``, which the stateless revision removed, are ``-32601`` there;
+  ``logging/setLevel``, which the stateless revision removed, are ``-32601`` there; where the transport
+  can notify, the client is also told when the prompts change (``listChanged``);
 * ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
   ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
@@ -62,8 +63,11 @@ STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", 
 
 def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) -> dict[str, Any]:
     """What a server of this era advertises (``subscribes``: the transport can notify a connection of
-    resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern)."""
-    capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "prompts": {"listChanged": False},
+    resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern).
+    Such a transport also tells the client when the prompts change: a handshake-era one at once
+    (:meth:`Connection.tells_prompt_changes`), a 2026-07-28 one on a ``subscriptions/listen`` stream."""
+    capabilities: dict[str, Any] = {"tools": {"listChanged": False},
+                                    "prompts": {"listChanged": subscribes},
                                     "resources": {"subscribe": subscribes,
                                                   "listChanged": False}, "completions": {}}
     if era == "handshake" and logs:
@@ -144,6 +148,10 @@ class Connection:
 
     def __post_init__(self) -> None:
         self.set_tools(self.tools)
+
+    def tells_prompt_changes(self) -> bool:
+        """Whether ``notifications/prompts/list_changed`` is sent to this connection (it was advertised)."""
+        return self.era == "handshake" and self.subscribes and self.initialized
 
     def set_tools(self, tools: list[dict[str, Any]]) -> None:
         """The tools this connection lists and calls (a transport may learn them after the handshake)."""

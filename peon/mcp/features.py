@@ -6,22 +6,28 @@ Promises:
 * a request that needs nothing of the session's (``prompts/list``, ``resources/templates/list``,
   completing a skill name) is answered from the :class:`Catalog` at once;
 * a request that reads something (``prompts/get``, ``resources/read``, ``resources/list``, completing a
-  job id) is a :class:`Step`: one call of a registered tool (``read_skill``, ``job_output``, ``read``,
-  ``job_list``), submitted like a ``tools/call`` — validated, approved, audited, contained — whose value
-  :meth:`Step.finish` shapes; a failed call is a JSON-RPC error with the tool's stable code in ``data``
-  (:func:`failure`), ``-32002`` when the resource does not exist;
-* bad parameters are a :class:`Refused` ``-32602`` naming the rule, before anything runs.
+  job id or a file path) is a :class:`Step`: one call of a registered tool (``read_skill``,
+  ``job_output``, ``read``, ``job_list``, ``glob``), submitted like a ``tools/call`` — validated,
+  approved, audited, contained — whose value :meth:`Step.finish` shapes (:func:`settle`); a failed call
+  is a JSON-RPC error with the tool's stable code in ``data`` (:func:`failure`), ``-32002`` when the
+  resource does not exist, except the codes a step answers with its ``empty`` result (a file path typed
+  beneath a directory that is not there completes to nothing);
+* bad parameters are a :class:`Refused` ``-32602`` naming the rule, before anything runs;
+* :func:`prompts_changed` says whether two catalogs list different prompts.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from peon.result import ToolResult
 
-from .completion import CompletionProblem, completion_result, wanted
+from .completion import (
+    PATH_EMPTY_ON, CompletionProblem, IsSecret, completion_result, glob_arguments, path_completion, path_query, wanted,
+)
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from .prompts import PromptProblem, check_get, prompt_list, prompt_result
 from .revisions import is_modern
@@ -41,11 +47,27 @@ class Catalog:
     skills: tuple[Mapping[str, Any], ...] = ()
     tools: frozenset[str] = frozenset()
     workspace: str = ""
+    is_secret: IsSecret = field(default=lambda parts: True, compare=False)  # fails closed: no file completes
 
     @classmethod
-    def of(cls, info: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -> Catalog:
+    def of(cls, info: Mapping[str, Any], tools: Sequence[Mapping[str, Any]],
+           env: Mapping[str, str] | None = None) -> Catalog:
+        """``env`` is the session's environment: it names the user's secret-like path list."""
         skills = (info.get("skills") or {}).get("available") or ()
-        return cls(tuple(skills), frozenset(str(tool["name"]) for tool in tools), str(info.get("workspace") or ""))
+        return cls(tuple(skills), frozenset(str(tool["name"]) for tool in tools), str(info.get("workspace") or ""),
+                   _secret_test(os.environ if env is None else env))
+
+
+def _secret_test(env: Mapping[str, str]) -> IsSecret:
+    def is_secret(parts: Sequence[str]) -> bool:
+        from peon.errors import ConfigError
+        from peon.secret_paths import secret_match
+
+        try:
+            return secret_match(parts, env) is not None
+        except ConfigError:
+            return True  # the user's list cannot be read: every path counts as secret-like (read refuses too)
+    return is_secret
 
 
 @dataclass(frozen=True)
@@ -66,6 +88,8 @@ class Step:
     arguments: dict[str, Any]
     finish: Callable[[Mapping[str, Any]], dict[str, Any]] = field(compare=False)
     missing_is_not_found: bool = False  # a missing target is -32002 (a resource), not a tool error
+    empty_on: frozenset[str] = frozenset()  # error codes answered with ``empty`` instead of an error
+    empty: Mapping[str, Any] | None = None
 
 
 Plan = Answer | Refused | Step
@@ -86,8 +110,7 @@ def plan(method: str, params: Mapping[str, Any], catalog: Catalog, version: str,
         return Answer(_uncached(planned.result))
     if isinstance(planned, Step):
         finish = planned.finish
-        return Step(planned.tool, planned.arguments, lambda value: _uncached(finish(value)),
-                    planned.missing_is_not_found)
+        return replace(planned, finish=lambda value: _uncached(finish(value)))
     return planned
 
 
@@ -125,6 +148,13 @@ def _plan(method: str, params: Mapping[str, Any], catalog: Catalog, files: bool)
         if want.source == "jobs" and "job_list" in catalog.tools:
             return Step("job_list", {}, lambda value: completion_result(
                 [str(job["job_id"]) for job in value.get("jobs") or ()], want.typed))
+        if want.source == "files" and files and "read" in catalog.tools and "glob" in catalog.tools:
+            query = path_query(want.typed, catalog.workspace)
+            if not query.may_match():
+                return Answer(completion_result((), want.typed))
+            return Step("glob", glob_arguments(query),
+                        lambda value: path_completion(query, want.typed, value, catalog.is_secret),
+                        empty_on=PATH_EMPTY_ON, empty=completion_result((), want.typed))
         return Answer(completion_result((), want.typed))
     return Refused(INVALID_PARAMS, f"{method} is not planned here")
 
@@ -134,6 +164,21 @@ def _step(catalog: Catalog, tool: str, arguments: dict[str, Any], finish: Callab
     if tool not in catalog.tools:
         return Refused(INVALID_PARAMS, f"Invalid params: this session has no {tool} tool, which serves this request")
     return Step(tool, arguments, finish, missing)
+
+
+def prompts_changed(before: Catalog, after: Catalog) -> bool:
+    """Whether ``prompts/list`` answers differently (the skills were discovered again, by a new supervisor)."""
+    return prompt_list(before.skills) != prompt_list(after.skills)
+
+
+def settle(step: Step, result: ToolResult) -> Answer | Refused:
+    """The answer of a step whose call ended with ``result``."""
+    if result.ok:
+        return Answer(step.finish(result.value or {}))
+    assert result.error is not None
+    if step.empty is not None and result.error.code in step.empty_on:
+        return Answer(dict(step.empty))
+    return failure(step, result)
 
 
 def failure(step: Step, result: ToolResult) -> Refused:

@@ -60,7 +60,7 @@ from .jsonrpc import (
     shown,
     valid_id,
 )
-from .features import RESOURCE_NOT_FOUND, Answer, Catalog, Plan, Refused, Step, failure, plan
+from .features import RESOURCE_NOT_FOUND, Answer, Catalog, Plan, Refused, Step, failure, plan, prompts_changed, settle
 from .logs import LogFeed, approval_event, result_event
 from .progress import progress_notification
 from .resources import JobUri, ResourceProblem, Target, parse_uri
@@ -91,6 +91,6 @@ __all__ = [
     "annotations_for", "approval_elicitation", "approval_event", "approval_message", "at_least", "call_result",
     "can_elicit_form", "decision_from_elicitation", "decision_from_retry", "error_response",
     "failure", "input_required", "is_modern", "lone_surrogate", "negotiate", "parse_message", "parse_uri", "plan",
-    "progress_notification", "render_text", "respond", "result_event", "result_response", "server_capabilities",
-    "shown", "tool_descriptor", "valid_id",
+    "progress_notification", "prompts_changed", "render_text", "respond", "result_event", "result_response",
+    "server_capabilities", "settle", "shown", "tool_descriptor", "valid_id",
 ]

@@ -25,6 +25,9 @@ Promises:
 * once the client set a level (``logging/setLevel``), approvals it answered, calls the session refused,
   killed or limited, and supervisor restarts are sent as ``notifications/message`` (rate-limited;
   Peon's facts only, never output or file content);
+* a supervisor that died is replaced before the next call; the new one discovers the skills again, and
+  when that changes the prompts, ``notifications/prompts/list_changed`` goes to a handshake-era client
+  and on every 2026-07-28 ``subscriptions/listen`` stream that asked for ``promptsListChanged``;
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
   one gets TERM → 2 s → KILL) and the cancelled request gets no response;
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
@@ -148,6 +151,7 @@ class StdioServer:
         self._awaiting_retry: dict[str, ToolCall] = {}
         self._internal_keys: set[str] = set()  # calls of subscriptions: nobody to ask for approval
         self._subscriptions: dict[tuple[Any, str], Subscription] = {}  # by (listen request id or None, uri)
+        self._prompt_listeners: set[Any] = set()  # subscriptions/listen ids that asked for promptsListChanged
         self.catalog = p.Catalog()
         self._signer = p.RequestStateSigner(secrets.token_bytes(32))
         self._next_id = 0
@@ -263,6 +267,7 @@ class StdioServer:
                        *(c.approval for c in self._calls_by_key.values() if c.approval)]
             subscriptions = list(self._subscriptions.values())
             self._subscriptions.clear()
+            self._prompt_listeners.clear()
         for subscription in subscriptions:
             subscription.stop.set()
         with self._write_lock:
@@ -404,6 +409,12 @@ class StdioServer:
                 return
             log(f"session restarted (supervisor pid {self.session.supervisor_pid})")
             self._log("critical", {"event": "supervisor_restarted", "supervisor_pid": self.session.supervisor_pid})
+            # The new supervisor discovered the skills again: prompts/list and read_skill's schema follow it.
+            before = self.catalog
+            self.connection.set_tools(self.session.tools())
+            self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
+            if p.prompts_changed(before, self.catalog):
+                self._tell_prompts_changed()
 
     def _resume(self, ev: p.StartCall) -> None:
         """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
@@ -570,11 +581,11 @@ class StdioServer:
             self._submit(call)
 
     def _finish_step(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> None:
-        if result.ok:
-            self._finish(request_id, version, step.finish(result.value or {}))
-            return
-        refused = p.failure(step, result)
-        self._write(p.error_response(request_id, refused.code, refused.message, refused.data))
+        settled = p.settle(step, result)
+        if isinstance(settled, p.Answer):
+            self._finish(request_id, version, settled.result)
+        else:
+            self._write(p.error_response(request_id, settled.code, settled.message, settled.data))
 
     def _subscription(self, ev: p.Feature) -> None:
         uri = ev.params.get("uri")
@@ -645,20 +656,36 @@ class StdioServer:
             if self._subscriptions.get(key) is subscription:
                 del self._subscriptions[key]
 
+    def _tell_prompts_changed(self) -> None:
+        """``notifications/prompts/list_changed``: to a handshake-era client, or on each listen stream that
+        asked for it (tagged with its id)."""
+        if self.connection.tells_prompt_changes():
+            self._write({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"})
+        with self._lock:
+            listeners = list(self._prompt_listeners)
+        for listen_id in listeners:
+            self._write({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed",
+                         "params": {"_meta": {SUBSCRIPTION_ID_KEY: listen_id}}})
+
     def _listen(self, ev: p.Feature) -> None:
         """2026-07-28 ``subscriptions/listen``: acknowledge the resource subscriptions it honors (the URIs
-        this server serves), then tag each update with the request's id. A job URI is followed like a
-        ``resources/subscribe``; the stream ends when the client cancels the request."""
+        this server serves) and ``promptsListChanged``, then tag each notification with the request's id.
+        A job URI is followed like a ``resources/subscribe``; the stream ends when the client cancels the
+        request."""
         wanted = ev.params.get("notifications")
         uris = wanted.get("resourceSubscriptions") if isinstance(wanted, dict) else None
         if not isinstance(uris, list) or len(uris) > MAX_SUBSCRIPTIONS:
             uris = []
         honored: list[str] = []
         with self._lock:
-            if any(listen_id == ev.id for listen_id, _ in self._subscriptions):
+            if ev.id in self._prompt_listeners or any(listen_id == ev.id for listen_id, _ in self._subscriptions):
                 self._write(p.error_response(ev.id, p.INVALID_REQUEST,
                                              f"request id {p.shown(ev.id)} is already a subscriptions/listen stream"))
                 return
+            prompts = (isinstance(wanted, dict) and wanted.get("promptsListChanged") is True
+                       and len(self._prompt_listeners) < MAX_SUBSCRIPTIONS)
+            if prompts:
+                self._prompt_listeners.add(ev.id)
             for uri in uris:
                 try:
                     target = p.parse_uri(uri, self.catalog.workspace)
@@ -669,9 +696,11 @@ class StdioServer:
                 if isinstance(target, p.JobUri) and len(self._subscriptions) < MAX_SUBSCRIPTIONS:
                     self._subscriptions[(ev.id, uri)] = Subscription(uri, target.job_id, listen_id=ev.id)
             followed = [s for (listen_id, _), s in self._subscriptions.items() if listen_id == ev.id]
+        acknowledged: dict[str, Any] = {"resourceSubscriptions": honored}
+        if prompts:
+            acknowledged["promptsListChanged"] = True
         self._write({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                     "params": {"notifications": {"resourceSubscriptions": honored},
-                                "_meta": {SUBSCRIPTION_ID_KEY: ev.id}}})
+                     "params": {"notifications": acknowledged, "_meta": {SUBSCRIPTION_ID_KEY: ev.id}}})
         for subscription in followed:
             helper_thread(self._follow_job, args=(subscription, ev), name="peon-mcp-subscription").start()
 
@@ -680,11 +709,13 @@ class StdioServer:
         with self._lock:
             ended = [key for key in self._subscriptions if key[0] is not None and key[0] == listen_id]
             subscriptions = [self._subscriptions.pop(key) for key in ended]
+            listened = listen_id in self._prompt_listeners
+            self._prompt_listeners.discard(listen_id)
         for subscription in subscriptions:
             subscription.stop.set()
             if subscription.handle is not None:
                 subscription.handle.cancel()
-        return bool(ended)
+        return bool(ended) or listened
 
     def _log(self, level: Any, data: dict[str, Any]) -> None:
         with self._lock:

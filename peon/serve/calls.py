@@ -362,6 +362,8 @@ class CallRouter:
                 return
             self.metrics.restarted()
             log.info("session restarted (supervisor pid %s)", self.session.supervisor_pid)
+            # The new supervisor discovered the skills again: prompts and skill resources follow it.
+            self.catalog = p.Catalog.of(self.session.info, self.session.tools())
 
     # -- events from the session (moved onto the loop) ----------------------------------------------
 
@@ -459,10 +461,10 @@ class CallRouter:
             call.stream.finish(None if call.cancelled else self._answer(call.request_id, call.version, result))
 
     def _step_answer(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> dict[str, Any]:
-        if result.ok:
-            return p.respond(request_id, version, step.finish(result.value or {}), self.identity)
-        refused = p.failure(step, result)
-        return p.error_response(request_id, refused.code, refused.message, refused.data)
+        settled = p.settle(step, result)
+        if isinstance(settled, p.Answer):
+            return p.respond(request_id, version, settled.result, self.identity)
+        return p.error_response(request_id, settled.code, settled.message, settled.data)
 
     def _track(self, delta: int) -> None:
         self.in_flight += delta

@@ -29,9 +29,10 @@ Promises:
   detected in the supervisor while the approval request is built (so nobody is asked to approve a
   program that is not there) and again in the worker right before the start;
 * everything else — stdin ``/dev/null``, no controlling terminal, the command environment (pagers,
-  editors and prompts off), bounded output, TERM → grace → KILL on cancel, KILL at the deadline, no
-  descendant outliving the call — is the shared process runner's (:mod:`peon.workers.runner`), exactly as
-  for ``bash``; a non-zero exit, a timeout or a cancel is a result, not an error.
+  editors and prompts off; the call's trace context as ``TRACEPARENT``/``TRACESTATE``), bounded output,
+  TERM → grace → KILL on cancel, KILL at the deadline, no descendant outliving the call — is the shared
+  process runner's (:mod:`peon.workers.runner`), exactly as for ``bash``; a non-zero exit, a timeout or a
+  cancel is a result, not an error.
 
 The risk is ``delegate``: the child agent may read, write, run commands, use inherited credentials and
 call its own model provider, none of which Peon sees or approves call by call. An adapter runs outside
@@ -240,11 +241,13 @@ class AgentTool(Tool):
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         return with_session_timeout(self.input_schema, session)
 
-    def resolve(self, session: SessionView, *, with_hash: bool = True) -> Invocation:
+    def resolve(self, session: SessionView, *, with_hash: bool = True,
+                trace: Mapping[str, str] | None = None) -> Invocation:
         """What this adapter starts in ``session`` (the prompt left empty); raises ``adapter_unavailable``
-        naming what is missing. ``peon doctor`` shows this too."""
+        naming what is missing. ``peon doctor`` shows this too. ``trace`` is the call's W3C trace context:
+        the agent gets it as ``TRACEPARENT``/``TRACESTATE``, as ``bash``'s commands do."""
         command = getattr(session.config.agents, self.agent)
-        env = command_environment(session)
+        env = command_environment(session, trace)
         path = search_path(env)
         executable = resolve_executable(command.executable, path)
         if executable is None:
@@ -257,11 +260,12 @@ class AgentTool(Tool):
         fixed_args, facts = self.command_args(command.args, program)
         return Invocation(self.agent, command.executable, program, fixed_args, "", path, env, facts)
 
-    def prepare(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True) -> Invocation:
+    def prepare(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True,
+                trace: Mapping[str, str] | None = None) -> Invocation:
         """Check the prompt and resolve what will run; raises the error the call should fail with."""
         prompt = args["prompt"]
         check_prompt_bytes(self.name, prompt)
-        invocation = replace(self.resolve(session, with_hash=with_hash), prompt=prompt)
+        invocation = replace(self.resolve(session, with_hash=with_hash, trace=trace), prompt=prompt)
         why = self.refuse_prompt(prompt, invocation.fixed_args, invocation.facts)
         if why is not None:
             raise ToolError(ErrorCode.INVALID_INPUT, f"{self.name} refuses the prompt {describe_prompt(prompt)}: {why}",
@@ -372,7 +376,7 @@ class AgentTool(Tool):
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # Resolved again: the files may have changed since approval, and what runs must be what was approved.
-        invocation = self.prepare(args, ctx.session, with_hash=False)
+        invocation = self.prepare(args, ctx.session, with_hash=False, trace=ctx.trace)
         approved = ctx.approved
         pins = approved.get("pinned")
         self._check_approved(invocation, approved)
