@@ -423,7 +423,8 @@ def make_workspaces(root: Path, count: int) -> list[Path]:
 
 
 async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls: int,
-                  rhythms: Iterable[Rhythm]) -> list[Outcome]:
+                  rhythms: Iterable[Rhythm], least: int = 100) -> list[Outcome]:
+    """Each rhythm's run of the agents' calls (``calls`` per agent, at least ``least`` in all)."""
     outcomes = []
     async with contextlib.AsyncExitStack() as stack:
         started: Started = await FRONTS[front](workspaces, env, stack)
@@ -432,8 +433,8 @@ async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls
             await asyncio.sleep(0.3)  # let what the last calls left settle
             cpu_before, client_before = started.cpu.sample(), client_cpu()
             begun = time.perf_counter()
-            # At least 100 calls a run: CPU times come in clock ticks (10 ms).
-            latencies = await drive(started.agents, max(calls, -(-100 // len(workspaces))), rhythm,
+            # Enough calls a run (100 unless a smoke check): CPU times come in clock ticks (10 ms).
+            latencies = await drive(started.agents, max(calls, -(-least // len(workspaces))), rhythm,
                                     seed=len(workspaces))
             wall = time.perf_counter() - begun
             await asyncio.sleep(0.05)  # a retired worker's exit lands in its forkserver's count
@@ -560,7 +561,8 @@ def _key(front: str) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 1, 4, 8 and 10 calls per agent: a smoke check")
+    parser.add_argument("--quick", action="store_true",
+                        help="N = 1, 4, 8, 10 calls per agent and at least 30 a run: a smoke check")
     parser.add_argument("--agents", help="comma-separated N (default 1,2,4,8,16,32,48,64)")
     parser.add_argument("--calls", type=int, help="calls per agent per run (default 20; 10 with --quick)")
     parser.add_argument("--fronts", default="embedded,mcp,serve,peers", help="which of embedded, mcp, serve, peers")
@@ -589,7 +591,7 @@ async def main() -> None:
                 order = fronts if round_no % 2 == 0 else fronts[::-1]
                 for front in order:
                     workspaces = make_workspaces(Path(tmp) / f"{_key(front)}-{size}", size)
-                    for outcome in await measure(front, workspaces, env, calls, rhythms):
+                    for outcome in await measure(front, workspaces, env, calls, rhythms, 30 if args.quick else 100):
                         show(outcome)
                         outcomes.append(outcome)
                     shutil.rmtree(workspaces[0].parent, ignore_errors=True)

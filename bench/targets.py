@@ -4,8 +4,9 @@ Runs the benchmarks that measure them, one after the other, each in its own inte
 own output shown as it comes: ``bench_core.py`` (``bash true`` against ``bash -lc true``, deadline to
 clean, the 1 GiB flood, idle CPU), ``bench_read.py`` (``read`` against starting ``/bin/cat``),
 ``bench_mcp.py`` (``peon mcp`` against server-filesystem and mcp-shell-server), ``bench_agents.py``
-(the agent mix by 1 to 64 concurrent agents against those two peers: CPU per call, the most agents
-before p99 passes 100 ms, an idle session's memory, a background job's) and ``soak.py``
+(the agent mix by 1 to 64 concurrent agents — embedded sessions, a ``peon mcp`` each, or all sharing
+one ``peon serve`` — against those two peers: CPU per call, the most agents before p99 passes 100 ms,
+an idle session's memory, a background job's) and ``soak.py``
 (10,000 calls, no growth). Each records its figures through :mod:`figures`; then one table gives,
 per target, Peon's figure, the baseline measured in the same run, the ratio, the target and whether
 it is met. A peer that is not installed (``bench/install_peers``) is named as absent; a figure that
@@ -508,8 +509,10 @@ def main() -> int:
         started = time.monotonic()
         for script, *args in runs(options.quick, soak_calls, options.profile):
             print(f"\n+ {Path(sys.executable).name} bench/{script} {' '.join(args)}", flush=True)
+            begun = time.monotonic()
             if subprocess.run([sys.executable, str(BENCH / script), *args], env=env).returncode != 0:
                 failed.append(script)
+            print(f"({script}: {time.monotonic() - begun:.0f} s)", flush=True)
         figures = read_figures(recorded.read_text(encoding="utf-8").splitlines())
     footprint = None
     try:

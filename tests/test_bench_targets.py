@@ -419,3 +419,36 @@ def test_the_knee_is_the_first_number_of_agents_whose_paced_p99_passes_100_ms(be
     assert runs[0].server_cpu_ms == pytest.approx(2.0)  # the client's CPU is not the server's
     assert set(bench_agents.MIX) == {"read", "status", "ls", "write"}
     assert [bench_agents.MIX.count(kind) for kind in ("read", "status", "ls", "write")] == [5, 2, 1, 2]
+
+
+def test_agents_sharing_one_peon_serve_each_work_in_a_directory_of_their_own(bench, tmp_path):
+    """bench_agents.py's ``peon serve`` front: one real server on loopback, an AsyncRemoteSession per
+    agent; every call of the mix answered, each agent's write in its own directory of the one
+    workspace, the server's processes counted, and nothing of the server left once the run is over."""
+    import asyncio
+    import contextlib
+
+    import bench_agents
+    import psutil
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
+    workspaces = bench_agents.make_workspaces(tmp_path / "serve-2", 2)
+
+    async def run() -> tuple[list[float], list[int], dict[str, float]]:
+        async with contextlib.AsyncExitStack() as stack:
+            started = await bench_agents.start_serve(workspaces, env, stack)
+            assert isinstance(started.cpu, bench_agents.PeonCpu) and len(started.cpu.supervisors) == 1
+            latencies = await bench_agents.drive(started.agents, len(bench_agents.MIX), "back to back", seed=0)
+            tree = [started.cpu.fronts[0], *(p.pid for p in psutil.Process(started.cpu.fronts[0]).children(True))]
+            return latencies, tree, started.cpu.sample()
+
+    latencies, tree, cpu = asyncio.run(asyncio.wait_for(run(), 120))
+    assert len(latencies) == 2 * len(bench_agents.MIX)
+    assert set(cpu) == {"front end", "supervisors", "forkservers", "workers"} and cpu["workers"] > 0
+    for workspace in workspaces:
+        assert (workspace / "two_kib.txt").read_text() == "w" * 2047 + "\n"
+    assert not (tmp_path / "serve-2" / "two_kib.txt").exists()
+    assert not [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
