@@ -25,7 +25,7 @@ after the other for each N, alternating their order, so they see the same machin
 Figures go to ``bench/targets.py`` through :mod:`figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
 with few calls: a smoke check, not a figure.
 
-Run: ``python bench/bench_agents.py [--quick] [--agents 1,2,4,...,64] [--calls 20]
+Run: ``python bench/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
 [--fronts embedded,mcp,serve,peers]``
 """
 
@@ -423,7 +423,7 @@ def make_workspaces(root: Path, count: int) -> list[Path]:
 
 
 async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls: int,
-                  rhythms: Iterable[Rhythm], least: int = 100) -> list[Outcome]:
+                  rhythms: Iterable[Rhythm], least: int = 60) -> list[Outcome]:
     """Each rhythm's run of the agents' calls (``calls`` per agent, at least ``least`` in all)."""
     outcomes = []
     async with contextlib.AsyncExitStack() as stack:
@@ -433,7 +433,7 @@ async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls
             await asyncio.sleep(0.3)  # let what the last calls left settle
             cpu_before, client_before = started.cpu.sample(), client_cpu()
             begun = time.perf_counter()
-            # Enough calls a run (100 unless a smoke check): CPU times come in clock ticks (10 ms).
+            # Enough calls a run (60, unless a smoke check): CPU times come in clock ticks (10 ms).
             latencies = await drive(started.agents, max(calls, -(-least // len(workspaces))), rhythm,
                                     seed=len(workspaces))
             wall = time.perf_counter() - begun
@@ -563,12 +563,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="N = 1, 4, 8, 10 calls per agent and at least 30 a run: a smoke check")
-    parser.add_argument("--agents", help="comma-separated N (default 1,2,4,8,16,32,48,64)")
+    parser.add_argument("--agents", help="comma-separated N (default 1,4,8,16,32,48,64)")
     parser.add_argument("--calls", type=int, help="calls per agent per run (default 20; 10 with --quick)")
     parser.add_argument("--fronts", default="embedded,mcp,serve,peers", help="which of embedded, mcp, serve, peers")
     parser.add_argument("--rhythms", default="paced,back-to-back", help="paced and/or back-to-back")
     args = parser.parse_args()
-    sizes = [int(n) for n in (args.agents or ("1,4,8" if args.quick else "1,2,4,8,16,32,48,64")).split(",")]
+    sizes = [int(n) for n in (args.agents or ("1,4,8" if args.quick else "1,4,8,16,32,48,64")).split(",")]
     calls = args.calls or (10 if args.quick else 20)
     names = {"embedded": "embedded", "mcp": "peon mcp", "serve": "peon serve", "peers": "fs+shell peers"}
     fronts = [names[name.strip()] for name in args.fronts.split(",")]
@@ -591,7 +591,7 @@ async def main() -> None:
                 order = fronts if round_no % 2 == 0 else fronts[::-1]
                 for front in order:
                     workspaces = make_workspaces(Path(tmp) / f"{_key(front)}-{size}", size)
-                    for outcome in await measure(front, workspaces, env, calls, rhythms, 30 if args.quick else 100):
+                    for outcome in await measure(front, workspaces, env, calls, rhythms, 30 if args.quick else 60):
                         show(outcome)
                         outcomes.append(outcome)
                     shutil.rmtree(workspaces[0].parent, ignore_errors=True)
