@@ -1,8 +1,20 @@
-"""What one dedicated worker per call costs with nothing of Peon's in it: the floors of the design.
+"""What a dedicated worker costs with nothing of Peon's in it: the floors of the design, current and former.
 
-Each reader here serves ``read`` of one file the way a session serves a call — by a process started for
-that call alone, one standby started ahead — and does nothing else: no validation, rating, approval,
-audit, cgroup, event loop or warm-up.
+The current design (:class:`ReusedWorker`, :class:`SupervisedReusedWorker`): a worker serves one call at
+a time and, after a clean one, the next, on the same channel. Its floor is a message to a waiting
+``multiprocessing`` worker and its answer back, in ``Connection`` frames (the framing of a session's
+worker channel), and for a command the ``posix_spawn`` of ``/bin/bash -lc true`` in a session of its
+own and its reaping through a pidfd, as a session's worker starts a command:
+
+* :class:`ReusedWorker`: this process asks a long-lived worker (a ``multiprocessing`` ``Process`` of the
+  ``forkserver`` context) directly: two hops per call;
+* :class:`SupervisedReusedWorker`: the design's whole path. This process asks a bare supervisor process,
+  which relays to a long-lived worker of its own and relays the answer back: four hops per call, as a
+  call through a session's supervisor takes, and nothing else.
+
+The former design, a process per call: each reader below serves ``read`` of one file the way a session
+served a call before workers were reused — by a process started for that call alone, one standby started
+ahead — and does nothing else: no validation, rating, approval, audit, cgroup, event loop or warm-up.
 
 * :class:`MultiprocessingReader`: the standby is a ``multiprocessing`` ``Process`` of the ``forkserver``
   context (this module preloaded: the forkserver holds nothing else), the request and the bytes go
@@ -18,8 +30,8 @@ A call returns with the reply; then a thread starts the next standby and reaps t
 session's forker thread does, and the next call waits for that standby. Back to back, each call so
 pays the whole cycle; apart, only the call.
 
-When :meth:`close` returns, no worker or supervisor it started is alive (``multiprocessing``'s forkserver lives
-until this process exits).
+When :meth:`close` returns, no worker or supervisor it started (nor any command a worker spawned) is alive
+(``multiprocessing``'s forkserver lives until this process exits).
 """
 
 from __future__ import annotations
@@ -29,13 +41,17 @@ import contextlib
 import multiprocessing
 from multiprocessing import forkserver
 import os
+import select
 import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 MAX_REPLY = 1 << 20
+# What a reused worker does per request: read the file the request names, or start /bin/bash -lc true.
+Job = Literal["read", "spawn"]
+BASH_TRUE = ["bash", "-lc", "true"]
 
 
 def supervise(connection: Any, path: bytes) -> None:
@@ -235,3 +251,86 @@ class SupervisedReader:
 
     def close(self) -> None:
         _retire_process((self._supervisor, self._connection))
+
+
+# -- the current design: a worker reused from call to call -----------------------------------------------
+
+
+def read_path(path: bytes) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, MAX_REPLY)
+    finally:
+        os.close(fd)
+
+
+def spawn_bash_true(env: dict[str, str]) -> bytes:
+    """``/bin/bash -lc true`` started as a session's worker starts a command (``posix_spawn``, a session
+    and process group of its own), waited for through a pidfd and reaped; its exit status."""
+    pid = os.posix_spawn("/bin/bash", BASH_TRUE, env, setsid=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        select.select([pidfd], [], [])
+        status = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+    finally:
+        os.close(pidfd)
+    return str(status.si_status if status is not None else -1).encode()
+
+
+def serve_many(connection: Any, job: Job, env: dict[str, str]) -> None:
+    """A reused worker's whole life: each request on its channel answered in turn, until the channel closes."""
+    while True:
+        try:
+            request = connection.recv_bytes(4096)
+        except EOFError:
+            connection.close()
+            return
+        connection.send_bytes(read_path(request) if job == "read" else spawn_bash_true(env))
+
+
+def supervise_reused(connection: Any, job: Job, env: dict[str, str]) -> None:
+    """A bare supervisor's whole life: relay each request to a reused worker of its own, and its answer back,
+    until the caller closes the channel; then retire the worker, stop its forkserver and exit."""
+    worker = ReusedWorker(job, env=env)
+    try:
+        while True:
+            try:
+                request = connection.recv_bytes(4096)
+            except EOFError:
+                return
+            connection.send_bytes(worker.ask(bytes(request)))
+    finally:
+        worker.close()
+        connection.close()
+        forkserver._forkserver._stop()
+
+
+class ReusedWorker:
+    """A long-lived bare worker, asked call after call over one ``Connection``: per call it reads the
+    file a request names (job ``read``; ``worker()`` asks for ``path``) or starts ``/bin/bash -lc true``
+    with ``env`` (job ``spawn``)."""
+
+    NAME = "bare-reused-worker"
+    TARGET = staticmethod(serve_many)
+
+    def __init__(self, job: Job, path: Path | None = None, env: dict[str, str] | None = None):
+        self.request = os.fsencode(path) if path is not None else b"spawn"
+        self._started = _start_process(_forkserver_context(), self.NAME, self.TARGET, job, dict(env or {}))
+
+    def __call__(self) -> bytes:
+        return self.ask(self.request)
+
+    def ask(self, request: bytes) -> bytes:
+        _, connection = self._started
+        connection.send_bytes(request)
+        return bytes(connection.recv_bytes(MAX_REPLY))
+
+    def close(self) -> None:
+        _retire_process(self._started)
+
+
+class SupervisedReusedWorker(ReusedWorker):
+    """The same calls through a bare supervisor process to a long-lived bare worker of its own."""
+
+    NAME = "bare-supervisor"
+    TARGET = staticmethod(supervise_reused)

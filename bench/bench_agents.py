@@ -13,7 +13,10 @@ seeded) or *back to back*. For N = 1…64 agents it prints, per front end:
 * the knee: the first N whose p99 passes 100 ms (paced).
 
 Front ends: ``embedded`` (a ``peon.AsyncSession`` per agent, all in this process), ``peon mcp`` (a
-``peon mcp`` process per agent, through the official MCP client over stdio), and the peers an agent
+``peon mcp`` process per agent, through the official MCP client over stdio), ``peon serve`` (one
+``peon serve`` on 127.0.0.1, a free port it picks, shared by all agents: each a ``peon.AsyncRemoteSession``
+— the official MCP SDK's Streamable HTTP client — working in a directory of its own in the server's one
+workspace, since a ``peon serve`` holds one session; its calls queue in that session), and the peers an agent
 needs for the same tools — ``@modelcontextprotocol/server-filesystem`` (``read_text_file``,
 ``write_file``) plus ``mcp-shell-server`` (``shell_execute``), two servers per agent — when
 ``bench/install_peers`` installed them; each absent peer is named and skipped. The fronts run one
@@ -22,7 +25,8 @@ after the other for each N, alternating their order, so they see the same machin
 Figures go to ``bench/targets.py`` through :mod:`figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
 with few calls: a smoke check, not a figure.
 
-Run: ``python bench/bench_agents.py [--quick] [--agents 1,2,4,...,64] [--calls 20] [--fronts embedded,mcp,peers]``
+Run: ``python bench/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
+[--fronts embedded,mcp,serve,peers]``
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +56,7 @@ from figures import record
 BENCH = Path(__file__).resolve().parent
 FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
 SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
+SERVE_START_SECONDS = 60.0
 PEON = Path(sys.executable).parent / "peon"
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 Kind = Literal["read", "status", "ls", "write"]
@@ -167,6 +173,29 @@ PEON_CALLS: dict[Kind, tuple[str, dict[str, Any]]] = {
 }
 
 
+def calls_in(directory: str) -> dict[Kind, tuple[str, dict[str, Any]]]:
+    """The mix's calls for an agent working in ``directory`` of the session's workspace: the same files
+    and the same commands, run there."""
+    return {"read": ("read", {"path": f"{directory}/four_kib.txt"}),
+            "status": ("bash", {"command": f"cd {directory} && git status --short"}),
+            "ls": ("bash", {"command": f"cd {directory} && ls"}),
+            "write": ("write", {"path": f"{directory}/two_kib.txt", "content": "w" * 2047 + "\n", "mode": "replace"})}
+
+
+class RemoteAgent(Agent):
+    """An agent of a shared ``peon serve``: its own client, its own directory of the one workspace."""
+
+    def __init__(self, session: peon.AsyncRemoteSession, directory: str):
+        self.session = session
+        self.routes = calls_in(directory)
+
+    async def call(self, kind: Kind) -> None:
+        tool, args = self.routes[kind]
+        result = await self.session.call(tool, args)
+        if not result.ok:
+            raise RuntimeError(f"{tool} failed: {result.error}")
+
+
 class McpAgent(Agent):
     """Calls of the mix through MCP clients: ``routes`` maps a kind to (client, tool, arguments)."""
 
@@ -240,6 +269,62 @@ async def start_mcp(workspaces: list[Path], env: dict[str, str], stack: contextl
     return Started(agents, PeonCpu(fronts, supervisors))
 
 
+def _ready(base: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/readyz", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:  # not listening yet, or 503 while its session starts
+        return False
+
+
+async def _serve_ready(server: subprocess.Popen[bytes], port_file: Path) -> str:
+    """The URL of a ``peon serve`` once its session is ready (``/readyz``)."""
+    deadline = time.monotonic() + SERVE_START_SECONDS
+    while not port_file.exists() or not port_file.read_text().strip():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"peon serve did not start (exit status {server.poll()})")
+        await asyncio.sleep(0.02)
+    base = f"http://127.0.0.1:{int(port_file.read_text())}"
+    while not await asyncio.to_thread(_ready, base):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"peon serve did not become ready (exit status {server.poll()})")
+        await asyncio.sleep(0.05)
+    return f"{base}/mcp"
+
+
+async def _stop_serve(server: subprocess.Popen[bytes]) -> None:
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)  # it drains, stops its session and exits
+    try:
+        await asyncio.to_thread(server.wait, 30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        await asyncio.to_thread(server.wait)
+
+
+async def start_serve(workspaces: list[Path], env: dict[str, str], stack: contextlib.AsyncExitStack) -> Started:
+    """One ``peon serve`` on 127.0.0.1 whose workspace holds every agent's directory, and a client per agent."""
+    shared = workspaces[0].parent
+    if any(ws.parent != shared for ws in workspaces):
+        raise ValueError(f"the agents' directories must share one parent to be one workspace: {workspaces}")
+    port_file = shared.parent / f"{shared.name}.port"
+    server = subprocess.Popen([str(PEON), "serve", "--workspace", str(shared), "--host", "127.0.0.1", "--port", "0",
+                               "--port-file", str(port_file), "--allow", "process", "--allow", "filesystem",
+                               "--state-dir", str(shared.parent / f"{shared.name}.state")],
+                              env=env, cwd=shared, stdin=subprocess.DEVNULL, stdout=SERVER_LOG["file"],
+                              stderr=SERVER_LOG["file"])
+    stack.push_async_callback(_stop_serve, server)
+    url = await _serve_ready(server, port_file)
+    agents: list[Agent] = []
+    for ws in workspaces:
+        session = await stack.enter_async_context(peon.AsyncRemoteSession(url, protocol="2026-07-28"))
+        agents.append(RemoteAgent(session, ws.name))
+    supervisors = [pid for pid in _children(server.pid) if "supervisor" in " ".join(_cmdline(pid))]
+    return Started(agents, PeonCpu([server.pid], supervisors))
+
+
 def peers_available() -> tuple[bool, str]:
     missing = []
     if shutil.which("node") is None or not FILESYSTEM.exists():
@@ -269,7 +354,7 @@ async def start_peers(workspaces: list[Path], env: dict[str, str], stack: contex
                                     "mcp-shell-server": sorted(after - middle)}))
 
 
-FRONTS: dict[str, Callable[..., Any]] = {"embedded": start_embedded, "peon mcp": start_mcp,
+FRONTS: dict[str, Callable[..., Any]] = {"embedded": start_embedded, "peon mcp": start_mcp, "peon serve": start_serve,
                                          "fs+shell peers": start_peers}
 
 
@@ -338,7 +423,8 @@ def make_workspaces(root: Path, count: int) -> list[Path]:
 
 
 async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls: int,
-                  rhythms: Iterable[Rhythm]) -> list[Outcome]:
+                  rhythms: Iterable[Rhythm], least: int = 60) -> list[Outcome]:
+    """Each rhythm's run of the agents' calls (``calls`` per agent, at least ``least`` in all)."""
     outcomes = []
     async with contextlib.AsyncExitStack() as stack:
         started: Started = await FRONTS[front](workspaces, env, stack)
@@ -347,8 +433,8 @@ async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls
             await asyncio.sleep(0.3)  # let what the last calls left settle
             cpu_before, client_before = started.cpu.sample(), client_cpu()
             begun = time.perf_counter()
-            # At least 100 calls a run: CPU times come in clock ticks (10 ms).
-            latencies = await drive(started.agents, max(calls, -(-100 // len(workspaces))), rhythm,
+            # Enough calls a run (60, unless a smoke check): CPU times come in clock ticks (10 ms).
+            latencies = await drive(started.agents, max(calls, -(-least // len(workspaces))), rhythm,
                                     seed=len(workspaces))
             wall = time.perf_counter() - begun
             await asyncio.sleep(0.05)  # a retired worker's exit lands in its forkserver's count
@@ -481,20 +567,21 @@ async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
 
 
 def _key(front: str) -> str:
-    return {"embedded": "embedded", "peon mcp": "mcp", "fs+shell peers": "peers"}[front]
+    return {"embedded": "embedded", "peon mcp": "mcp", "peon serve": "serve", "fs+shell peers": "peers"}[front]
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 1, 4, 8 and 10 calls per agent: a smoke check")
-    parser.add_argument("--agents", help="comma-separated N (default 1,2,4,8,16,32,48,64)")
+    parser.add_argument("--quick", action="store_true",
+                        help="N = 1, 4, 8, 10 calls per agent and at least 30 a run: a smoke check")
+    parser.add_argument("--agents", help="comma-separated N (default 1,4,8,16,32,48,64)")
     parser.add_argument("--calls", type=int, help="calls per agent per run (default 20; 10 with --quick)")
-    parser.add_argument("--fronts", default="embedded,mcp,peers", help="which of embedded, mcp, peers")
+    parser.add_argument("--fronts", default="embedded,mcp,serve,peers", help="which of embedded, mcp, serve, peers")
     parser.add_argument("--rhythms", default="paced,back-to-back", help="paced and/or back-to-back")
     args = parser.parse_args()
-    sizes = [int(n) for n in (args.agents or ("1,4,8" if args.quick else "1,2,4,8,16,32,48,64")).split(",")]
+    sizes = [int(n) for n in (args.agents or ("1,4,8" if args.quick else "1,4,8,16,32,48,64")).split(",")]
     calls = args.calls or (10 if args.quick else 20)
-    names = {"embedded": "embedded", "mcp": "peon mcp", "peers": "fs+shell peers"}
+    names = {"embedded": "embedded", "mcp": "peon mcp", "serve": "peon serve", "peers": "fs+shell peers"}
     fronts = [names[name.strip()] for name in args.fronts.split(",")]
     rhythms: list[Rhythm] = ["paced" if r.strip() == "paced" else "back to back" for r in args.rhythms.split(",")]
     available, missing = peers_available()
@@ -515,13 +602,14 @@ async def main() -> None:
                 order = fronts if round_no % 2 == 0 else fronts[::-1]
                 for front in order:
                     workspaces = make_workspaces(Path(tmp) / f"{_key(front)}-{size}", size)
-                    for outcome in await measure(front, workspaces, env, calls, rhythms):
+                    for outcome in await measure(front, workspaces, env, calls, rhythms, 30 if args.quick else 60):
                         show(outcome)
                         outcomes.append(outcome)
                     shutil.rmtree(workspaces[0].parent, ignore_errors=True)
             print("\nat rest")
             for front in fronts:
-                await at_rest(front, Path(tmp), env)
+                if front != "peon serve":  # a session at rest is the same session whatever serves it
+                    await at_rest(front, Path(tmp), env)
             SERVER_LOG["file"] = sys.stderr
     summary(outcomes, fronts, sizes)
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")

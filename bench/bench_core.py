@@ -6,9 +6,13 @@
    rhythm). Target: ratio <= 1.2 both ways. Beside them, the same call answered by the supervisor
    alone (a second session whose policy denies ``process``: validated, rated, approved, audited and
    answered, no worker): what a call costs before any worker is involved, against the budget the
-   target leaves (0.2x the raw start). ``bench/targets.py`` takes it as the floor of the target: the
-   ratio a call would reach if everything else Peon does cost nothing. Back to back, the three take
-   turns in blocks of consecutive calls (:mod:`rhythm`); 100 ms apart, call by call.
+   target leaves (0.2x the raw start). ``bench/targets.py`` takes it as Peon's floor of the target: the
+   ratio a call would reach if everything else Peon does cost nothing. And the design's floors, from
+   nothing of Peon's (:mod:`bare_worker`): ``bash -lc true`` ``posix_spawn``ed in a session of its own
+   and reaped through a pidfd by a long-lived bare ``multiprocessing`` worker, asked by this process
+   directly, and through a bare supervisor process that relays the call to a worker of its own (as a
+   session's supervisor does: four hops, the spawn and the reap, nothing else). Back to back, the cases
+   take turns in blocks of consecutive calls (:mod:`rhythm`); 100 ms apart, call by call.
 2. Deadline to clean: a capped fork loop (300 processes, some escaping with setsid) runs into its
    deadline; the time from the deadline until the call has returned and no process of the loop is
    alive. Measured from the client, so it includes dispatch overhead. Target: < 100 ms, with cgroup
@@ -35,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+import bare_worker
 import peon
 from figures import record
 from rhythm import apart, back_to_back
@@ -59,7 +64,8 @@ def rss_and_pss(pids: list[int]) -> tuple[int, int]:
     return rss, pss
 
 
-def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls: int, gap: float = 0.0) -> None:
+def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls: int, gap: float = 0.0,
+                  spawners: dict[str, bare_worker.ReusedWorker] | None = None) -> None:
     def denied() -> None:
         reply = denying.call("bash", {"command": "true"})
         assert not reply.ok and reply.error is not None and reply.error.code == "denied", reply
@@ -71,7 +77,7 @@ def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls
     def raw() -> None:
         subprocess.run(["/bin/bash", "-lc", "true"], env=env)
 
-    cases = {"denied": denied, "peon": through_peon, "raw": raw}
+    cases = {"denied": denied, "peon": through_peon, "raw": raw, **(spawners or {})}
     for _ in range(20):
         for run in cases.values():
             run()
@@ -85,10 +91,15 @@ def bench_latency(session: peon.Session, denying: peon.Session, env: dict, calls
           f"(p90 {statistics.quantiles(raw_times, n=10)[-1]*1000:.3f})")
     print(f"latency ({pace}): ratio {p / r:.2f}  (target <= 1.2, {calls} calls each)")
     d = statistics.median(denied_times) * 1000
+    floors = {name: statistics.median(runs[name]) * 1000 for name in spawners or {}}
     record("bash.apart" if gap else "bash.back_to_back", p, "ms", baseline=r, against="bash -lc true", calls=calls,
-           supervisor_only=d)
+           supervisor_only=d, **floors)
     print(f"latency ({pace}): the same call denied, answered by the supervisor alone  median {d:.3f} ms; "
           f"the target leaves {0.2 * r:.3f} ms for all Peon adds to bash")
+    if floors:
+        print(f"latency ({pace}): bash -lc true posix_spawned and reaped by a reused bare worker "
+              f"{floors['spawned']:.3f} ms ({floors['spawned'] / r:.2f}x), through a bare supervisor "
+              f"{floors['spawned_supervised']:.3f} ms ({floors['spawned_supervised'] / r:.2f}x)")
 
 
 def bench_deadline(session: peon.Session, workspace: Path, runs: int) -> None:
@@ -193,9 +204,15 @@ def main() -> None:
         deny = {"approval": {**ALLOW["approval"], "process": "deny"}}
         with peon.Session(workspace, ALLOW, env=env, state_dir=Path(tmp) / "state") as session:
             print(f"containment: {session.info['containment']['kind']}")
-            with peon.Session(workspace, deny, env=env, state_dir=Path(tmp) / "state-deny") as denying:
-                bench_latency(session, denying, env, options.calls)
-                bench_latency(session, denying, env, options.apart_calls, gap=0.1)
+            spawners = {"spawned": bare_worker.ReusedWorker("spawn", env=env),
+                        "spawned_supervised": bare_worker.SupervisedReusedWorker("spawn", env=env)}
+            try:
+                with peon.Session(workspace, deny, env=env, state_dir=Path(tmp) / "state-deny") as denying:
+                    bench_latency(session, denying, env, options.calls, spawners=spawners)
+                    bench_latency(session, denying, env, options.apart_calls, gap=0.1, spawners=spawners)
+            finally:
+                for spawner in spawners.values():
+                    spawner.close()
             bench_deadline(session, workspace, options.deadline_runs)
             bench_flood(session)
             bench_idle(session, options.idle_seconds)

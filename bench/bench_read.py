@@ -3,7 +3,7 @@ measured in the same run.
 
 1. A 4 KiB file: median of ``session.call("read", {"path": "small.txt"})`` against
    ``subprocess.run(["/bin/cat", path], stdout=PIPE)`` (the cost of one tiny process start: target
-   ratio <= 1.0 — a read through Peon, in its own dedicated worker, costs no more) and against
+   ratio <= 1.0 — a read through Peon, in a dedicated worker, costs no more) and against
    ``open(path, "rb").seek(0).read()`` of the same file. The cases take turns in blocks of consecutive
    calls (:mod:`rhythm`): each timed call comes right after one of its own kind.
 2. A 64 KiB slice at offset 1 GiB of a 2 GiB sparse file (the slice holds text, the rest is a hole):
@@ -19,17 +19,21 @@ still validated, approved and run in a worker). Through a session a read also re
 twice (in the supervisor, for rating and approval, and in the worker, to insist on what was approved).
 
    The 4 KiB read is measured again with 100 ms between calls, an agent's rhythm (``--apart-calls``),
-   against ``/bin/cat`` likewise: a call that finds its standby ready and the machine idle; the no-op
+   against ``/bin/cat`` likewise: a call that finds its worker waiting and the machine idle; the no-op
    floor too. ``bench/targets.py`` takes each floor as the best the target could be: a read through
-   its own worker costs at least what a call that does nothing there costs.
+   a worker costs at least what a call that does nothing there costs.
 
-   Two more floors from nothing of Peon's (:mod:`bare_worker`): the 4 KiB file read by a bare
-   ``multiprocessing`` worker per call (the ``forkserver`` context, one standby ahead — the machinery
-   the design card names, with no validation, approval, audit, cgroup or event loop), back to back and
-   apart, and back to back by a worker forked by hand (``os.fork`` of this process, whose RSS is
-   printed beside it). And the design's whole path: the request handed to a bare supervisor process
-   that has it served by a bare worker of its own, as a session's supervisor does (four hops between
-   processes, nothing else), back to back and apart.
+   The design's floors, from nothing of Peon's (:mod:`bare_worker`), back to back and apart: the 4 KiB
+   file read by a bare ``multiprocessing`` worker that serves call after call (a message to a waiting
+   process and the bytes back, in ``Connection`` frames, as a session's worker is asked), and the
+   design's whole path: the request handed to a bare supervisor process that has it read by a reused
+   bare worker of its own, as a session's supervisor does (four hops between processes, nothing else).
+
+   The former design's floors, a worker per call: the file read by a bare ``multiprocessing`` worker
+   per call (the ``forkserver`` context, one standby ahead, with no validation, approval, audit, cgroup
+   or event loop), back to back and apart, back to back by a worker forked by hand (``os.fork`` of this
+   process, whose RSS is printed beside it), and through a bare supervisor having it read by a bare
+   worker per call of its own, back to back and apart.
 
    Why calls apart cost what they do: the same work done in this process back to back and after
    10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
@@ -206,7 +210,9 @@ def main() -> None:
                     assert result.ok and result.value["bytes"] == size, result
             bare, forked = bare_worker.MultiprocessingReader(small), bare_worker.ForkReader(small)
             supervised = bare_worker.SupervisedReader(small)
-            assert bare() == forked() == supervised() == small.read_bytes()
+            reused, reused_supervised = bare_worker.ReusedWorker("read", small), \
+                bare_worker.SupervisedReusedWorker("read", small)
+            assert bare() == forked() == supervised() == reused() == reused_supervised() == small.read_bytes()
             rss = psutil.Process().memory_info().rss
             small_path, slice_path = parse_file_path("small.txt"), parse_file_path("sparse.bin")
             max_bytes = session.info["config"]["limits"]["read_max_bytes"]
@@ -218,6 +224,8 @@ def main() -> None:
                 "bare multiprocessing": bare,
                 "bare fork": forked,
                 "bare supervisor": supervised,
+                "reused worker": reused,
+                "reused supervisor": reused_supervised,
                 "plain 4k": lambda: plain_read(small, 0, None),
                 "cat 4k": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
                 "plain slice": lambda: plain_read(sparse, OFFSET, SLICE),
@@ -230,10 +238,12 @@ def main() -> None:
                 "floor": lambda: session.call("bench_noop", {}),
                 "bare multiprocessing": bare,
                 "bare supervisor": supervised,
+                "reused worker": reused,
+                "reused supervisor": reused_supervised,
                 "cat": lambda: subprocess.run(["/bin/cat", str(small)], stdout=subprocess.PIPE, check=True),
             }, options.apart_calls, 0.1)
-            bare.close()
-            supervised.close()
+            for reader in (bare, supervised, reused, reused_supervised):
+                reader.close()
         # Away from session calls, whose background work (the next standby worker) slows what follows.
         sha = back_to_back({
             "with": lambda: read_in_process(ws, small_path, 0, None, max_bytes, resolver),
@@ -255,6 +265,7 @@ def main() -> None:
         cat = runs["cat 4k"]
         bare_mp, bare_fork = describe(runs["bare multiprocessing"])[0], describe(runs["bare fork"])[0]
         bare_sup = describe(runs["bare supervisor"])[0]
+        reused_med, reused_sup = describe(runs["reused worker"])[0], describe(runs["reused supervisor"])[0]
 
     print(f"read latency, {options.calls} calls per case, resolver {resolver.value}, "
           f"sparse file {SPARSE_SIZE >> 30} GiB with {allocated >> 10} KiB allocated")
@@ -274,20 +285,27 @@ def main() -> None:
     f_med, f_p90 = describe(floor)
     record("read.back_to_back", medians["4 KiB file"] * 1e3, "ms", baseline=c_med * 1e3, against="starting /bin/cat",
            calls=options.calls, floor=f_med * 1e3, bare_multiprocessing=bare_mp * 1e3, bare_fork=bare_fork * 1e3,
-           bare_supervised=bare_sup * 1e3)
+           bare_supervised=bare_sup * 1e3, reused=reused_med * 1e3, reused_supervised=reused_sup * 1e3)
     a_med, _ = describe(spaced["session"])
     ac_med, _ = describe(spaced["cat"])
     af_med, _ = describe(spaced["floor"])
     ab_med, _ = describe(spaced["bare multiprocessing"])
     as_med, _ = describe(spaced["bare supervisor"])
+    ar_med, _ = describe(spaced["reused worker"])
+    ars_med, _ = describe(spaced["reused supervisor"])
     print(f"read 4 KiB 100 ms apart: {a_med * 1e6:.0f} us, /bin/cat {ac_med * 1e6:.0f} us: {a_med / ac_med:.2f}x "
           f"(target <= 1.0, {options.apart_calls} calls each); the no-op floor {af_med * 1e6:.0f} us, "
-          f"a bare multiprocessing worker {ab_med * 1e6:.0f} us, through a bare supervisor {as_med * 1e6:.0f} us")
+          f"a reused bare worker {ar_med * 1e6:.0f} us, through a bare supervisor {ars_med * 1e6:.0f} us; "
+          f"the former design: a bare multiprocessing worker per call {ab_med * 1e6:.0f} us, through a bare "
+          f"supervisor {as_med * 1e6:.0f} us")
     record("read.apart", a_med * 1e3, "ms", baseline=ac_med * 1e3, against="starting /bin/cat",
            calls=options.apart_calls, floor=af_med * 1e3, bare_multiprocessing=ab_med * 1e3,
-           bare_supervised=as_med * 1e3)
+           bare_supervised=as_med * 1e3, reused=ar_med * 1e3, reused_supervised=ars_med * 1e3)
     print(f"{'per-call floor (no-op tool)':<34} {f_med * 1e6:>9.0f} us {f_p90 * 1e6:>6.0f} us")
-    print(f"nothing of Peon's, one worker per call reading the 4 KiB file, back to back: bare multiprocessing "
+    print(f"nothing of Peon's, a reused worker reading the 4 KiB file, back to back: {reused_med * 1e6:.0f} us "
+          f"({reused_med / c_med:.2f}x /bin/cat), through a bare supervisor {reused_sup * 1e6:.0f} us "
+          f"({reused_sup / c_med:.2f}x)")
+    print(f"the former design, one worker per call reading the 4 KiB file, back to back: bare multiprocessing "
           f"{bare_mp * 1e6:.0f} us ({bare_mp / c_med:.2f}x /bin/cat), os.fork of this process ({rss >> 20} MiB RSS) "
           f"{bare_fork * 1e6:.0f} us ({bare_fork / c_med:.2f}x), through a bare supervisor "
           f"{bare_sup * 1e6:.0f} us ({bare_sup / c_med:.2f}x)")

@@ -4,41 +4,46 @@ Runs the benchmarks that measure them, one after the other, each in its own inte
 own output shown as it comes: ``bench_core.py`` (``bash true`` against ``bash -lc true``, deadline to
 clean, the 1 GiB flood, idle CPU), ``bench_read.py`` (``read`` against starting ``/bin/cat``),
 ``bench_mcp.py`` (``peon mcp`` against server-filesystem and mcp-shell-server), ``bench_agents.py``
-(the agent mix by 1 to 64 concurrent agents against those two peers: CPU per call, the most agents
-before p99 passes 100 ms, an idle session's memory, a background job's) and ``soak.py``
+(the agent mix by 1 to 64 concurrent agents — embedded sessions, a ``peon mcp`` each, or all sharing
+one ``peon serve`` — against those two peers: CPU per call, the most agents before p99 passes 100 ms,
+an idle session's memory, a background job's) and ``soak.py``
 (10,000 calls, no growth). Each records its figures through :mod:`figures`; then one table gives,
 per target, Peon's figure, the baseline measured in the same run, the ratio, the target and whether
 it is met. A peer that is not installed (``bench/install_peers``) is named as absent; a figure that
 no benchmark recorded — cgroup containment on a machine without it, the soak left out, a benchmark
 that failed — is shown as not measured.
 
-Each per-call target also has floors, measured in the same run, of two kinds:
+Each per-call target also has floors, measured in the same run, of three kinds:
 
-* the design's: what any implementation pays while each call runs in a dedicated ``multiprocessing``
-  worker of its own — the same 4 KiB read by a bare ``multiprocessing`` worker per call, one standby
-  ahead and nothing else, and the same read asked of a bare supervisor process that has it served so
-  by a worker of its own, as the design's supervisor does (``bench_read.py``, :mod:`bare_worker`; back
-  to back and apart, as the target), plus, for ``bash``, the ``/bin/bash -lc`` the tool is specified
-  to start;
+* the design's: what any implementation of the current design pays — a call handed by a supervisor to
+  a dedicated worker that serves one call at a time and, after a clean one, the next, with nothing of
+  Peon's (:mod:`bare_worker`; back to back and apart, as the target). For a tool that starts no process
+  (``read``), a message to a waiting bare ``multiprocessing`` worker and the bytes back, asked directly
+  and through a bare supervisor process relaying to a worker of its own (``bench_read.py``); for a
+  command (``bash``), the same worker ``posix_spawn``ing ``/bin/bash -lc true`` (the command the tool is
+  specified to start) and reaping it through a pidfd, asked directly and through a bare supervisor
+  (``bench_core.py``);
+* the former design's, a worker per call, listed for comparison and never deciding a verdict: the same
+  read by a bare ``multiprocessing`` worker started for the call (one standby ahead), alone and behind
+  a bare supervisor (``bench_read.py``), plus, for ``bash``, the ``/bin/bash -lc`` it would start;
 * Peon's: what Peon's own code costs a call of that shape today — a call answered by the supervisor
-  alone (validated, rated, approved, audited, no worker), a call that does nothing in a worker of its
-  own (back to back: its fork, warm-up and exit, on the same two cores, also bound ``bash`` and calls
-  through ``peon mcp``), through ``peon mcp`` the supervisor's answer plus ``bash -lc`` (a :class:`Part`
-  measured by another benchmark).
+  alone (validated, rated, approved, audited, no worker), a call that does nothing in a worker (reused,
+  as ``read``'s; back to back it also bounds ``bash`` and calls through ``peon mcp``), through ``peon
+  mcp`` the supervisor's answer plus ``bash -lc`` (a :class:`Part` measured by another benchmark).
 
 Every floor measured is listed with the ratio a call would reach if everything beyond it cost nothing.
-The table shows the most binding of each kind; a target that even the design's floor misses is "out of
-reach": no implementation of one dedicated worker per call meets it on this machine. One that only
-Peon's floor misses is not met until Peon's own part of a call gets cheaper.
+The table shows the most binding of the design's and of Peon's; a target that even the design's floor
+misses is "out of reach": no implementation of the current design meets it on this machine. One that
+only Peon's floor misses is not met until Peon's own part of a call gets cheaper.
 
-After the benchmarks it measures one session at rest (its supervisor, forkserver and two standby
-workers, after a few calls): the memory a session costs, in PSS (shared pages divided among the
-processes sharing them) and RSS. ``--write-page docs/performance.md`` then writes the user's page of
+After the benchmarks it measures one session at rest (its supervisor, forkserver and the one standby
+worker of an idle session, after a few calls): the memory a session costs, in PSS (shared pages divided
+among the processes sharing them) and RSS. ``--write-page docs/performance.md`` then writes the user's page of
 these figures (:func:`page`, pure): the table as printed, the machine, the exact command, and what
 each figure means for a user — how many agents a host holds, what a session costs at rest.
 
-Run: ``python bench/targets.py`` (about 7 minutes on 2 cores; ``--quick`` for a short check with
-fewer calls, ``--soak-calls 0`` to leave the soak out, ``--profile`` to end with
+Run: ``python bench/targets.py`` (at most about 15 minutes on 2 cores; ``--quick``, a few minutes, for
+a short check with fewer calls, ``--soak-calls 0`` to leave the soak out, ``--profile`` to end with
 ``profile_call.py``'s account of where a call's CPU goes, ``--write-page PATH`` to write the page).
 Exit status 0 when every benchmark ran, whatever the verdicts; 1 when one of them failed.
 """
@@ -66,7 +71,7 @@ BENCH = Path(__file__).resolve().parent
 
 Comparison = Literal["<=", "<", ">="]
 Verdict = Literal["met", "not met", "out of reach", "not measured"]
-FloorKind = Literal["design", "peon"]
+FloorKind = Literal["design", "former design", "peon"]
 Figures = Mapping[str, Mapping[str, Any]]
 
 
@@ -84,7 +89,7 @@ class Floor:
     """What a per-call target cannot go below: a detail of a recorded figure (in ms), possibly plus a
     detail of another figure, and how it bounds the target's ratio."""
 
-    kind: FloorKind  # the design's, or Peon's code today (see the module's docstring)
+    kind: FloorKind  # the design's, the former design's, or Peon's code today (see the module's docstring)
     detail: str  # the detail of the figure that holds it
     means: str  # what was measured, for the reader
     # "added": it comes on top of the baseline's own work (Peon's bash also runs bash -lc);
@@ -115,28 +120,54 @@ class Floor:
 
 
 SUPERVISOR_ONLY = "a call answered by the supervisor alone (no worker)"
-NO_OP = "a call doing nothing in its own worker"
-BARE = "a bare multiprocessing worker per call reading the file, nothing of Peon's"
+NO_OP = "a call doing nothing in a worker"
 BASH_LC = "/bin/bash -lc true alone, as the bash tool starts it"
-# A call back to back does at least what such a call does back to back (its worker's fork, warm-up and
-# exit, on the same two cores): bench_read.py records it as the floor of read.back_to_back, beside the
-# bare multiprocessing worker's.
+# A call back to back does at least what such a call does back to back (admitted, handed to a waiting
+# worker and answered): bench_read.py records it as the floor of read.back_to_back.
 NO_OP_BACK_TO_BACK = Floor("peon", "floor", f"{NO_OP} (Session.call, back to back)", "whole",
                            figure="read.back_to_back")
-BARE_BACK_TO_BACK = Floor("design", "bare_multiprocessing", f"{BARE} (back to back)", "whole",
-                          figure="read.back_to_back")
-BARE_APART = Floor("design", "bare_multiprocessing", f"{BARE} (100 ms apart)", "whole", figure="read.apart")
-# The design's whole path: the caller, the supervisor and a worker of its own, four hops per call.
-SUPERVISED = "a bare supervisor process having the file read by a bare worker per call, nothing of Peon's"
-SUPERVISED_BACK_TO_BACK = Floor("design", "bare_supervised", f"{SUPERVISED} (back to back)", "whole",
-                                figure="read.back_to_back")
-SUPERVISED_APART = Floor("design", "bare_supervised", f"{SUPERVISED} (100 ms apart)", "whole", figure="read.apart")
+Rhythm = Literal["back to back", "apart"]
+RHYTHMS: dict[Rhythm, tuple[str, str]] = {"back to back": ("back_to_back", "back to back"),
+                                          "apart": ("apart", "100 ms apart")}
+
+# The current design, nothing of Peon's: a worker that waits for the call (reused from call to call),
+# asked directly and through a bare supervisor (the caller, the supervisor and the worker: four hops).
+REUSED = "a bare multiprocessing worker waiting for the call reading the file, nothing of Peon's"
+REUSED_SUPERVISED = ("a bare supervisor process having the file read by a waiting bare worker of its own, "
+                     "nothing of Peon's")
+SPAWNED = "a bare long-lived worker posix_spawning bash -lc true and reaping it, nothing of Peon's"
+SPAWNED_SUPERVISED = ("a bare supervisor process having bash -lc true posix_spawned and reaped by a long-lived "
+                      "bare worker of its own, nothing of Peon's")
+# The former design, a worker per call (listed, never deciding a verdict).
+BARE = "the former design: a bare multiprocessing worker per call reading the file, nothing of Peon's"
+SUPERVISED = ("the former design: a bare supervisor process having the file read by a bare worker per call, "
+              "nothing of Peon's")
 
 
-def design_floors(rhythm: Literal["back to back", "apart"], **changes: Any) -> tuple[Floor, ...]:
-    """The design's floors of a target of that rhythm, bare worker then bare supervisor, each changed alike."""
-    floors = (BARE_APART, SUPERVISED_APART) if rhythm == "apart" else (BARE_BACK_TO_BACK, SUPERVISED_BACK_TO_BACK)
-    return tuple(dataclasses.replace(floor, **changes) for floor in floors)
+def _floors(kind: FloorKind, figure: str, details: tuple[tuple[str, str], ...], rhythm: Rhythm,
+            changes: dict[str, Any]) -> tuple[Floor, ...]:
+    key, said = RHYTHMS[rhythm]
+    return tuple(dataclasses.replace(Floor(kind, detail, f"{means} ({said})", "whole", figure=f"{figure}.{key}"),
+                                     **changes) for detail, means in details)
+
+
+def reused_floors(rhythm: Rhythm, **changes: Any) -> tuple[Floor, ...]:
+    """The design's floors of a tool that starts no process (the file read by a waiting worker, recorded
+    with ``read``), alone then behind a bare supervisor, each changed alike."""
+    return _floors("design", "read", (("reused", REUSED), ("reused_supervised", REUSED_SUPERVISED)), rhythm, changes)
+
+
+def spawned_floors(rhythm: Rhythm, **changes: Any) -> tuple[Floor, ...]:
+    """The design's floors of a command (``bash -lc true`` spawned by a long-lived worker, recorded with
+    ``bash``): whole calls, ``bash -lc`` included."""
+    return _floors("design", "bash", (("spawned", SPAWNED), ("spawned_supervised", SPAWNED_SUPERVISED)), rhythm,
+                   changes)
+
+
+def former_floors(rhythm: Rhythm, **changes: Any) -> tuple[Floor, ...]:
+    """The former design's floors (a worker per call, recorded with ``read``), listed beside the design's."""
+    return _floors("former design", "read", (("bare_multiprocessing", BARE), ("bare_supervised", SUPERVISED)),
+                   rhythm, changes)
 
 
 @dataclass(frozen=True)
@@ -179,29 +210,33 @@ class Target:
 
 TARGETS = (
     Target("bash.back_to_back", "Session.call bash true, back to back", "<=", 1.2, True,
-           (*design_floors("back to back", bounds="added"),
+           (*spawned_floors("back to back", figure=None), *former_floors("back to back", bounds="added"),
             Floor("peon", "supervisor_only", SUPERVISOR_ONLY, "added"), NO_OP_BACK_TO_BACK)),
     Target("bash.apart", "Session.call bash true, 100 ms apart", "<=", 1.2, True,
-           (*design_floors("apart", bounds="added"), Floor("peon", "supervisor_only", SUPERVISOR_ONLY, "added"))),
+           (*spawned_floors("apart", figure=None), *former_floors("apart", bounds="added"),
+            Floor("peon", "supervisor_only", SUPERVISOR_ONLY, "added"))),
     Target("read.back_to_back", "Session.call read 4 KiB, back to back", "<=", 1.0, True,
-           (*design_floors("back to back", figure=None), Floor("peon", "floor", NO_OP, "whole"))),
+           (*reused_floors("back to back", figure=None), *former_floors("back to back", figure=None),
+            Floor("peon", "floor", NO_OP, "whole"))),
     Target("read.apart", "Session.call read 4 KiB, 100 ms apart", "<=", 1.0, True,
-           (*design_floors("apart", figure=None), Floor("peon", "floor", NO_OP, "whole"))),
+           (*reused_floors("apart", figure=None), *former_floors("apart", figure=None),
+            Floor("peon", "floor", NO_OP, "whole"))),
     Target("mcp.read", "peon mcp tools/call read 1 KiB", "<=", 1.2, True,
-           (*design_floors("back to back"),
+           (*reused_floors("back to back"), *former_floors("back to back"),
             Floor("peon", "supervisor_only", f"{SUPERVISOR_ONLY}, through peon mcp", "whole"),
             NO_OP_BACK_TO_BACK)),
     Target("mcp.bash", "peon mcp tools/call bash true", "<=", 1.0, True,
-           (*design_floors("back to back", plus=Part("bash_lc", "mcp.bash", BASH_LC)),
+           (*spawned_floors("back to back"), *former_floors("back to back", plus=Part("bash_lc", "mcp.bash", BASH_LC)),
             Floor("peon", "bash_lc", BASH_LC, "whole",
                   plus=Part("supervisor_only", "mcp.read", f"{SUPERVISOR_ONLY}, through peon mcp")),
             NO_OP_BACK_TO_BACK)),
     Target("mcp.read_rate", "peon mcp read, back to back (calls/s)", ">=", 1.0, True,
-           (*design_floors("back to back", bounds="rate"),
+           (*reused_floors("back to back", bounds="rate"), *former_floors("back to back", bounds="rate"),
             dataclasses.replace(NO_OP_BACK_TO_BACK, bounds="rate"))),
     Target("mcp.start", "peon mcp start to first tools/list", "<=", 1.0, True),
     Target("agents.cpu.mcp", "agent mix: server CPU per call, peon mcp", "<=", 1.5, True),
     Target("agents.cpu.embedded", "agent mix: server CPU per call, embedded", "<=", 1.5, True),
+    Target("agents.cpu.serve", "agent mix: server CPU per call, one peon serve", "<=", 1.5, True),
     Target("agents.agents.embedded", "agents, 50-500 ms think, p99 <= 100 ms, embedded", ">=", 64, False),
     Target("agents.agents.mcp", "the same, an agent per peon mcp", ">=", 64, False),
     Target("agents.agents.serve", "the same, agents sharing one peon serve", ">=", 64, False),
@@ -307,10 +342,10 @@ def measure_footprint() -> Footprint:
                 assert session.call("bash", {"command": "true"}).ok
             sup = session.supervisor_pid
             until = time.monotonic() + 10
-            while True:  # at rest: the forkserver and its two standbys below the supervisor, nothing else
+            while True:  # at rest: the forkserver and the idle session's one standby below the supervisor
                 below = proctree.descendants(sup)
                 kinds = [roles.get(proctree.cmdline(pid).split(" /")[0].strip(), "other") for pid in below]
-                if sorted(kinds) == ["forkserver", "standby", "standby"] or time.monotonic() > until:
+                if sorted(kinds) == ["forkserver", "standby"] or time.monotonic() > until:
                     break
                 time.sleep(0.02)
             pss = rss = 0
@@ -361,6 +396,7 @@ MEANINGS = {
                       "`ls`, writes) through `peon mcp`, against the two plain MCP servers an agent needs for the "
                       "same tools: what decides how many agents share a host",
     "agents.cpu.embedded": "the same for an application embedding Peon (`peon.Session`)",
+    "agents.cpu.serve": "the same with every agent a client of one `peon serve` (its HTTP front end included)",
     "agents.agents.embedded": "how many agents, each pausing 50-500 ms between calls, one embedded session each, "
                               "before the slowest 1 % of calls takes more than 100 ms",
     "agents.agents.mcp": "the same with a `peon mcp` per agent, as coding-agent clients run it",
@@ -405,9 +441,10 @@ def page(printed: list[str], figures: Figures, footprint: Footprint | None, fact
     lines += [f"| run | {seconds:.0f} s |", "", "```sh", command, "```", "",
               "## The table", "",
               "Columns: Peon's figure; the baseline and what it is; their ratio; the ratio a call would reach",
-              "if it cost nothing beyond the design's floor (a bare `multiprocessing` worker per call) and beyond",
-              "Peon's own floor; the target; the verdict. \"out of reach\" means even the design's floor misses",
-              "the target on this machine.", "",
+              "if it cost nothing beyond the design's floor (nothing of Peon's: a bare supervisor handing the call",
+              "to a bare `multiprocessing` worker waiting for it, which `posix_spawn`s `bash -lc` for a command)",
+              "and beyond Peon's own floor; the target; the verdict. \"out of reach\" means even the design's",
+              "floor misses the target on this machine.", "",
               "```text", *printed, "```", "",
               "## What the figures mean for you", ""]
     for target in TARGETS:
@@ -472,8 +509,10 @@ def main() -> int:
         started = time.monotonic()
         for script, *args in runs(options.quick, soak_calls, options.profile):
             print(f"\n+ {Path(sys.executable).name} bench/{script} {' '.join(args)}", flush=True)
+            begun = time.monotonic()
             if subprocess.run([sys.executable, str(BENCH / script), *args], env=env).returncode != 0:
                 failed.append(script)
+            print(f"({script}: {time.monotonic() - begun:.0f} s)", flush=True)
         figures = read_figures(recorded.read_text(encoding="utf-8").splitlines())
     footprint = None
     try:
