@@ -124,13 +124,21 @@ def session_cpu_seconds(session: peon.Session) -> float:
     return _tree_ticks_seconds(session.supervisor_pid) + me
 
 
-def bench_cpu(sessions: dict[str, peon.Session], command: str, label: str, calls: int, batch: int = 20) -> None:
+def rotated(sessions: dict[str, peon.Session], round_: int) -> list[tuple[str, peon.Session]]:
+    """The variants in a different order each round: no variant always runs after the same other one
+    (after bwrap, say, whose run leaves the CPU's caches colder)."""
+    items = list(sessions.items())
+    shift = round_ % len(items)
+    return items[shift:] + items[:shift]
+
+
+def bench_cpu(sessions: dict[str, peon.Session], command: str, label: str, calls: int, batch: int = 10) -> None:
     """CPU per call, in batches alternating between the variants: unlike wall time, it does not grow
     with the load other processes put on the machine."""
     used: dict[str, float] = dict.fromkeys(sessions, 0.0)
     done: dict[str, int] = dict.fromkeys(sessions, 0)
-    for _ in range(max(1, calls // batch)):
-        for name, session in sessions.items():
+    for round_ in range(max(1, calls // batch)):
+        for name, session in rotated(sessions, round_):
             before = session_cpu_seconds(session)
             for _ in range(batch):
                 session.call("bash", {"command": command})
@@ -148,8 +156,8 @@ def bench_calls(sessions: dict[str, peon.Session], command: str, label: str, cal
         for session in sessions.values():
             session.call("bash", {"command": command})
     times: dict[str, list[float]] = {name: [] for name in sessions}
-    for _ in range(calls):
-        for name, session in sessions.items():
+    for round_ in range(calls):
+        for name, session in rotated(sessions, round_):
             start = time.perf_counter()
             result = session.call("bash", {"command": command})
             times[name].append(time.perf_counter() - start)

@@ -439,17 +439,21 @@ class LandlockConfinement(Confinement):
         self.plan = plan
 
     def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
-        set_dumpable(False)  # for the rest of this worker's life: it serves this one call
+        worker = _worker.mine()
+        if not worker.undumpable:
+            set_dumpable(False)  # for the rest of this worker's life
+            worker.undumpable = True
         close_descriptors_on_exec()
         plan = self.plan
         try:
-            ruleset = build_ruleset(plan)
+            ruleset = prepared_ruleset(plan)
             # Read before the thread joins the session's network: the host's sockets, not the session's.
             sockets = (host_socket_paths(namespaces.host_sockets_text())
                        if plan.mount_view and not plan.network else [])
-            protected = (protected_paths(plan.writable, plan.protected, os.path.realpath, os.path.lexists)
+            protected = (protected_paths(plan.writable, plan.protected, os.path.realpath, exists)
                          if plan.mount_view else [])
             syscalls = syscall_filter.build(seccomp_rules(plan)) if plan.seccomp else None
+            host_mounts = namespaces.host_mount_namespace() if plan.mount_view else -1
         except (OSError, ValueError, RuntimeError) as exc:
             raise _unavailable(f"the Landlock sandbox could not be built: {exc}") from None
         outcome: list[Any] = []
@@ -460,9 +464,12 @@ class LandlockConfinement(Confinement):
             try:
                 try:
                     if plan.mount_view or plan.netns:
-                        namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode, mount_view=plan.mount_view,
-                                         writable=plan.writable, protected=protected, hidden=plan.hidden,
-                                         sockets=sockets)
+                        view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
+                                                mount_view=plan.mount_view, writable=plan.writable,
+                                                protected=protected, hidden=plan.hidden, sockets=sockets,
+                                                view=_worker.view, host_mounts=host_mounts)
+                        if view is not _worker.view:
+                            _worker.keep_view(view)
                     drop_capabilities()
                     ruleset.restrict_current_thread()
                     if syscalls is not None:
@@ -478,23 +485,85 @@ class LandlockConfinement(Confinement):
 
         # A bare thread and one lock: threading.Thread's start-up handshake and join would add wake-ups
         # of each thread per call, which a loaded machine makes cost milliseconds (bench/bench_sandbox.py).
-        try:
-            _thread.start_new_thread(confined, ())
-            done.acquire()
-        finally:
-            ruleset.close()
+        _thread.start_new_thread(confined, ())
+        done.acquire()
         result = outcome[0] if outcome else _unavailable("the sandboxed start ended without a result")
         if isinstance(result, BaseException):
             raise result
         return int(result)
 
 
+class _WorkerSandbox:
+    """What this worker keeps from one sandboxed call to the next: each plan's Landlock ruleset (with the
+    inodes its rules were made on) and the mount view. A forked child starts without them (``pid``)."""
+
+    MAX_RULESETS = 4  # a session has one plan, two with an agent adapter's
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.undumpable = False
+        self.rulesets: dict[SandboxPlan, tuple[ll.Ruleset, tuple[tuple[int, int], ...]]] = {}
+        self.view: namespaces.MountView | None = None
+
+    def mine(self) -> _WorkerSandbox:
+        if self.pid != os.getpid():  # inherited through fork: the parent's descriptors are not ours to use
+            self.pid, self.rulesets, self.view, self.undumpable = os.getpid(), {}, None, False
+        return self
+
+    def keep_view(self, view: namespaces.MountView | None) -> None:
+        old, self.view = self.view, view
+        if old is not None:
+            old.close()
+
+
+_worker = _WorkerSandbox()
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` names anything, a dangling link included (``os.path.lexists`` without raising and
+    catching an exception for each missing path)."""
+    return os.access(path, os.F_OK, follow_symlinks=False)
+
+
+def _identities(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    return tuple((info.st_dev, info.st_ino) for info in map(os.stat, paths))
+
+
+def prepared_ruleset(plan: SandboxPlan) -> ll.Ruleset:
+    """The plan's ruleset, built once per worker and used again while every directory of the plan still
+    leads to the inode its rule was made on (a rule is on an inode: the same inodes, the same
+    confinement); when one does not, it is built again (:func:`build_ruleset`, which fails if a path was
+    replaced by a link). Device files are not looked at again: one replaced since would only be
+    unwritable (its rule is on the old inode), never a way around the rules."""
+    worker = _worker.mine()
+    paths = tuple(dict.fromkeys((*plan.readable, *plan.writable)))
+    cached = worker.rulesets.get(plan)
+    if cached is not None:
+        try:
+            if _identities([p for p in paths if not p.startswith("/dev/")]) == cached[1]:
+                return cached[0]
+        except OSError:
+            pass
+        cached[0].close()
+        del worker.rulesets[plan]
+    ruleset, identities = _build_ruleset(plan, paths)
+    while len(worker.rulesets) >= _WorkerSandbox.MAX_RULESETS:
+        worker.rulesets.pop(next(iter(worker.rulesets)))[0].close()
+    worker.rulesets[plan] = (ruleset, identities)
+    return ruleset
+
+
 def build_ruleset(plan: SandboxPlan) -> ll.Ruleset:
     """The plan's ruleset, each rule on the very path that was approved: the paths were resolved when the
     session started, so one that now leads elsewhere was replaced since, and building fails."""
-    opened = {path: open_exactly(path) for path in dict.fromkeys((*plan.readable, *plan.writable))}
+    return _build_ruleset(plan, tuple(dict.fromkeys((*plan.readable, *plan.writable))))[0]
+
+
+def _build_ruleset(plan: SandboxPlan, paths: Sequence[str]) -> tuple[ll.Ruleset, tuple[tuple[int, int], ...]]:
+    opened = {path: open_exactly(path) for path in paths}
     try:
-        directories = {path for path, fd in opened.items() if stat.S_ISDIR(os.fstat(fd).st_mode)}
+        infos = {path: os.fstat(fd) for path, fd in opened.items()}
+        directories = {path for path, info in infos.items() if stat.S_ISDIR(info.st_mode)}
         rules = landlock_rules(plan, directories)
         ruleset = ll.Ruleset(plan.abi, rules.handled_fs, rules.handled_net, rules.scoped)
         try:
@@ -503,7 +572,7 @@ def build_ruleset(plan: SandboxPlan) -> ll.Ruleset:
         except OSError:
             ruleset.close()
             raise
-        return ruleset
+        return ruleset, tuple((infos[p].st_dev, infos[p].st_ino) for p in paths if not p.startswith("/dev/"))
     finally:
         for fd in opened.values():
             os.close(fd)
