@@ -156,6 +156,25 @@ def test_a_call_leaves_neither_a_mount_nor_a_listener_for_the_next(box):
     assert "mounted-in-a-copy" not in first.value["output"]
 
 
+@needs_view
+def test_what_landlock_leaves_to_the_view_is_refused_by_the_view(box):
+    """With the view, Landlock handles neither truncate nor reads (readable = ["/"]): the view refuses
+    truncating and writing outside the writable paths, and Landlock still refuses writing to a device."""
+    precious = box.outside / "precious"
+    precious.write_text("keep me")
+    actions = {"truncate_outside": ["truncate", str(precious), 0], "write_outside": ["write", str(precious)],
+               "truncate_protected": ["truncate", str(box.workspace / ".git" / "config"), 0],
+               "read_outside": ["open", str(precious), os.O_RDONLY], "truncate_inside": ["truncate", "probe.txt", 0]}
+    if os.path.exists("/dev/kmsg"):
+        actions["write_device"] = ["open", "/dev/kmsg", os.O_WRONLY]
+    (box.workspace / "probe.txt").write_text("x")
+    _, got = box.call(actions)
+    assert got.pop("read_outside") == got.pop("truncate_inside") == "ok"
+    assert got.pop("write_device", "EACCES") == "EACCES"
+    assert set(got.values()) == {"EROFS"}, got
+    assert precious.read_text() == "keep me" and (box.workspace / ".git" / "config").read_text()
+
+
 def test_a_compiled_filter_is_kept_and_refuses_in_the_thread_that_loads_it(tmp_path):
     if syscall_filter.available():
         pytest.skip(syscall_filter.available())

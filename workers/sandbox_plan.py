@@ -190,8 +190,17 @@ class LandlockRules:
 
 def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) -> LandlockRules:
     """The ruleset for ``plan`` at its ABI; ``directories`` says which of its paths are directories
-    (a rule on a file may only carry the rights that apply to files)."""
+    (a rule on a file may only carry the rights that apply to files).
+
+    With the mount view, Landlock leaves to it what it enforces alike, since each right Landlock handles
+    costs every ``open`` of the command a walk up the file's path: ``truncate(2)`` (the view's read-only
+    mounts refuse it outside the writable paths, ``EROFS``) and, when everything is readable, reading and
+    executing (a grant of them on ``/`` covers every path of the view)."""
     fs = ll.fs_rights(plan.abi)
+    if plan.mount_view:
+        fs &= ~ll.FS_TRUNCATE
+        if plan.readable == ("/",):
+            fs &= ~ll.FS_READ
     # With the session's network namespace the command has only its own loopback: TCP there is its own.
     net = 0 if plan.network or plan.netns or plan.abi < ll.NET_ABI else ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
     scoped = 0
@@ -204,7 +213,7 @@ def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) ->
 
     grants = [(path, for_path(path, ll.FS_READ & fs)) for path in plan.readable]
     grants += [(path, for_path(path, fs)) for path in plan.writable]
-    return LandlockRules(fs, net, scoped, tuple(grants))
+    return LandlockRules(fs, net, scoped, tuple((path, rights) for path, rights in grants if rights))
 
 
 # -- bubblewrap ------------------------------------------------------------------------------------
