@@ -201,3 +201,13 @@ def test_a_compiled_filter_is_kept_and_refuses_in_the_thread_that_loads_it(tmp_p
     assert seen == ["EPERM", "EPERM", "ok"]
     os.chmod(target, 0o4755)  # this thread was never filtered
     assert os.stat(target).st_mode & 0o4000
+
+
+def test_protected_paths_are_resolved_as_realpath_resolves_them(tmp_path):
+    from peon.workers.sandbox import resolve
+
+    (tmp_path / "real" / "hooks").mkdir(parents=True)
+    (tmp_path / ".git").symlink_to(tmp_path / "real")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for path in (tmp_path / ".git" / "hooks", tmp_path / "dangling", tmp_path / "missing" / "x", tmp_path):
+        assert resolve(str(path)) == os.path.realpath(path)
