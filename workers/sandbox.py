@@ -464,12 +464,14 @@ class LandlockConfinement(Confinement):
             try:
                 try:
                     if plan.mount_view or plan.netns:
+                        key = (plan.writable, plan.hidden)
+                        kept = worker.views.get(key)
                         view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
                                                 mount_view=plan.mount_view, writable=plan.writable,
                                                 protected=protected, hidden=plan.hidden, sockets=sockets,
-                                                view=_worker.view, host_mounts=host_mounts)
-                        if view is not _worker.view:
-                            _worker.keep_view(view)
+                                                view=kept, host_mounts=host_mounts)
+                        if view is not None and view is not kept:
+                            worker.keep_view(key, view)
                     drop_capabilities()
                     ruleset.restrict_current_thread()
                     if syscalls is not None:
@@ -493,27 +495,34 @@ class LandlockConfinement(Confinement):
         return int(result)
 
 
+ViewKey = tuple[tuple[str, ...], tuple[str, ...]]  # a plan's writable paths and Peon's hidden directories
+
+
 class _WorkerSandbox:
     """What this worker keeps from one sandboxed call to the next: each plan's Landlock ruleset (with the
-    inodes its rules were made on) and the mount view. A forked child starts without them (``pid``)."""
+    inodes its rules were made on) and mount view. A forked child starts without them (``pid``)."""
 
-    MAX_RULESETS = 4  # a session has one plan, two with an agent adapter's
+    MAX_KEPT = 4  # of each: a session has one plan, two with an agent adapter's
 
     def __init__(self) -> None:
         self.pid = 0
         self.undumpable = False
         self.rulesets: dict[SandboxPlan, tuple[ll.Ruleset, tuple[tuple[int, int], ...]]] = {}
-        self.view: namespaces.MountView | None = None
+        self.views: dict[ViewKey, namespaces.MountView] = {}
 
     def mine(self) -> _WorkerSandbox:
         if self.pid != os.getpid():  # inherited through fork: the parent's descriptors are not ours to use
-            self.pid, self.rulesets, self.view, self.undumpable = os.getpid(), {}, None, False
+            self.pid, self.rulesets, self.views, self.undumpable = os.getpid(), {}, {}, False
         return self
 
-    def keep_view(self, view: namespaces.MountView | None) -> None:
-        old, self.view = self.view, view
+    def keep_view(self, key: ViewKey, view: namespaces.MountView) -> None:
+        """Keep ``view`` for ``key``, closing the one it replaces (or the oldest, beyond MAX_KEPT)."""
+        old = self.views.pop(key, None)
         if old is not None:
             old.close()
+        while len(self.views) >= self.MAX_KEPT:
+            self.views.pop(next(iter(self.views))).close()
+        self.views[key] = view
 
 
 _worker = _WorkerSandbox()
@@ -563,7 +572,7 @@ def prepared_ruleset(plan: SandboxPlan) -> ll.Ruleset:
         cached[0].close()
         del worker.rulesets[plan]
     ruleset, identities = _build_ruleset(plan, paths)
-    while len(worker.rulesets) >= _WorkerSandbox.MAX_RULESETS:
+    while len(worker.rulesets) >= _WorkerSandbox.MAX_KEPT:
         worker.rulesets.pop(next(iter(worker.rulesets)))[0].close()
     worker.rulesets[plan] = (ruleset, identities)
     return ruleset
