@@ -41,7 +41,7 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
 
@@ -287,9 +287,10 @@ def _complete(view: MountView, protected: Iterable[str], hidden: Iterable[str], 
         set_read_only(path, True)
     for path in hidden:
         try:
-            if not os.path.isdir(path) or view.covers.get(path) == os.stat(path).st_dev:
-                continue
+            info = os.stat(path)
         except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or view.covers.get(path) == info.st_dev:
             continue
         cover(path)
         view.covers[path] = os.stat(path).st_dev
@@ -307,10 +308,12 @@ def _complete(view: MountView, protected: Iterable[str], hidden: Iterable[str], 
 
 def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[str], protected: Iterable[str],
           hidden: Sequence[str], sockets: Iterable[str], view: MountView | None = None,
-          host_mounts: int = -1) -> MountView | None:
+          host_mounts: int = -1, host: Mapping[str, tuple[int, int]] | None = None) -> MountView | None:
     """In the confined thread: its own filesystem context, the session's network, the mount view — ``view``
     (this worker's, from an earlier call) when it still holds, else a new one. Returns the view the thread
-    is in (the caller keeps it for the next call; it replaces ``view``, which the caller then closes)."""
+    is in (the caller keeps it for the next call; it replaces ``view``, which the caller then closes).
+    ``host``: (device, inode) of the writable directories as the host has them now, if the caller has
+    just looked (else they are looked up here)."""
     unshare(CLONE_FS)
     if netns:
         join_network(netns, netns_inode)
@@ -319,16 +322,18 @@ def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[
     cwd = os.getcwd()
     before = os.stat(".")
     # As the host has them now: the view's binds must lead to the same inodes.
-    host = {path: _identity(os.stat(path)) for path in writable if not path.startswith("/dev/")}
+    dirs = [path for path in writable if not path.startswith("/dev/")]
+    now = {path: host[path] for path in dirs} if host is not None and all(p in host for p in dirs) else {
+        path: _identity(os.stat(path)) for path in dirs}
     entered = None
     if view is not None and view.fd >= 0 and view.writable == tuple(writable) and view.hidden == tuple(hidden):
         _check(_libc.setns(view.fd, CLONE_NEWNS), "setns(mount view)")
-        if view.still_bound(host):
+        if view.still_bound(now):
             entered = view
         else:  # back to the host's namespace, to build a new view from it
             _check(_libc.setns(host_mounts, CLONE_NEWNS), "setns(host mounts)")
     if entered is None:
-        entered = _build_view(writable, hidden, host)
+        entered = _build_view(writable, hidden, now)
     _complete(entered, protected, hidden, sockets)
     # The thread's working directory still is the directory on the mount beneath the new bind (or, after
     # setns, the view's root); the command must start on the bind (the same directory: device and inode).

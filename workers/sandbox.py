@@ -446,7 +446,7 @@ class LandlockConfinement(Confinement):
         close_descriptors_on_exec()
         plan = self.plan
         try:
-            ruleset = prepared_ruleset(plan)
+            ruleset, identities = prepared_ruleset(plan)
             # Read before the thread joins the session's network: the host's sockets, not the session's.
             sockets = (host_socket_paths(namespaces.host_sockets_text())
                        if plan.mount_view and not plan.network else [])
@@ -469,7 +469,7 @@ class LandlockConfinement(Confinement):
                         view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
                                                 mount_view=plan.mount_view, writable=plan.writable,
                                                 protected=protected, hidden=plan.hidden, sockets=sockets,
-                                                view=kept, host_mounts=host_mounts)
+                                                view=kept, host_mounts=host_mounts, host=identities)
                         if view is not None and view is not kept:
                             worker.keep_view(key, view)
                     drop_capabilities()
@@ -554,19 +554,25 @@ def _identities(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
     return tuple((info.st_dev, info.st_ino) for info in map(os.stat, paths))
 
 
-def prepared_ruleset(plan: SandboxPlan) -> ll.Ruleset:
+Identities = dict[str, tuple[int, int]]  # path -> (device, inode)
+
+
+def prepared_ruleset(plan: SandboxPlan) -> tuple[ll.Ruleset, Identities]:
     """The plan's ruleset, built once per worker and used again while every directory of the plan still
     leads to the inode its rule was made on (a rule is on an inode: the same inodes, the same
     confinement); when one does not, it is built again (:func:`build_ruleset`, which fails if a path was
     replaced by a link). Device files are not looked at again: one replaced since would only be
-    unwritable (its rule is on the old inode), never a way around the rules."""
+    unwritable (its rule is on the old inode), never a way around the rules. Also returns what each
+    directory leads to now (the mount view checks its binds against it)."""
     worker = _worker.mine()
     paths = tuple(dict.fromkeys((*plan.readable, *plan.writable)))
+    checked = [p for p in paths if not p.startswith("/dev/")]
     cached = worker.rulesets.get(plan)
     if cached is not None:
         try:
-            if _identities([p for p in paths if not p.startswith("/dev/")]) == cached[1]:
-                return cached[0]
+            now = _identities(checked)
+            if now == cached[1]:
+                return cached[0], dict(zip(checked, now, strict=True))
         except OSError:
             pass
         cached[0].close()
@@ -575,7 +581,7 @@ def prepared_ruleset(plan: SandboxPlan) -> ll.Ruleset:
     while len(worker.rulesets) >= _WorkerSandbox.MAX_KEPT:
         worker.rulesets.pop(next(iter(worker.rulesets)))[0].close()
     worker.rulesets[plan] = (ruleset, identities)
-    return ruleset
+    return ruleset, dict(zip(checked, identities, strict=True))
 
 
 def build_ruleset(plan: SandboxPlan) -> ll.Ruleset:
