@@ -24,6 +24,7 @@ Promises:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -255,20 +256,24 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+@functools.lru_cache(maxsize=8)  # one plan's, looked up on every call
+def protected_candidates(writable: tuple[str, ...],
+                         protected: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The writable directories (device files left out), and each protected path beneath each of them."""
+    roots = tuple(w for w in writable if not w.startswith("/dev/"))
+    return roots, tuple(f"{root.rstrip('/')}/{entry}" for root in roots for entry in protected)
+
+
 def protected_paths(writable: Iterable[str], protected: Iterable[str], realpath: Any, exists: Any) -> list[str]:
     """The existing protected paths beneath the writable directories, resolved, that stay inside one of
     them (a link leading elsewhere leads to something read-only already). ``realpath`` and ``exists`` are
     the I/O, passed in."""
-    roots = [w for w in writable if not w.startswith("/dev/")]
+    roots, candidates = protected_candidates(tuple(writable), tuple(protected))
     out: list[str] = []
-    for root in roots:
-        for entry in protected:
-            candidate = f"{root.rstrip('/')}/{entry}"
-            if not exists(candidate):
-                continue
-            real = realpath(candidate)
-            if any(inside(real, r) for r in roots) and real not in out:
-                out.append(real)
+    for candidate in filter(exists, candidates):
+        real = realpath(candidate)
+        if any(inside(real, r) for r in roots) and real not in out:
+            out.append(real)
     return out
 
 
