@@ -1,4 +1,4 @@
-"""Linux namespaces for the landlock sandbox: the session's private network and each call's mount view.
+"""Linux namespaces for the landlock sandbox: the session's private network and each worker's mount view.
 
 Promises:
 

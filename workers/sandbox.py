@@ -20,6 +20,11 @@ Promises:
   thread drops every capability and sets ``no_new_privs``, so ``execve`` gives none back (not even to
   a command run by root), and the worker makes itself non-dumpable, so nothing in the domain can
   ptrace the worker through the spawning thread during its last microseconds;
+* what does not depend on the call is built by a worker's first sandboxed call and kept for its next
+  ones, never weaker than a fresh build: the Landlock ruleset (built again when a directory of the plan
+  leads to another inode), the compiled seccomp program, and the mount view (checked against the host
+  and completed before each call, :mod:`peon.workers.namespaces`); each call still gets its own thread,
+  Landlock domain and seccomp filter;
 * a :class:`BwrapConfinement` starts ``bwrap`` with the plan's options around the command
   (:func:`~peon.workers.sandbox_plan.bwrap_argv`); the runner's process group, cancel grace, deadline and
   sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command;
