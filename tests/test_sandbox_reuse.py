@@ -210,3 +210,17 @@ def test_protected_paths_are_resolved_as_realpath_resolves_them(tmp_path):
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     for path in (tmp_path / ".git" / "hooks", tmp_path / "dangling", tmp_path / "missing" / "x", tmp_path):
         assert resolve(str(path)) == os.path.realpath(path)
+
+
+def test_an_approved_plan_read_again_is_the_same_and_a_changed_one_is_checked_again():
+    from peon.workers.sandbox import plan_of
+    from peon.workers.sandbox_plan import SandboxPlan
+
+    details = {"active": True, "mode": "auto", **SandboxPlan("landlock", ("/ws",), ("/",), True, True, True,
+                                                             abi=6).to_dict()}
+    first = plan_of(details)
+    assert plan_of(dict(details)) is first  # an equal copy: remembered
+    details["writable"].append("relative")  # the caller's dict changed in place: not what was remembered
+    with pytest.raises(ValueError, match="absolute paths"):
+        plan_of(details)
+    assert plan_of({**details, "writable": ["/other"]}).writable == ("/other",)

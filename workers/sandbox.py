@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import copy
 import ctypes
 import errno
 import os
@@ -374,12 +375,26 @@ def call_details(status: Mapping[str, Any], *, enabled: bool = True, why_not: st
     return {"active": True, "mode": mode, **status["plan"], "not_enforced": list(status.get("not_enforced", ()))}
 
 
+_last_plan: tuple[dict[str, Any], SandboxPlan] | None = None
+
+
+def plan_of(details: Mapping[str, Any]) -> SandboxPlan:
+    """``SandboxPlan.from_dict(details)``, remembered for the last details read: a worker's calls carry the
+    same approved plan, and comparing it with a copy of the last one costs less than checking it again."""
+    global _last_plan
+    if _last_plan is not None and _last_plan[0] == details:
+        return _last_plan[1]
+    plan = SandboxPlan.from_dict(details)
+    _last_plan = (copy.deepcopy(dict(details)), plan)
+    return plan
+
+
 def result_summary(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What a process result says about its sandbox (None: it ran unsandboxed)."""
     if not details or not details.get("active"):
         return None
     try:
-        plan = SandboxPlan.from_dict(details)
+        plan = plan_of(details)
     except ValueError:
         plan = None
     return {"kind": details["kind"], "abi": details.get("abi") or None, "network": details["network"],
@@ -412,7 +427,7 @@ def confinement_for(ctx: Any, *, enabled: bool = True) -> Confinement | None:
     approved = ctx.approved.get("sandbox") if isinstance(ctx.approved, Mapping) else None
     if isinstance(approved, Mapping) and approved.get("active") is True:
         try:
-            plan = SandboxPlan.from_dict(approved)
+            plan = plan_of(approved)
         except ValueError as exc:
             raise _unavailable(f"the approved sandbox cannot be applied: {exc}") from None
         return LandlockConfinement(plan) if plan.kind == "landlock" else BwrapConfinement(plan, str(ctx.workspace))
