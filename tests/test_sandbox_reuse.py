@@ -39,7 +39,8 @@ class Box:
         (self.workspace / ".git" / "config").write_text("[core]\n")
         self.guard = guard
         self.session = open_module_session(self.workspace, root / "state", guard,
-                                           {"mode": "required", "network": False, "writable": [str(self.extra)]},
+                                           {"mode": "required", "network": False,
+                                            "writable": [str(self.extra), "/dev/shm"]},
                                            {"TMPDIR": str(self.tmp)})
         layers = self.session.info["sandbox"]["layers"]
         assert {"mount_view", "network_namespace", "seccomp"} <= set(layers), layers
@@ -172,6 +173,20 @@ def test_what_landlock_leaves_to_the_view_is_refused_by_the_view(box):
     assert got.pop("write_device", "EACCES") == "EACCES"
     assert set(got.values()) == {"EROFS"}, got
     assert precious.read_text() == "keep me" and (box.workspace / ".git" / "config").read_text()
+
+
+@needs_view
+def test_a_writable_directory_under_dev_is_writable_in_the_view(box):
+    """/dev/shm (a writable directory by default) is bound writable like any other; only device files are
+    left to the read-only mount, where they stay writable. multiprocessing's semaphores live there."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    name = f"/dev/shm/peon-sandbox-test-{os.getpid()}"
+    r = box.session.call("bash", {"command": (
+        f"touch {name} && rm {name} && echo shm-ok; "
+        "python3 -c 'import multiprocessing; multiprocessing.Lock(); print(\"lock-ok\")'; echo x > /dev/null")})
+    assert r.ok and r.value["exit_code"] == 0, r
+    assert r.value["output"].split() == ["shm-ok", "lock-ok"], r.value["output"]
 
 
 def test_a_compiled_filter_is_kept_and_refuses_in_the_thread_that_loads_it(tmp_path):

@@ -45,6 +45,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
 
+from .sandbox_plan import DEVICE_FILES
+
 CLONE_FS = 0x00000200
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -263,8 +265,8 @@ def _build_view(writable: Sequence[str], hidden: Sequence[str],
     mount(None, "/", MS_REC | MS_PRIVATE)  # nothing done here propagates to the host, nor from it
     set_read_only("/", True)
     for path in writable:
-        if path.startswith("/dev/"):
-            continue  # device files stay writable on a read-only mount
+        if path in DEVICE_FILES:
+            continue  # device files stay writable on a read-only mount (a directory like /dev/shm does not)
         mount(path, path, MS_BIND | MS_REC)
         set_read_only(path, False)
     view = MountView(os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC), tuple(writable),
@@ -322,7 +324,7 @@ def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[
     cwd = os.getcwd()
     before = os.stat(".")
     # As the host has them now: the view's binds must lead to the same inodes.
-    dirs = [path for path in writable if not path.startswith("/dev/")]
+    dirs = [path for path in writable if path not in DEVICE_FILES]
     now = {path: host[path] for path in dirs} if host is not None and all(p in host for p in dirs) else {
         path: _identity(os.stat(path)) for path in dirs}
     entered = None

@@ -581,12 +581,12 @@ def prepared_ruleset(plan: SandboxPlan) -> tuple[ll.Ruleset, Identities]:
     """The plan's ruleset, built once per worker and used again while every directory of the plan still
     leads to the inode its rule was made on (a rule is on an inode: the same inodes, the same
     confinement); when one does not, it is built again (:func:`build_ruleset`, which fails if a path was
-    replaced by a link). Device files are not looked at again: one replaced since would only be
+    replaced by a link). The device files Peon allows are not looked at again: one replaced since would only be
     unwritable (its rule is on the old inode), never a way around the rules. Also returns what each
     directory leads to now (the mount view checks its binds against it)."""
     worker = _worker.mine()
     paths = tuple(dict.fromkeys((*plan.readable, *plan.writable)))
-    checked = [p for p in paths if not p.startswith("/dev/")]
+    checked = [p for p in paths if p not in DEVICE_FILES]
     cached = worker.rulesets.get(plan)
     if cached is not None:
         try:
@@ -623,7 +623,7 @@ def _build_ruleset(plan: SandboxPlan, paths: Sequence[str]) -> tuple[ll.Ruleset,
         except OSError:
             ruleset.close()
             raise
-        return ruleset, tuple((infos[p].st_dev, infos[p].st_ino) for p in paths if not p.startswith("/dev/"))
+        return ruleset, tuple((infos[p].st_dev, infos[p].st_ino) for p in paths if p not in DEVICE_FILES)
     finally:
         for fd in opened.values():
             os.close(fd)
