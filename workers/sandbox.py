@@ -484,14 +484,13 @@ class LandlockConfinement(Confinement):
             try:
                 try:
                     if plan.mount_view or plan.netns:
-                        key = (plan.writable, plan.hidden)
-                        kept = worker.views.get(key)
+                        kept = worker.views.get(plan)
                         view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
                                                 mount_view=plan.mount_view, writable=plan.writable,
                                                 protected=protected, hidden=plan.hidden, sockets=sockets,
                                                 view=kept, host_mounts=host_mounts, host=identities)
                         if view is not None and view is not kept:
-                            worker.keep_view(key, view)
+                            worker.keep_view(plan, view)
                     drop_capabilities()
                     ruleset.restrict_current_thread()
                     if syscalls is not None:
@@ -515,9 +514,6 @@ class LandlockConfinement(Confinement):
         return int(result)
 
 
-ViewKey = tuple[tuple[str, ...], tuple[str, ...]]  # a plan's writable paths and Peon's hidden directories
-
-
 class _WorkerSandbox:
     """What this worker keeps from one sandboxed call to the next: each plan's Landlock ruleset (with the
     inodes its rules were made on) and mount view. A forked child starts without them (``pid``)."""
@@ -528,14 +524,16 @@ class _WorkerSandbox:
         self.pid = 0
         self.undumpable = False
         self.rulesets: dict[SandboxPlan, tuple[ll.Ruleset, tuple[tuple[int, int], ...]]] = {}
-        self.views: dict[ViewKey, namespaces.MountView] = {}
+        # Per plan, not per set of writable paths: a view carries its plan's protected binds and socket
+        # covers, which another plan's call must not get either.
+        self.views: dict[SandboxPlan, namespaces.MountView] = {}
 
     def mine(self) -> _WorkerSandbox:
         if self.pid != os.getpid():  # inherited through fork: the parent's descriptors are not ours to use
             self.pid, self.rulesets, self.views, self.undumpable = os.getpid(), {}, {}, False
         return self
 
-    def keep_view(self, key: ViewKey, view: namespaces.MountView) -> None:
+    def keep_view(self, key: SandboxPlan, view: namespaces.MountView) -> None:
         """Keep ``view`` for ``key``, closing the one it replaces (or the oldest, beyond MAX_KEPT)."""
         old = self.views.pop(key, None)
         if old is not None:
