@@ -14,8 +14,13 @@
    unsandboxed (the baseline); one restricted thread per call that posix_spawns (Peon's choice, a bare
    ``_thread`` and a lock), the same with ``threading.Thread``; fork, restrict the child, exec; and a
    pre-exec helper (a Python program that restricts itself and execs).
+3. ``--parts``: where a sandboxed start's extra CPU goes, in one worker-sized interpreter starting
+   ``bash -lc true`` with the plans of real sessions (default and ``network = false``) against the same
+   start unsandboxed: each step of the worker's start (timed on the thread's CPU clock by wrapping the
+   function the worker calls), the bare thread round trip, and the command's own extra CPU (Landlock's
+   path walks, the seccomp filter on each system call).
 
-Run: ``python bench/bench_sandbox.py [--calls N] [--strategies]``
+Run: ``python bench/bench_sandbox.py [--calls N] [--strategies] [--parts]``
 """
 
 from __future__ import annotations
@@ -77,29 +82,68 @@ def session_variants(workspace: Path, state: Path, env: dict) -> dict[str, peon.
     return sessions
 
 
-def session_cpu_seconds(session: peon.Session) -> float:
-    """CPU time (user + system) used so far by the session's supervisor and forkserver, with every worker
-    and command they reaped, plus this client process."""
+def _schedstat_seconds(pid: int) -> float:
+    """CPU time of the live threads of ``pid`` (nanoseconds in ``schedstat``: no 10 ms ticks)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def _tree_ticks_seconds(root: int) -> float:
+    """CPU time of ``root`` and every live descendant, with what each reaped (``/proc/<pid>/stat``: in clock
+    ticks, so only a rough figure over few calls)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    for pid in [session.supervisor_pid, *proctree.children(session.supervisor_pid)]:
+    for pid in [root, *proctree.descendants(root)]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
         except OSError:
             continue
         total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
-    me = os.times()
-    return total / ticks + me.user + me.system
+    return total / ticks
 
 
-def bench_cpu(sessions: dict[str, peon.Session], command: str, label: str, calls: int, batch: int = 20) -> None:
+def session_cpu_seconds(session: peon.Session) -> float:
+    """CPU time (user + system) used so far by the session's processes and this client. With the session's
+    cgroup (``cpu.stat``, microseconds) it counts the forkserver, every worker and every command, living or
+    gone, plus the supervisor's threads (``schedstat``); without one, the process tree in clock ticks."""
+    me = time.process_time()  # every thread of this client, nanosecond clock
+    path = (session.info.get("containment") or {}).get("cgroup")
+    if path:
+        try:
+            with open(os.path.join(path, "cpu.stat")) as f:
+                usage = next(int(line.split()[1]) for line in f if line.startswith("usage_usec "))
+            return usage / 1e6 + _schedstat_seconds(session.supervisor_pid) + me
+        except (OSError, StopIteration, ValueError):
+            pass
+    return _tree_ticks_seconds(session.supervisor_pid) + me
+
+
+def rotated(sessions: dict[str, peon.Session], round_: int) -> list[tuple[str, peon.Session]]:
+    """The variants in a different order each round: no variant always runs after the same other one
+    (after bwrap, say, whose run leaves the CPU's caches colder)."""
+    items = list(sessions.items())
+    shift = round_ % len(items)
+    return items[shift:] + items[:shift]
+
+
+def bench_cpu(sessions: dict[str, peon.Session], command: str, label: str, calls: int, batch: int = 10) -> None:
     """CPU per call, in batches alternating between the variants: unlike wall time, it does not grow
     with the load other processes put on the machine."""
     used: dict[str, float] = dict.fromkeys(sessions, 0.0)
     done: dict[str, int] = dict.fromkeys(sessions, 0)
-    for _ in range(max(1, calls // batch)):
-        for name, session in sessions.items():
+    for round_ in range(max(1, calls // batch)):
+        for name, session in rotated(sessions, round_):
             before = session_cpu_seconds(session)
             for _ in range(batch):
                 session.call("bash", {"command": command})
@@ -117,8 +161,8 @@ def bench_calls(sessions: dict[str, peon.Session], command: str, label: str, cal
         for session in sessions.values():
             session.call("bash", {"command": command})
     times: dict[str, list[float]] = {name: [] for name in sessions}
-    for _ in range(calls):
-        for name, session in sessions.items():
+    for round_ in range(calls):
+        for name, session in rotated(sessions, round_):
             start = time.perf_counter()
             result = session.call("bash", {"command": command})
             times[name].append(time.perf_counter() - start)
@@ -266,12 +310,128 @@ def main_strategies(calls: int) -> None:
                   f"CPU {c:8.0f} us  +{c - base_cpu:7.0f} us  ratio {c / base_cpu:5.2f}")
 
 
+# -- parts ------------------------------------------------------------------------------------------
+
+# (module, attribute, label): the steps of LandlockConfinement.spawn, each timed where the worker calls it.
+PARTS = (("sandbox", "prepared_ruleset", "ruleset (kept; its directories stat'ed)"),
+         ("namespaces", "host_sockets_text", "host sockets listed (network = false)"),
+         ("sandbox", "protected_paths", "protected paths found"),
+         ("namespaces", "enter", "mount view entered, checked, completed; network joined"),
+         ("sandbox", "drop_capabilities", "capabilities dropped"),
+         ("Ruleset", "restrict_current_thread", "Landlock restrict_self"),
+         ("Filter", "load", "seccomp program loaded (the kernel JIT-compiles it)"))
+
+
+def main_parts(calls: int) -> None:
+    import _thread
+    import dataclasses
+
+    import peon.tools  # a worker-sized interpreter
+    from peon.workers import namespaces, syscall_filter
+    from peon.workers.sandbox_plan import SandboxPlan, quiet_profile
+
+    if ll.abi_version().abi < 1 or namespaces.probe():
+        print("parts: skipped (needs Landlock and namespaces, i.e. root)")
+        return
+    with tempfile.TemporaryDirectory(prefix="peon-bench-parts-") as tmp:
+        root = Path(tmp)
+        workspace, home = root / "ws", root / "home"
+        workspace.mkdir()
+        home.mkdir()
+        (workspace / ".git" / "hooks").mkdir(parents=True)
+        env = {**os.environ, "HOME": str(home)}
+        plans = {}
+        for name, table in {"default": {}, "offline": {"network": False}}.items():
+            session = peon.Session(workspace, {**ALLOW, "sandbox": table}, state_dir=root / name, env=env)
+            plans[name] = SandboxPlan.from_dict(session.info["sandbox"]["plan"])
+            session.close()
+        for plan in plans.values():  # the session's cache directory went with it
+            for path in plan.writable:
+                if not path.startswith("/dev/"):
+                    os.makedirs(path, exist_ok=True)
+        netns = namespaces.session_network()  # this process's own, in place of the closed session's
+        plans["offline"] = dataclasses.replace(plans["offline"], netns=netns.path, netns_inode=netns.inode)
+        os.chdir(workspace)
+        argv = ["/bin/bash", "-lc", "true"]
+
+        def start(args: list[str], executable: str | None = None) -> int:
+            read, write = os.pipe2(os.O_CLOEXEC)
+            pid = os.posix_spawn(executable or args[0], list(args), env, setsid=True, setsigmask=(),
+                                 setsigdef=(signal.SIGPIPE,),
+                                 file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                               (os.POSIX_SPAWN_DUP2, write, 1), (os.POSIX_SPAWN_DUP2, write, 2)])
+            os.close(write)
+            while os.read(read, 65536):
+                pass
+            os.close(read)
+            return pid
+
+        spent: dict[str, float] = {}
+        owners = {"sandbox": sandbox, "namespaces": namespaces, "Ruleset": ll.Ruleset, "Filter": syscall_filter.Filter}
+        for owner, attribute, label in PARTS:
+            function = getattr(owners[owner], attribute)
+
+            def timed(*args: object, _function: object = function, _label: str = label, **kwargs: object) -> object:
+                began = time.thread_time()
+                try:
+                    return _function(*args, **kwargs)  # type: ignore[operator]
+                finally:
+                    spent[_label] = spent.get(_label, 0.0) + time.thread_time() - began
+
+            setattr(owners[owner], attribute, timed)
+
+        def round_trip() -> None:
+            done = _thread.allocate_lock()
+            done.acquire()
+            _thread.start_new_thread(done.release, ())
+            done.acquire()
+
+        variants = {"off": None, **{name: sandbox.LandlockConfinement(plan) for name, plan in plans.items()}}
+        parent = dict.fromkeys(variants, 0.0)
+        child = dict.fromkeys(variants, 0.0)
+        parts = {name: {} for name in variants}
+        for round_ in range(calls + 10):
+            for name, confinement in variants.items():
+                spent.clear()
+                began = time.process_time()
+                pid = (start(quiet_profile(argv)) if confinement is None else confinement.spawn(start, argv))
+                used = time.process_time() - began
+                usage = os.wait4(pid, 0)[2]
+                if round_ >= 10:
+                    parent[name] += used
+                    child[name] += usage.ru_utime + usage.ru_stime
+                    for label, seconds in spent.items():
+                        parts[name][label] = parts[name].get(label, 0.0) + seconds
+        began = time.process_time()
+        for _ in range(calls):
+            round_trip()
+        thread = (time.process_time() - began) / calls
+        print(f"parts: CPU per start of bash -lc true from a worker-sized interpreter, {calls} starts each "
+              "(microseconds, extra against the unsandboxed start)")
+        for name in variants:
+            if name == "off":
+                continue
+            extra_parent = (parent[name] - parent["off"]) / calls * 1e6
+            extra_child = (child[name] - child["off"]) / calls * 1e6
+            print(f"  {name}: +{extra_parent + extra_child:.0f} in all: +{extra_parent:.0f} in the worker, "
+                  f"+{extra_child:.0f} in the command")
+            for label, seconds in parts[name].items():
+                print(f"    {seconds / calls * 1e6:6.0f}  {label}")
+            print(f"    {thread * 1e6:6.0f}  a bare thread's start and end, and the two wake-ups (measured apart)")
+        print(f"  (unsandboxed: {parent['off'] / calls * 1e6:.0f} in the worker, {child['off'] / calls * 1e6:.0f} "
+              "in the command)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--strategies", action="store_true", help="also compare ways to start a confined command")
     parser.add_argument("--strategies-only", action="store_true", help="only compare ways to start a confined command")
+    parser.add_argument("--parts", action="store_true", help="only show where a sandboxed start's extra CPU goes")
     options = parser.parse_args()
+    if options.parts:
+        main_parts(max(options.calls, 200))
+        return
     if not options.strategies_only:
         main_calls(options.calls)
     if options.strategies or options.strategies_only:

@@ -51,6 +51,21 @@ def test_rules_follow_the_abi(abi, fs_bits, net, scoped):
     assert bool(rules.scoped) is scoped
 
 
+def test_with_the_mount_view_landlock_leaves_truncate_and_reading_everything_to_it():
+    view = SandboxPlan("landlock", ("/ws", "/dev/null"), ("/",), True, True, True, abi=7, mount_view=True)
+    rules = landlock_rules(view, {"/ws", "/"})
+    assert rules.handled_fs == ll.fs_rights(7) & ~ll.FS_TRUNCATE & ~ll.FS_READ
+    grants = dict(rules.grants)
+    assert "/" not in grants  # nothing left to grant there: every path is readable, the view refuses writes
+    assert grants["/ws"] == rules.handled_fs and rules.handled_fs & ll.FS_WRITE_FILE
+    assert grants["/dev/null"] == rules.handled_fs & ll.FS_FILE_RIGHTS
+    # Narrowed reads stay Landlock's; without the view Landlock handles everything.
+    narrowed = landlock_rules(SandboxPlan("landlock", ("/ws",), ("/usr", "/ws"), True, True, True, abi=7,
+                                          mount_view=True), {"/ws", "/usr"})
+    assert narrowed.handled_fs == ll.fs_rights(7) & ~ll.FS_TRUNCATE and dict(narrowed.grants)["/usr"] == ll.FS_READ
+    assert landlock_rules(PLAN, {"/ws", "/tmp", "/"}).handled_fs == ll.fs_rights(6)
+
+
 def test_network_and_isolation_can_be_left_out():
     plan = SandboxPlan("landlock", ("/ws",), ("/",), True, False, True, abi=7)
     rules = landlock_rules(plan, {"/ws", "/"})

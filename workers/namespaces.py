@@ -1,4 +1,4 @@
-"""Linux namespaces for the landlock sandbox: the session's private network and each call's mount view.
+"""Linux namespaces for the landlock sandbox: the session's private network and each worker's mount view.
 
 Promises:
 
@@ -9,13 +9,24 @@ Promises:
   ``/proc`` path a worker joins it by and its inode (a worker joins only the namespace with that inode).
   Every call of the session shares it, so a server one call started in the background answers the next;
 * :func:`enter` runs in the confined thread before Landlock: it gives the thread its own filesystem
-  context, joins the session's network namespace, and with ``mount_view`` builds a mount namespace in
-  which every mount is read-only (file contents and metadata alike: ``chmod``, ``chown``, ``utimes``,
-  xattrs fail with ``EROFS``) except binds of the writable paths, the protected paths beneath them are
-  read-only binds again, Peon's own directories (``hidden``: state, runtime) are covered by an empty
-  read-only tmpfs, and each named unix socket bound on the host when the call started has
+  context, joins the session's network namespace, and with ``mount_view`` puts the thread in a mount
+  namespace in which every mount is read-only (file contents and metadata alike: ``chmod``, ``chown``,
+  ``utimes``, xattrs fail with ``EROFS``) except binds of the writable paths, the protected paths beneath
+  them are read-only binds again, Peon's own directories (``hidden``: state, runtime) are covered by an
+  empty read-only tmpfs, and each named unix socket bound on the host when the call started has
   ``/dev/null`` bound over it (``connect`` fails with ``ECONNREFUSED``). Any failure raises ``OSError``
-  and nothing is started.
+  and nothing is started;
+* that mount namespace (a :class:`MountView`) is built once per worker and entered again (``setns``) by
+  its later calls, each of which first checks it against the host as the call finds it and completes
+  it: the writable paths must still be bound, writable, to the inodes the host has at those paths (else
+  a new view is built from the host's namespace), every protected path that exists now must be on a
+  read-only mount, every hidden directory covered and every host socket listed now covered (each
+  missing one is added). Nothing a command does can change a view: it is private (no propagation either
+  way), the command has no capabilities (no ``mount``, ``umount``, ``pivot_root`` or ``setns``; a user
+  namespace it makes gets a copy that dies with it), and every mount in it is a host directory or a
+  read-only, empty tmpfs, so nothing written in one call is kept in the view for the next. So a call
+  sees exactly what a view built for it alone would show, except mounts the host made after the view
+  was built (not propagated: not visible at all, where a fresh view would show them).
 
 Threads: ``unshare(CLONE_NEWNS | CLONE_FS)`` and ``setns(CLONE_NEWNET)`` change only the calling thread
 (its ``nsproxy`` and ``fs_struct``), which is why the confined thread can do them in a multi-threaded
@@ -30,9 +41,11 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
+
+from .sandbox_plan import DEVICE_FILES
 
 CLONE_FS = 0x00000200
 CLONE_NEWNS = 0x00020000
@@ -177,58 +190,160 @@ def join_network(path: str, inode: int) -> None:
         os.close(fd)
 
 
+_host_listing = (-1, 0)  # (descriptor of the host's /proc/net/unix, the pid that opened it)
+
+
 def host_sockets_text() -> str:
-    """``/proc/net/unix`` as the calling thread's network namespace lists it."""
-    with open("/proc/thread-self/net/unix", encoding="utf-8", errors="surrogateescape") as listing:
-        return listing.read()
+    """``/proc/net/unix`` of the network namespace the calling thread was in when this process first
+    asked (the worker's own thread: the host's). The file is opened once and read again from its start
+    each time (a ``seq_file`` lists the sockets as they are at each read)."""
+    global _host_listing
+    fd, pid = _host_listing
+    if pid != os.getpid():  # first use, or inherited through fork
+        fd = os.open("/proc/thread-self/net/unix", os.O_RDONLY | os.O_CLOEXEC)
+        _host_listing = (fd, os.getpid())
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 16, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
-_kept: list[int] = []  # this worker's call's mount namespace (see enter)
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
 
 
-def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[str], protected: Iterable[str],
-          hidden: Iterable[str], sockets: Iterable[str]) -> None:
-    """In the confined thread: its own filesystem context, the session's network, the mount view."""
-    unshare(CLONE_FS | (CLONE_NEWNS if mount_view else 0))
-    if netns:
-        join_network(netns, netns_inode)
-    if not mount_view:
-        return
-    cwd = os.getcwd()
-    before = os.stat(".")
-    mount(None, "/", MS_REC | MS_PRIVATE)  # nothing done here propagates to the host
+def _read_only(path: str) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+_host_mounts = -1  # the worker's own mount namespace (opened by host_mount_namespace)
+
+
+def host_mount_namespace() -> int:
+    """A descriptor of the calling thread's mount namespace, opened once per process: call it from the
+    worker's own thread, which never leaves the host's namespace. Close-on-exec: no command has it."""
+    global _host_mounts
+    if _host_mounts < 0:
+        _host_mounts = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    return _host_mounts
+
+
+@dataclass
+class MountView:
+    """A worker's mount namespace for its sandboxed calls, held by a descriptor (close-on-exec)."""
+
+    fd: int
+    writable: tuple[str, ...]
+    hidden: tuple[str, ...]
+    bound: dict[str, tuple[int, int]]  # each writable directory: (device, inode) of what was bound there
+    covers: dict[str, int]  # each hidden directory covered: the device of its tmpfs
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def still_bound(self, host: dict[str, tuple[int, int]]) -> bool:
+        """In the view: each writable directory is the host's one now, on a writable mount. (A bind whose
+        mount point the host renamed or removed is gone from the view: the path then leads to the
+        read-only mount beneath, or to another inode.)"""
+        for path, identity in host.items():
+            try:
+                if self.bound.get(path) != identity or _identity(os.stat(path)) != identity or _read_only(path):
+                    return False
+            except OSError:
+                return False
+        return True
+
+
+def _build_view(writable: Sequence[str], hidden: Sequence[str],
+                host: dict[str, tuple[int, int]]) -> MountView:
+    """In the calling thread (its own filesystem context): a new mount namespace, read-only but for binds
+    of the writable paths."""
+    unshare(CLONE_NEWNS)
+    mount(None, "/", MS_REC | MS_PRIVATE)  # nothing done here propagates to the host, nor from it
     set_read_only("/", True)
     for path in writable:
-        if path.startswith("/dev/"):
-            continue  # device files stay writable on a read-only mount
+        if path in DEVICE_FILES:
+            continue  # device files stay writable on a read-only mount (a directory like /dev/shm does not)
         mount(path, path, MS_BIND | MS_REC)
         set_read_only(path, False)
+    view = MountView(os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC), tuple(writable),
+                     tuple(hidden), {}, {})
+    for path, identity in host.items():  # what the binds lead to, read back
+        view.bound[path] = identity if _identity(os.stat(path)) == identity else (-1, -1)
+    return view
+
+
+def _complete(view: MountView, protected: Iterable[str], hidden: Iterable[str], sockets: Iterable[str]) -> None:
+    """In the view: every protected path that exists on a read-only mount, every hidden directory covered,
+    every listed host socket covered; each missing one is added now."""
     for path in protected:
+        try:
+            if _read_only(path):
+                continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone since it was listed
         mount(path, path, MS_BIND | MS_REC)
         set_read_only(path, True)
     for path in hidden:
-        if os.path.isdir(path):
-            cover(path)
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or view.covers.get(path) == info.st_dev:
+            continue
+        cover(path)
+        view.covers[path] = os.stat(path).st_dev
     for path in sockets:
         try:
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                continue
+                continue  # covered already, or no socket any more
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue  # gone since it was listed, or beyond even this thread's reach (a FUSE mount of a user)
         try:
             mount("/dev/null", path, MS_BIND)
         except FileNotFoundError:
             continue  # gone in between
-    # Held by the worker until it exits (close-on-exec: the command never has it): otherwise the command's
-    # exit would be the last reference, and tearing the namespace down (an RCU grace period) would delay
-    # the moment the call sees it end by milliseconds (bench/bench_sandbox.py).
-    _kept.append(os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC))
-    # The thread's working directory still is the directory on the mount beneath the new bind; the
-    # command must start on the bind (the same directory: device and inode are checked).
+
+
+def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[str], protected: Iterable[str],
+          hidden: Sequence[str], sockets: Iterable[str], view: MountView | None = None,
+          host_mounts: int = -1, host: Mapping[str, tuple[int, int]] | None = None) -> MountView | None:
+    """In the confined thread: its own filesystem context, the session's network, the mount view — ``view``
+    (this worker's, from an earlier call) when it still holds, else a new one. Returns the view the thread
+    is in (the caller keeps it for the next call; it replaces ``view``, which the caller then closes).
+    ``host``: (device, inode) of the writable directories as the host has them now, if the caller has
+    just looked (else they are looked up here)."""
+    unshare(CLONE_FS)
+    if netns:
+        join_network(netns, netns_inode)
+    if not mount_view:
+        return None
+    cwd = os.getcwd()
+    before = os.stat(".")
+    # As the host has them now: the view's binds must lead to the same inodes.
+    dirs = [path for path in writable if path not in DEVICE_FILES]
+    now = {path: host[path] for path in dirs} if host is not None and all(p in host for p in dirs) else {
+        path: _identity(os.stat(path)) for path in dirs}
+    entered = None
+    if view is not None and view.fd >= 0 and view.writable == tuple(writable) and view.hidden == tuple(hidden):
+        _check(_libc.setns(view.fd, CLONE_NEWNS), "setns(mount view)")
+        if view.still_bound(now):
+            entered = view
+        else:  # back to the host's namespace, to build a new view from it
+            _check(_libc.setns(host_mounts, CLONE_NEWNS), "setns(host mounts)")
+    if entered is None:
+        entered = _build_view(writable, hidden, now)
+    _complete(entered, protected, hidden, sockets)
+    # The thread's working directory still is the directory on the mount beneath the new bind (or, after
+    # setns, the view's root); the command must start on the bind (the same directory: device and inode).
     os.chdir(cwd)
     after = os.stat(".")
     if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
         raise OSError(f"the working directory {cwd} changed while the sandbox was built")
+    return entered
 
 
 def listen_in(path: str, inode: int, backlog: int = 64) -> socket.socket:

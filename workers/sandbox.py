@@ -20,6 +20,11 @@ Promises:
   thread drops every capability and sets ``no_new_privs``, so ``execve`` gives none back (not even to
   a command run by root), and the worker makes itself non-dumpable, so nothing in the domain can
   ptrace the worker through the spawning thread during its last microseconds;
+* what does not depend on the call is built by a worker's first sandboxed call and kept for its next
+  ones, never weaker than a fresh build: the Landlock ruleset (built again when a directory of the plan
+  leads to another inode), the compiled seccomp program, and the mount view (checked against the host
+  and completed before each call, :mod:`peon.workers.namespaces`); each call still gets its own thread,
+  Landlock domain and seccomp filter;
 * a :class:`BwrapConfinement` starts ``bwrap`` with the plan's options around the command
   (:func:`~peon.workers.sandbox_plan.bwrap_argv`); the runner's process group, cancel grace, deadline and
   sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command;
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import copy
 import ctypes
 import errno
 import os
@@ -369,12 +375,26 @@ def call_details(status: Mapping[str, Any], *, enabled: bool = True, why_not: st
     return {"active": True, "mode": mode, **status["plan"], "not_enforced": list(status.get("not_enforced", ()))}
 
 
+_last_plan: tuple[dict[str, Any], SandboxPlan] | None = None
+
+
+def plan_of(details: Mapping[str, Any]) -> SandboxPlan:
+    """``SandboxPlan.from_dict(details)``, remembered for the last details read: a worker's calls carry the
+    same approved plan, and comparing it with a copy of the last one costs less than checking it again."""
+    global _last_plan
+    if _last_plan is not None and _last_plan[0] == details:
+        return _last_plan[1]
+    plan = SandboxPlan.from_dict(details)
+    _last_plan = (copy.deepcopy(dict(details)), plan)
+    return plan
+
+
 def result_summary(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What a process result says about its sandbox (None: it ran unsandboxed)."""
     if not details or not details.get("active"):
         return None
     try:
-        plan = SandboxPlan.from_dict(details)
+        plan = plan_of(details)
     except ValueError:
         plan = None
     return {"kind": details["kind"], "abi": details.get("abi") or None, "network": details["network"],
@@ -407,7 +427,7 @@ def confinement_for(ctx: Any, *, enabled: bool = True) -> Confinement | None:
     approved = ctx.approved.get("sandbox") if isinstance(ctx.approved, Mapping) else None
     if isinstance(approved, Mapping) and approved.get("active") is True:
         try:
-            plan = SandboxPlan.from_dict(approved)
+            plan = plan_of(approved)
         except ValueError as exc:
             raise _unavailable(f"the approved sandbox cannot be applied: {exc}") from None
         return LandlockConfinement(plan) if plan.kind == "landlock" else BwrapConfinement(plan, str(ctx.workspace))
@@ -439,17 +459,21 @@ class LandlockConfinement(Confinement):
         self.plan = plan
 
     def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
-        set_dumpable(False)  # for the rest of this worker's life: it serves this one call
+        worker = _worker.mine()
+        if not worker.undumpable:
+            set_dumpable(False)  # for the rest of this worker's life
+            worker.undumpable = True
         close_descriptors_on_exec()
         plan = self.plan
         try:
-            ruleset = build_ruleset(plan)
+            ruleset, identities = prepared_ruleset(plan)
             # Read before the thread joins the session's network: the host's sockets, not the session's.
             sockets = (host_socket_paths(namespaces.host_sockets_text())
                        if plan.mount_view and not plan.network else [])
-            protected = (protected_paths(plan.writable, plan.protected, os.path.realpath, os.path.lexists)
+            protected = (protected_paths(plan.writable, plan.protected, resolve, exists)
                          if plan.mount_view else [])
             syscalls = syscall_filter.build(seccomp_rules(plan)) if plan.seccomp else None
+            host_mounts = namespaces.host_mount_namespace() if plan.mount_view else -1
         except (OSError, ValueError, RuntimeError) as exc:
             raise _unavailable(f"the Landlock sandbox could not be built: {exc}") from None
         outcome: list[Any] = []
@@ -460,9 +484,13 @@ class LandlockConfinement(Confinement):
             try:
                 try:
                     if plan.mount_view or plan.netns:
-                        namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode, mount_view=plan.mount_view,
-                                         writable=plan.writable, protected=protected, hidden=plan.hidden,
-                                         sockets=sockets)
+                        kept = worker.views.get(plan)
+                        view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
+                                                mount_view=plan.mount_view, writable=plan.writable,
+                                                protected=protected, hidden=plan.hidden, sockets=sockets,
+                                                view=kept, host_mounts=host_mounts, host=identities)
+                        if view is not None and view is not kept:
+                            worker.keep_view(plan, view)
                     drop_capabilities()
                     ruleset.restrict_current_thread()
                     if syscalls is not None:
@@ -478,23 +506,113 @@ class LandlockConfinement(Confinement):
 
         # A bare thread and one lock: threading.Thread's start-up handshake and join would add wake-ups
         # of each thread per call, which a loaded machine makes cost milliseconds (bench/bench_sandbox.py).
-        try:
-            _thread.start_new_thread(confined, ())
-            done.acquire()
-        finally:
-            ruleset.close()
+        _thread.start_new_thread(confined, ())
+        done.acquire()
         result = outcome[0] if outcome else _unavailable("the sandboxed start ended without a result")
         if isinstance(result, BaseException):
             raise result
         return int(result)
 
 
+class _WorkerSandbox:
+    """What this worker keeps from one sandboxed call to the next: each plan's Landlock ruleset (with the
+    inodes its rules were made on) and mount view. A forked child starts without them (``pid``)."""
+
+    MAX_KEPT = 4  # of each: a session has one plan, two with an agent adapter's
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.undumpable = False
+        self.rulesets: dict[SandboxPlan, tuple[ll.Ruleset, tuple[tuple[int, int], ...]]] = {}
+        # Per plan, not per set of writable paths: a view carries its plan's protected binds and socket
+        # covers, which another plan's call must not get either.
+        self.views: dict[SandboxPlan, namespaces.MountView] = {}
+
+    def mine(self) -> _WorkerSandbox:
+        if self.pid != os.getpid():  # inherited through fork: the parent's descriptors are not ours to use
+            self.pid, self.rulesets, self.views, self.undumpable = os.getpid(), {}, {}, False
+        return self
+
+    def keep_view(self, key: SandboxPlan, view: namespaces.MountView) -> None:
+        """Keep ``view`` for ``key``, closing the one it replaces (or the oldest, beyond MAX_KEPT)."""
+        old = self.views.pop(key, None)
+        if old is not None:
+            old.close()
+        while len(self.views) >= self.MAX_KEPT:
+            self.views.pop(next(iter(self.views))).close()
+        self.views[key] = view
+
+
+_worker = _WorkerSandbox()
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` names anything, a dangling link included (``os.path.lexists`` without raising and
+    catching an exception for each missing path)."""
+    return os.access(path, os.F_OK, follow_symlinks=False)
+
+
+def resolve(path: str) -> str:
+    """``os.path.realpath`` of an existing path by the kernel: the path of an ``O_PATH`` descriptor of it
+    (one lookup instead of an ``lstat`` per component); ``os.path.realpath`` where that cannot say."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = ""
+    finally:
+        os.close(fd)
+    return real if real.startswith("/") and not real.endswith(" (deleted)") else os.path.realpath(path)
+
+
+def _identities(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    return tuple((info.st_dev, info.st_ino) for info in map(os.stat, paths))
+
+
+Identities = dict[str, tuple[int, int]]  # path -> (device, inode)
+
+
+def prepared_ruleset(plan: SandboxPlan) -> tuple[ll.Ruleset, Identities]:
+    """The plan's ruleset, built once per worker and used again while every directory of the plan still
+    leads to the inode its rule was made on (a rule is on an inode: the same inodes, the same
+    confinement); when one does not, it is built again (:func:`build_ruleset`, which fails if a path was
+    replaced by a link). The device files Peon allows are not looked at again: one replaced since would only be
+    unwritable (its rule is on the old inode), never a way around the rules. Also returns what each
+    directory leads to now (the mount view checks its binds against it)."""
+    worker = _worker.mine()
+    paths = tuple(dict.fromkeys((*plan.readable, *plan.writable)))
+    checked = [p for p in paths if p not in DEVICE_FILES]
+    cached = worker.rulesets.get(plan)
+    if cached is not None:
+        try:
+            now = _identities(checked)
+            if now == cached[1]:
+                return cached[0], dict(zip(checked, now, strict=True))
+        except OSError:
+            pass
+        cached[0].close()
+        del worker.rulesets[plan]
+    ruleset, identities = _build_ruleset(plan, paths)
+    while len(worker.rulesets) >= _WorkerSandbox.MAX_KEPT:
+        worker.rulesets.pop(next(iter(worker.rulesets)))[0].close()
+    worker.rulesets[plan] = (ruleset, identities)
+    return ruleset, dict(zip(checked, identities, strict=True))
+
+
 def build_ruleset(plan: SandboxPlan) -> ll.Ruleset:
     """The plan's ruleset, each rule on the very path that was approved: the paths were resolved when the
     session started, so one that now leads elsewhere was replaced since, and building fails."""
-    opened = {path: open_exactly(path) for path in dict.fromkeys((*plan.readable, *plan.writable))}
+    return _build_ruleset(plan, tuple(dict.fromkeys((*plan.readable, *plan.writable))))[0]
+
+
+def _build_ruleset(plan: SandboxPlan, paths: Sequence[str]) -> tuple[ll.Ruleset, tuple[tuple[int, int], ...]]:
+    opened = {path: open_exactly(path) for path in paths}
     try:
-        directories = {path for path, fd in opened.items() if stat.S_ISDIR(os.fstat(fd).st_mode)}
+        infos = {path: os.fstat(fd) for path, fd in opened.items()}
+        directories = {path for path, info in infos.items() if stat.S_ISDIR(info.st_mode)}
         rules = landlock_rules(plan, directories)
         ruleset = ll.Ruleset(plan.abi, rules.handled_fs, rules.handled_net, rules.scoped)
         try:
@@ -503,7 +621,7 @@ def build_ruleset(plan: SandboxPlan) -> ll.Ruleset:
         except OSError:
             ruleset.close()
             raise
-        return ruleset
+        return ruleset, tuple((infos[p].st_dev, infos[p].st_ino) for p in paths if p not in DEVICE_FILES)
     finally:
         for fd in opened.values():
             os.close(fd)

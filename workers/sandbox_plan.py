@@ -24,6 +24,7 @@ Promises:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -190,8 +191,17 @@ class LandlockRules:
 
 def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) -> LandlockRules:
     """The ruleset for ``plan`` at its ABI; ``directories`` says which of its paths are directories
-    (a rule on a file may only carry the rights that apply to files)."""
+    (a rule on a file may only carry the rights that apply to files).
+
+    With the mount view, Landlock leaves to it what it enforces alike, since each right Landlock handles
+    costs every ``open`` of the command a walk up the file's path: ``truncate(2)`` (the view's read-only
+    mounts refuse it outside the writable paths, ``EROFS``) and, when everything is readable, reading and
+    executing (a grant of them on ``/`` covers every path of the view)."""
     fs = ll.fs_rights(plan.abi)
+    if plan.mount_view:
+        fs &= ~ll.FS_TRUNCATE
+        if plan.readable == ("/",):
+            fs &= ~ll.FS_READ
     # With the session's network namespace the command has only its own loopback: TCP there is its own.
     net = 0 if plan.network or plan.netns or plan.abi < ll.NET_ABI else ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
     scoped = 0
@@ -204,7 +214,7 @@ def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) ->
 
     grants = [(path, for_path(path, ll.FS_READ & fs)) for path in plan.readable]
     grants += [(path, for_path(path, fs)) for path in plan.writable]
-    return LandlockRules(fs, net, scoped, tuple(grants))
+    return LandlockRules(fs, net, scoped, tuple((path, rights) for path, rights in grants if rights))
 
 
 # -- bubblewrap ------------------------------------------------------------------------------------
@@ -246,20 +256,24 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+@functools.lru_cache(maxsize=8)  # one plan's, looked up on every call
+def protected_candidates(writable: tuple[str, ...],
+                         protected: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The writable directories (device files left out), and each protected path beneath each of them."""
+    roots = tuple(w for w in writable if not w.startswith("/dev/"))
+    return roots, tuple(f"{root.rstrip('/')}/{entry}" for root in roots for entry in protected)
+
+
 def protected_paths(writable: Iterable[str], protected: Iterable[str], realpath: Any, exists: Any) -> list[str]:
     """The existing protected paths beneath the writable directories, resolved, that stay inside one of
     them (a link leading elsewhere leads to something read-only already). ``realpath`` and ``exists`` are
     the I/O, passed in."""
-    roots = [w for w in writable if not w.startswith("/dev/")]
+    roots, candidates = protected_candidates(tuple(writable), tuple(protected))
     out: list[str] = []
-    for root in roots:
-        for entry in protected:
-            candidate = f"{root.rstrip('/')}/{entry}"
-            if not exists(candidate):
-                continue
-            real = realpath(candidate)
-            if any(inside(real, r) for r in roots) and real not in out:
-                out.append(real)
+    for candidate in filter(exists, candidates):
+        real = realpath(candidate)
+        if any(inside(real, r) for r in roots) and real not in out:
+            out.append(real)
     return out
 
 
