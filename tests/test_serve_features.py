@@ -147,6 +147,44 @@ def test_an_expired_session_stops_its_jobs(leftovers, workspace, tmp_path):
         assert server.stop() == 0
 
 
+def test_a_deleted_sessions_jobs_are_stopped_by_the_server_without_asking_anyone(leftovers, workspace, tmp_path):
+    """With ``process = "ask"``, the server's own stops of a deleted session's jobs are approved by the server:
+    they are never put to a client (the one that started the job is gone), so the job ends and the next
+    client's calls do not wait behind questions nobody can answer."""
+    import time
+
+    import peon
+    from peon.serve.calls import REGISTRATION_WAIT_SECONDS
+    from serve_support import ServeProcess, serve_env
+
+    config = tmp_path / "ask.toml"
+    config.write_text('[approval]\nprocess = "ask"\n')
+    server = ServeProcess(workspace, serve_env(leftovers, tmp_path), tmp_path, "--config", str(config))
+    asked: list[str] = []
+
+    def approver(request):
+        asked.append(request["tool"])
+        return "allow_once"
+
+    try:
+        url, pid_file = f"http://127.0.0.1:{server.port}/mcp", workspace / "job.pid"
+        with peon.RemoteSession(url, approver=approver, protocol="2025-11-25") as first:
+            assert first.call("bash", {"command": "true"}).ok  # a foreground job: it has ended already
+            started = first.call("bash", {"command": f"echo $$ > {pid_file}; exec sleep 300", "background": True})
+            assert started.ok, started.error
+            assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30)
+            pid = int(pid_file.read_text())
+        # DELETE ended the session: its running job is stopped, with no question to anyone.
+        assert wait_for(lambda: not living([pid]), 30), "the job outlived its deleted session"
+        with peon.RemoteSession(url, approver=approver, protocol="2026-07-28") as second:
+            sent = time.monotonic()
+            assert second.call("bash", {"command": "true"}).ok
+            assert time.monotonic() - sent < REGISTRATION_WAIT_SECONDS  # not queued behind an unanswerable question
+        assert asked == ["bash", "bash", "bash"], asked
+    finally:
+        assert server.stop() == 0
+
+
 def test_prompts_follow_the_skills_a_new_supervisor_discovers(leftovers, workspace, tmp_path):
     import os
     import re

@@ -24,7 +24,8 @@ Promises:
   2026-07-28 requests as one owner): ``job_output``, ``job_stop``, ``job_list``, ``job://`` resources and
   their completion see only the caller's jobs (another's is ``unknown_job``, as if it did not exist),
   and ending or expiring the session stops its running jobs; the session's own later requests, on any
-  HTTP connection, keep them;
+  HTTP connection, keep them. Those stops are the server's own decision: approved by it (and audited as
+  such), never put to a client that is gone, and only of the jobs that were started in the background;
 * session callbacks arrive on session threads and are moved onto the event loop; nothing here blocks
   the loop on the session (submits and restarts run in worker threads).
 
@@ -38,6 +39,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import json
 import logging
 import secrets
 import threading
@@ -212,6 +214,9 @@ class CallRouter:
         self.catalog = p.Catalog.of(session.info, session.tools())
         self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.job_owners: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self.background_jobs: set[str] = set()  # among job_owners: started in the background
+        self._ending_jobs: set[str] = set()  # being stopped by the server: their session ended
+        self._ending_lock = threading.Lock()  # the approver reads _ending_jobs on a session thread
         self._registered = asyncio.Condition()
         self._ids = itertools.count(1)
         self._restart_lock = threading.Lock()
@@ -404,8 +409,11 @@ class CallRouter:
         if isinstance(job_id, str) and call.name not in JOB_TOOLS:
             self.job_owners[job_id] = owner
             self.job_owners.move_to_end(job_id)
+            if result.value.get("background") is True:
+                self.background_jobs.add(job_id)
             while len(self.job_owners) > MAX_OWNED_JOBS:
-                self.job_owners.popitem(last=False)
+                forgotten, _ = self.job_owners.popitem(last=False)
+                self.background_jobs.discard(forgotten)
         if call.name == "job_list":
             jobs = [job for job in result.value.get("jobs") or ()
                     if self.job_owners.get(str(job.get("job_id"))) == owner]
@@ -417,15 +425,32 @@ class CallRouter:
         """Stop the jobs a session started (its end or expiry), from a worker thread like every submit; the
         stops are audited like any call (one of a job that already ended changes nothing)."""
         owned = [job_id for job_id, job_owner in self.job_owners.items() if job_owner == owner]
+        running = [job_id for job_id in owned if job_id in self.background_jobs]  # a foreground call's has ended
         for job_id in owned:
             del self.job_owners[job_id]
-        if owned:
-            self.loop.run_in_executor(None, self._submit_stops, owned)
+            self.background_jobs.discard(job_id)
+        if running:
+            with self._ending_lock:
+                self._ending_jobs.update(running)
+            self.loop.run_in_executor(None, self._submit_stops, running)
 
     def _submit_stops(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
             with contextlib.suppress(Exception):  # a closed session has stopped every job already
-                self.session.submit("job_stop", {"job_id": job_id})
+                self.session.submit("job_stop", {"job_id": job_id}).result()
+            with self._ending_lock:
+                self._ending_jobs.discard(job_id)
+
+    def _own_stop(self, request: dict[str, Any]) -> bool:
+        """Whether ``request`` asks about a ``job_stop`` this server submitted because the job's session ended."""
+        if request.get("tool") != "job_stop":
+            return False
+        try:
+            job_id = json.loads(str(request.get("canonical_input", "")))["job_id"]
+        except (ValueError, TypeError, KeyError):
+            return False
+        with self._ending_lock:
+            return isinstance(job_id, str) and job_id in self._ending_jobs
 
     def _log(self, call: Call, event: tuple[Any, dict[str, Any]] | None) -> None:
         """A log message about ``call``, on its stream, when its session asked for that level."""
@@ -522,6 +547,8 @@ class CallRouter:
 
     def approver(self, request: dict[str, Any]) -> dict[str, Any]:
         """The session's approver (runs on a session thread): ask the client through the call's request."""
+        if self._own_stop(request):  # nobody to ask: the client that started the job is gone
+            return {"decision": "allow_once", "reason": "the MCP session that started the job ended"}
         try:
             future = asyncio.run_coroutine_threadsafe(self._ask(request), self.loop)
         except RuntimeError:
