@@ -90,6 +90,20 @@ def stderr_until(capfd, text: str, timeout: float = 10.0) -> str:
     return "".join(seen)
 
 
+def job_output_until(session, job_id: str, needle: str, timeout: float = 20.0) -> str:
+    """Everything a job wrote until ``needle`` appears, or it ended (job_output with wait_seconds, no sleeps)."""
+    text, offset, left = "", 0, timeout
+    while needle not in text and left > 0:
+        r = session.call("job_output", {"job_id": job_id, "offset": offset, "wait_seconds": 2})
+        assert r.ok, r.error
+        text += r.value["output"]
+        offset = r.value["next_offset"]
+        if r.value["state"] != "running":
+            break
+        left -= 2
+    return text
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02):
     """``predicate()``'s first true value, polled until ``timeout`` (a hang guard, not a speed claim);
     its last value when time runs out, so the caller's assert shows what was seen."""

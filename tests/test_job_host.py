@@ -6,6 +6,7 @@ stopped ending its jobs failed with the reason, and nothing left when the sessio
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import CGROUP_SUPPORT
-from helpers import living, wait_for
+from helpers import job_output_until, living, wait_for
 from peon.workers import proctree
 
 pytestmark = pytest.mark.skipif(not CGROUP_SUPPORT.available, reason="the job host runs jobs in cgroup containment")
@@ -43,17 +44,7 @@ def start(session, command: str, **args) -> str:
     return str(r.value["job_id"])
 
 
-def output_until(session, job: str, needle: str, timeout: float = 30.0) -> str:
-    text, offset, left = "", 0, timeout
-    while needle not in text and left > 0:
-        r = session.call("job_output", {"job_id": job, "offset": offset, "wait_seconds": 2})
-        assert r.ok, r.error
-        text += r.value["output"]
-        offset = r.value["next_offset"]
-        if r.value["state"] != "running":
-            break
-        left -= 2
-    return text
+output_until = functools.partial(job_output_until, timeout=30.0)
 
 
 def job_state(session, job: str) -> dict:

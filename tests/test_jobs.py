@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import peon
-from helpers import ALLOW_ALL, Leftovers, living, wait_for
+from helpers import ALLOW_ALL, Leftovers, job_output_until, living, wait_for
 from peon.supervisor.jobs import JobRecord, JobTable
 
 
@@ -44,21 +44,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def read_until(session, job_id: str, needle: str, timeout: float = 20.0) -> str:
-    """Everything a job wrote until ``needle`` appears (job_output with wait_seconds, no sleeps)."""
-    text, offset = "", 0
-    deadline = timeout
-    while needle not in text and deadline > 0:
-        r = session.call("job_output", {"job_id": job_id, "offset": offset, "wait_seconds": 2})
-        assert r.ok, r.error
-        text += r.value["output"]
-        offset = r.value["next_offset"]
-        if r.value["state"] != "running":
-            break
-        deadline -= 2
-    return text
-
-
 def seq_offset(n: int) -> int:
     """The byte offset of the line ``n`` in the output of ``seq 1 ...``."""
     offset, width, low = 0, 1, 1
@@ -78,7 +63,7 @@ def test_a_background_server_answers_a_later_call_and_job_stop_leaves_nothing(sh
     value = started.value
     assert value["background"] is True and value["state"] == "running" and value["job_id"].startswith("job-")
     job = value["job_id"]
-    text = read_until(session, job, "Serving HTTP")
+    text = job_output_until(session, job, "Serving HTTP")
     assert "Serving HTTP" in text, text
     server_pid = int(text.split("pid ", 1)[1].split()[0])
     assert living([server_pid])
@@ -277,7 +262,7 @@ def test_jobs_end_with_their_session_and_the_cap_is_an_error(open_session):
     session = open_session({"jobs": {"max_running": 1}})
     first = session.call("bash", {"command": "echo pid $$; exec sleep 300", "background": True})
     assert first.ok
-    pid = int(read_until(session, first.value["job_id"], "pid").split()[1])
+    pid = int(job_output_until(session, first.value["job_id"], "pid").split()[1])
     second = session.call("bash", {"command": "sleep 300", "background": True})
     assert not second.ok and second.error.code == "job_limit_reached"
     assert "jobs.max_running is 1" in second.error.message
@@ -288,7 +273,7 @@ def test_jobs_end_with_their_session_and_the_cap_is_an_error(open_session):
 def test_jobs_die_with_a_killed_supervisor(open_session, containment):
     session = open_session({"runtime": {"containment": containment}})
     job = session.call("bash", {"command": "echo pid $$; exec sleep 300", "background": True}).value["job_id"]
-    pid = int(read_until(session, job, "pid").split()[1])
+    pid = int(job_output_until(session, job, "pid").split()[1])
     os.kill(session.supervisor_pid, signal.SIGKILL)
     assert wait_for(lambda: not living([pid]), timeout=15), f"job process {pid} outlived its supervisor"
 
