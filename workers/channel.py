@@ -197,6 +197,14 @@ class FrameChannel(_Socket):
                 self._broken = ChannelError(str(exc))
         return self._pending.popleft()
 
+    async def recv_or_end(self) -> bytes | None:
+        """The next frame's payload, or None once the stream ended or broke: a worker's channel carries its
+        supervisor's word, and a channel that cannot be read any more means the same as one that closed."""
+        try:
+            return await self.recv()
+        except Exception:
+            return None
+
     async def send(self, payload: bytes) -> None:
         if len(payload) > self.max_message_bytes:
             raise ValueError(f"a message of {len(payload)} bytes exceeds the channel bound "

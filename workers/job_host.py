@@ -281,10 +281,7 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
     asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, REAPER.reap)
     try:
         while True:
-            try:
-                data = await channel.recv()
-            except Exception:
-                data = None
+            data = await channel.recv_or_end()
             if data is None:
                 break
             try:

@@ -281,10 +281,7 @@ async def _next_call(channel: FrameChannel) -> bytes | None:
     crossed the previous result is stale and skipped; anything else is not the supervisor's and ends
     the worker."""
     while True:
-        try:
-            data = await channel.recv()
-        except Exception:
-            return None
+        data = await channel.recv_or_end()
         if data is None:
             return None
         try:
@@ -521,10 +518,7 @@ class _OutputStream:
 
 async def _listen(channel: FrameChannel, token: CancelToken) -> None:
     while True:
-        try:
-            data = await channel.recv()
-        except Exception:
-            data = None
+        data = await channel.recv_or_end()
         if data is None:
             token.cancel("the supervisor went away")
             return
