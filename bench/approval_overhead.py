@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peon.config import load_config
-from peon.policy import ApprovalPolicy, ApprovalRequest, Decision
-from peon.rules import GitFacts, ShellFacts
-from peon.shell import MAX_COMMAND_BYTES, _analyze_cached, analyze
-from peon.tool import ToolRisk
+from peon.client.config import load_config
+from peon.approval.policy import ApprovalPolicy, ApprovalRequest, Decision
+from peon.approval.rules import GitFacts, ShellFacts
+from peon.approval.shell import MAX_COMMAND_BYTES, _analyze_cached, analyze
+from peon.core.tool import ToolRisk
 from peon.supervisor.audit import AuditLog, decision_entry
 from peon.supervisor.facts import gather
 from peon.supervisor.grants import GrantStore

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peon.tools import launch
-from peon.tools.agent import resolve_executable
+from peon.tools.shared import launch
+from peon.tools.shared.agent import resolve_executable
 
 
 def median_ms(fn: Callable[[], object], calls: int, before: Callable[[], None] = lambda: None) -> float:

@@ -36,7 +36,7 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
    worker per call of its own, back to back and apart.
 
    Why calls apart cost what they do: the same work done in this process back to back and after
-   10 ms idle (``--idle-rounds``) — the admission of the read (``peon.admission.admit``: validate,
+   10 ms idle (``--idle-rounds``) — the admission of the read (``peon.approval.admission.admit``: validate,
    rate, ask the policy), the read done by the tool's own code, and a start of ``/bin/cat``. On a
    machine whose caches go cold while a CPU idles, Python code that touches many objects slows down
    far more than a process start does, and a call through Peon runs such code in three processes. A
@@ -67,14 +67,14 @@ import bare_worker
 import psutil
 from figures import record
 from rhythm import apart, back_to_back
-from peon.admission import admit
-from peon.config import load_config
-from peon.configview import ResolvedConfig
-from peon.paths import parse_file_path
-from peon.policy import ApprovalPolicy
-from peon.tool import SessionView
+from peon.approval.admission import admit
+from peon.client.config import load_config
+from peon.core.config_view import ResolvedConfig
+from peon.core.paths import parse_file_path
+from peon.approval.policy import ApprovalPolicy
+from peon.core.tool import SessionView
 from peon.tools import BUILTIN_TOOLS
-from peon.validation import load_validator
+from peon.approval.validation import load_validator
 from peon.tools.read import SHA256_MAX_FILE_BYTES, read_file
 from peon.workers import fs
 

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
-from peon.search import rg_base_argv
+from peon.tools.shared.search import rg_base_argv
 from peon.tools.grep import rg_executable
 
 # read_max_bytes: the read + write side reads the whole 1 MiB file in one call

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from peon.tool import Tool, ToolContext, ToolRisk
+from peon.core.tool import Tool, ToolContext, ToolRisk
 
 
 class NoopTool(Tool):

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import approvers as approvers
-    from .aio import AsyncSession as AsyncSession
-    from .cancel import CancelToken as CancelToken, Deadline as Deadline
-    from .errors import (
+    from .client.aio import AsyncSession as AsyncSession
+    from .core.cancel import CancelToken as CancelToken, Deadline as Deadline
+    from .core.errors import (
         ConfigError as ConfigError,
         ErrorCode as ErrorCode,
         PeonError as PeonError,
@@ -29,29 +29,30 @@ if TYPE_CHECKING:
         SessionError as SessionError,
         ToolError as ToolError,
     )
-    from .remote import (
+    from .client.remote import (
         AsyncRemoteSession as AsyncRemoteSession,
         RemoteCallHandle as RemoteCallHandle,
         RemoteSession as RemoteSession,
     )
-    from .result import ErrorInfo as ErrorInfo, ToolResult as ToolResult
-    from .session import CallHandle as CallHandle, Session as Session
-    from .tool import (
+    from .client.result import ErrorInfo as ErrorInfo, ToolResult as ToolResult
+    from .client.session import CallHandle as CallHandle, Session as Session
+    from .core.tool import (
         RiskAssessment as RiskAssessment,
         SessionView as SessionView,
         Tool as Tool,
         ToolContext as ToolContext,
     )
-    from .risk import ToolRisk as ToolRisk
+    from .core.risk import ToolRisk as ToolRisk
 
 _EXPORTS = {
-    "AsyncSession": "aio", "CallHandle": "session", "Session": "session",
-    "AsyncRemoteSession": "remote", "RemoteCallHandle": "remote", "RemoteSession": "remote",
-    "CancelToken": "cancel", "Deadline": "cancel",
-    "ConfigError": "errors", "ErrorCode": "errors", "PeonError": "errors", "RegistrationError": "errors",
-    "SessionError": "errors", "ToolError": "errors",
-    "ErrorInfo": "result", "ToolResult": "result",
-    "RiskAssessment": "tool", "SessionView": "tool", "Tool": "tool", "ToolContext": "tool", "ToolRisk": "risk",
+    "AsyncSession": "client.aio", "CallHandle": "client.session", "Session": "client.session",
+    "AsyncRemoteSession": "client.remote", "RemoteCallHandle": "client.remote", "RemoteSession": "client.remote",
+    "CancelToken": "core.cancel", "Deadline": "core.cancel",
+    "ConfigError": "core.errors", "ErrorCode": "core.errors", "PeonError": "core.errors",
+    "RegistrationError": "core.errors", "SessionError": "core.errors", "ToolError": "core.errors",
+    "ErrorInfo": "client.result", "ToolResult": "client.result",
+    "RiskAssessment": "core.tool", "SessionView": "core.tool", "Tool": "core.tool", "ToolContext": "core.tool",
+    "ToolRisk": "core.risk",
 }
 
 __all__ = [

@@ -27,8 +27,8 @@ import unicodedata
 from typing import Any, TextIO
 from collections.abc import Callable, Iterable, Mapping
 
-from .tool import RISK_NAMES
-from .shorten import shorten_counted
+from peon.core.tool import RISK_NAMES
+from peon.core.text import shorten_counted
 
 RISKS = RISK_NAMES
 

@@ -20,7 +20,7 @@ Promises:
   Peon killed the call's processes (``peon.kill.reason``: ``deadline``, ``cancel``, ``limit``);
 * a call carries its span's context to the session (:meth:`CallTrace.traceparent`), and ``bash``'s commands
   and the agent adapters' agents get it as ``TRACEPARENT``/``TRACESTATE``
-  (:func:`peon.environment.command_environment`);
+  (:func:`peon.core.environment.command_environment`);
 * metrics through the OTel API carry the Prometheus series' names and closed label sets.
 
 A span never carries arguments, output or file content: only the tool, ids, codes and decisions.
@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from peon.result import ToolResult
+from peon.client.result import ToolResult
 
 TRACER_NAME = "peon"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

@@ -4,6 +4,6 @@ Promise: running the package runs :func:`peon.supervisor.service.main` and nothi
 (:class:`peon.Session`) starts it this way, so no other code imports the supervisor.
 """
 
-from .service import main
+from peon.supervisor.service import main
 
 main()

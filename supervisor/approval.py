@@ -1,6 +1,6 @@
 """The supervisor's approval hook: what the service asks to decide a call (see :mod:`peon.supervisor.gate`).
 
-Promise: the service depends only on this protocol; the pure policy it applies is :mod:`peon.policy`.
+Promise: the service depends only on this protocol; the pure policy it applies is :mod:`peon.approval.policy`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from peon.policy import ApprovalRequest, Decision, Verdict
+from peon.approval.policy import ApprovalRequest, Decision, Verdict
 
 
 class ApprovalHook(Protocol):

@@ -33,7 +33,7 @@ Promises:
 * a failure to write a result line is reported on stderr and does not fail the call it describes
   (the call has already run); a decision line that cannot be written refuses the call. Anything but a
   regular file at ``audit.jsonl`` (a FIFO, a device, a symbolic link) is such a failure, found without
-  opening it (:mod:`peon.statefile`), never a hang or a write through a link.
+  opening it (:mod:`peon.core.statefile`), never a hang or a write through a link.
 
 :func:`audit_entry` is pure; :class:`AuditLog` does the file work.
 """
@@ -50,12 +50,12 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
-from peon.policy import ApprovalRequest, Decision
-from peon.shorten import shorten_counted
-from peon.statefile import RefusedFile, open_for_append, regular_status
-from peon.validation import canonical_json
+from peon.approval.policy import ApprovalRequest, Decision
+from peon.core.text import shorten_counted
+from peon.core.statefile import RefusedFile, open_for_append, regular_status
+from peon.approval.validation import canonical_json
 
-from .grants import input_digest
+from peon.supervisor.grants import input_digest
 
 FILE_NAME = "audit.jsonl"
 DROPPING_SUFFIX = ".dropping"  # the oldest backup while a rotation runs: removed once it succeeded
@@ -106,7 +106,7 @@ def audit_entry(*, session_id: str, call_id: str, tool: str, args: Any, request:
 
 
 def job_entry(*, event: str, session_id: str, job: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """A ``job_started`` or ``job_ended`` line; ``job`` is :meth:`peon.jobs.JobInfo.to_dict` plus ``call_id``."""
+    """A ``job_started`` or ``job_ended`` line; ``job`` is :meth:`peon.core.jobs.JobInfo.to_dict` plus ``call_id``."""
     entry: dict[str, Any] = {"event": event, "time": _timestamp(now), "session_id": session_id,
                              "call_id": job.get("call_id"), "tool": job.get("tool"), "job_id": job.get("job_id"),
                              "command": _shorten(job.get("command"))}

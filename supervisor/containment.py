@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from peon.errors import ConfigError
+from peon.core.errors import ConfigError
 from peon.workers import cgroup, proctree
 from peon.workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
 from peon.workers.reaper import REAPER

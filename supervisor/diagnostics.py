@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from peon.threads import helper_thread
+from peon.core.threads import helper_thread
 
 BUFFER_BYTES = 256 * 1024
 READ_BYTES = 64 * 1024

@@ -2,7 +2,7 @@
 
 Promises:
 
-* :func:`gather` answers exactly the :class:`~peon.rules.Questions` asked and nothing else, reading
+* :func:`gather` answers exactly the :class:`~peon.approval.rules.Questions` asked and nothing else, reading
   only small regular files (opened non-blocking, at most :data:`MAX_FILE_BYTES`), so a FIFO, a device
   or a huge file planted in the workspace cannot hang or flood the supervisor;
 * anything it cannot establish is answered "unsafe" (a path that does not resolve inside the
@@ -12,7 +12,7 @@ Promises:
   decoy never hides the repository above it; submodules' configurations are read too; includes are
   followed within a budget of files and bytes (past it: a problem), so no file fans out into many;
 * when the call runs in the OS sandbox, only files beneath the paths the sandbox lets the command read
-  are read (:attr:`~peon.rules.Questions.readable`): what the command cannot read cannot steer it, and
+  are read (:attr:`~peon.approval.rules.Questions.readable`): what the command cannot read cannot steer it, and
   the supervisor reads nothing on its behalf it could not.
 """
 
@@ -24,8 +24,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from peon.gitconfig import parse_git_config
-from peon.rules import GitFacts, Questions, ShellFacts, git_key_runs_program
+from peon.approval.gitconfig import parse_git_config
+from peon.approval.rules import GitFacts, Questions, ShellFacts, git_key_runs_program
 
 MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 10

@@ -63,14 +63,14 @@ from multiprocessing import reduction, resource_tracker, spawn, util
 from typing import Any, TypeVar
 from collections.abc import Callable, Sequence
 
-from peon.framing import encode_json
+from peon.core.framing import encode_json
 from peon.workers import forkserver as worker_forkserver
 from peon.workers import proctree
 from peon.workers.channel import socket_of
 from peon.workers.reaper import REAPER
 from peon.workers.worker import InheritedFd, WorkerStart, serve
 
-from .containment import Containment, WorkerSlot
+from peon.supervisor.containment import Containment, WorkerSlot
 
 START_TIMEOUT_SECONDS = 10.0  # starting one worker, unless limits.worker_start_seconds says otherwise
 # The forkserver gets the session in its environment (read once, shared by every worker it forks)

@@ -2,7 +2,7 @@
 
 Promises:
 
-* per call, in order: the policy's ``deny`` or ``allow`` (its :class:`~peon.policy.Verdict`) stands;
+* per call, in order: the policy's ``deny`` or ``allow`` (its :class:`~peon.approval.policy.Verdict`) stands;
   an ``ask`` is answered by a matching session grant, else by the session's approver;
 * the gate fails closed: no approver connected, the request cannot be sent, no answer within
   ``limits.approval_timeout_seconds``, or a malformed answer — each is a denial saying so
@@ -19,9 +19,9 @@ import uuid
 from typing import Any
 from collections.abc import Awaitable, Callable
 
-from peon.policy import SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, Verdict, parse_answer
-from peon.rules import NO_FACTS, ShellFacts
-from .grants import GrantStore
+from peon.approval.policy import SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, Verdict, parse_answer
+from peon.approval.rules import NO_FACTS, ShellFacts
+from peon.supervisor.grants import GrantStore
 
 Send = Callable[[dict], Awaitable[Any]]
 

@@ -13,7 +13,7 @@ Promises:
 * an unreadable or corrupt file is reported on stderr and treated as no grants (fail closed: the user
   is asked again), never as a crash or a hang: anything but a regular file at ``grants.json`` (a FIFO,
   a device, a directory, a symbolic link) is refused without being opened for reading
-  (:mod:`peon.statefile`), a file over :data:`MAX_FILE_BYTES` is not read, and JSON nested too deeply
+  (:mod:`peon.core.statefile`), a file over :data:`MAX_FILE_BYTES` is not read, and JSON nested too deeply
   to decode counts as corrupt.
 
 Grants only answer calls the policy would *ask* about: a ``deny`` is never overridden by a grant.
@@ -30,9 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from peon.policy import SCOPES, ApprovalRequest, Scope
-from peon.shorten import shorten
-from peon.statefile import RefusedFile, check_json_depth, read_regular_file
+from peon.approval.policy import SCOPES, ApprovalRequest, Scope
+from peon.core.text import shorten
+from peon.core.statefile import RefusedFile, check_json_depth, read_regular_file
 
 FILE_NAME = "grants.json"
 FORMAT_VERSION = 1

@@ -4,9 +4,9 @@ background jobs among them — supervised children with a lifetime, owned here.
 Promises:
 
 * every such call is a job with a session-unique id (``job-1``, ``job-2``...); what its command writes
-  goes, in order, into the output store (:class:`peon.output_store.OutputStore`, bounded by
+  goes, in order, into the output store (:class:`peon.core.output.store.OutputStore`, bounded by
   ``jobs.output_buffer_bytes`` per job and ``jobs.session_output_bytes`` per session, the oldest
-  evicted first; a job's output past :data:`peon.output_store.SPILL_BYTES` is kept in an unnamed
+  evicted first; a job's output past :data:`peon.core.output.store.SPILL_BYTES` is kept in an unnamed
   file in the session's state directory, not in this process's memory); an ``output`` message whose
   offset is not the next byte is a protocol error (the worker is killed);
 * a background job runs through the pool (:meth:`peon.supervisor.pool.WorkerPool.run`: in the session's
@@ -37,9 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from peon.errors import ErrorCode, ToolError
-from peon.jobs import JobInfo, JobState
-from peon.output_store import OutputRing, OutputStore, Page, open_spill_file
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.jobs import JobInfo, JobState
+from peon.core.output.store import OutputRing, OutputStore, Page, open_spill_file
 from peon.workers.messages import OutputMessage, ProtocolError, WorkerMessage
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
@@ -99,7 +99,7 @@ class Job(JobRecord):
 
 
 class JobTable:
-    """Implements :class:`peon.jobs.JobsAccess` for the job tools."""
+    """Implements :class:`peon.core.jobs.JobsAccess` for the job tools."""
 
     def __init__(self, jobs_config: Any, grace_seconds: float, spill_dir: Path | None = None):
         spill = (lambda: open_spill_file(spill_dir)) if spill_dir is not None else None

@@ -52,9 +52,9 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from peon.cancel import Deadline
-from peon.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
-from peon.framing import encode_json
+from peon.core.cancel import Deadline
+from peon.core.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
+from peon.core.framing import encode_json
 from peon.workers import cgroup, proctree
 from peon.workers.channel import ChannelError, FrameChannel
 from peon.workers.messages import (
@@ -72,9 +72,9 @@ from peon.workers.reaper import describe_exitcode
 from peon.workers.reuse import serves_again
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
-from .containment import Containment, sweep_orphans
-from .containment import start_time as containment_start_time
-from .forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
+from peon.supervisor.containment import Containment, sweep_orphans
+from peon.supervisor.containment import start_time as containment_start_time
+from peon.supervisor.forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
 
 # Workers kept ready: one while the session is idle; two once calls use workers up (a call of a tool
 # that starts processes, or one that fails), so back-to-back calls never wait for a start-up, and

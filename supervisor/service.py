@@ -4,7 +4,7 @@ Promise: calls run one at a time in the order they arrived — except the job to
 ``job_stop``, ``job_list``), which are admitted, approved and audited in that order and then answered
 from their own task, so a ``job_output`` that waits never holds the calls behind it. Each call gets
 exactly one ``result`` message:
-admitted by the pure pipeline (:func:`peon.admission.admit`: validated, risk-assessed, judged by the
+admitted by the pure pipeline (:func:`peon.approval.admission.admit`: validated, risk-assessed, judged by the
 policy), approved (or denied), its decision written to the audit log, executed in a dedicated worker,
 or failed with a stable error code. A call is never handed to a worker before its decision line is in
 the audit log; if that line cannot be written the call is answered ``audit_failed`` and never runs.
@@ -43,28 +43,28 @@ from typing import TYPE_CHECKING, Any
 
 from setproctitle import setproctitle
 
-from peon.admission import admit
-from peon.environment import trace_context
-from peon.cancel import CancelToken, Deadline
-from peon.errors import ErrorCode, PeonError, ToolError, error_reply as _error
-from peon.policy import ApprovalRequest, Decision
-from peon.terminal_text import clean_terminal_text
-from peon.tool import OutputLimits, Tool, ToolContext
-from peon.truncation import HeadTail
-from peon.validation import load_validator
+from peon.approval.admission import admit
+from peon.core.environment import trace_context
+from peon.core.cancel import CancelToken, Deadline
+from peon.core.errors import ErrorCode, PeonError, ToolError, error_reply as _error
+from peon.approval.policy import ApprovalRequest, Decision
+from peon.core.output.terminal import clean_terminal_text
+from peon.core.tool import OutputLimits, Tool, ToolContext
+from peon.core.output.truncation import HeadTail
+from peon.approval.validation import load_validator
 from peon.workers import linux
 from peon.workers.channel import Channel, ChannelError
 from peon.workers.reaper import REAPER
 
-from . import diagnostics
-from . import egress
-from .audit import audit_entry, decision_entry, job_entry
-from .facts import gather
-from .jobs import Job, JobTable
-from .session_state import SessionState
+from peon.supervisor import diagnostics
+from peon.supervisor import egress
+from peon.supervisor.audit import audit_entry, decision_entry, job_entry
+from peon.supervisor.facts import gather
+from peon.supervisor.jobs import Job, JobTable
+from peon.supervisor.session_state import SessionState
 
 if TYPE_CHECKING:
-    from .pool import WorkerPool
+    from peon.supervisor.pool import WorkerPool
 
 
 STARTED_NOTICE_SECONDS = 0.05
@@ -517,8 +517,8 @@ async def _begin_pool(state: SessionState,
                       on_worker: Callable[[dict[str, Any]], None] | None = None) -> WorkerPool:
     """The session's worker pool, begun. Its machinery (``multiprocessing``, psutil, the worker's own
     modules) is imported here, once the client has ``ready``, not before: answering it sooner."""
-    from .forker import Forker
-    from .pool import WorkerPool
+    from peon.supervisor.forker import Forker
+    from peon.supervisor.pool import WorkerPool
 
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
                       state.containment, state.config.limits.worker_grace_seconds,

@@ -2,7 +2,7 @@
 
 Promise: :meth:`SessionState.open` either returns a complete session (workspace checked and pinned,
 configuration resolved, registry built, containment and OS sandbox chosen, state directory created) or
-raises an exception (a :class:`~peon.errors.PeonError` that names what is wrong, when it is something
+raises an exception (a :class:`~peon.core.errors.PeonError` that names what is wrong, when it is something
 wrong with the session); it never starts with partial state and leaves nothing behind when it fails — no
 descriptor, no cgroup. The workspace is pinned once (:func:`pin_workspace`): ``SessionView.root_fd``
 is valid in the supervisor and in every worker.
@@ -15,24 +15,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peon.configview import ConfigView, ResolvedConfig
-from peon.environment import build_environment
-from peon.errors import ConfigError, PeonError
-from peon.policy import ApprovalPolicy
-from peon.registry import Registry, build_registry
-from peon.tool import SessionView, Tool
+from peon.core.config_view import ConfigView, ResolvedConfig
+from peon.core.environment import build_environment
+from peon.core.errors import ConfigError, PeonError
+from peon.approval.policy import ApprovalPolicy
+from peon.core.registry import Registry, build_registry
+from peon.core.tool import SessionView, Tool
 from peon.tools import BUILTIN_TOOLS
 from peon.workers import sandbox
 from peon.workers.cgroup import session_cgroup_name
 from peon.workers.limits import ResourceLimits
 
-from . import egress
-from . import containment as containment_mod
-from .approval import ApprovalHook
-from .audit import AuditLog
-from .gate import ApprovalGate
-from .grants import GrantStore
-from .skills import Discovery, discover
+from peon.supervisor import egress
+from peon.supervisor import containment as containment_mod
+from peon.supervisor.approval import ApprovalHook
+from peon.supervisor.audit import AuditLog
+from peon.supervisor.gate import ApprovalGate
+from peon.supervisor.grants import GrantStore
+from peon.supervisor.skills import Discovery, discover
 
 
 @dataclass

@@ -6,7 +6,7 @@ Promises:
   ``$HOME/.config/peon/skills``, from the session's environment) and then the project's
   (``<workspace>/.peon/skills``, which must resolve inside the workspace). When both hold a skill of
   the same name, the user's wins: a cloned repository cannot shadow a user's skill;
-* a candidate is a valid skill by the rules of :mod:`peon.skills`; every other candidate is reported
+* a candidate is a valid skill by the rules of :mod:`peon.core.skills`; every other candidate is reported
   in :attr:`Discovery.skipped` with the reason, never silently dropped (plain files and dot-entries in
   a root are not candidates);
 * at most ``skills.max_skills`` skills are kept (user root first, then project, each in name order);
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peon.skills import (
+from peon.core.skills import (
     FRONT_MATTER_MAX_BYTES,
     PROJECT,
     PROJECT_SKILL_DIR,
@@ -42,10 +42,10 @@ from peon.skills import (
     parse_front_matter,
     split_front_matter,
 )
-from peon.errors import ErrorCode, ToolError
-from peon.paths import parse_workspace_path
-from peon.tool import SessionView
-from peon.userdir import user_peon_dir
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import parse_workspace_path
+from peon.core.tool import SessionView
+from peon.core.userdir import user_peon_dir
 from peon.workers import fs
 from peon.workers.skills import Outside, is_within, open_project_skill_file, open_skill_file, read_prefix
 

@@ -3,18 +3,25 @@
 Every session a test opens runs with a unique ``PEON_TEST_TAG`` in its environment, which every
 process it starts inherits. After the test, :func:`leftovers` scans ``/proc/*/environ`` for that tag:
 anything found is killed (so a failing test still leaves nothing behind) and fails the test. Helpers
-that are not fixtures live in ``tests/helpers.py``.
+that are not fixtures live in ``tests/helpers/__init__.py``.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 import peon
 from helpers import ALLOW_ALL, CGROUP_SUPPORT, CONTAINMENTS, Leftovers
-from peon.config import merge
+from peon.client.config import merge
+
+# A few test modules reuse another tier's module by its name (``from test_mcp_server import RawServer``):
+# every tier's folder is importable, as the single flat folder was.
+for _tier in ("unit", "session", "supervision", "frontends", "fuzz", "project"):
+    if str(Path(__file__).parent / _tier) not in sys.path:
+        sys.path.append(str(Path(__file__).parent / _tier))
 
 
 @pytest.fixture

@@ -314,7 +314,7 @@ def remove_leftovers(parent: Path) -> LeftoverReport:
             made_at = os.stat(group.path).st_ctime  # cgroupfs: set when the directory is made
             verdict = judge_leftover(name, owner_state(pid, made_at), group.populated())  # below it too
             if verdict.startswith("end:"):
-                from . import proctree
+                from peon.workers import proctree
 
                 proctree.kill_tree(pid, include_root=True, timeout=5.0)
                 if group.kill_and_remove():

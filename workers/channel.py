@@ -2,7 +2,7 @@
 
 Promise, for both kinds: messages arrive whole and in order; concurrent senders never interleave
 their bytes; :meth:`recv` returns ``None`` exactly once the peer has closed its end (or died), so a
-dead peer is never mistaken for a slow one; nothing larger than :data:`peon.framing.MAX_MESSAGE_BYTES`
+dead peer is never mistaken for a slow one; nothing larger than :data:`peon.core.framing.MAX_MESSAGE_BYTES`
 is ever buffered or sent.
 
 * :class:`Channel` — one JSON object per line (the client's channel). A line over the bound or that
@@ -26,7 +26,7 @@ import socket
 from collections import deque
 from typing import Any
 
-from peon.framing import (MAX_MESSAGE_BYTES, FrameDecoder, LineDecoder, Oversize, OversizeFrame, encode, frame,
+from peon.core.framing import (MAX_MESSAGE_BYTES, FrameDecoder, LineDecoder, Oversize, OversizeFrame, encode, frame,
                           head_fields)
 
 RECV_CHUNK = 64 * 1024

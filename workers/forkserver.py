@@ -26,8 +26,8 @@ module *in that process* makes it Peon's, and :func:`main` serves the supervisor
 * in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
 * it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
   approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's:
-  ``tests/test_layers.py`` checks it), so workers forked from it are small and quick to start; then ``gc.freeze()`` so
-  those objects are never collected (and their pages never copied) in a worker;
+  ``tests/project/test_layers.py`` checks it), so workers forked from it are small and quick to start; then
+  ``gc.freeze()`` so those objects are never collected (and their pages never copied) in a worker;
 * its title is ``peon-forkserver <workspace>``; it is not a subreaper, so the orphans of a dying
   worker are reparented past it to the supervisor.
 
@@ -58,12 +58,12 @@ from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import util as mp_util
 from setproctitle import setproctitle
 
-from peon.tool import SessionView, Tool
+from peon.core.tool import SessionView, Tool
 
-from . import linux, worker
-from .messages import WAKE_SIGNAL
-from .runner import audit_descriptors
-from .worker import load_tools, session_from_wire
+from peon.workers import linux, worker
+from peon.workers.messages import WAKE_SIGNAL
+from peon.workers.runner import audit_descriptors
+from peon.workers.worker import load_tools, session_from_wire
 
 ENV = "PEON_FORKSERVER"
 ARMED = False

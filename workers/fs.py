@@ -54,11 +54,11 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from enum import Enum
 
-from peon.errors import ErrorCode, ToolError
-from peon.tool import SessionView
-from peon.paths import TEMP_PREFIX, WorkspacePath, display, is_temp_name, is_utf8_name, printable
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.tool import SessionView
+from peon.core.paths import TEMP_PREFIX, WorkspacePath, display, is_temp_name, is_utf8_name, printable
 
-from .linux import PROC_SUPER_MAGIC, RENAME_NOREPLACE, filesystem_type, openat2, renameat2
+from peon.workers.linux import PROC_SUPER_MAGIC, RENAME_NOREPLACE, filesystem_type, openat2, renameat2
 
 MAX_SYMLINK_HOPS = 40  # the kernel's MAXSYMLINKS
 RESOLVER_ENV = "PEON_FS_RESOLVER"  # auto | openat2 | walk (for diagnosis and tests; default auto)

@@ -40,16 +40,16 @@ from dataclasses import dataclass
 
 from setproctitle import setproctitle
 
-from peon.cancel import CancelToken
-from peon.errors import ErrorCode
-from peon.tool import SessionView, Tool
+from peon.core.cancel import CancelToken
+from peon.core.errors import ErrorCode
+from peon.core.tool import SessionView, Tool
 
-from . import cgroup, limits, proctree, runner, worker
-from .channel import FrameChannel
-from .limits import CgroupProbe, ResourceLimits, TreeProbe
-from .messages import CallMessage
-from .reaper import REAPER
-from .worker import _error, _execute, _OutputStream, call_context, encode_result
+from peon.workers import cgroup, limits, proctree, runner, worker
+from peon.workers.channel import FrameChannel
+from peon.workers.limits import CgroupProbe, ResourceLimits, TreeProbe
+from peon.workers.messages import CallMessage
+from peon.workers.reaper import REAPER
+from peon.workers.worker import _error, _execute, _OutputStream, call_context, encode_result
 
 # What a job id looks like (the supervisor's JobTable names them); it names the job's cgroup too.
 JOB_ID = re.compile(r"^job-[0-9]{1,12}$")
@@ -128,7 +128,7 @@ class JobScope:
         if self.group.populated():
             self.kill_all()
             if self.group.populated():
-                from peon.errors import ToolError
+                from peon.core.errors import ToolError
 
                 raise ToolError(ErrorCode.TOOL_FAILED,
                                 f"some processes of this job could not be killed within {KILL_WAIT_SECONDS:g} s")

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import proctree
+from peon.workers import proctree
 
 SAMPLE_INTERVAL_SECONDS = 0.05
 

@@ -35,7 +35,7 @@ def _prctl(option: int, arg2: int = 0) -> int:
 def unblock_signals() -> None:
     """Unblock every signal in the calling thread. A process inherits the signal mask of the thread that
     forked it, across ``exec`` too, and a client may start a session from a thread that blocks the
-    signals its main thread handles (:mod:`peon.threads`): Peon's processes are stopped with ``SIGTERM``,
+    signals its main thread handles (:mod:`peon.core.threads`): Peon's processes are stopped with ``SIGTERM``,
     reap on ``SIGCHLD`` and act on their parent's death, so each one unblocks them before anything else."""
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 

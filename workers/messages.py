@@ -6,10 +6,10 @@ call id, strict UTF-8 JSON
 without lone surrogates, of the documented shape — and raises :class:`ProtocolError` with a sentence
 for anything else. The supervisor treats that error as a crashed worker: a message that fails here
 is never forwarded, audited or answered as if it were the call's outcome. Size is bounded before
-this, by the channel's frame decoder (:data:`peon.framing.MAX_MESSAGE_BYTES`).
+this, by the channel's frame decoder (:data:`peon.core.framing.MAX_MESSAGE_BYTES`).
 
 Wire format: each message is one frame of :mod:`multiprocessing.connection` (see
-:mod:`peon.framing`) holding one UTF-8 JSON object. The supervisor sends ``call`` then possibly
+:mod:`peon.core.framing`) holding one UTF-8 JSON object. The supervisor sends ``call`` then possibly
 ``cancel``; the worker sends ``progress``, ``output`` (the command's bytes, at most
 :data:`MAX_OUTPUT_CHUNK` each, with their absolute offset — consecutive, starting at 0) and at most
 one ``spawned`` (its command has started: a background job is running) messages, then exactly one
@@ -38,8 +38,8 @@ import struct
 from collections.abc import Container
 from typing import Any, Literal, NotRequired, TypedDict
 
-from peon.errors import ErrorCode
-from peon.shorten import shorten
+from peon.core.errors import ErrorCode
+from peon.core.text import shorten
 
 SupervisorOp = Literal["call", "cancel", "host"]
 WorkerOp = Literal["progress", "output", "spawned", "result"]

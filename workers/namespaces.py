@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
 
-from .sandbox_plan import DEVICE_FILES
+from peon.workers.sandbox_plan import DEVICE_FILES
 
 CLONE_FS = 0x00000200
 CLONE_NEWNS = 0x00020000

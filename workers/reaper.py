@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Set as AbstractSet
 
-from .proctree import children, reap_all, signal_name
+from peon.workers.proctree import children, reap_all, signal_name
 
 
 class Reaper:

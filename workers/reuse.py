@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from peon.errors import ErrorCode
+from peon.core.errors import ErrorCode
 
 # Errors a tool raises about its input or the workspace, through its ordinary path: the worker is in
 # the state it was in before the call.

@@ -18,9 +18,9 @@ In order:
   sweep, which also finds a descendant that moved itself out of the worker's cgroup);
 * the output pipe is drained for at most :data:`DRAIN_GRACE_SECONDS` after that, then closed whoever
   still holds it;
-* output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.truncation`) however much
+* output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.core.output.truncation`) however much
   is written, and every byte is counted; the ``output`` text has escape sequences and carriage-return
-  rewrites cleaned (:mod:`peon.terminal_text`) when ``jobs.clean_output`` is on;
+  rewrites cleaned (:mod:`peon.core.output.terminal`) when ``jobs.clean_output`` is on;
 * with ``ctx.output`` set, every byte read is also handed to it in order (the supervisor's output
   store); when it is backed up the pipe is not read until it drains, so the command blocks instead of
   memory growing; ``ctx.output.spawned()`` is called once the command has started;
@@ -50,14 +50,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from peon.errors import ErrorCode, ToolError
-from peon.tool import ToolContext
-from peon.terminal_text import clean_terminal_text, newest_lines
-from peon.truncation import BoundedText, HeadTail
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.tool import ToolContext
+from peon.core.output.terminal import clean_terminal_text, newest_lines
+from peon.core.output.truncation import BoundedText, HeadTail
 
-from . import proctree
-from .limits import CgroupProbe, ResourceLimits, TreeProbe, probe_for, watch as watch_limits
-from .reaper import REAPER, wait_children_gone
+from peon.workers import proctree
+from peon.workers.limits import CgroupProbe, ResourceLimits, TreeProbe, probe_for, watch as watch_limits
+from peon.workers.reaper import REAPER, wait_children_gone
 
 CANCEL_GRACE_SECONDS = 2.0
 DRAIN_GRACE_SECONDS = 0.1

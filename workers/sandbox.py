@@ -55,12 +55,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peon.environment import split_search_path
-from peon.errors import ErrorCode, PeonError, ToolError
+from peon.core.environment import split_search_path
+from peon.core.errors import ErrorCode, PeonError, ToolError
 
-from . import landlock as ll
-from . import namespaces, syscall_filter
-from .sandbox_plan import (DEVICE_FILES, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths,
+from peon.workers import landlock as ll
+from peon.workers import namespaces, syscall_filter
+from peon.workers.sandbox_plan import (DEVICE_FILES, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths,
                            kind_limits, landlock_rules, layers, protected_paths, quiet_profile, seccomp_rules,
                            unenforced)
 
@@ -278,7 +278,7 @@ def remove_session_cache(status: Mapping[str, Any]) -> None:
 def session_status(section: Any, workspace: str, env: Mapping[str, str],
                    hidden: Sequence[str] = (), session_id: str = "") -> dict[str, Any]:
     """The session's sandbox decision as plain data (``Session.info["sandbox"]``); ``env`` is the
-    environment commands run with (:func:`peon.environment.command_environment`); ``hidden`` are Peon's
+    environment commands run with (:func:`peon.core.environment.command_environment`); ``hidden`` are Peon's
     own directories (state, runtime), kept from commands where the kind can."""
     mode = section.mode
     if mode == "off":

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from . import landlock as ll
+from peon.workers import landlock as ll
 
 Kind = Literal["landlock", "bwrap"]
 KINDS: tuple[Kind, ...] = ("landlock", "bwrap")

@@ -6,7 +6,7 @@ Promises:
 * :func:`open_skill_file` opens an absolute path for reading only if, with every symlink resolved, it
   is a regular file inside the given canonical root. It first resolves with ``O_PATH``, which opens
   nothing, so no file outside the root — not even a FIFO or a device — is ever opened for reading.
-* :func:`open_skill` opens the ``SKILL.md`` of a discovered :class:`~peon.skills.SkillRecord` and
+* :func:`open_skill` opens the ``SKILL.md`` of a discovered :class:`~peon.core.skills.SkillRecord` and
   insists that it is still the file discovery recorded. A project skill is resolved beneath the
   session's pinned workspace root (:func:`peon.workers.fs.workspace_root`) from its workspace-relative path
   ``.peon/skills/<name>/SKILL.md``: a symlink that leaves the workspace is refused before anything is
@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import stat
 
-from peon.errors import ErrorCode, ToolError
-from peon.paths import parse_workspace_path
-from peon.skills import PROJECT, PROJECT_SKILL_DIR, SKILL_FILE, SkillProblem, SkillRecord
-from peon.tool import SessionView
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import parse_workspace_path
+from peon.core.skills import PROJECT, PROJECT_SKILL_DIR, SKILL_FILE, SkillProblem, SkillRecord
+from peon.core.tool import SessionView
 
-from . import fs
+from peon.workers import fs
 
 
 def is_within(path: str, root: str) -> bool:
@@ -91,7 +91,7 @@ def open_project_skill_file(workspace_fd: int, workspace: str, root: str, name: 
 
     ``workspace`` is the workspace's canonical path, used only to name the file. Returns the
     descriptor and the canonical path opened. Raises :class:`FileNotFoundError`, :class:`Outside`,
-    :class:`NotRegular` or a :class:`~peon.errors.ToolError` for any other resolution failure.
+    :class:`NotRegular` or a :class:`~peon.core.errors.ToolError` for any other resolution failure.
     """
     typed = parse_workspace_path(f"{PROJECT_SKILL_DIR}/{name}/{SKILL_FILE}")
     try:
@@ -123,7 +123,7 @@ def open_skill(record: SkillRecord, session: SessionView) -> int:
     """A descriptor of the record's ``SKILL.md``, opened for reading (see the module's promises).
 
     Raises :class:`FileNotFoundError` (gone), :class:`Outside`, :class:`NotRegular`, :class:`Moved`, or
-    a :class:`~peon.errors.ToolError` from the workspace's resolution rules.
+    a :class:`~peon.core.errors.ToolError` from the workspace's resolution rules.
     """
     if record.origin == PROJECT:
         with fs.workspace_root(session) as workspace_fd:

@@ -29,7 +29,7 @@ import functools
 import os
 from typing import Any
 
-from .sandbox_plan import SOCK_TYPE_MASK, SPECIAL_MODE_BITS, AF_INET, AF_INET6, SeccompRules
+from peon.workers.sandbox_plan import SOCK_TYPE_MASK, SPECIAL_MODE_BITS, AF_INET, AF_INET6, SeccompRules
 
 SYS_FCHMODAT2 = 452
 SYS_SETXATTRAT = 463

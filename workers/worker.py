@@ -60,22 +60,24 @@ from typing import Any, ClassVar, NoReturn, cast
 
 from setproctitle import getproctitle, setproctitle
 
-from peon.cancel import CancelToken, Deadline
-from peon.configview import ResolvedConfig
-from peon.environment import trace_context
-from peon.errors import ErrorCode, PeonError, ToolError
-from peon.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
-from peon.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
-from peon.output_store import SPILL_BYTES, OutputRing, open_spill_file
-from peon.skills import SkillRecord
+from peon.core.cancel import CancelToken, Deadline
+from peon.core.config_view import ResolvedConfig
+from peon.core.environment import trace_context
+from peon.core.errors import ErrorCode, PeonError, ToolError
+from peon.core.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
+from peon.core.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.output.store import SPILL_BYTES, OutputRing, open_spill_file
+from peon.core.skills import SkillRecord
 
-from . import limits, linux, proctree
-from .channel import FrameChannel, socket_of
-from .messages import HOST_MESSAGE, MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output
-from .reaper import REAPER
-from . import runner
-from .reuse import may_offer
-from .runner import CANCEL_GRACE_SECONDS
+from peon.workers import limits, linux, proctree
+from peon.workers.channel import FrameChannel, socket_of
+from peon.workers.messages import (
+    HOST_MESSAGE, MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output,
+)
+from peon.workers.reaper import REAPER
+from peon.workers import runner
+from peon.workers.reuse import may_offer
+from peon.workers.runner import CANCEL_GRACE_SECONDS
 
 EXIT_PARENT_GONE = 75
 EXIT_INTERNAL_ERROR = 70
@@ -207,7 +209,7 @@ def session_from_wire(wire: Mapping[str, Any], root_fd: int = -1) -> SessionView
 
 
 def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
-    """The supervisor checked these tools when it registered them (peon.registry); here they are only
+    """The supervisor checked these tools when it registered them (peon.core.registry); here they are only
     loaded, without the registry's checks and entry-point machinery."""
     tools = {}
     for path in paths:
@@ -266,7 +268,7 @@ async def _serve_one(sock: socket.socket, data: bytes | None, session: SessionVi
     try:
         while data is not None:
             if data == HOST_MESSAGE and reusable:  # a standby, or a worker between two calls
-                from .job_host import host_jobs  # only the one worker that becomes the session's job host
+                from peon.workers.job_host import host_jobs  # only the one worker that becomes the session's job host
 
                 return await host_jobs(channel, session, tools)
             again = await _serve_call(channel, data, session, tools, reusable)
@@ -431,8 +433,8 @@ class _OutputStream:
     :data:`OUTPUT_HIGH_WATER` bytes pauses the process runner's reading (``push`` says so) until it
     is back under :data:`OUTPUT_LOW_WATER`. At the end (a foreground call, which nobody can read
     while it runs): only the newest ``retain`` bytes — what the supervisor's store would keep of
-    the job anyway — are kept here (:class:`peon.output_store.OutputRing`: past
-    :data:`~peon.output_store.SPILL_BYTES`, in an unnamed close-on-exec file in the session's state
+    the job anyway — are kept here (:class:`peon.core.output.store.OutputRing`: past
+    :data:`~peon.core.output.store.SPILL_BYTES`, in an unnamed close-on-exec file in the session's state
     directory, so a flood costs the worker page cache, not memory) and sent by :meth:`flush`, one
     chunk at a time with their absolute offsets, so a flood costs a foreground call no channel
     traffic while it runs. If the channel breaks, what is queued is dropped and reading resumes (the
@@ -617,7 +619,7 @@ async def _warm_up_round(session: SessionView, tools: Iterable[Tool], processes:
 def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterable[Tool], rounds: int, *,
             processes: bool) -> None:
     """Serve ``rounds`` calls, in this process, on ``loop``, of a tool that runs each of ``tools``'
-    :meth:`~peon.tool.Tool.warm_up` (``read`` reads one of Peon's files; ``bash``, when ``processes``,
+    :meth:`~peon.core.tool.Tool.warm_up` (``read`` reads one of Peon's files; ``bash``, when ``processes``,
     starts ``/bin/true`` through the process runner): a call's whole path, with no effect.
 
     Python 3.11 specializes bytecode in place as it runs, and every object it touches has its

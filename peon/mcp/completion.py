@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .jsonrpc import shown
-from .resources import FILE_TEMPLATE, JOB_TEMPLATE, SKILL_TEMPLATE
+from peon.mcp.jsonrpc import shown
+from peon.mcp.resources import FILE_TEMPLATE, JOB_TEMPLATE, SKILL_TEMPLATE
 
 MAX_VALUES = 100  # the protocol's most per answer
 MAX_TYPED_CHARS = 4096

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .elicitation import can_elicit_form
-from .features import FEATURE_METHODS
-from .jsonrpc import (
+from peon.mcp.elicitation import can_elicit_form
+from peon.mcp.features import FEATURE_METHODS
+from peon.mcp.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -41,7 +41,7 @@ from .jsonrpc import (
     shown,
     valid_id,
 )
-from .revisions import (
+from peon.mcp.revisions import (
     CLIENT_CAPABILITIES_KEY,
     HANDSHAKE_VERSIONS,
     LATEST_HANDSHAKE,
@@ -55,8 +55,8 @@ from .revisions import (
     negotiate,
     respond,
 )
-from .logs import LevelProblem, LogFeed, check_level
-from .tools import tool_descriptor
+from peon.mcp.logs import LevelProblem, LogFeed, check_level
+from peon.mcp.tools import tool_descriptor
 
 STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from peon.approvers import request_facts
 
-from .jsonrpc import shown
-from .revisions import at_least
+from peon.mcp.jsonrpc import shown
+from peon.mcp.revisions import at_least
 
 MAX_REASON_CHARS = 500  # what the form accepts; the reason is quoted, escaped and bounded when kept
 

@@ -23,15 +23,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from peon.result import ToolResult
+from peon.client.result import ToolResult
 
-from .completion import (
+from peon.mcp.completion import (
     PATH_EMPTY_ON, CompletionProblem, IsSecret, completion_result, glob_arguments, path_completion, path_query, wanted,
 )
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
-from .prompts import PromptProblem, check_get, prompt_list, prompt_result
-from .revisions import is_modern
-from .resources import ResourceProblem, SkillUri, parse_uri, read_result, resource_list, template_list, tool_for
+from peon.mcp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
+from peon.mcp.prompts import PromptProblem, check_get, prompt_list, prompt_result
+from peon.mcp.revisions import is_modern
+from peon.mcp.resources import ResourceProblem, SkillUri, parse_uri, read_result, resource_list, template_list, tool_for
 
 RESOURCE_NOT_FOUND = -32002
 FEATURE_METHODS = frozenset({"prompts/list", "prompts/get", "resources/list", "resources/templates/list",
@@ -60,8 +60,8 @@ class Catalog:
 
 def _secret_test(env: Mapping[str, str]) -> IsSecret:
     def is_secret(parts: Sequence[str]) -> bool:
-        from peon.errors import ConfigError
-        from peon.secret_paths import secret_match
+        from peon.core.errors import ConfigError
+        from peon.approval.secret_paths import secret_match
 
         try:
             return secret_match(parts, env) is not None

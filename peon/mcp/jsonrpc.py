@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from peon.approvers import bounded
-from peon.utf8 import lone_surrogate as lone_surrogate  # re-exported: part of the protocol surface
+from peon.core.text import lone_surrogate as lone_surrogate  # re-exported: part of the protocol surface
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

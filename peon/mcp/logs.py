@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from peon.result import ToolResult
+from peon.client.result import ToolResult
 
-from .jsonrpc import shown
+from peon.mcp.jsonrpc import shown
 
 Level = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 LEVELS: tuple[Level, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")

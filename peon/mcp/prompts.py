@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .jsonrpc import shown
+from peon.mcp.jsonrpc import shown
 
 MAX_ARGUMENT_CHARS = 4096
 UNTRUSTED_META_KEY = "peon/untrusted"  # on a message or resource whose text an outsider wrote

@@ -1,6 +1,6 @@
 """The sans-I/O MCP API a transport uses, in one namespace.
 
-Promise: every name a transport (stdio in :mod:`peon.mcp.server`, or any other) needs to turn bytes into
+Promise: every name a transport (stdio in :mod:`peon.mcp.stdio`, or any other) needs to turn bytes into
 decisions and decisions into messages is importable from here; nothing here does I/O. Each idea lives in
 its own module:
 
@@ -19,7 +19,7 @@ its own module:
 
 from __future__ import annotations
 
-from .connection import (
+from peon.mcp.connection import (
     CancelRequest,
     ClientReply,
     Connection,
@@ -30,7 +30,7 @@ from .connection import (
     StartCall,
     server_capabilities,
 )
-from .elicitation import (
+from peon.mcp.elicitation import (
     DECISIONS,
     SCOPES,
     RequestStateSigner,
@@ -41,7 +41,7 @@ from .elicitation import (
     decision_from_retry,
     input_required,
 )
-from .jsonrpc import (
+from peon.mcp.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -60,11 +60,13 @@ from .jsonrpc import (
     shown,
     valid_id,
 )
-from .features import RESOURCE_NOT_FOUND, Answer, Catalog, Plan, Refused, Step, failure, plan, prompts_changed, settle
-from .logs import LogFeed, approval_event, result_event
-from .progress import progress_notification
-from .resources import JobUri, ResourceProblem, Target, parse_uri
-from .revisions import (
+from peon.mcp.features import (
+    RESOURCE_NOT_FOUND, Answer, Catalog, Plan, Refused, Step, failure, plan, prompts_changed, settle,
+)
+from peon.mcp.logs import LogFeed, approval_event, result_event
+from peon.mcp.progress import progress_notification
+from peon.mcp.resources import JobUri, ResourceProblem, Target, parse_uri
+from peon.mcp.revisions import (
     CLIENT_CAPABILITIES_KEY,
     HANDSHAKE_VERSIONS,
     LATEST_HANDSHAKE,
@@ -79,7 +81,7 @@ from .revisions import (
     negotiate,
     respond,
 )
-from .tools import ERROR_META_KEY, annotations_for, call_result, render_text, tool_descriptor
+from peon.mcp.tools import ERROR_META_KEY, annotations_for, call_result, render_text, tool_descriptor
 
 __all__ = [
     "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR",

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from peon.jobs import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
+from peon.core.jobs import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
 
-from .jsonrpc import shown
-from .prompts import UNTRUSTED_META_KEY
+from peon.mcp.jsonrpc import shown
+from peon.mcp.prompts import UNTRUSTED_META_KEY
 
 MAX_URI_CHARS = 8192
 _SKILL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

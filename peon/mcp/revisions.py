@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .jsonrpc import result_response
+from peon.mcp.jsonrpc import result_response
 
 # Newest first. A handshake answer is the client's version when listed, else the newest.
 HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")

@@ -20,9 +20,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from peon.result import ToolResult
+from peon.client.result import ToolResult
 
-from .revisions import at_least
+from peon.mcp.revisions import at_least
 
 ERROR_META_KEY = "peon/error"  # where an error result carries {"code", "message", "details"?} for programs
 RISK_META_KEY = "peon/risk"  # a descriptor's declared risk, for programs (the hints cannot tell process from delegate)

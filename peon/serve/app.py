@@ -41,10 +41,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from peon.mcp import protocol as p
 
-from . import wire
-from .calls import Answer, CallRouter, McpSession, Stream
-from .guard import TOKEN_HEADER, Guard, Refusal
-from .metrics import CONTENT_TYPE, Metrics
+from peon.serve import wire
+from peon.serve.calls import Answer, CallRouter, McpSession, Stream
+from peon.serve.guard import TOKEN_HEADER, Guard, Refusal
+from peon.serve.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("peon.serve")
 access_log = logging.getLogger("peon.serve.access")

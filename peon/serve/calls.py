@@ -48,14 +48,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from peon.errors import ErrorCode, PeonError
+from peon.core.errors import ErrorCode, PeonError
 from peon.mcp import protocol as p
 from peon.mcp.elicitation import APPROVAL_KEY, APPROVAL_META_KEY
-from peon.result import ToolResult
+from peon.client.result import ToolResult
 
-from . import wire
-from .idempotency import IDEMPOTENCY_KEY, Conflict, Follow, Full, IdempotencyStore, Replay, fingerprint, key_problem
-from .metrics import Metrics
+from peon.serve import wire
+from peon.serve.idempotency import (
+    IDEMPOTENCY_KEY, Conflict, Follow, Full, IdempotencyStore, Replay, fingerprint, key_problem,
+)
+from peon.serve.metrics import Metrics
 
 MAX_QUEUED_NOTICES = 32
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer

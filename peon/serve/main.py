@@ -35,10 +35,10 @@ import uvicorn
 from peon import otel
 from peon.mcp import protocol as p
 
-from . import logs
-from .app import ServeOptions, ServeState, build_app
-from .guard import Guard, bind_problem
-from .stalls import guarded_protocol
+from peon.serve import logs
+from peon.serve.app import ServeOptions, ServeState, build_app
+from peon.serve.guard import Guard, bind_problem
+from peon.serve.stalls import guarded_protocol
 
 log = logging.getLogger("peon.serve")
 

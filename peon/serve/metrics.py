@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from peon.otel import kill_reason
-from peon.result import ToolResult
+from peon.client.result import ToolResult
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 WORKER_FAILURES = ("worker_crashed", "worker_oom", "worker_hung", "supervisor_died")

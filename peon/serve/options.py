@@ -76,19 +76,19 @@ def command(options: argparse.Namespace) -> int:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        from peon.install_hint import extra_command
+        from peon.client.install_hint import extra_command
 
         print(f"peon: peon serve needs the serve extra ({exc.name} is not installed): {extra_command('serve')}",
               file=sys.stderr)
         return 2
 
     import peon
-    from peon.cli import config_argument
-    from peon.config import load_config
+    from peon.cli.main import config_argument
+    from peon.client.config import load_config
     from peon.mcp.protocol import ServerIdentity
 
-    from .app import ServeOptions
-    from .main import ServeConfig, StartupError, check_bind, environment_without, read_token, run
+    from peon.serve.app import ServeOptions
+    from peon.serve.main import ServeConfig, StartupError, check_bind, environment_without, read_token, run
 
     workspace = Path(options.workspace).expanduser()
     if not workspace.is_dir():

@@ -1,21 +1,21 @@
 """Peon's built-in tools, one module each, schema beside executor."""
 
-from peon.tool import Tool
+from peon.core.tool import Tool
 
-from .agent_claude import ClaudeAgentTool
-from .agent_codex import CodexAgentTool
-from .agent_pi import PiAgentTool
-from .apply_patch import ApplyPatchTool
-from .bash import BashTool
-from .edit import EditTool
-from .glob import GlobTool
-from .grep import GrepTool
-from .job_list import JobListTool
-from .job_output import JobOutputTool
-from .job_stop import JobStopTool
-from .read import ReadTool
-from .read_skill import ReadSkillTool
-from .write import WriteTool
+from peon.tools.agent_claude import ClaudeAgentTool
+from peon.tools.agent_codex import CodexAgentTool
+from peon.tools.agent_pi import PiAgentTool
+from peon.tools.apply_patch import ApplyPatchTool
+from peon.tools.bash import BashTool
+from peon.tools.edit import EditTool
+from peon.tools.glob import GlobTool
+from peon.tools.grep import GrepTool
+from peon.tools.job_list import JobListTool
+from peon.tools.job_output import JobOutputTool
+from peon.tools.job_stop import JobStopTool
+from peon.tools.read import ReadTool
+from peon.tools.read_skill import ReadSkillTool
+from peon.tools.write import WriteTool
 
 BUILTIN_TOOLS: list[type[Tool]] = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool,
                                    PiAgentTool, JobOutputTool, JobStopTool, JobListTool, EditTool, ApplyPatchTool,

@@ -1,6 +1,6 @@
 """``agent_claude``: delegate a task to Claude Code (``claude -p -- <prompt>``). Risk: delegate.
 
-Promise: what every adapter guarantees (:mod:`peon.tools.agent`). ``--`` in the default arguments keeps
+Promise: what every adapter guarantees (:mod:`peon.tools.shared.agent`). ``--`` in the default arguments keeps
 a prompt that begins with ``-`` from being parsed as an option. Claude Code 2.x dispatches a subcommand
 (``update``, ``mcp``, ``doctor``...) only when it is the first argument, so after ``-p`` a one-word
 prompt such as ``update`` or ``continue`` is a prompt, and is passed like any other. Claude Code attaches
@@ -10,7 +10,7 @@ the workspace): the prompt is passed as written and the approval request lists t
 
 from __future__ import annotations
 
-from .agent import AgentTool, at_mentions, describe_agent
+from peon.tools.shared.agent import AgentTool, at_mentions, describe_agent
 
 
 class ClaudeAgentTool(AgentTool):

@@ -1,6 +1,6 @@
 """``agent_codex``: delegate a task to the Codex CLI (``codex exec -- <prompt>``). Risk: delegate.
 
-Promise: what every adapter guarantees (:mod:`peon.tools.agent`). ``--`` in the default arguments
+Promise: what every adapter guarantees (:mod:`peon.tools.shared.agent`). ``--`` in the default arguments
 makes ``codex exec`` take the prompt as its positional ``PROMPT`` even when it begins with ``-`` or is
 the name of an ``exec`` subcommand (``resume``, ``review``): its parser stops looking for options and
 subcommands after ``--``. A prompt of exactly ``-`` asks codex to read the prompt from stdin, which is
@@ -11,7 +11,7 @@ shows the ``node`` that runs it.
 
 from __future__ import annotations
 
-from .agent import AgentTool, describe_agent
+from peon.tools.shared.agent import AgentTool, describe_agent
 
 
 class CodexAgentTool(AgentTool):

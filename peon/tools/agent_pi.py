@@ -1,6 +1,6 @@
 """``agent_pi``: delegate a task to the pi coding agent (``pi -p -- <prompt>``). Risk: delegate.
 
-Promises, on top of what every adapter guarantees (:mod:`peon.tools.agent`):
+Promises, on top of what every adapter guarantees (:mod:`peon.tools.shared.agent`):
 
 * pi accepts ``--`` as the end of its options only from release :data:`DOUBLE_DASH_SINCE` (0.84.3);
   older releases — what npm installs on Node.js before 22.19 — fail on every prompt with ``Error:
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from peon.statefile import RefusedFile, read_regular_file
+from peon.core.statefile import RefusedFile, read_regular_file
 
-from .agent import AgentTool, describe_agent
-from .launch import Program
+from peon.tools.shared.agent import AgentTool, describe_agent
+from peon.tools.shared.launch import Program
 
 DOUBLE_DASH_SINCE = (0, 84, 3)
 PI_PACKAGES = frozenset({"@mariozechner/pi-coding-agent", "@earendil-works/pi-coding-agent"})

@@ -1,8 +1,8 @@
 """``apply_patch``: add, update, move and delete workspace files with one patch, all or nothing. Risk: filesystem.
 
-Promise: the patch is parsed (:mod:`peon.patch`, the format Codex models write) and every file it touches
+Promise: the patch is parsed (:mod:`peon.tools.shared.patch`, the format Codex models write) and every file it touches
 — each source and each destination — is resolved and rated in the supervisor before anyone is asked,
-exactly as ``write`` rates its target (:mod:`peon.tools.target`: ``replace`` rules for updated,
+exactly as ``write`` rates its target (:mod:`peon.tools.shared.target`: ``replace`` rules for updated,
 moved and deleted files, ``create`` rules for added files and move destinations); the approval shows
 every resolved file with its action. In the worker each file is resolved again and must be the
 approved one (else ``changed_since_approval``); the updates are computed in memory from the files as
@@ -19,22 +19,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from peon.errors import ErrorCode, ToolError
-from peon.patch import FileOp, apply_hunks, parse_patch
-from peon.paths import WorkspacePath
-from peon.text_edit import decode_utf8
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from peon.truncation import HeadTail
-from peon.utf8 import lone_surrogate
+from peon.core.errors import ErrorCode, ToolError
+from peon.tools.shared.patch import FileOp, apply_hunks, parse_patch
+from peon.core.paths import WorkspacePath
+from peon.tools.shared.text_edit import decode_utf8
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.output.truncation import HeadTail
+from peon.core.text import lone_surrogate
 from peon.workers import fs
 
-from .edit import EDIT_MAX_FILE_BYTES, risk_note
-from .target import Access, Target, approval_target, approved_expectation
+from peon.tools.edit import EDIT_MAX_FILE_BYTES, risk_note
+from peon.tools.shared.target import Access, Target, approval_target, approved_expectation
 
 MAX_PATCH_CHARS = 16 << 20
 MAX_FILES = 1000
 PREVIEW_BYTES = 16 << 10
-AGENT_CONTROL = "agent_control"  # the details key of a target on the agent-control list (peon.policy)
+AGENT_CONTROL = "agent_control"  # the details key of a target on the agent-control list (peon.approval.policy)
 
 APPLY_PATCH_OUTPUT_SCHEMA = {
     "type": "object",

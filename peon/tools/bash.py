@@ -3,7 +3,7 @@
 Promise: the command runs under the shared process runner (:mod:`peon.workers.runner`): new session and
 process group (no controlling terminal), stdin ``/dev/null``, bounded combined output, TERM → 2 s →
 KILL on cancel, KILL at the deadline, and nothing it started is alive when the result is returned. Its
-environment is :func:`peon.environment.command_environment`'s (pagers, editors and prompts that would
+environment is :func:`peon.core.environment.command_environment`'s (pagers, editors and prompts that would
 wait on a person are off). A non-zero exit, a timeout and a cancel are results (with ``exit_code``,
 ``signal``, ``timed_out``, ``cancelled``), not errors.
 
@@ -34,14 +34,14 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.environment import command_environment
-from peon.errors import ErrorCode, ToolError
-from peon.paths import parse_workspace_path
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.environment import command_environment
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import parse_workspace_path
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import fs, sandbox
 from peon.workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
-from .process import (
+from peon.tools.shared.process import (
     NO_NUL_PATTERN,
     SANDBOX_RESULT_PROPERTY,
     TIMEOUT_PROPERTY,
@@ -109,7 +109,7 @@ class BashTool(Tool):
         """The argv, directory and timeout, the simple commands the line runs as Peon parsed them
         (``segments``; ``unanalyzable`` and ``dynamic`` say what the parse could not settle), and, unless
         ``sandbox.mode`` is "off", the OS sandbox the command will run in (``sandbox``)."""
-        from peon.shell import analyze  # here: only the supervisor parses; workers never load the grammar
+        from peon.approval.shell import analyze  # here: only the supervisor parses; workers never load the grammar
 
         details = {"argv": [BASH, "-lc", args["command"]], **_resolve_cwd(args, session),
                    "timeout_seconds": self.timeout_seconds(args, session), **analyze(args["command"]).to_dict()}

@@ -1,9 +1,9 @@
 """``edit``: replace exact strings in a workspace file, all or nothing, installed atomically. Risk: filesystem.
 
-Promise: the path is resolved, rated and approved like ``write``'s ``replace`` (:mod:`peon.tools.target`:
+Promise: the path is resolved, rated and approved like ``write``'s ``replace`` (:mod:`peon.tools.shared.target`:
 by where it resolves, symlinks that stay inside followed, secret-like and other listed paths named in
 the risk), and the worker writes only into the approved directory entry (else
-``changed_since_approval``). The edits are applied in memory by :func:`peon.text_edit.apply_edits`
+``changed_since_approval``). The edits are applied in memory by :func:`peon.tools.shared.text_edit.apply_edits`
 (each ``old_string`` exactly once unless ``replace_all``, in order, ``not_found`` / ``ambiguous`` naming
 the edit) and the result is installed by :func:`peon.workers.fs.write_file` — crash-atomic, mode and
 owner kept — only if the file still has the content the edits were applied to (else ``stale``);
@@ -12,7 +12,7 @@ owner kept — only if the file still has the content the edits were applied to 
 The approval request shows the unified diff of the change (computed in the supervisor for files of at
 most :data:`APPROVAL_DIFF_MAX_FILE_BYTES`, with the file's ``sha256``); the worker then applies the
 edits only to that same content, so what runs is what was shown. The result carries the new
-``sha256`` and the diff, bounded (:mod:`peon.unified_diff`).
+``sha256`` and the diff, bounded (:mod:`peon.tools.shared.unified_diff`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from peon.errors import ErrorCode, ToolError
-from peon.paths import WorkspacePath, parse_file_path
-from peon.text_edit import Applied, Edit, apply_edits, decode_utf8
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from peon.truncation import HeadTail
-from peon.unified_diff import unified_diff
-from peon.utf8 import lone_surrogate
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import WorkspacePath, parse_file_path
+from peon.tools.shared.text_edit import Applied, Edit, apply_edits, decode_utf8
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.output.truncation import HeadTail
+from peon.tools.shared.unified_diff import unified_diff
+from peon.core.text import lone_surrogate
 from peon.workers import fs
 
-from .target import Target, approval_target, approved_expectation
+from peon.tools.shared.target import Target, approval_target, approved_expectation
 
 EDIT_MAX_FILE_BYTES = 64 << 20  # a larger file is too_large: it is held in memory several times over
 APPROVAL_DIFF_MAX_FILE_BYTES = 8 << 20  # larger files show the edits, not the diff, to the approver

@@ -4,7 +4,7 @@ Promise: ripgrep lists the files beneath the searched directory (``rg --files``:
 shared process runner, killed at the deadline, entered through the approved directory's descriptor —
 see :mod:`peon.tools.grep`), never following a symlink (nothing outside the workspace is listed),
 ``.gitignore`` respected unless ``respect_gitignore`` is false, ``.git`` never listed. The paths are
-matched here against the glob (:func:`peon.globs.compile_glob`: ``*`` within a component, ``**``
+matched here against the glob (:func:`peon.tools.shared.globs.compile_glob`: ``*`` within a component, ``**``
 across components; a glob without ``/`` matches at any depth), so ``.gitignore`` still applies to
 files the glob names. Order: modification time, newest first (ripgrep's ``--sortr modified``).
 Paged with ``offset``/``limit``/``next_offset``; ``total`` counts every match.
@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from peon.errors import ErrorCode, ToolError
-from peon.globs import compile_glob
-from peon.search import DEFAULT_LIMIT, MAX_LIMIT, Page, PathReader, rg_base_argv
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.errors import ErrorCode, ToolError
+from peon.tools.shared.globs import compile_glob
+from peon.tools.shared.search import DEFAULT_LIMIT, MAX_LIMIT, Page, PathReader, rg_base_argv
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 
-from .grep import check_rg_failed, open_search_root, resolve_search_root, rg_executable, run_rg
-from .process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+from peon.tools.grep import check_rg_failed, open_search_root, resolve_search_root, rg_executable, run_rg
+from peon.tools.shared.process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
 
 GLOB_OUTPUT_SCHEMA = {
     "type": "object",

@@ -9,12 +9,12 @@ Promises:
   found so far and ``timed_out: true``; nothing it started is alive when the call returns. It runs
   in the searched directory, entered through a descriptor opened beneath the pinned root and
   checked against the approved identity (else ``changed_since_approval``), with the options of
-  :func:`peon.search.rg_base_argv`: ``.gitignore`` respected, symlinks never followed (so nothing
+  :func:`peon.tools.shared.search.rg_base_argv`: ``.gitignore`` respected, symlinks never followed (so nothing
   outside the workspace is read or listed), binary files skipped.
 * Order is stable (``--sort path``) and results are paged: ``offset``/``limit`` count entries (files,
   lines, or per-file counts), ``next_offset`` is set when there are more, and ripgrep is stopped as
-  soon as one entry past the page is seen. Lines are cut at :data:`peon.search.MAX_LINE_CHARS`.
-* Secret-like files (:mod:`peon.secret_paths`) beneath the searched directory are not read: they are
+  soon as one entry past the page is seen. Lines are cut at :data:`peon.tools.shared.search.MAX_LINE_CHARS`.
+* Secret-like files (:mod:`peon.approval.secret_paths`) beneath the searched directory are not read: they are
   listed first (ripgrep lists names without reading them), excluded from the search, and returned in
   ``skipped`` with the rule that matched — unless the call sets ``include_secret_paths``, which makes
   it filesystem risk, so the approval policy decides.
@@ -32,12 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from peon.cancel import CancelToken, Deadline
-from peon.environment import command_environment
-from peon.errors import ErrorCode, ToolError
-from peon.globs import basename_glob, compile_glob
-from peon.paths import parse_workspace_path
-from peon.search import (
+from peon.core.cancel import CancelToken, Deadline
+from peon.core.environment import command_environment
+from peon.core.errors import ErrorCode, ToolError
+from peon.tools.shared.globs import basename_glob, compile_glob
+from peon.core.paths import parse_workspace_path
+from peon.tools.shared.search import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     TYPE_NAME,
@@ -50,12 +50,12 @@ from peon.search import (
     rg_base_argv,
     rg_error,
 )
-from peon.secret_paths import secret_match, secret_patterns
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.approval.secret_paths import secret_match, secret_patterns
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import fs
 from peon.workers.runner import ProcessOutcome, ProcessSpec, run_process
 
-from .process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+from peon.tools.shared.process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
 
 ANSWER_MARGIN_SECONDS = 0.15  # ripgrep is stopped this long before the deadline, so the answer is in time
 MAX_SKIPPED_LISTED = 200
@@ -150,7 +150,7 @@ class RgRun:
 
 
 class _Sink:
-    """The runner's output sink (:class:`peon.tool.OutputSink`): feeds a reader, never pushes back."""
+    """The runner's output sink (:class:`peon.core.tool.OutputSink`): feeds a reader, never pushes back."""
 
     def __init__(self, feed: Callable[[bytes | memoryview], None]) -> None:
         self.feed = feed

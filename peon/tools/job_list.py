@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.jobs import JOB_INFO_PROPERTIES
-from peon.tool import Tool, ToolContext, ToolRisk
+from peon.core.jobs import JOB_INFO_PROPERTIES
+from peon.core.tool import Tool, ToolContext, ToolRisk
 
 
 class JobListTool(Tool):

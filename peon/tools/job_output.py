@@ -1,10 +1,10 @@
 """``job_output``: a job's output from an absolute byte offset, and its state. Risk: read-only.
 
-Promise: served by the supervisor, which owns the jobs (``ctx.jobs``, :class:`peon.jobs.JobsAccess`);
+Promise: served by the supervisor, which owns the jobs (``ctx.jobs``, :class:`peon.core.jobs.JobsAccess`);
 it reads only the session's output store and never touches a process. Offsets are absolute positions
 in everything the job wrote: paging with ``next_offset`` reads every retained byte exactly once, and
 ``dropped_before`` says when the bytes asked for were already evicted (the page then starts at the
-oldest retained byte). ``wait_seconds`` waits (at most :data:`peon.jobs.MAX_WAIT_SECONDS` and the
+oldest retained byte). ``wait_seconds`` waits (at most :data:`peon.core.jobs.MAX_WAIT_SECONDS` and the
 call's deadline) until the job has output past ``offset`` or has ended. ``output`` is cleaned like
 ``bash``'s (``jobs.clean_output``); ``raw: true`` returns the text as written plus ``output_base64``,
 the exact bytes.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.jobs import DEFAULT_PAGE_BYTES, JOB_STATES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
-from peon.tool import Tool, ToolContext, ToolRisk
+from peon.core.jobs import DEFAULT_PAGE_BYTES, JOB_STATES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
+from peon.core.tool import Tool, ToolContext, ToolRisk
 
 JOB_ID_PROPERTY = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$",
                    "description": "The job_id a bash or agent result carried."}

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.jobs import JOB_INFO_PROPERTIES, page_value
-from peon.tool import Tool, ToolContext, ToolRisk
+from peon.core.jobs import JOB_INFO_PROPERTIES, page_value
+from peon.core.tool import Tool, ToolContext, ToolRisk
 
-from .job_output import JOB_ID_PROPERTY
+from peon.tools.job_output import JOB_ID_PROPERTY
 
 TAIL_BYTES = 4096
 

@@ -3,7 +3,7 @@ secret-like paths (typed or resolved).
 
 Promise: the path is resolved beneath the workspace (symlinks that leave are refused), rated and
 approved by where it resolves, and the worker reads only the file that was approved (else
-``changed_since_approval``, see :mod:`peon.tools.target`); anything that is not a regular file is
+``changed_since_approval``, see :mod:`peon.tools.shared.target`); anything that is not a regular file is
 refused before a byte is read. A file of at most :data:`SHA256_MAX_FILE_BYTES` is read once, whole, in
 bounded chunks, and ``sha256`` is the hash of exactly those reads; a larger file is read only in the
 selected range (``pread``), so a slice of a huge file costs what the slice costs, and ``sha256`` is
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from peon.errors import ErrorCode, ToolError
-from peon.paths import WorkspacePath, parse_file_path
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from peon.truncation import utf8_prefix_end
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import WorkspacePath, parse_file_path
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.output.truncation import utf8_prefix_end
 from peon.workers import fs
 
-from .target import Target, approval_target, approved_expectation, resolve_for
+from peon.tools.shared.target import Target, approval_target, approved_expectation, resolve_for
 
 MAX_BYTE_VALUE = 2**63 - 1  # off_t
 CONTEXT_BYTES = 3  # bytes read on each side of the range to explain a cut character

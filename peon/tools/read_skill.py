@@ -23,10 +23,10 @@ import os
 from typing import Any
 from collections.abc import Mapping
 
-from peon.errors import ErrorCode, ToolError
-from peon.tool import SessionView, Tool, ToolContext, ToolRisk
-from peon.paths import printable
-from peon.truncation import decode, utf8_prefix_end
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.tool import SessionView, Tool, ToolContext, ToolRisk
+from peon.core.paths import printable
+from peon.core.output.truncation import decode, utf8_prefix_end
 from peon.workers.skills import Moved, NotRegular, Outside, open_skill, read_prefix
 
 NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+)*$"

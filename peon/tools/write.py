@@ -8,9 +8,9 @@ call fails with ``stale`` and the actual hash — this detects stale input, it d
 against other writers. The destination directory must already exist: a missing parent is a
 ``not_found`` error, never a silent mkdir. The call is rated, shown and approved by the path it
 resolves to, and the worker writes only into the approved directory entry (else
-``changed_since_approval``, see :mod:`peon.tools.target`). The install is crash-atomic (see :mod:`peon.workers.fs`), so
-the executor runs synchronously in its worker: if the deadline backstop kills a stuck write, the
-destination still holds the old or the new content. Semantics in ``docs/files.md``.
+``changed_since_approval``, see :mod:`peon.tools.shared.target`). The install is crash-atomic (see
+:mod:`peon.workers.fs`), so the executor runs synchronously in its worker: if the deadline backstop kills a stuck
+write, the destination still holds the old or the new content. Semantics in ``docs/files.md``.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import hashlib
 from typing import Any
 from collections.abc import Mapping
 
-from peon.errors import ErrorCode, ToolError
-from peon.paths import WorkspacePath, parse_file_path
-from peon.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
-from peon.truncation import HeadTail
-from peon.utf8 import lone_surrogate
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import WorkspacePath, parse_file_path
+from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.output.truncation import HeadTail
+from peon.core.text import lone_surrogate
 from peon.workers import fs
 
-from .target import approval_target, approved_expectation
+from peon.tools.shared.target import approval_target, approved_expectation
 
 PREVIEW_BYTES = 4096  # of the content, shown to the approver (head and tail)
 

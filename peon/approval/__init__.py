@@ -1,0 +1,1 @@
+"""The approval decision, pure: admission, validation, policy, shell analysis, rules, secret paths."""

@@ -1,0 +1,1 @@
+"""The embedding process: sessions (local, async, remote), results, configuration loading, spawning."""

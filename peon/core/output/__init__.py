@@ -1,0 +1,1 @@
+"""Bounding and cleaning command output: head+tail truncation, terminal text, the output store."""

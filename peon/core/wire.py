@@ -1,0 +1,133 @@
+"""The messages between a session (:class:`peon.Session`, the client) and its supervisor process.
+
+Promise: every message on that channel is one of the ``TypedDict`` shapes below, told apart by ``op``
+(:data:`ClientOp` from the client, :data:`SupervisorOp` from the supervisor); framing and bounds are
+:mod:`peon.core.framing`'s. The supervisor checks what it receives field by field (it trusts nothing), and
+the client answers any call whose message it cannot read; these types say what a well-formed message
+holds, for both sides and for type checkers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+
+if TYPE_CHECKING:  # annotations only: a client does not load the policy
+    from peon.approval.policy import AnswerName, Scope
+
+ClientOp = Literal["start", "call", "cancel", "approval_answer", "close"]
+SupervisorOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request", "worker", "worker_gone"]
+
+
+# -- from the client ------------------------------------------------------------------------------
+
+class StartMessage(TypedDict):
+    op: Literal["start"]
+    workspace: str
+    session_id: str
+    state_dir: str
+    config: dict[str, Any]  # peon.client.config.LoadedConfig.to_wire()
+    tools: list[str]  # import paths, "package.module:ToolClass"
+    env: dict[str, str]  # the session's environment, exactly (an empty one stays empty)
+    approver: bool  # without one, "ask" is denied at once
+    started_notices: bool  # send "started" with the time a running call must be answered by
+
+
+class CallMessage(TypedDict):
+    op: Literal["call"]
+    id: str
+    tool: str
+    args: Any
+    progress: bool
+    trace: NotRequired[dict[str, str]]  # the caller's W3C trace context, for the commands the call starts
+
+
+class CancelMessage(TypedDict):
+    op: Literal["cancel"]
+    id: str
+
+
+class CloseMessage(TypedDict):
+    op: Literal["close"]
+
+
+class _ApprovalAnswerFields(TypedDict, total=False):
+    scope: Scope
+    reason: str
+    approver_error: bool
+
+
+class ApprovalAnswerMessage(_ApprovalAnswerFields):
+    op: Literal["approval_answer"]
+    request_id: Any
+    decision: AnswerName | str  # anything else is read as a denial by the supervisor
+
+
+ClientMessage = StartMessage | CallMessage | CancelMessage | CloseMessage | ApprovalAnswerMessage
+
+
+# -- from the supervisor --------------------------------------------------------------------------
+
+class ErrorFields(TypedDict, total=False):
+    details: dict[str, Any]
+
+
+class ErrorBody(ErrorFields):
+    code: str  # a peon.core.errors.ErrorCode value
+    message: str
+
+
+class FatalMessage(TypedDict):
+    op: Literal["fatal"]
+    error: ErrorBody
+
+
+class _ResultFields(TypedDict, total=False):
+    value: dict[str, Any]
+    error: ErrorBody
+
+
+class ResultMessage(_ResultFields):
+    op: Literal["result"]
+    id: str
+    ok: bool
+
+
+class StartedMessage(TypedDict):
+    op: Literal["started"]
+    id: str
+    answer_by: float  # time.monotonic() by which the supervisor must have answered
+
+
+class WorkerMessage(TypedDict):
+    """A worker started (process-tree containment): the client kills its tree if it outlives the supervisor."""
+
+    op: Literal["worker"]
+    pid: int
+    start_time: float  # psutil's create_time: with the pid, names one process
+
+
+class WorkerGoneMessage(TypedDict):
+    op: Literal["worker_gone"]
+    pid: int
+
+
+class ProgressMessage(TypedDict, total=False):
+    op: Literal["progress"]
+    id: str
+    elapsed_ms: int  # as the worker reported it (peon.workers.messages.ProgressMessage)
+    output_bytes: int
+
+
+class ApprovalRequestMessage(TypedDict, total=False):
+    op: Literal["approval_request"]
+    request_id: str
+    call_id: str
+    tool: str
+    risk: str
+    risk_reason: str
+    summary: str
+    details: dict[str, Any]
+    canonical_input: str
+    sandboxed: bool
+    scopes: list[Scope]
+    timeout_seconds: float

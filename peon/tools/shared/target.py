@@ -1,0 +1,151 @@
+"""The workspace file a ``read`` or ``write`` call targets: resolved and rated once in the supervisor,
+insisted on in the worker.
+
+Promises:
+
+* :func:`approval_target` resolves the typed path beneath the session's workspace root exactly as the
+  worker will (:func:`peon.workers.fs.resolve`: symlinks that stay inside are followed, leaving is refused;
+  for ``create`` the last component is never followed and only its directory must exist) and rates the
+  secret-like heuristic on the typed **and** the resolved path — either one matching makes the call
+  secret-like. A call that cannot succeed (``not_found``, ``outside_workspace``, ``already_exists``...)
+  fails here, before anyone is asked. ``assess_risk`` and ``approval_details`` of one call see the same
+  resolution, so the risk the policy rates is the risk of the path the approver is shown.
+* a ``create`` or ``replace`` whose typed **or** resolved path is, or is beneath, an agent-control path
+  (``sandbox.protected``: ``.git/hooks``, ``.git/config``, ``.claude``, ``.mcp.json``...; the same list
+  the sandbox makes read-only, whatever ``sandbox.mode``) carries ``agent_control`` (the entry) in its
+  details, and the approval policy asks about it at least (:data:`peon.approval.policy.AGENT_CONTROL`): every
+  tool that writes through this module inherits that;
+* :meth:`Target.details` is what the approval request shows and what the worker receives as approved:
+  ``path`` is the resolved workspace-relative path (what ``path_prefix`` approval rules match),
+  ``typed_path`` the path as typed, only when it resolves elsewhere, and ``file_id`` /
+  ``directory_id`` the device and inode of the file and of its directory at approval time.
+* :func:`approved_expectation` runs in the worker: it resolves the path again, compares the resolved
+  path with the approved one, and returns the identities the object actually opened must have. Any
+  difference — or approved details that are missing or malformed — is ``changed_since_approval`` and
+  nothing is read or written (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from peon.core.errors import ErrorCode, ToolError
+from peon.core.paths import WorkspacePath
+from peon.approval.policy import AGENT_CONTROL
+from peon.approval.secret_paths import SecretMatch, secret_match
+from peon.core.tool import SessionView
+from peon.workers import fs
+
+Access = Literal["read", "create", "replace"]
+
+
+@dataclass(frozen=True)
+class Target:
+    typed: WorkspacePath
+    resolution: fs.Resolution
+    secret: SecretMatch | None  # from the typed path, else from the resolved one
+    secret_on_resolved_only: bool
+    agent_control: str | None = None  # the sandbox.protected entry a write targets (typed or resolved path)
+
+    @property
+    def redirected(self) -> bool:
+        """The path resolves somewhere else than it says (through a symlink)."""
+        return self.resolution.path != self.typed.normalized
+
+    def where(self) -> str:
+        """A clause naming the resolved path when it differs, for risk reasons."""
+        return f"{self.typed.text!r} resolves to {self.resolution.path!r}" if self.redirected else ""
+
+    def secret_reason(self) -> str | None:
+        if self.secret is None:
+            return None
+        reason = self.secret.reason()
+        return f"{reason}; {self.where()}" if self.secret_on_resolved_only else reason
+
+    def details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.resolution.path}
+        if self.redirected:
+            out["typed_path"] = self.typed.text
+        if self.resolution.file is not None:
+            out["file_id"] = str(self.resolution.file)
+        out["directory_id"] = str(self.resolution.directory)
+        if self.agent_control is not None:
+            out[AGENT_CONTROL] = self.agent_control
+        return out
+
+    def agent_control_reason(self) -> str | None:
+        if self.agent_control is None:
+            return None
+        return (f"it writes beneath the agent-control path {self.agent_control!r} (sandbox.protected), which steers "
+                "later agents, git or the editor")
+
+
+def agent_control_entry(parts: tuple[str, ...], protected: Iterable[str]) -> str | None:
+    """The first ``protected`` entry that ``parts`` (a workspace-relative path) is, or is beneath."""
+    for entry in protected:
+        prefix = tuple(entry.split("/"))
+        if parts[:len(prefix)] == prefix:
+            return entry
+    return None
+
+
+def resolve_for(root: int, typed: WorkspacePath, access: Access) -> fs.Resolution:
+    """``typed`` resolved beneath ``root`` as ``access`` needs it: the one resolution the supervisor
+    approves and the worker insists on."""
+    return fs.resolve(root, typed, follow_final=access != "create", must_exist=access == "read")
+
+
+def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Target:
+    with fs.workspace_root(session) as root:
+        resolution = resolve_for(root, typed, access)
+    problem = (fs.read_target_error(typed, resolution.kind) if access == "read"
+               else fs.target_error(typed, access == "create", resolution.kind))
+    if problem is not None:
+        raise problem
+    typed_match = secret_match(typed.parts, session.env)
+    resolved_parts = tuple(resolution.path.split("/"))
+    resolved_match = (typed_match if resolved_parts == typed.parts  # not redirected: the same answer
+                      else secret_match(resolved_parts, session.env))
+    control = None
+    if access != "read":
+        protected = getattr(getattr(session.config, "sandbox", None), "protected", ())
+        control = agent_control_entry(typed.parts, protected) or agent_control_entry(resolved_parts, protected)
+    return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None,
+                  control)
+
+
+# One call's assess_risk and approval_details receive the same args object; they share one resolution.
+_last: tuple[Access, Mapping[str, Any], Target] | None = None
+
+
+def approval_target(typed: WorkspacePath, access: Access, args: Mapping[str, Any], session: SessionView) -> Target:
+    """The target of the call whose validated input is ``args`` (resolved once per call, in the supervisor)."""
+    global _last
+    if _last is not None and _last[0] == access and _last[1] is args:
+        return _last[2]
+    target = _resolve(typed, access, session)
+    _last = (access, args, target)
+    return target
+
+
+def approved_expectation(approved: Mapping[str, Any], typed: WorkspacePath, access: Access,
+                         root: int) -> fs.Expected:
+    """In the worker: what the call may open, or ``changed_since_approval`` (see the module's promises)."""
+    path, directory = approved.get("path"), fs.FileId.parse(approved.get("directory_id"))
+    file = fs.FileId.parse(approved.get("file_id"))
+    file_ok = "file_id" not in approved if access == "create" else file is not None
+    if not isinstance(path, str) or directory is None or not file_ok:
+        raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL,
+                        f"path {typed.shown}: the call does not carry the approved resolution of its path "
+                        "(path, file_id, directory_id); nothing was done", {"rule": "approved_details"})
+    resolution = resolve_for(root, typed, access)
+    if resolution.path != path:
+        raise fs.changed_since_approval(typed, f"it was approved as {path!r} but now resolves to {resolution.path!r}")
+    expected = fs.Expected(directory, resolution.name, file)
+    if resolution.directory != directory or resolution.file != file:
+        raise fs.changed_since_approval(
+            typed, f"{path!r} is now another file (approved {file or 'nothing'} in directory {directory}, "
+                   f"found {resolution.file or 'nothing'} in directory {resolution.directory})")
+    return expected
