@@ -281,6 +281,7 @@ def _walk_parent(root: int, path: WorkspacePath, follow_final: bool) -> tuple[in
     finally:
         walk.close()
 
+
 # -- resolution: openat2 ---------------------------------------------------------------------------------
 
 
@@ -341,7 +342,9 @@ def open_parent(root: int, path: WorkspacePath, resolver: Resolver, *, follow_fi
             raise ToolError(ErrorCode.NOT_A_REGULAR_FILE,
                             f"path {path.shown} is a symlink to {target!r}, which names a directory, not a file")
 
+
 # -- resolution: what a path names, without opening it --------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Resolution:

@@ -48,6 +48,7 @@ import peon.workers.sandbox.syscall_filter as syscall_filter
 from peon.workers.sandbox.plan import (DEVICE_FILES, SandboxPlan, bwrap_argv, host_socket_paths, landlock_rules,
                                        layers, protected_paths, quiet_profile, seccomp_rules)
 
+
 # -- the approved plan -----------------------------------------------------------------------------
 
 _last_plan: tuple[dict[str, Any], SandboxPlan] | None = None
