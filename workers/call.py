@@ -67,7 +67,7 @@ CHANNEL: contextvars.ContextVar[FrameChannel | None] = contextvars.ContextVar("p
 
 
 async def serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool],
-                      reusable: bool = True) -> bool:
+                     reusable: bool = True) -> bool:
     """Serve the call in ``data``, answering on ``channel``; whether this worker may serve another (never
     without ``reusable``)."""
     message: CallMessage = json.loads(data)
