@@ -41,8 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import peon
-from peon.workers import landlock as ll
 from peon.workers import proctree, sandbox
+from peon.workers.sandbox import landlock as ll
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
@@ -214,7 +214,7 @@ def main_calls(calls: int) -> None:
 HELPER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from peon.workers import landlock as ll
+from peon.workers.sandbox import landlock as ll
 abi = ll.abi_version().abi
 ruleset = ll.Ruleset(abi, ll.fs_rights(abi))
 ruleset.allow_beneath("/", ll.FS_READ)
@@ -226,7 +226,7 @@ os.execv(sys.argv[3], sys.argv[3:])
 
 def main_strategies(calls: int) -> None:
     import peon.tools  # noqa: F401  (a worker-sized interpreter)
-    from peon.workers.sandbox_plan import SandboxPlan
+    from peon.workers.sandbox.plan import SandboxPlan
 
     abi = ll.abi_version().abi
     if abi < 1:
@@ -312,7 +312,8 @@ def main_strategies(calls: int) -> None:
 
 # -- parts ------------------------------------------------------------------------------------------
 
-# (module, attribute, label): the steps of LandlockConfinement.spawn, each timed where the worker calls it.
+# (module, attribute, label): the steps of LandlockConfinement.spawn, each timed where the worker calls it
+# ("sandbox": peon.workers.sandbox.confine, where spawn looks them up).
 PARTS = (("sandbox", "prepared_ruleset", "ruleset (kept; its directories stat'ed)"),
          ("namespaces", "host_sockets_text", "host sockets listed (network = false)"),
          ("sandbox", "protected_paths", "protected paths found"),
@@ -327,8 +328,8 @@ def main_parts(calls: int) -> None:
     import dataclasses
 
     import peon.tools  # a worker-sized interpreter
-    from peon.workers import namespaces, syscall_filter
-    from peon.workers.sandbox_plan import SandboxPlan, quiet_profile
+    from peon.workers.sandbox import confine, namespaces, syscall_filter
+    from peon.workers.sandbox.plan import SandboxPlan, quiet_profile
 
     if ll.abi_version().abi < 1 or namespaces.probe():
         print("parts: skipped (needs Landlock and namespaces, i.e. root)")
@@ -367,7 +368,7 @@ def main_parts(calls: int) -> None:
             return pid
 
         spent: dict[str, float] = {}
-        owners = {"sandbox": sandbox, "namespaces": namespaces, "Ruleset": ll.Ruleset, "Filter": syscall_filter.Filter}
+        owners = {"sandbox": confine, "namespaces": namespaces, "Ruleset": ll.Ruleset, "Filter": syscall_filter.Filter}
         for owner, attribute, label in PARTS:
             function = getattr(owners[owner], attribute)
 

@@ -209,7 +209,7 @@ def start(status: dict[str, Any]) -> Proxy | None:
     egress = status.get("egress")
     if not isinstance(egress, dict):
         return None
-    from peon.workers import namespaces  # the supervisor's one use of the worker side's namespace helpers
+    from peon.workers.sandbox import namespaces  # the supervisor's one use of the worker side's namespace helpers
 
     listener = namespaces.listen_in(egress["netns"], egress["netns_inode"])
     listener.setblocking(False)

@@ -6,7 +6,7 @@ Promise:
   dumpable, parent-death signal, only its own descriptors — which a standby becomes when its first
   message is :data:`~peon.workers.messages.HOST_MESSAGE`; titled ``peon-worker jobs``;
 * for each ``call`` (a background job: the same validated call a worker gets, its job id as ``id``)
-  it runs the tool as a worker does (:func:`peon.workers.worker._execute`: same process runner, same
+  it runs the tool as a worker does (:func:`peon.workers.call.execute`: same process runner, same
   spawn path, same sandbox plan) in a task of its own, and sends the job's ``spawned``, ``output``
   (live) and one ``result``, each tagged with the job's id; a ``cancel`` naming a job cancels that
   job only (TERM to its group, the grace, KILL);
@@ -44,12 +44,13 @@ from peon.core.cancel import CancelToken
 from peon.core.errors import ErrorCode
 from peon.core.tool import SessionView, Tool
 
-from peon.workers import cgroup, limits, proctree, runner, worker
+from peon.workers import cgroup, limits, proctree, runner
+from peon.workers.call import OutputStream, call_context, encode_result, error_result, execute
 from peon.workers.channel import FrameChannel
+from peon.workers.exit_codes import EXIT_INTERNAL_ERROR, EXIT_NOT_STARTED
 from peon.workers.limits import CgroupProbe, ResourceLimits, TreeProbe
 from peon.workers.messages import CallMessage
 from peon.workers.reaper import REAPER
-from peon.workers.worker import _error, _execute, _OutputStream, call_context, encode_result
 
 # What a job id looks like (the supervisor's JobTable names them); it names the job's cgroup too.
 JOB_ID = re.compile(r"^job-[0-9]{1,12}$")
@@ -150,7 +151,7 @@ class JobScope:
             except OSError as exc:  # it would be killed with this job, and account for it: fail closed
                 print(f"peon-worker jobs: cannot return to {self.home.path} ({exc}); exiting", file=sys.stderr)
                 _kill_everything()
-                os._exit(worker.EXIT_INTERNAL_ERROR)
+                os._exit(EXIT_INTERNAL_ERROR)
 
 
 def _make_job_cgroup(home: cgroup.Cgroup, job_id: str, limits: ResourceLimits) -> cgroup.Cgroup:
@@ -210,30 +211,30 @@ class Host:
 
     async def _run(self, message: CallMessage, job_id: str, token: CancelToken) -> None:
         tool_name = str(message.get("tool"))
-        ctx = call_context(message, self.session, token)
-        output = _OutputStream(self.channel, job_id, None)
+        ctx = call_context(message, self.session, token, self.channel)
+        output = OutputStream(self.channel, job_id, None)
         ctx.output = output
         tool = self.tools.get(tool_name)
         group: cgroup.Cgroup | None = None
         try:
             if tool is None:
-                reply = _error(job_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
+                reply = error_result(job_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
             else:
                 try:
                     group = _make_job_cgroup(self.home, job_id, self.limits)
                 except OSError as exc:
-                    reply = _error(job_id, ErrorCode.TOOL_FAILED,
-                                   f"the job's cgroup could not be made ({exc.strerror}); nothing was started")
+                    reply = error_result(job_id, ErrorCode.TOOL_FAILED,
+                                         f"the job's cgroup could not be made ({exc.strerror}); nothing was started")
                 else:
                     self.running[job_id] = (token, group)
                     scope = JobScope(group, self.home)
                     runner.SCOPE.set(scope)  # this task's (and the tool's) context only
-                    reply = await _execute(tool, message["args"], ctx)
+                    reply = await execute(tool, message["args"], ctx)
                     if scope.members():  # whatever the tool did, nothing of the job outlives it
                         scope.kill_all()
                         if scope.members():
-                            reply = _error(job_id, ErrorCode.TOOL_FAILED,
-                                           f"some processes {tool_name} started could not be killed")
+                            reply = error_result(job_id, ErrorCode.TOOL_FAILED,
+                                                 f"some processes {tool_name} started could not be killed")
             await output.flush()  # every output message precedes the result
             await self.channel.send(encode_result(reply, tool_name, job_id))
         except OSError:
@@ -273,9 +274,8 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
     home_path = limits.CGROUP  # the session's workers cgroup, where the host serves
     if home_path is None:
         channel.close()
-        return worker.EXIT_NOT_STARTED  # a job host exists only in cgroup containment
+        return EXIT_NOT_STARTED  # a job host exists only in cgroup containment
     host = Host(channel, session, tools, cgroup.Cgroup(home_path))
-    worker.CURRENT_CHANNEL = channel  # only tests that play a broken host touch it
     tasks: set[asyncio.Task[None]] = set()
     # Reap orphans of the jobs as they die, between the jobs' own ends.
     asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, REAPER.reap)

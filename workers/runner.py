@@ -101,7 +101,7 @@ class ProcessSpec:
     # What to execute when it is not argv[0]: e.g. "/proc/self/fd/N" of a binary the caller opened and
     # checked, so the file executed is the inode that was checked (an agent's pinned executable).
     executable: str | None = None
-    # The OS sandbox (workers/sandbox.py): when set, it starts the command inside itself; it may raise
+    # The OS sandbox (workers/sandbox/confine.py): when set, it starts the command inside itself; it may raise
     # ToolError (nothing started). Everything below applies to what it started like to any command.
     sandbox: Any = None
     # A directory descriptor to start in instead of ``cwd`` (``fchdir``): resolved and checked by the tool.

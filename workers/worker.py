@@ -1,24 +1,20 @@
-"""A worker: a ``multiprocessing`` process, forked by the session's forkserver, that serves one call at a
-time: after a clean call (:func:`peon.workers.reuse.may_offer`: for a tool that starts processes, its
-commands ended by themselves and left nothing) it offers to serve the next one; after any other call
-it exits.
+"""A worker process's life: a ``multiprocessing`` process, forked by the session's forkserver, that serves
+one call at a time (:mod:`peon.workers.call`): after a clean call (:func:`peon.workers.reuse.may_offer`: for
+a tool that starts processes, its commands ended by themselves and left nothing) it offers to serve the
+next one; after any other call it exits.
 
 Promise:
 
-* it is a child subreaper, so everything the call starts stays below it;
-* before it reports a result, no process the call started is alive (it sweeps its own tree even if
-  the tool forgot to);
+* it is a child subreaper, so everything a call starts stays below it;
 * no descriptor of Peon's reaches a process it starts: it keeps only 0, 1, 2, its channel and the
   pinned workspace root, all close-on-exec (and the runner audits the table before every spawn), and
   while a foreground call's kept output is past 1 MiB, the unnamed file holding it (close-on-exec);
   and it is not dumpable, so processes of the same user can neither ptrace it nor take its
   descriptors (``pidfd_getfd``);
-* its result is one bounded message: a result larger than :data:`MAX_RESULT_BYTES` becomes a
-  ``too_large`` error naming the bound, never a message the supervisor cannot read;
 * if its forkserver dies (it does when the supervisor dies) it gets a parent-death ``SIGTERM``, kills
-  its whole tree and exits;
-* a tool that ignores cancellation or its deadline is abandoned (its task cancelled) after a grace,
-  and the supervisor kills the worker if even that does not end it.
+  its whole tree and exits (:data:`~peon.workers.exit_codes.EXIT_PARENT_GONE`);
+* it never serves a call sent after a result that did not let it serve again: it exits instead, and
+  the supervisor reports that call.
 
 Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby prepares everything
 (descriptors, session, event loop), starts its loop and then waits for its ``call`` (a poll of its
@@ -52,45 +48,26 @@ import socket
 import sys
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, cast
+from typing import Any, ClassVar, NoReturn
 
 from setproctitle import getproctitle, setproctitle
 
-from peon.core.cancel import CancelToken, Deadline
 from peon.core.config_view import ResolvedConfig
-from peon.core.environment import trace_context
-from peon.core.errors import ErrorCode, PeonError, ToolError
-from peon.core.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
-from peon.core.tool import OutputLimits, SessionView, Tool, ToolContext, ToolRisk
-from peon.core.output.store import SPILL_BYTES, OutputRing, open_spill_file
+from peon.core.framing import MAX_MESSAGE_BYTES, encode_json
 from peon.core.skills import SkillRecord
+from peon.core.tool import SessionView, Tool, ToolContext, ToolRisk
 
 from peon.workers import limits, linux, proctree
+from peon.workers.call import serve_call
 from peon.workers.channel import FrameChannel, socket_of
-from peon.workers.messages import (
-    HOST_MESSAGE, MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output,
-)
-from peon.workers.reaper import REAPER
-from peon.workers import runner
-from peon.workers.reuse import may_offer
-from peon.workers.runner import CANCEL_GRACE_SECONDS
+from peon.workers.exit_codes import EXIT_INTERNAL_ERROR, EXIT_NOT_STARTED, EXIT_PARENT_GONE
+from peon.workers.messages import HOST_MESSAGE, WAKE_SIGNAL
 
-EXIT_PARENT_GONE = 75
-EXIT_INTERNAL_ERROR = 70
-EXIT_NOT_STARTED = 71  # the standby could not be prepared (an unarmed forkserver...)
-ABANDON_GRACE_SECONDS = 1.0  # after cancel grace or deadline, how long a tool may still take
 LINGER_SECONDS = 10.0  # after its result, how long a worker waits for the supervisor to close the channel
-MAX_RESULT_BYTES = MAX_MESSAGE_BYTES - ENVELOPE_BYTES
-OUTPUT_HIGH_WATER = 4 << 20  # queued output bytes at which the runner stops reading the command's pipe
-OUTPUT_LOW_WATER = 1 << 20
-# The kept output of a foreground call goes to the supervisor in messages of this size when it ends:
-# each is copied a few times on its way (read, framed, received, parsed), so small ones keep the
-# transfer's memory small (1 MiB messages made a 1 GiB flood peak ~5 MiB higher) at no measurable cost.
-FLUSH_CHUNK = 256 << 10
+STANDBY_WARM_UP_ROUNDS = 1
 
 
 class InheritedFd:
@@ -120,11 +97,6 @@ class WorkerStart:
     forkserver_pid: int  # its parent; when that dies, so does the worker
     cgroup: str | None  # the cgroup v2 directory the worker was forked into (its limits)
     root: InheritedFd | None  # the workspace, pinned by the supervisor (O_PATH)
-
-
-# The channel of the call this process serves (only tests that play a broken worker touch it).
-CURRENT_CHANNEL: FrameChannel | None = None
-STANDBY_WARM_UP_ROUNDS = 1
 
 
 def _on_parent_gone(signum: int, frame: Any) -> None:
@@ -222,7 +194,7 @@ def load_tools(paths: tuple[str, ...] | list[str]) -> dict[str, Tool]:
     return tools
 
 
-# -- the call ----------------------------------------------------------------------------------------
+# -- waiting for calls, and retiring ----------------------------------------------------------------
 
 
 async def _wait_and_serve(connection: Any, session: SessionView, tools: dict[str, Tool]) -> int:
@@ -263,15 +235,14 @@ async def _serve_one(sock: socket.socket, data: bytes | None, session: SessionVi
     """Serve the call in ``data``, then each next call the supervisor sends while the worker may serve
     again (:func:`peon.workers.reuse.may_offer`; never with ``reusable`` false: a warm-up round's);
     0 once the supervisor closes the channel."""
-    global CURRENT_CHANNEL
-    channel = CURRENT_CHANNEL = FrameChannel(sock)
+    channel = FrameChannel(sock)
     try:
         while data is not None:
             if data == HOST_MESSAGE and reusable:  # a standby, or a worker between two calls
                 from peon.workers.job_host import host_jobs  # only the one worker that becomes the session's job host
 
                 return await host_jobs(channel, session, tools)
-            again = await _serve_call(channel, data, session, tools, reusable)
+            again = await serve_call(channel, data, session, tools, reusable)
             data = await _next_call(channel) if again else await _linger(channel)
         return 0
     finally:  # a worker's exit would close it; a warm-up round in the forkserver or a standby must
@@ -307,272 +278,6 @@ async def _linger(channel: FrameChannel) -> bytes | None:
     except (TimeoutError, Exception):
         pass
     return None
-
-
-async def _serve_call(channel: FrameChannel, data: bytes, session: SessionView, tools: dict[str, Tool],
-                      reusable: bool = True) -> bool:
-    """Serve one call; whether this worker may serve another."""
-    message: CallMessage = json.loads(data)
-    if not isinstance(message, dict) or message.get("op") != "call":
-        return False  # retired while on standby
-    call_id, tool_name = str(message["id"]), str(message["tool"])
-    setproctitle(f"peon-worker {tool_name} {call_id}")
-    runner.begin_call()
-    token = CancelToken()
-    ctx = call_context(message, session, token)
-    progress = _ProgressSender(channel, call_id)
-    ctx.report_progress = progress.report
-    stream = message.get("stream")
-    output = (_OutputStream(channel, call_id, None) if stream == "live"
-              else _OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes), session.spill_dir)
-              if stream == "end" else None)
-    ctx.output = output
-    listener = asyncio.create_task(_listen(channel, token))
-    tool = tools.get(tool_name)
-    if tool is None:
-        reply = _error(call_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
-    else:
-        reply = await _execute(tool, message["args"], ctx)
-    listener_ended = listener.done()  # the channel broke, or the supervisor sent what it should not
-    listener.cancel()
-    progress.stop()
-    # Whatever the tool did, nothing it started may outlive the call (a worker with no child has
-    # nothing below it: it is a subreaper).
-    left_children = proctree.has_children()
-    if left_children:
-        if proctree.kill_tree(os.getpid(), reap=REAPER.reap):
-            reply = _error(call_id, ErrorCode.TOOL_FAILED, f"some processes {tool_name} started could not be killed")
-        elif tool is not None and not tool.starts_processes:  # and its worker is not reused
-            reply = _error(call_id, ErrorCode.TOOL_FAILED,
-                           f"{tool_name} declares that it starts no process (starts_processes is false) but "
-                           "left processes behind; they were killed")
-    if output is not None:  # every output message precedes the result
-        await output.flush()
-    again = reusable and tool is not None and not listener_ended and may_offer(
-        reply, starts_processes=tool.starts_processes, commands_ended_clean=runner.commands_ended_clean(),
-        left_children=left_children, cancelled=token.cancelled, streams_live=stream == "live")
-    if again:
-        reply = {**reply, "reuse": True}
-        setproctitle("peon-worker standby")  # its call is over once the result is out
-    await channel.send(encode_result(reply, tool_name, call_id))
-    return again
-
-
-def call_context(message: CallMessage, session: SessionView, token: CancelToken) -> ToolContext:
-    """The tool's context for the call in ``message`` (a worker's call, or a job in the job host)."""
-    return ToolContext(
-        call_id=str(message["id"]),
-        workspace=session.workspace,
-        deadline=Deadline(message["deadline"]),
-        cancel=token,
-        limits=OutputLimits(
-            max_output_bytes=session.config.limits.max_output_bytes,
-            read_max_bytes=session.config.limits.read_max_bytes,
-        ),
-        session=session,
-        approved=message.get("approved") or {},
-        wants_progress=bool(message.get("progress")),
-        trace=trace_context(message.get("trace")),
-    )
-
-
-def encode_result(reply: ResultMessage, tool_name: str, call_id: str) -> bytes:
-    """The result message, within :data:`MAX_RESULT_BYTES` whatever the tool returned."""
-    try:
-        data = encode_json(reply)
-    except ValueError as exc:
-        data = encode_json(_error(call_id, ErrorCode.TOOL_FAILED,
-                                  f"{tool_name} returned a value that is not valid JSON: {exc}"))
-    if len(data) > MAX_RESULT_BYTES:
-        data = encode_json(_error(
-            call_id, ErrorCode.TOO_LARGE,
-            f"the result of {tool_name} is {len(data)} bytes encoded; a result may be at most {MAX_RESULT_BYTES} "
-            f"bytes (the {MAX_MESSAGE_BYTES}-byte message bound less {ENVELOPE_BYTES} for its envelope)",
-            {"bytes": len(data), "limit": MAX_RESULT_BYTES},
-        ))
-    return data
-
-
-class _ProgressSender:
-    """At most one progress message in flight; a newer report replaces one not yet sent."""
-
-    def __init__(self, channel: FrameChannel, call_id: str):
-        self.channel = channel
-        self.call_id = call_id
-        self._latest: dict[str, Any] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
-
-    def report(self, **fields: Any) -> None:
-        if self._stopped:
-            return
-        self._latest = fields
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        while self._latest is not None and not self._stopped:
-            fields, self._latest = self._latest, None
-            try:
-                payload = encode_json({"op": "progress", "id": self.call_id, **fields})
-            except ValueError:
-                continue
-            if len(payload) <= MAX_RESULT_BYTES:
-                await self.channel.send(payload)
-
-    def stop(self) -> None:
-        self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-
-
-class _OutputStream:
-    """The call's command output as ``output`` messages, in order, one sender at a time.
-
-    Live (a background job, ``retain`` None): sent as it comes; a backlog past
-    :data:`OUTPUT_HIGH_WATER` bytes pauses the process runner's reading (``push`` says so) until it
-    is back under :data:`OUTPUT_LOW_WATER`. At the end (a foreground call, which nobody can read
-    while it runs): only the newest ``retain`` bytes — what the supervisor's store would keep of
-    the job anyway — are kept here (:class:`peon.core.output.store.OutputRing`: past
-    :data:`~peon.core.output.store.SPILL_BYTES`, in an unnamed close-on-exec file in the session's state
-    directory, so a flood costs the worker page cache, not memory) and sent by :meth:`flush`, one
-    chunk at a time with their absolute offsets, so a flood costs a foreground call no channel
-    traffic while it runs. If the channel breaks, what is queued is dropped and reading resumes (the
-    listener cancels the call)."""
-
-    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None, spill_dir: Path | None = None):
-        self.channel = channel
-        self.call_id = call_id
-        self.offset = 0
-        self.backlog = 0
-        self._queue: deque[tuple[bytes, int]] = deque()
-        self._task: asyncio.Task[None] | None = None
-        self._resume: Callable[[], None] | None = None
-        self._broken = False
-        spill = (lambda: open_spill_file(spill_dir)) if spill_dir is not None else None
-        self._ring = OutputRing(retain, SPILL_BYTES, spill) if retain is not None else None
-
-    def spawned(self) -> None:
-        self._enqueue(encode_json({"op": "spawned", "id": self.call_id}), 0)
-
-    def push(self, data: bytes | memoryview) -> bool:
-        if self._ring is not None:
-            self._ring.append(data)
-            return True
-        return self._send(data)
-
-    def _send(self, data: bytes | memoryview) -> bool:
-        for start in range(0, len(data), MAX_OUTPUT_CHUNK):
-            piece = data[start : start + MAX_OUTPUT_CHUNK]
-            payload = encode_output(self.call_id, self.offset, piece)
-            self.offset += len(piece)
-            self._enqueue(payload, len(piece))
-        return self.backlog <= OUTPUT_HIGH_WATER
-
-    def when_drained(self, callback: Callable[[], None]) -> None:
-        if self.backlog <= OUTPUT_LOW_WATER or self._broken:
-            callback()
-        else:
-            self._resume = callback
-
-    def _enqueue(self, payload: bytes, size: int) -> None:
-        if self._broken:
-            return
-        self._queue.append((payload, size))
-        self.backlog += size
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        while self._queue:
-            payload, size = self._queue[0]
-            try:
-                await self.channel.send(payload)
-            except OSError:
-                self._broken = True
-                self._queue.clear()
-                self.backlog = 0
-            else:
-                self._queue.popleft()
-                self.backlog -= size
-            if self._resume is not None and self.backlog <= OUTPUT_LOW_WATER:
-                resume, self._resume = self._resume, None
-                resume()
-
-    async def flush(self) -> None:
-        if self._ring is not None:  # one chunk at a time: never a second copy of what the ring holds
-            ring, self._ring = self._ring, None
-            await self.flush()
-            offset = ring.start
-            while offset < ring.total and not self._broken:
-                page = ring.read(offset, FLUSH_CHUNK)
-                try:
-                    await self.channel.send(encode_output(self.call_id, offset, page.data))
-                except OSError:
-                    self._broken = True
-                ring.drop_oldest(len(page.data))
-                offset = page.next_offset
-            ring.close()
-            return
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
-
-
-async def _listen(channel: FrameChannel, token: CancelToken) -> None:
-    while True:
-        data = await channel.recv_or_end()
-        if data is None:
-            token.cancel("the supervisor went away")
-            return
-        try:
-            message = json.loads(data)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and message.get("op") == "cancel":
-            token.cancel(str(message.get("reason") or "cancelled by the client"))
-
-
-def _error(call_id: str, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> ResultMessage:
-    return _failed(call_id, ToolError(code, message, details))
-
-
-def _failed(call_id: str, error: PeonError) -> ResultMessage:
-    return {"op": "result", "id": call_id, "ok": False, "error": cast(ErrorInfo, error.to_dict())}
-
-
-async def _execute(tool: Tool, args: Any, ctx: ToolContext) -> ResultMessage:
-    """Run the tool; abandon it (cancel its task) 1 s after its deadline, or after the cancel grace."""
-    call_id = ctx.call_id
-    try:
-        async with asyncio.timeout_at(ctx.deadline.at + ABANDON_GRACE_SECONDS) as scope:
-            shorten = asyncio.create_task(_shorten_on_cancel(ctx, scope))
-            try:
-                value = await tool.execute(args, ctx)
-            finally:
-                shorten.cancel()
-    except TimeoutError:
-        if ctx.cancel.cancelled and not ctx.deadline.expired:
-            return _error(call_id, ErrorCode.CANCELLED, f"{tool.name} was cancelled ({ctx.cancel.reason})")
-        return _error(call_id, ErrorCode.TIMEOUT, f"{tool.name} did not finish before its deadline")
-    except PeonError as exc:
-        return _failed(call_id, exc)
-    except asyncio.CancelledError:
-        return _error(call_id, ErrorCode.CANCELLED, f"{tool.name} was cancelled")
-    except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        return _error(call_id, ErrorCode.TOOL_FAILED, f"{tool.name} failed unexpectedly: {type(exc).__name__}: {exc}")
-    if not isinstance(value, dict):
-        return _error(call_id, ErrorCode.TOOL_FAILED,
-                      f"{tool.name} returned {type(value).__name__}, expected a JSON object")
-    return {"op": "result", "id": call_id, "ok": True, "value": value}
-
-
-async def _shorten_on_cancel(ctx: ToolContext, scope: asyncio.Timeout) -> None:
-    await ctx.cancel.wait()
-    limit = (ctx.cancel.cancelled_at or 0.0) + CANCEL_GRACE_SECONDS + ABANDON_GRACE_SECONDS
-    when = scope.when()
-    if when is None or limit < when:
-        scope.reschedule(limit)
 
 
 # -- warming up ----------------------------------------------------------------------------------------
@@ -635,7 +340,6 @@ def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterab
 
 
 async def _warm_up_rounds(session: SessionView, tools: Iterable[Tool], rounds: int, *, processes: bool) -> None:
-    global CURRENT_CHANNEL
     title = getproctitle()
     try:
         for _ in range(rounds):
@@ -643,5 +347,4 @@ async def _warm_up_rounds(session: SessionView, tools: Iterable[Tool], rounds: i
     except Exception as exc:  # a warm-up that fails costs speed, nothing else
         print(f"peon-worker: warm-up skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
-        CURRENT_CHANNEL = None
         setproctitle(title)

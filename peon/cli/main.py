@@ -550,7 +550,7 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
         simulate = sandbox.Simulation.parse(os.environ.get(sandbox.SIMULATE_ENV, ""))
     except PeonError as exc:
         return {"session": session, "error": exc.message}
-    from peon.workers import namespaces, syscall_filter
+    from peon.workers.sandbox import namespaces, syscall_filter
 
     layers = {"namespaces": "reported unavailable" if simulate.no_namespaces else namespaces.probe(),
               "seccomp": "reported unavailable" if simulate.no_seccomp else syscall_filter.available()}

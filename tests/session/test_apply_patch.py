@@ -99,14 +99,16 @@ def test_an_install_failing_midway_puts_back_the_files_already_changed(fs_sessio
 def test_install_failure_after_staging_restores_through_apply_changes(workspace):
     """The same guarantee at the fs layer, where the failure can be placed exactly: a file created at the
     third destination after staging makes its no-clobber install fail."""
+    from peon.core.errors import ToolError
     from peon.core.paths import parse_file_path
     from peon.workers import fs
+    from peon.workers.fs import change
 
     (workspace / "a.txt").write_text("a1\n")
     (workspace / "b.txt").write_text("b1\n")
     before = snapshot(workspace)
     root = fs.open_root(workspace)
-    real_install = fs._install
+    real_install = change._install
 
     def racing_install(staged, use_link):
         if staged.change.path.normalized == "c.txt":
@@ -116,12 +118,12 @@ def test_install_failure_after_staging_restores_through_apply_changes(workspace)
     changes = [fs.Change(parse_file_path("a.txt"), b"a2\n", False, None, sha(b"a1\n")),
                fs.Change(parse_file_path("b.txt"), None, False, None, sha(b"b1\n")),
                fs.Change(parse_file_path("c.txt"), b"c\n", True, None, None)]
-    fs._install = racing_install
+    change._install = racing_install
     try:
-        with pytest.raises(fs.ToolError) as caught:
+        with pytest.raises(ToolError) as caught:
             fs.apply_changes(root, changes, fs.Resolver.WALK)
     finally:
-        fs._install = real_install
+        change._install = real_install
         os.close(root)
     assert caught.value.code.value == "already_exists"
     assert snapshot(workspace) == {**before, "c.txt": b"someone else's\n"}

@@ -520,7 +520,7 @@ def test_window_and_hash_come_from_one_pass(tree, root, resolver, monkeypatch, c
     rng = random.Random(chunk)
     data = bytes(rng.randrange(256) for _ in range(3000))
     (tree / "ws" / "blob").write_bytes(data)
-    monkeypatch.setattr(fs, "HASH_CHUNK", chunk)
+    monkeypatch.setattr(fs.read, "HASH_CHUNK", chunk)
     whole = hashlib.sha256(data).hexdigest()
     for _ in range(40):
         start = rng.randrange(len(data) + 1)
@@ -544,7 +544,7 @@ def test_a_file_that_grows_past_the_bound_while_hashed_is_not_hashed(tree, root,
                 f.write(b"b" * 100)
         return real_preadv(fd, buffers, offset)
 
-    monkeypatch.setattr(fs, "HASH_CHUNK", 64)
+    monkeypatch.setattr(fs.read, "HASH_CHUNK", 64)
     monkeypatch.setattr(os, "preadv", growing_preadv)
     window = fs.read_window(root, parse_file_path("growing"), resolver, lambda total: (0, total), hash_max_bytes=150)
     assert window.sha256 is None and window.data == b"a" * 100 and window.total == 100

@@ -20,7 +20,7 @@ from peon.core.errors import SessionError
 from helpers.sandbox import (
     Peers, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed, splice,
 )
-from peon.workers import landlock as ll
+from peon.workers.sandbox import landlock as ll
 from peon.workers import proctree
 
 ABI = ll.abi_version().abi

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from peon.workers import landlock as ll
-from peon.workers import namespaces
+from peon.workers.sandbox import landlock as ll
+from peon.workers.sandbox import namespaces
 
 ABI = ll.abi_version().abi
 NAMESPACES = namespaces.probe()

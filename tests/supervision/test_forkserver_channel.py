@@ -20,7 +20,8 @@ import pytest
 from helpers import living, wait_for
 from peon.supervisor.forker import ChannelForkServer
 from peon.workers import forkserver as wf
-from peon.workers import landlock, proctree
+from peon.workers import proctree
+from peon.workers.sandbox import landlock
 
 LANDLOCK = landlock.abi_version().abi
 SANDBOXES = ["off", pytest.param("required", marks=pytest.mark.skipif(

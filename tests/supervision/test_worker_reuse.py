@@ -279,7 +279,6 @@ def test_the_worker_loop_serves_calls_while_it_offers_to_and_a_warm_up_round_nev
         [only] = asyncio.run(conversation(False))
     finally:
         setproctitle(title)
-        worker.CURRENT_CHANNEL = None
     assert first["id"] == "c1" and first["ok"] and first["reuse"] is True
     assert second["id"] == "c2" and second["ok"] and "reuse" not in second
     assert only["ok"] and "reuse" not in only

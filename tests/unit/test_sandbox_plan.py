@@ -15,10 +15,10 @@ from peon.client.config import load_config
 from peon.core.errors import ConfigError, ErrorCode, PeonError, ToolError
 from peon.core.tool import SessionView, ToolRisk
 from peon.tools.bash import BashTool
-from peon.workers import landlock as ll
+from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
 from peon.core.environment import CACHE_VARIABLES, cache_environment
-from peon.workers.sandbox_plan import (
+from peon.workers.sandbox.plan import (
     QUIET_PROFILE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits, landlock_rules, layers,
     protected_paths, quiet_profile, seccomp_rules, unenforced,
 )

@@ -15,9 +15,9 @@ import pytest
 
 from helpers import Leftovers
 from helpers.sandbox import open_module_session, outcomes, probe_command
-from peon.workers import landlock as ll
-from peon.workers import namespaces, syscall_filter
-from peon.workers.sandbox_plan import SeccompRules
+from peon.workers.sandbox import landlock as ll
+from peon.workers.sandbox import namespaces, syscall_filter
+from peon.workers.sandbox.plan import SeccompRules
 
 ABI = ll.abi_version().abi
 NAMESPACES = namespaces.probe()
@@ -229,7 +229,7 @@ def test_protected_paths_are_resolved_as_realpath_resolves_them(tmp_path):
 
 def test_an_approved_plan_read_again_is_the_same_and_a_changed_one_is_checked_again():
     from peon.workers.sandbox import plan_of
-    from peon.workers.sandbox_plan import SandboxPlan
+    from peon.workers.sandbox.plan import SandboxPlan
 
     details = {"active": True, "mode": "auto", **SandboxPlan("landlock", ("/ws",), ("/",), True, True, True,
                                                              abi=6).to_dict()}

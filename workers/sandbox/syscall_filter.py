@@ -3,7 +3,7 @@
 Promises:
 
 * :func:`available` says whether libseccomp can be loaded here (never raises);
-* :func:`build` turns :class:`~peon.workers.sandbox_plan.SeccompRules` into a filter that allows every
+* :func:`build` turns :class:`~peon.workers.sandbox.plan.SeccompRules` into a filter that allows every
   system call except the ones the rules name, which fail with a stated errno (never kill): setuid,
   setgid and sticky ``chmod`` with ``EPERM``; with ``metadata``, ``chown`` with ``EPERM`` and
   ``setxattr``/``removexattr`` with ``EOPNOTSUPP``; ``socket`` of a family outside the allowed ones with
@@ -19,6 +19,9 @@ Promises:
 System calls added after the libseccomp on the machine was built (``fchmodat2``, ``setxattrat``,
 ``removexattrat``) are named by number: since Linux 5.1 new system calls have one number on every
 architecture.
+
+Runs in the supervisor (:func:`available`, as the session opens) and in the worker (:func:`build`, and
+:meth:`Filter.load` in the confined thread).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import functools
 import os
 from typing import Any
 
-from peon.workers.sandbox_plan import SOCK_TYPE_MASK, SPECIAL_MODE_BITS, AF_INET, AF_INET6, SeccompRules
+from peon.workers.sandbox.plan import SOCK_TYPE_MASK, SPECIAL_MODE_BITS, AF_INET, AF_INET6, SeccompRules
 
 SYS_FCHMODAT2 = 452
 SYS_SETXATTRAT = 463

@@ -20,6 +20,9 @@ Promises:
   agent-control paths inside them and the named unix sockets of host daemons), and the seccomp filter
   (:func:`seccomp_rules`); :func:`protected_paths` and :func:`host_socket_paths` pick, from what the
   worker read, exactly which paths those layers cover.
+
+Runs in both processes, touching nothing: the supervisor makes the plan
+(:mod:`peon.workers.sandbox.decision`), the worker enforces it (:mod:`peon.workers.sandbox.confine`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from peon.workers import landlock as ll
+import peon.workers.sandbox.landlock as ll
 
 Kind = Literal["landlock", "bwrap"]
 KINDS: tuple[Kind, ...] = ("landlock", "bwrap")

@@ -11,6 +11,9 @@ does not *handle* stay allowed, so a ruleset handles every right the running ker
 
 No maintained Python binding covers what Peon needs (TCP rules need ABI 4, signal and abstract-socket
 scoping ABI 6); the three system calls and their structures are small enough to declare here.
+
+Runs in the supervisor (:func:`abi_version`, probing the kernel as the session opens) and in the worker
+(rulesets, and restricting the confined thread).
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ Promises:
 Threads: ``unshare(CLONE_NEWNS | CLONE_FS)`` and ``setns(CLONE_NEWNET)`` change only the calling thread
 (its ``nsproxy`` and ``fs_struct``), which is why the confined thread can do them in a multi-threaded
 worker; ``CLONE_NEWUSER`` cannot, so without root this layer is not available and the plan says so.
+
+Runs in the supervisor (:func:`probe` and :func:`session_network` as the session opens, :func:`listen_in`
+for its egress proxy) and in the worker's confined thread (:func:`enter`, a :class:`MountView`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
 
-from peon.workers.sandbox_plan import DEVICE_FILES
+from peon.workers.sandbox.plan import DEVICE_FILES
 
 CLONE_FS = 0x00000200
 CLONE_NEWNS = 0x00020000
