@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 from peon.client.result import ToolResult
 from peon.core.errors import PeonError
@@ -81,16 +81,17 @@ class PendingApproval:
             self.wake()
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Peer:
     """One client that keeps state between requests: its running calls by request id and its open
-    ``elicitation/create`` questions. (The stateless 2026-07-28 requests have none: their calls have no peer.)"""
+    ``elicitation/create`` questions. (``peon serve``'s stateless 2026-07-28 requests belong to no client:
+    their calls have no peer.)"""
 
     calls: dict[Any, Call] = field(default_factory=dict)
     elicitations: dict[str, PendingApproval] = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Call:
     """One request served by a session call: a ``tools/call``, or a prompts/resources/completion request
     whose plan is one call (``step``)."""
@@ -130,8 +131,12 @@ class Call:
                    meta=ev.params.get("_meta"), **more)
 
 
-class CallBook:
-    """The calls of one server, by the session's call id, and those waiting for a retry."""
+CallT = TypeVar("CallT", bound=Call)
+
+
+class CallBook(Generic[CallT]):
+    """The calls of one server (of its transport's kind of :class:`Call`), by the session's call id, and
+    those waiting for a retry."""
 
     def __init__(self, identity: ServerIdentity, *, command: str, telemetry: Any = None,
                  structured_approvals: bool = False):
@@ -140,8 +145,8 @@ class CallBook:
         self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.structured_approvals = structured_approvals  # questions carry the request for programs too
         self.approval_wait = 120.0 + APPROVAL_MARGIN_SECONDS  # until the session says its timeout
-        self.running: dict[str, Call] = {}  # by the session's call id
-        self.awaiting_retry: dict[str, Call] = {}  # by the session's call id, oldest first
+        self.running: dict[str, CallT] = {}  # by the session's call id
+        self.awaiting_retry: dict[str, CallT] = {}  # by the session's call id, oldest first
         self.closing = False
         self._signer = RequestStateSigner(secrets.token_bytes(32))
         self._question_ids = itertools.count(1)
@@ -158,12 +163,12 @@ class CallBook:
                               f"request id {shown(request_id)} is already in use by a running call")
 
     @staticmethod
-    def open(call: Call) -> None:
+    def open(call: CallT) -> None:
         """The call's request is now its client's (see :meth:`in_use`)."""
         if call.peer is not None:
             call.peer.calls[call.request_id] = call
 
-    def resume(self, retry: StartCall) -> Call | dict[str, Any]:
+    def resume(self, retry: StartCall) -> CallT | dict[str, Any]:
         """The retry (a 2026-07-28 ``StartCall`` with a ``requestState``) of a call answered
         ``input_required``: the call, now answering the retry, or the error answer to the retry. A call that
         finished meanwhile has its ``final`` result; one still running has the retry's approval answer."""
@@ -195,19 +200,19 @@ class CallBook:
     # -- submitting -------------------------------------------------------------------------------------
 
     @staticmethod
-    def wants_progress(call: Call) -> bool:
+    def wants_progress(call: CallT) -> bool:
         """Whether to ask the session for the call's progress: only when it can be sent — the request has a
         token, or a 2026-07-28 retry may bring one. Without it, the worker runs no progress timer."""
         return call.progress_token is not None or (is_modern(call.version) and call.can_elicit)
 
-    def tracing(self, call: Call, session_id: str | None = None) -> dict[str, Any]:
+    def tracing(self, call: CallT, session_id: str | None = None) -> dict[str, Any]:
         """Start the call's trace when telemetry is on; the keyword arguments that carry it to the session."""
         if self.telemetry is None:
             return {}
         call.trace = self.telemetry.call(call.name, call.method, call.meta, session_id)
         return {"trace": call.trace.traceparent()}
 
-    def submitted(self, call: Call, handle: Any) -> None:
+    def submitted(self, call: CallT, handle: Any) -> None:
         """The session took the call: from now on it is known by its call id."""
         if call.trace is not None:
             call.trace.submitted(handle.call_id)
@@ -218,7 +223,7 @@ class CallBook:
         """Whether an approval request about ``call_id`` need wait no longer for its call's submit."""
         return call_id in self.running or self.closing
 
-    def progress(self, call: Call, update: dict[str, Any]) -> dict[str, Any] | None:
+    def progress(self, call: CallT, update: dict[str, Any]) -> dict[str, Any] | None:
         """The progress notification a session update is worth, if any."""
         if call.cancelled or call.request_id is None or call.progress_token is None:
             return None
@@ -230,7 +235,7 @@ class CallBook:
 
     # -- finishing ----------------------------------------------------------------------------------------
 
-    def finish(self, call: Call, result: ToolResult) -> dict[str, Any] | None:
+    def finish(self, call: CallT, result: ToolResult) -> dict[str, Any] | None:
         """The call's result came: the answer to its request, or ``None`` when it has none to send (it was
         cancelled, or its input_required answer still awaits the retry, which will get the result)."""
         if call.trace is not None:
@@ -245,7 +250,7 @@ class CallBook:
             call.peer.calls.pop(call.request_id, None)
         return None if call.cancelled else self.answer(call, result)
 
-    def answer(self, call: Call, result: ToolResult) -> dict[str, Any]:
+    def answer(self, call: CallT, result: ToolResult) -> dict[str, Any]:
         """The answer to the call's request for ``result``."""
         if call.step is not None:
             return self.step_answer(call.request_id, call.version, call.step, result)
@@ -261,7 +266,7 @@ class CallBook:
     # -- cancelling ---------------------------------------------------------------------------------------
 
     @staticmethod
-    def withdraw(call: Call) -> bool:
+    def withdraw(call: CallT) -> bool:
         """Mark the call cancelled (its request gets no answer); ``False`` when it already was. The
         transport then cancels its handle and calls :meth:`deny_question`, in that order, so the
         supervisor learns of the cancel before the denial."""
@@ -271,7 +276,7 @@ class CallBook:
         return True
 
     @staticmethod
-    def deny_question(call: Call, reason: str) -> dict[str, Any] | None:
+    def deny_question(call: CallT, reason: str) -> dict[str, Any] | None:
         """Deny the withdrawn call's open question; the ``notifications/cancelled`` that withdraws its
         ``elicitation/create`` from the client, if one was sent."""
         approval = call.approval
@@ -283,7 +288,7 @@ class CallBook:
         return {"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": approval.elicitation_id, "reason": "the tool call was cancelled"}}
 
-    def cancel(self, call: Call, reason: str) -> dict[str, Any] | None:
+    def cancel(self, call: CallT, reason: str) -> dict[str, Any] | None:
         """:meth:`withdraw`, cancel the handle, :meth:`deny_question`: for a transport that may cancel the
         handle wherever it uses the book."""
         if not self.withdraw(call):
@@ -299,7 +304,7 @@ class CallBook:
 
     # -- approval -----------------------------------------------------------------------------------------
 
-    def askable(self, call_id: str) -> Call | dict[str, Any]:
+    def askable(self, call_id: str) -> CallT | dict[str, Any]:
         """The call an approval request is about, or the denial when nobody can be asked."""
         call = self.running.get(call_id)
         if call is None or call.cancelled or self.closing or call.request_id is None:
@@ -309,7 +314,7 @@ class CallBook:
                     f"nobody can be asked; allow the risk in the configuration (or with {self.command} --allow)"}
         return call
 
-    def ask(self, call: Call, request: dict[str, Any],
+    def ask(self, call: CallT, request: dict[str, Any],
             wake: Callable[[], None]) -> tuple[PendingApproval, dict[str, Any]]:
         """Put ``request`` to the call's client: the open question, and the message that asks it — an
         ``elicitation/create`` request (2025-11-25 and earlier: it has an ``elicitation_id``), or the
@@ -328,7 +333,7 @@ class CallBook:
         return approval, {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
                           "params": elicitation}
 
-    def _park(self, call: Call, elicitation: dict[str, Any]) -> dict[str, Any]:
+    def _park(self, call: CallT, elicitation: dict[str, Any]) -> dict[str, Any]:
         """2026-07-28: answer the call's request with input_required; the call waits for the client's retry."""
         while len(self.awaiting_retry) >= MAX_AWAITING_RETRY:
             del self.awaiting_retry[next(iter(self.awaiting_retry))]
@@ -349,7 +354,7 @@ class CallBook:
         approval.resolve(decision_from_elicitation(reply.result, reply.error, approval.request.get("scopes") or ()))
         return True
 
-    def answered(self, call: Call, approval: PendingApproval, asked_ns: int) -> dict[str, Any]:
+    def answered(self, call: CallT, approval: PendingApproval, asked_ns: int) -> dict[str, Any]:
         """The question's decision once its wait is over (a denial when no answer came); the question is
         forgotten."""
         approval.resolve({"decision": "deny", "reason": f"no answer within {self.approval_wait:g} s"})

@@ -106,7 +106,7 @@ class StdioServer:
         self._registered = threading.Condition(self._lock)  # a submitted call got its session call id
         self._write_lock = threading.Lock()
         self._out_closed = False
-        self.book = CallBook(identity, command="peon mcp", telemetry=telemetry)  # used under self._lock
+        self.book: CallBook[Call] = CallBook(identity, command="peon mcp", telemetry=telemetry)  # under _lock
         self._client = Peer()  # the one client on stdin: its request ids and questions
         self._internal_keys: set[str] = set()  # calls of subscriptions: nobody to ask for approval
         self._subscriptions: dict[tuple[Any, str], Subscription] = {}  # by (listen request id or None, uri)
