@@ -35,14 +35,13 @@ Promises:
   when stdin closes are answered first (a ``tools/list`` gets its list); a ``tools/call`` among them is
   cancelled like every other call, so it never starts and gets no response.
 
-The protocol decisions live in the sans-I/O modules gathered by :mod:`peon.mcp.protocol`; this module only
-moves bytes and threads.
+The protocol decisions live in the sans-I/O modules gathered by :mod:`peon.mcp.protocol`, and the calls in
+flight in :mod:`peon.mcp.calls` (the book ``peon serve`` keeps too); this module only moves bytes and threads.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import select
 import signal
 import sys
@@ -56,11 +55,11 @@ from typing import Any
 from peon import otel
 from peon.core.errors import PeonError
 from peon.core.framing import LineDecoder, Oversize, encode
-from peon.mcp.elicitation import APPROVAL_KEY
 from peon.client.result import ToolResult
 from peon.core.threads import helper_thread
 
 from peon.mcp import protocol as p
+from peon.mcp.calls import REGISTRATION_WAIT_SECONDS, Call, CallBook, Peer, approval_wait
 
 DEFAULT_MAX_LINE = (16 << 20) + (1 << 20)  # the line bound until the session's limits are known
 READ_CHUNK = 1 << 16
@@ -75,7 +74,6 @@ SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 SUBSCRIPTION_WAIT_SECONDS = 30.0  # how long one job_output call of a subscription waits for news
 MAX_SUBSCRIPTIONS = 64
 MAX_HELD, MAX_HELD_BYTES = 1024, 64 << 20  # what may wait for it
-RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
 
 
 def log(message: str) -> None:
@@ -84,40 +82,6 @@ def log(message: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-
-
-@dataclass
-class PendingApproval:
-    request: dict[str, Any]
-    done: threading.Event = field(default_factory=threading.Event)
-    answer: dict[str, Any] | None = None
-    elicitation_id: str | None = None  # handshake era: our elicitation/create request
-
-    def resolve(self, answer: dict[str, Any]) -> None:
-        if not self.done.is_set():
-            self.answer = answer
-            self.done.set()
-
-
-@dataclass
-class ToolCall:
-    request_id: Any  # the JSON-RPC request to answer; None while an input_required answer awaits its retry
-    name: str
-    arguments: dict[str, Any]
-    version: str
-    progress_token: Any
-    can_elicit: bool
-    key: str = ""  # the session's call id
-    handle: Any = None
-    cancelled: bool = False
-    last_progress: float | None = None
-    approval: PendingApproval | None = None
-    final: ToolResult | None = None  # finished while no request was waiting for it
-    finished_at: float = 0.0
-    step: p.Step | None = None  # set when the call serves a prompts/resources/completion request
-    trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
-    method: str = "tools/call"
-    meta: Any = None
 
 
 @dataclass
@@ -134,7 +98,6 @@ class Subscription:
 class StdioServer:
     def __init__(self, session_factory: Callable[..., Any], identity: p.ServerIdentity, in_fd: int, out_fd: int,
                  telemetry: Any = None):
-        self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.in_fd = in_fd
         self.out_fd = out_fd
         self.identity = identity
@@ -143,18 +106,12 @@ class StdioServer:
         self._registered = threading.Condition(self._lock)  # a submitted call got its session call id
         self._write_lock = threading.Lock()
         self._out_closed = False
-        self._closing = False
-        self._restart_lock = threading.Lock()
-        self._calls_by_request: dict[Any, ToolCall] = {}
-        self._calls_by_key: dict[str, ToolCall] = {}
-        self._elicitations: dict[str, PendingApproval] = {}
-        self._awaiting_retry: dict[str, ToolCall] = {}
+        self.book: CallBook[Call] = CallBook(identity, command="peon mcp", telemetry=telemetry)  # under _lock
+        self._client = Peer()  # the one client on stdin: its request ids and questions
         self._internal_keys: set[str] = set()  # calls of subscriptions: nobody to ask for approval
         self._subscriptions: dict[tuple[Any, str], Subscription] = {}  # by (listen request id or None, uri)
         self._prompt_listeners: set[Any] = set()  # subscriptions/listen ids that asked for promptsListChanged
         self.catalog = p.Catalog()
-        self._signer = p.RequestStateSigner(secrets.token_bytes(32))
-        self._next_id = 0
         # The session starts in its own thread while the loop serves what does not need it.
         self.session: Any = None
         self._up = False  # the loop adopted the started session (the flag only the loop's thread reads)
@@ -163,7 +120,6 @@ class StdioServer:
         self._starter: threading.Thread | None = None
         self._held: deque[tuple[p.Message, int]] = deque()  # in arrival order, until the session is up
         self._held_bytes = 0
-        self._approval_wait = 125.0
         self._max_line = DEFAULT_MAX_LINE
         self.connection = p.Connection([], identity)  # its tools are the session's, set once it is up
 
@@ -247,7 +203,7 @@ class StdioServer:
                 self._handle_message(message)
             return
         limits = (self.session.info.get("config") or {}).get("limits") or {}
-        self._approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
+        self.book.approval_wait = approval_wait(self.session.info)
         self._max_line = decoder.max_line_bytes = int(limits.get("max_input_bytes", 16 << 20)) + (1 << 20)
         self.connection.set_tools(self.session.tools())
         self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
@@ -259,12 +215,10 @@ class StdioServer:
 
     def shutdown(self) -> None:
         with self._lock:
-            if self._closing:
+            if self.book.closing:
                 return
-            self._closing = True
+            self.book.closing = True
             self._registered.notify_all()
-            pending = [*self._elicitations.values(),
-                       *(c.approval for c in self._calls_by_key.values() if c.approval)]
             subscriptions = list(self._subscriptions.values())
             self._subscriptions.clear()
             self._prompt_listeners.clear()
@@ -272,8 +226,8 @@ class StdioServer:
             subscription.stop.set()
         with self._write_lock:
             self._out_closed = True  # the client is gone or going: answers to cancelled calls are not sent
-        for approval in pending:
-            approval.resolve({"decision": "deny", "reason": "the MCP server is shutting down"})
+        with self._lock:
+            self.book.deny_open_questions("the MCP server is shutting down")
         if self._starter is not None:
             self._starter.join()  # a session still starting is closed too, never left behind
         if self.session is not None:
@@ -365,192 +319,110 @@ class StdioServer:
 
     def _start_call(self, ev: p.StartCall) -> None:
         with self._lock:
-            if ev.id in self._calls_by_request:
-                self._write(p.error_response(ev.id, p.INVALID_REQUEST,
-                                             f"request id {p.shown(ev.id)} is already in use by a running call"))
+            refused = self.book.in_use(self._client, ev.id)
+            if refused is not None:
+                self._write(refused)
                 return
             if ev.request_state is not None:
                 self._resume(ev)
                 return
-            call = ToolCall(ev.id, ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, meta=ev.meta)
-            self._calls_by_request[ev.id] = call
+            call = Call.of_request(ev, self._client)
+            self.book.open(call)
         self._submit(call)
 
-    def _submit(self, call: ToolCall) -> None:
+    def _resume(self, ev: p.StartCall) -> None:
+        """The retry of a call answered with input_required (2026-07-28): it gets the call's answer, now if
+        the call has finished, else when it does."""
+        resumed = self.book.resume(ev)
+        if not isinstance(resumed, Call):
+            self._write(resumed)
+        elif resumed.final is not None:
+            self._write(self.book.answer(resumed, resumed.final))
+
+    def _submit(self, call: Call) -> None:
         self._recover_session()
-        # Progress is asked of the session only when it can be sent: the request has a token, or a
-        # 2026-07-28 retry may bring one. Without it, the worker runs no progress timer for the call.
-        wants_progress = call.progress_token is not None or (p.is_modern(call.version) and call.can_elicit)
-        on_progress = (lambda update: self._progress(call, update)) if wants_progress else None
+        on_progress = (lambda update: self._progress(call, update)) if self.book.wants_progress(call) else None
         # Not under the lock: the session's reader thread takes it for progress and results.
-        if self.telemetry is not None:
-            call.trace = self.telemetry.call(call.name, call.method, call.meta)
-        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress,
-                                     **({"trace": call.trace.traceparent()} if call.trace is not None else {}))
-        if call.trace is not None:
-            call.trace.submitted(handle.call_id)
+        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress, **self.book.tracing(call))
         with self._registered:
-            call.handle, call.key = handle, handle.call_id
-            self._calls_by_key[call.key] = call
+            self.book.submitted(call, handle)
             self._registered.notify_all()
         handle.add_done_callback(lambda result: self._done(call, result))
 
     def _recover_session(self) -> None:
         """If the supervisor died, start a fresh one for the same session before the next call. The
         calls pending on the dead one were answered ``supervisor_died``; none is ever re-run."""
-        with self._restart_lock:
-            if self._closing or self.session.alive:
-                return
-            log("the session's supervisor died; starting a fresh one for the same session")
-            try:
-                self.session.restart()
-            except PeonError as exc:
-                log(f"could not restart the session: {exc.code.value}: {exc.message}")
-                return
-            log(f"session restarted (supervisor pid {self.session.supervisor_pid})")
-            self._log("critical", {"event": "supervisor_restarted", "supervisor_pid": self.session.supervisor_pid})
-            # The new supervisor discovered the skills again: prompts/list and read_skill's schema follow it.
-            before = self.catalog
-            self.connection.set_tools(self.session.tools())
-            self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
-            if p.prompts_changed(before, self.catalog):
-                self._tell_prompts_changed()
+        self.book.recover(self.session, lambda level, message: log(message), self._adopt_restarted)
 
-    def _resume(self, ev: p.StartCall) -> None:
-        """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
-        self._expire_retries()
-        ref = self._signer.verify(ev.request_state)
-        call = self._awaiting_retry.get(ref) if ref is not None else None
-        if ref is None or call is None:
-            reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
-            self._write(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
-            return
-        if (ev.name, ev.arguments) != (call.name, call.arguments):
-            self._write(p.error_response(ev.id, p.INVALID_PARAMS,
-                                         "Invalid params: a retry must repeat the name and arguments "
-                                         "of the original call"))
-            return
-        del self._awaiting_retry[ref]
-        call.request_id, call.progress_token, call.version = ev.id, ev.progress_token, ev.version
-        if call.final is not None:
-            self._finish(ev.id, call.version, p.call_result(call.final, call.version))
-            return
-        self._calls_by_request[ev.id] = call
-        approval = call.approval
-        if approval is not None:
-            approval.resolve(p.decision_from_retry(ev.input_responses, APPROVAL_KEY,
-                                                   approval.request.get("scopes") or ()))
+    def _adopt_restarted(self) -> None:
+        self._log("critical", {"event": "supervisor_restarted", "supervisor_pid": self.session.supervisor_pid})
+        # The new supervisor discovered the skills again: prompts/list and read_skill's schema follow it.
+        before = self.catalog
+        self.connection.set_tools(self.session.tools())
+        self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
+        if p.prompts_changed(before, self.catalog):
+            self._tell_prompts_changed()
 
-    def _expire_retries(self) -> None:
-        now = time.monotonic()
-        for ref, call in list(self._awaiting_retry.items()):
-            if call.final is not None and now - call.finished_at > RETRY_KEEP_SECONDS:
-                del self._awaiting_retry[ref]
-
-    def _progress(self, call: ToolCall, update: dict[str, Any]) -> None:
+    def _progress(self, call: Call, update: dict[str, Any]) -> None:
         with self._lock:
-            if call.cancelled or call.request_id is None or call.progress_token is None:
-                return
-            shaped = p.progress_notification(call.progress_token, update, call.last_progress)
-            if shaped is None:
-                return
-            message, call.last_progress = shaped
-        self._write(message)
+            message = self.book.progress(call, update)
+        if message is not None:
+            self._write(message)
 
-    def _done(self, call: ToolCall, result: ToolResult) -> None:
-        if call.trace is not None:
-            call.trace.finished(result)
+    def _done(self, call: Call, result: ToolResult) -> None:
         with self._lock:
-            self._calls_by_key.pop(call.key, None)
-            if call.approval is not None:
-                call.approval.resolve({"decision": "deny", "reason": "the call already finished"})
-            if call.request_id is None:  # its input_required answer is still waiting for the retry
-                call.final, call.finished_at = result, time.monotonic()
-                return
-            self._calls_by_request.pop(call.request_id, None)
-            if call.cancelled:
-                return  # a cancelled request gets no response
-            request_id, version = call.request_id, call.version
+            message = self.book.finish(call, result)
+        if message is None:
+            return  # cancelled (no response), or kept for the retry of its input_required answer
         event = p.result_event(result)
         if event is not None:
             self._log(*event)
-        if call.step is not None:
-            self._finish_step(request_id, version, call.step, result)
-            return
-        self._finish(request_id, version, p.call_result(result, version))
+        self._write(message)
 
     def _cancel(self, ev: p.CancelRequest) -> None:
         if self._end_listen(ev.request_id):
             return
         with self._lock:
-            call = self._calls_by_request.get(ev.request_id)
-            if call is None or call.cancelled:
-                return  # unknown or finished: nothing to cancel
-            call.cancelled = True
-            approval = call.approval
-        call.handle.cancel()
-        if approval is not None:
-            approval.resolve({"decision": "deny", "reason": "the call was cancelled by the client"})
-            if approval.elicitation_id is not None:
-                self._write({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                             "params": {"requestId": approval.elicitation_id, "reason": "the tool call was cancelled"}})
+            call = self._client.calls.get(ev.request_id)
+            if call is None or not self.book.withdraw(call):
+                return  # unknown, finished or cancelled already: nothing to cancel
+        if call.handle is not None:
+            call.handle.cancel()
+        with self._lock:
+            notice = self.book.deny_question(call, "the call was cancelled by the client")
+        if notice is not None:
+            self._write(notice)
 
     # -- approval -----------------------------------------------------------------------------------
 
     def _approve(self, request: dict[str, Any]) -> dict[str, Any]:
         """The session's approver (runs in its own thread): ask the client, or deny when it cannot be asked."""
+        call_id = str(request.get("call_id"))
         with self._registered:
             # The request can only follow the submit; wait the moment until the call is registered.
-            self._registered.wait_for(lambda: str(request.get("call_id")) in self._calls_by_key
-                                      or str(request.get("call_id")) in self._internal_keys or self._closing, 5.0)
-            if str(request.get("call_id")) in self._internal_keys:
+            self._registered.wait_for(lambda: self.book.registered(call_id) or call_id in self._internal_keys,
+                                      REGISTRATION_WAIT_SECONDS)
+            if call_id in self._internal_keys:
                 return {"decision": "deny", "reason": "a resource subscription follows its job without asking; "
                         "allow job_output in the configuration to subscribe"}
-            call = self._calls_by_key.get(str(request.get("call_id")))
-            if call is None or call.cancelled or self._closing:
-                return {"decision": "deny", "reason": "the call is no longer pending"}
-            if not call.can_elicit:
-                return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so "
-                        "nobody can be asked; allow the risk in the configuration (or with peon mcp --allow)"}
-            approval = PendingApproval(request)
-            call.approval = approval
-            elicitation = p.approval_elicitation(request, call.version)
-            if p.is_modern(call.version):
-                state = self._signer.sign(call.key)
-                self._awaiting_retry[call.key] = call
-                self._calls_by_request.pop(call.request_id, None)
-                request_id, call.request_id = call.request_id, None
-                message = p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state),
-                                    self.identity)
-            else:
-                self._next_id += 1
-                approval.elicitation_id = f"peon-approval-{self._next_id}"
-                self._elicitations[approval.elicitation_id] = approval
-                message = {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
-                           "params": elicitation}
+            call = self.book.askable(call_id)
+            if not isinstance(call, Call):
+                return call
+            answered = threading.Event()
+            approval, message = self.book.ask(call, request, answered.set)
         asked_ns = time.time_ns()
         self._write(message)
-        if not approval.done.wait(self._approval_wait):
-            approval.resolve({"decision": "deny", "reason": f"no answer within {self._approval_wait:g} s"})
+        answered.wait(self.book.approval_wait)
         with self._lock:
-            if approval.elicitation_id is not None:
-                self._elicitations.pop(approval.elicitation_id, None)
-            call.approval = None
-        assert approval.answer is not None
-        self._log(*p.approval_event(request, approval.answer))
-        if call.trace is not None:
-            by_user = str(approval.answer.get("reason", "")).startswith("answered by the user")
-            call.trace.approval(asked_ns, str(approval.answer.get("decision")), "client" if by_user else "peon")
-        return approval.answer
+            answer = self.book.answered(call, approval, asked_ns)
+        self._log(*p.approval_event(request, answer))
+        return answer
 
     def _client_reply(self, ev: p.ClientReply) -> None:
         with self._lock:
-            approval = self._elicitations.get(str(ev.id))
-        if approval is None:
+            known = self.book.reply(self._client, ev)
+        if not known:
             log(f"ignored a response to unknown request {p.shown(ev.id)}")
-            return
-        approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
-
 
     # -- prompts, resources, completion, logging ------------------------------------------------------
 
@@ -568,24 +440,13 @@ class StdioServer:
             self._write(p.error_response(ev.id, planned.code, planned.message, planned.data))
         else:
             with self._lock:
-                if ev.id in self._calls_by_request:
-                    self._write(p.error_response(ev.id, p.INVALID_REQUEST,
-                                                 f"request id {p.shown(ev.id)} is already in use by a running call"))
+                refused = self.book.in_use(self._client, ev.id)
+                if refused is not None:
+                    self._write(refused)
                     return
-                # The stateless revision's approval is an input_required answer to a tools/call retry,
-                # which these methods do not have: a step that needs approval there is denied.
-                call = ToolCall(ev.id, planned.tool, planned.arguments, ev.version, None,
-                                ev.can_elicit and not p.is_modern(ev.version), step=planned, method=ev.method,
-                                meta=ev.params.get("_meta"))
-                self._calls_by_request[ev.id] = call
+                call = Call.of_step(ev, planned, self._client)
+                self.book.open(call)
             self._submit(call)
-
-    def _finish_step(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> None:
-        settled = p.settle(step, result)
-        if isinstance(settled, p.Answer):
-            self._finish(request_id, version, settled.result)
-        else:
-            self._write(p.error_response(request_id, settled.code, settled.message, settled.data))
 
     def _subscription(self, ev: p.Feature) -> None:
         uri = ev.params.get("uri")
@@ -620,7 +481,7 @@ class StdioServer:
         seen, state = -1, "running"
         step = p.Step("job_output", {}, lambda value: {}, missing_is_not_found=True)
         tagged = {"_meta": {SUBSCRIPTION_ID_KEY: subscription.listen_id}} if subscription.listen_id is not None else {}
-        while not subscription.stop.is_set() and not self._closing:
+        while not subscription.stop.is_set() and not self.book.closing:
             self._recover_session()
             offset = max(seen, 0)
             handle = self.session.submit("job_output", {"job_id": subscription.job_id, "offset": offset, "limit": 4,
@@ -638,7 +499,7 @@ class StdioServer:
                 with self._lock:
                     self._internal_keys.discard(handle.call_id)
             if seen < 0 and subscription.listen_id is None:
-                self._finish_step(ev.id, ev.version, step, result)
+                self._write(self.book.step_answer(ev.id, ev.version, step, result))
             if subscription.stop.is_set() or not result.ok:
                 if not result.ok:
                     log(f"stopped following {subscription.uri}: {result.error.code if result.error else '?'}")

@@ -126,7 +126,7 @@ class ServeState:
     def _recover(self) -> None:
         if self.router is not None and (self.recovering is None or self.recovering.done()):
             self.standby_seen = False
-            self.recovering = asyncio.create_task(self.router._recover_session())
+            self.recovering = asyncio.create_task(self.router.recover_session())
 
 
 def _standby_worker_running(supervisor_pid: int) -> bool:

@@ -30,7 +30,8 @@ Promises:
   the loop on the session (submits and restarts run in worker threads).
 
 The protocol's decisions (what a message means, how a result or a question is shaped) come from the
-sans-I/O modules in :mod:`peon.mcp`; this module only routes.
+sans-I/O modules in :mod:`peon.mcp`, and the calls in flight are kept in the call book of
+:mod:`peon.mcp.calls` (the one ``peon mcp`` keeps too); this module only routes.
 """
 
 from __future__ import annotations
@@ -38,19 +39,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import itertools
 import json
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from peon.core.errors import ErrorCode, PeonError
+from peon.core.errors import ErrorCode
 from peon.mcp import protocol as p
-from peon.mcp.elicitation import APPROVAL_KEY, APPROVAL_META_KEY
+from peon.mcp.calls import REGISTRATION_WAIT_SECONDS, Call, CallBook, Peer, approval_wait
 from peon.client.result import ToolResult
 
 from peon.serve import wire
@@ -60,10 +59,7 @@ from peon.serve.idempotency import (
 from peon.serve.metrics import Metrics
 
 MAX_QUEUED_NOTICES = 32
-RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
-MAX_AWAITING_RETRY = 256
 REPLAY_META_KEY = "peon/idempotentReplay"
-REGISTRATION_WAIT_SECONDS = 5.0
 MAX_OWNED_JOBS = 8192  # job owners remembered (the supervisor keeps fewer job records than this)
 STATELESS_OWNER = ""  # the owner of jobs started by 2026-07-28 requests, which carry no session
 JOB_TOOLS = frozenset({"job_output", "job_stop"})
@@ -146,49 +142,27 @@ class Stream:
                 return wire.KEEPALIVE
 
 
-@dataclass
-class PendingApproval:
-    request: dict[str, Any]
-    answered: asyncio.Future[dict[str, Any]]
-    elicitation_id: str | None = None
-
-    def resolve(self, answer: dict[str, Any]) -> None:
-        if not self.answered.done():
-            self.answered.set_result(answer)
-
-
-@dataclass
-class McpSession:
-    """One 2025-11-25 session (``Mcp-Session-Id``): its negotiated connection, calls and questions."""
+@dataclass(eq=False)
+class McpSession(Peer):
+    """One 2025-11-25 session (``Mcp-Session-Id``): its negotiated connection, and (as a :class:`Peer`) its
+    calls by request id and its open questions."""
 
     id: str
     connection: p.Connection
     last_seen: float = field(default_factory=time.monotonic)
-    calls: dict[Any, Call] = field(default_factory=dict)  # by JSON-RPC request id
-    elicitations: dict[str, PendingApproval] = field(default_factory=dict)
 
 
-@dataclass
-class Call:
-    name: str
-    arguments: dict[str, Any]
-    version: str
-    progress_token: Any
-    can_elicit: bool
-    request_id: Any  # the request to answer; None while an input_required answer awaits its retry
-    stream: Stream | None
-    mcp_session: McpSession | None
+@dataclass(kw_only=True, eq=False)
+class RoutedCall(Call):
+    """A call and the HTTP response stream that carries what it says."""
+
+    stream: Stream | None = None  # None while an input_required answer awaits its retry
     idempotency_key: str | None = None
-    key: str = ""  # the Peon session's call id
-    handle: Any = None
     submitted_at: float = field(default_factory=time.monotonic)
-    cancelled: bool = False
-    last_progress: float | None = None
-    approval: PendingApproval | None = None
-    final: ToolResult | None = None  # finished while no request was waiting for it
-    finished_at: float = 0.0
-    step: p.Step | None = None  # set when the call serves a prompts/resources/completion request
-    trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
+
+    @property
+    def mcp_session(self) -> McpSession | None:
+        return self.peer if isinstance(self.peer, McpSession) else None
 
 
 @dataclass(frozen=True)
@@ -206,23 +180,17 @@ class CallRouter:
         self.identity = identity
         self.metrics = metrics
         self.loop = loop
-        limits = (session.info.get("config") or {}).get("limits") or {}
-        self.approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
-        self.signer = p.RequestStateSigner(secrets.token_bytes(32))
+        self.book: CallBook[RoutedCall] = CallBook(identity, command="peon serve", telemetry=telemetry,
+                                                   structured_approvals=True)
+        self.book.approval_wait = approval_wait(session.info)
         self.idempotency: IdempotencyStore[ToolResult] = IdempotencyStore(
             idempotency_window, idempotency_entries, time.monotonic)
-        self.calls: dict[str, Call] = {}  # by the session's call id
-        self.awaiting_retry: dict[str, Call] = {}
         self.catalog = p.Catalog.of(session.info, session.tools())
-        self.telemetry = telemetry  # a peon.otel.Telemetry, or None (nothing of OpenTelemetry loaded)
         self.job_owners: collections.OrderedDict[str, str] = collections.OrderedDict()
         self.background_jobs: set[str] = set()  # among job_owners: started in the background
         self._ending_jobs: set[str] = set()  # being stopped by the server: their session ended
         self._ending_lock = threading.Lock()  # the approver reads _ending_jobs on a session thread
         self._registered = asyncio.Condition()
-        self._ids = itertools.count(1)
-        self._restart_lock = threading.Lock()
-        self.closing = False
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -231,9 +199,9 @@ class CallRouter:
 
     async def start(self, ev: p.StartCall, mcp_session: McpSession | None, meta: Any) -> Answer | Stream:
         """Run ``ev`` (or resume the call it retries); the stream carries its answer."""
-        if mcp_session is not None and ev.id in mcp_session.calls:
-            return Answer(p.error_response(ev.id, p.INVALID_REQUEST,
-                                           f"request id {ev.id!r} is already in use by a running call"))
+        refused = self.book.in_use(mcp_session, ev.id)
+        if refused is not None:
+            return Answer(refused)
         if ev.request_state is not None:
             return self._resume(ev)
         key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
@@ -254,16 +222,13 @@ class CallRouter:
         foreign = self._foreign_job(ev.name, ev.arguments, mcp_session)
         if foreign is not None:
             return Answer(self._answer(ev.id, ev.version, foreign))
-        stream = Stream()
-        call = Call(ev.name, ev.arguments, ev.version, ev.progress_token, ev.can_elicit, ev.id, stream, mcp_session,
-                    idempotency_key=key)
-        return await self._submit(call, "tools/call", meta)
+        return await self._submit(RoutedCall.of_request(ev, mcp_session, stream=Stream(), idempotency_key=key))
 
     async def feature(self, ev: p.Feature, mcp_session: McpSession | None) -> Answer | Stream:
         """A prompts, resources or completion request: answered at once, or by one tool call."""
-        if mcp_session is not None and ev.id in mcp_session.calls:
-            return Answer(p.error_response(ev.id, p.INVALID_REQUEST,
-                                           f"request id {ev.id!r} is already in use by a running call"))
+        refused = self.book.in_use(mcp_session, ev.id)
+        if refused is not None:
+            return Answer(refused)
         planned = p.plan(ev.method, ev.params, self.catalog, ev.version)
         if isinstance(planned, p.Answer):
             return Answer(p.respond(ev.id, ev.version, planned.result, self.identity))
@@ -271,40 +236,31 @@ class CallRouter:
             return Answer(p.error_response(ev.id, planned.code, planned.message, planned.data))
         foreign = self._foreign_job(planned.tool, planned.arguments, mcp_session)
         if foreign is not None:
-            refused = p.failure(planned, foreign)
-            return Answer(p.error_response(ev.id, refused.code, refused.message, refused.data))
-        # The stateless revision asks for approval by answering a tools/call: a step there cannot ask.
-        call = Call(planned.tool, planned.arguments, ev.version, None, ev.can_elicit and not p.is_modern(ev.version),
-                    ev.id, Stream(), mcp_session, step=planned)
-        return await self._submit(call, ev.method, ev.params.get("_meta"))
+            refused_step = p.failure(planned, foreign)
+            return Answer(p.error_response(ev.id, refused_step.code, refused_step.message, refused_step.data))
+        return await self._submit(RoutedCall.of_step(ev, planned, mcp_session, stream=Stream()))
 
-    async def _submit(self, call: Call, method: str, meta: Any) -> Stream:
+    async def _submit(self, call: RoutedCall) -> Stream:
         stream = call.stream
         assert stream is not None
-        if self.telemetry is not None:
-            call.trace = self.telemetry.call(call.name, method, meta,
-                                             call.mcp_session.id if call.mcp_session is not None else None)
-        if call.mcp_session is not None:
-            call.mcp_session.calls[call.request_id] = call
+        mcp_session = call.mcp_session
+        traced = self.book.tracing(call, mcp_session.id if mcp_session is not None else None)
+        self.book.open(call)
         self._track(+1)
-        await self._recover_session()
+        await self.recover_session()
+        progress = self.book.wants_progress(call)
+        on_progress = (lambda update: self._soon(self._progress, call, update)) if progress else None
         try:
-            handle = await asyncio.to_thread(
-                self.session.submit, call.name, call.arguments,
-                on_progress=lambda update: self._soon(self._progress, call, update),
-                **({"trace": call.trace.traceparent()} if call.trace is not None else {}))
+            handle = await asyncio.to_thread(self.session.submit, call.name, call.arguments,
+                                             on_progress=on_progress, **traced)
         except Exception as exc:  # a bug or a dead session must fail this call, not the server
             log.exception("submitting %s failed", call.name)
-            handle = None
             failure = ToolResult.failure("", call.name, ErrorCode.SESSION_CLOSED,
                                          f"the call could not be submitted: {exc}")
             self._done(call, failure)
             return stream
-        if call.trace is not None:
-            call.trace.submitted(handle.call_id)
         async with self._registered:
-            call.handle, call.key = handle, handle.call_id
-            self.calls[call.key] = call
+            self.book.submitted(call, handle)
             self._registered.notify_all()
         handle.add_done_callback(lambda result: self._soon(self._done, call, result))
         return stream
@@ -322,55 +278,27 @@ class CallRouter:
         return stream
 
     def _resume(self, ev: p.StartCall) -> Answer | Stream:
-        """The retry of a call answered with input_required (2026-07-28): deliver the answer, then wait."""
-        self._expire_retries()
-        ref = self.signer.verify(ev.request_state)
-        call = self.awaiting_retry.get(ref) if ref is not None else None
-        if call is None or ref is None:
-            reason = "was not issued by this server" if ref is None else "refers to a call that is no longer waiting"
-            return Answer(p.error_response(ev.id, p.INVALID_PARAMS, f"Invalid params: requestState {reason}"))
-        if (ev.name, ev.arguments) != (call.name, call.arguments):
-            return Answer(p.error_response(ev.id, p.INVALID_PARAMS, "Invalid params: a retry must repeat the name "
-                                                                    "and arguments of the original call"))
-        del self.awaiting_retry[ref]
-        stream = Stream()
-        call.request_id, call.progress_token, call.version, call.stream = ev.id, ev.progress_token, ev.version, stream
-        if call.final is not None:
-            stream.finish(self._answer(ev.id, call.version, call.final))
-            return stream
-        approval = call.approval
-        if approval is not None:
-            approval.resolve(p.decision_from_retry(ev.input_responses, APPROVAL_KEY,
-                                                   approval.request.get("scopes") or ()))
+        """The retry of a call answered with input_required (2026-07-28): its stream carries the call's
+        answer, at once if the call has finished, else when it does."""
+        resumed = self.book.resume(ev)
+        if isinstance(resumed, dict):
+            return Answer(resumed)
+        resumed.stream = stream = Stream()
+        if resumed.final is not None:
+            stream.finish(self.book.answer(resumed, resumed.final))
         return stream
 
-    def _expire_retries(self) -> None:
-        now = time.monotonic()
-        for ref, call in list(self.awaiting_retry.items()):
-            if call.final is not None and now - call.finished_at > RETRY_KEEP_SECONDS:
-                del self.awaiting_retry[ref]
-
-    async def _recover_session(self) -> None:
+    async def recover_session(self) -> None:
         """If the supervisor died, start a fresh one for the same session before the next call. The
         calls pending on the dead one were answered ``supervisor_died``; none is ever re-run."""
-        if self.closing or self.session.alive:
+        if self.book.closing or self.session.alive:
             return
-        await asyncio.to_thread(self._restart)
+        await asyncio.to_thread(self.book.recover, self.session, log.log, self._adopt_restarted)
 
-    def _restart(self) -> None:
-        with self._restart_lock:
-            if self.closing or self.session.alive:
-                return
-            log.warning("the session's supervisor died; starting a fresh one for the same session")
-            try:
-                self.session.restart()
-            except PeonError as exc:
-                log.error("could not restart the session: %s: %s", exc.code.value, exc.message)
-                return
-            self.metrics.restarted()
-            log.info("session restarted (supervisor pid %s)", self.session.supervisor_pid)
-            # The new supervisor discovered the skills again: prompts and skill resources follow it.
-            self.catalog = p.Catalog.of(self.session.info, self.session.tools())
+    def _adopt_restarted(self) -> None:
+        self.metrics.restarted()
+        # The new supervisor discovered the skills again: prompts and skill resources follow it.
+        self.catalog = p.Catalog.of(self.session.info, self.session.tools())
 
     # -- events from the session (moved onto the loop) ----------------------------------------------
 
@@ -378,14 +306,10 @@ class CallRouter:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone
             self.loop.call_soon_threadsafe(fn, *args)
 
-    def _progress(self, call: Call, update: dict[str, Any]) -> None:
-        if call.cancelled or call.stream is None or call.progress_token is None:
-            return
-        shaped = p.progress_notification(call.progress_token, update, call.last_progress)
-        if shaped is None:
-            return
-        message, call.last_progress = shaped
-        call.stream.notify(message, droppable=True)
+    def _progress(self, call: RoutedCall, update: dict[str, Any]) -> None:
+        message = self.book.progress(call, update)
+        if message is not None and call.stream is not None:
+            call.stream.notify(message, droppable=True)
 
     # -- jobs and their sessions --------------------------------------------------------------------
 
@@ -402,7 +326,7 @@ class CallRouter:
                                   f"{job_id[:64]!r} (a job belongs to the session that started it)",
                                   {"job_id": job_id[:64]})
 
-    def _claim_jobs(self, call: Call, result: ToolResult) -> ToolResult:
+    def _claim_jobs(self, call: RoutedCall, result: ToolResult) -> ToolResult:
         """Remember which session a job belongs to; show a job list only the caller's jobs."""
         if not result.ok or result.value is None:
             return result
@@ -454,44 +378,27 @@ class CallRouter:
         with self._ending_lock:
             return isinstance(job_id, str) and job_id in self._ending_jobs
 
-    def _log(self, call: Call, event: tuple[Any, dict[str, Any]] | None) -> None:
+    def _log(self, call: RoutedCall, event: tuple[Any, dict[str, Any]] | None) -> None:
         """A log message about ``call``, on its stream, when its session asked for that level."""
-        if event is None or call.mcp_session is None or call.stream is None or call.cancelled:
+        mcp_session = call.mcp_session
+        if event is None or mcp_session is None or call.stream is None or call.cancelled:
             return
-        message = call.mcp_session.connection.logs.message(event[0], event[1], time.monotonic())
+        message = mcp_session.connection.logs.message(event[0], event[1], time.monotonic())
         if message is not None:
             call.stream.notify(message, droppable=True)
 
-    def _done(self, call: Call, result: ToolResult) -> None:
-        if call.trace is not None:
-            call.trace.finished(result)
+    def _done(self, call: RoutedCall, result: ToolResult) -> None:
         result = self._claim_jobs(call, result)
         self._log(call, p.result_event(result))
-        self.calls.pop(call.key, None)
         self._track(-1)
         self.metrics.record_result(result, time.monotonic() - call.submitted_at)
         if call.idempotency_key is not None:
             if result.error is not None and result.error.code == "busy":
                 self.idempotency.forget(call.idempotency_key)  # it never started: a retry may run it
             self.idempotency.finish(call.idempotency_key, result)
-        if call.approval is not None:
-            call.approval.resolve({"decision": "deny", "reason": "the call already finished"})
-        if call.mcp_session is not None:
-            call.mcp_session.calls.pop(call.request_id, None)
-        if call.request_id is None:  # its input_required answer is still waiting for the retry
-            call.final, call.finished_at = result, time.monotonic()
-            return
-        if call.stream is not None and call.step is not None:
-            call.stream.finish(None if call.cancelled else self._step_answer(call.request_id, call.version,
-                                                                             call.step, result))
-        elif call.stream is not None:
-            call.stream.finish(None if call.cancelled else self._answer(call.request_id, call.version, result))
-
-    def _step_answer(self, request_id: Any, version: str, step: p.Step, result: ToolResult) -> dict[str, Any]:
-        settled = p.settle(step, result)
-        if isinstance(settled, p.Answer):
-            return p.respond(request_id, version, settled.result, self.identity)
-        return p.error_response(request_id, settled.code, settled.message, settled.data)
+        answer = self.book.finish(call, result)
+        if call.stream is not None:  # (none while its input_required answer awaits the retry)
+            call.stream.finish(answer)
 
     def _track(self, delta: int) -> None:
         self.in_flight += delta
@@ -502,6 +409,7 @@ class CallRouter:
             self.idle.set()
 
     def _answer(self, request_id: Any, version: str, result: ToolResult, *, replay: bool = False) -> dict[str, Any]:
+        """The answer to a ``tools/call`` that ran no call of its own (a replay, a refusal)."""
         shaped = p.call_result(result, version)
         if replay:
             shaped["_meta"] = {**(shaped.get("_meta") or {}), REPLAY_META_KEY: True}
@@ -515,32 +423,24 @@ class CallRouter:
         if stream.on_close is not None:
             stream.on_close()
             return
-        for call in list(self.calls.values()):
+        for call in list(self.book.running.values()):
             if call.stream is stream:
                 self.cancel(call, "the client closed the request's stream")
 
     def cancel_request(self, mcp_session: McpSession, request_id: Any) -> None:
         call = mcp_session.calls.get(request_id)
-        if call is not None:
+        if isinstance(call, RoutedCall):
             self.cancel(call, "the client cancelled the request")
 
-    def cancel(self, call: Call, reason: str) -> None:
-        if call.cancelled:
-            return
-        call.cancelled = True
-        if call.handle is not None:
-            call.handle.cancel()
-        approval = call.approval
-        if approval is not None:
-            approval.resolve({"decision": "deny", "reason": f"{reason} while the approval request was open"})
-            if approval.elicitation_id is not None and call.stream is not None:
-                call.stream.notify({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                    "params": {"requestId": approval.elicitation_id,
-                                               "reason": "the tool call was cancelled"}}, droppable=False)
+    def cancel(self, call: RoutedCall, reason: str) -> None:
+        notice = self.book.cancel(call, f"{reason} while the approval request was open")
+        if notice is not None and call.stream is not None:
+            call.stream.notify(notice, droppable=False)
 
     def end_mcp_session(self, mcp_session: McpSession, reason: str) -> None:
         for call in list(mcp_session.calls.values()):
-            self.cancel(call, reason)
+            if isinstance(call, RoutedCall):
+                self.cancel(call, reason)
         for approval in list(mcp_session.elicitations.values()):
             approval.resolve({"decision": "deny", "reason": reason})
         self._stop_jobs(mcp_session.id)
@@ -556,7 +456,7 @@ class CallRouter:
         except RuntimeError:
             return {"decision": "deny", "reason": "the server is shutting down"}
         try:
-            return future.result(self.approval_wait + REGISTRATION_WAIT_SECONDS + 5.0)
+            return future.result(self.book.approval_wait + REGISTRATION_WAIT_SECONDS + 5.0)
         except Exception as exc:  # the loop went away, or a bug: a question nobody can answer is a denial
             future.cancel()
             return {"decision": "deny", "reason": f"the question could not be asked ({type(exc).__name__})"}
@@ -566,73 +466,40 @@ class CallRouter:
         async with self._registered:
             with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
                 async with asyncio.timeout(REGISTRATION_WAIT_SECONDS):
-                    await self._registered.wait_for(lambda: call_id in self.calls or self.closing)
-        call = self.calls.get(call_id)
-        if call is None or call.cancelled or self.closing or call.stream is None:
-            return {"decision": "deny", "reason": "the call is no longer pending"}
-        if not call.can_elicit:
-            return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so "
-                    "nobody can be asked; allow the risk in the configuration (or with peon serve --allow)"}
-        approval = PendingApproval(request, self.loop.create_future())
-        call.approval = approval
-        elicitation = p.approval_elicitation(request, call.version)
-        elicitation["_meta"] = {APPROVAL_META_KEY: {k: v for k, v in request.items() if k not in ("op", "request_id")}}
-        if p.is_modern(call.version):
-            self._park_for_retry(call, elicitation)
+                    await self._registered.wait_for(lambda: self.book.registered(call_id))
+        call = self.book.askable(call_id)
+        if not isinstance(call, RoutedCall):
+            return call
+        answered: asyncio.Future[None] = self.loop.create_future()
+        approval, question = self.book.ask(call, request, lambda: answered.set_result(None))
+        stream = call.stream
+        assert stream is not None
+        if approval.elicitation_id is None:  # the input_required answer ends the request: the retry brings one
+            call.stream = None
+            stream.finish(question)
         else:
-            assert call.mcp_session is not None
-            approval.elicitation_id = f"peon-approval-{next(self._ids)}"
-            call.mcp_session.elicitations[approval.elicitation_id] = approval
-            call.stream.notify({"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
-                                "params": elicitation}, droppable=False)
+            stream.notify(question, droppable=False)
         asked_at, asked_ns = time.monotonic(), time.time_ns()
         try:
-            async with asyncio.timeout(self.approval_wait):
-                answer = await asyncio.shield(approval.answered)
-        except TimeoutError:
-            answer = {"decision": "deny", "reason": f"no answer within {self.approval_wait:g} s"}
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.book.approval_wait):
+                    await asyncio.shield(answered)
         finally:
-            if approval.elicitation_id is not None and call.mcp_session is not None:
-                call.mcp_session.elicitations.pop(approval.elicitation_id, None)
-            call.approval = None
+            answer = self.book.answered(call, approval, asked_ns)
         self._log(call, p.approval_event(request, answer))
-        if call.trace is not None:
-            decider = "client" if answer.get("reason", "").startswith("answered by the user") else "peon"
-            call.trace.approval(asked_ns, str(answer.get("decision")), decider)
         self.metrics.approval_wait.observe(time.monotonic() - asked_at)
         self.metrics.approval(str(answer.get("decision")))
         return answer
 
-    def _park_for_retry(self, call: Call, elicitation: dict[str, Any]) -> None:
-        """2026-07-28: answer the request with input_required; the call waits for the client's retry."""
-        while len(self.awaiting_retry) >= MAX_AWAITING_RETRY:
-            oldest = next(iter(self.awaiting_retry))
-            self.awaiting_retry.pop(oldest)
-        state = self.signer.sign(call.key)
-        self.awaiting_retry[call.key] = call
-        if call.mcp_session is not None:
-            call.mcp_session.calls.pop(call.request_id, None)
-        request_id, call.request_id = call.request_id, None
-        stream, call.stream = call.stream, None
-        assert stream is not None
-        stream.finish(p.respond(request_id, call.version, p.input_required(APPROVAL_KEY, elicitation, state),
-                                self.identity))
-
     def client_reply(self, mcp_session: McpSession, ev: p.ClientReply) -> bool:
         """A response the client POSTed to one of our questions; ``False`` when nothing waited for it."""
-        approval = mcp_session.elicitations.get(str(ev.id))
-        if approval is None:
-            return False
-        approval.resolve(p.decision_from_elicitation(ev.result, ev.error, approval.request.get("scopes") or ()))
-        return True
+        return self.book.reply(mcp_session, ev)
 
     # -- shutdown -----------------------------------------------------------------------------------
 
     async def close(self) -> None:
         """Deny every open question; the session's close answers every call (their streams then end)."""
-        self.closing = True
+        self.book.closing = True
         async with self._registered:
             self._registered.notify_all()
-        for call in list(self.calls.values()):
-            if call.approval is not None:
-                call.approval.resolve({"decision": "deny", "reason": "the server is shutting down"})
+        self.book.deny_open_questions("the server is shutting down")
