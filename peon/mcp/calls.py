@@ -213,11 +213,14 @@ class CallBook(Generic[CallT]):
         return {"trace": call.trace.traceparent()}
 
     def submitted(self, call: CallT, handle: Any) -> None:
-        """The session took the call: from now on it is known by its call id."""
+        """The session took the call: from now on it is known by its call id. A call cancelled while it was
+        being submitted (its request cancelled, or its stream closed) is cancelled in the session at once."""
         if call.trace is not None:
             call.trace.submitted(handle.call_id)
         call.handle, call.key = handle, handle.call_id
         self.running[call.key] = call
+        if call.cancelled:
+            handle.cancel()
 
     def registered(self, call_id: str) -> bool:
         """Whether an approval request about ``call_id`` need wait no longer for its call's submit."""
