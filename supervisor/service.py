@@ -58,8 +58,8 @@ from peon.workers.reaper import REAPER
 
 from peon.supervisor import diagnostics
 from peon.supervisor import egress
-from peon.supervisor.audit import audit_entry, decision_entry, job_entry
-from peon.supervisor.facts import gather
+from peon.supervisor.approval.audit import audit_entry, decision_entry, job_entry
+from peon.supervisor.approval.facts import gather
 from peon.supervisor.jobs import Job, JobTable
 from peon.supervisor.session_state import SessionState
 
