@@ -405,15 +405,12 @@ class Supervisor:
         message = {"id": job.id, "tool": tool.name, "args": args, "progress": False, "approved": approved,
                    "stream": "live", **({"trace": call.trace} if call.trace else {})}
 
-        async def no_progress(message: dict) -> None:
-            return None
-
         def ended(job: Job) -> None:
             if job.spawned.is_set():
                 self._audit_job("job_ended", job)
 
-        jobs.start_background(job, lambda: self.running_pool.run(message, deadline, job.cancelled, no_progress,
-                                                         jobs.on_event(job)), ended)
+        jobs.start_background(job, lambda: self.running_pool.run_job(message, deadline, job.cancelled,
+                                                             jobs.on_event(job)), ended)
         try:
             await _first(job.spawned.wait(), job.ended.wait(), call.cancelled.wait())
             if job.spawned.is_set():
