@@ -21,6 +21,7 @@ import asyncio
 import sys
 import traceback
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ JOB_HOST_LINGER_SECONDS = 5.0
 JOB_HOST_WATCH_SECONDS = 0.5  # how often a job host running jobs is looked at (stopped by someone?)
 
 
+@dataclass(eq=False)
 class JobHostLink:
     """The supervisor's handle on the job host: its worker, the jobs it runs, and the reading of its channel.
 
@@ -50,19 +52,19 @@ class JobHostLink:
     ``background`` holds the clean-ups that go on after the link let the host go; ``on_end`` is told
     once the link no longer stands for the session's job host."""
 
-    def __init__(self, worker: WorkerHandle, containment: Containment, grace_seconds: float, *,
-                 reap: Callable[[WorkerHandle], Coroutine[Any, Any, None]], background: HeldTasks,
-                 on_end: Callable[[JobHostLink], None]):
-        self.worker = worker
-        self.containment = containment
-        self.grace_seconds = grace_seconds
-        self.reap = reap
-        self.background = background
-        self.on_end = on_end
-        self.jobs: dict[str, tuple[asyncio.Future[dict[str, Any]], Callable[[WorkerMessage], None]]] = {}
-        self.gone = False
+    worker: WorkerHandle
+    containment: Containment
+    grace_seconds: float
+    reap: Callable[[WorkerHandle], Coroutine[Any, Any, None]]
+    background: HeldTasks
+    on_end: Callable[[JobHostLink], None]
+    jobs: dict[str, tuple[asyncio.Future[dict[str, Any]], Callable[[WorkerMessage], None]]] = field(
+        default_factory=dict, init=False)
+    gone: bool = field(default=False, init=False)
+    _retire: asyncio.TimerHandle | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
         loop = asyncio.get_running_loop()
-        self._retire: asyncio.TimerHandle | None = None
         self._reader = loop.create_task(self._read())
         self._watch = loop.create_task(self._watch_state())
 

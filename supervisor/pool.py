@@ -391,8 +391,8 @@ class WorkerPool:
             await worker.channel.send(HOST_MESSAGE)
         except OSError:
             pass  # it died as it was taken: its reader says so to the first job
-        self.job_host = JobHostLink(worker, self.containment, self.grace_seconds, reap=self.reap,
-                                    background=self._background, on_end=self._host_ended)
+        self.job_host = JobHostLink(worker, self.containment, self.grace_seconds, self.reap, self._background,
+                                    self._host_ended)
         return self.job_host
 
     def _host_ended(self, host: JobHostLink) -> None:
