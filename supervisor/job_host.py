@@ -187,7 +187,7 @@ class JobHostLink:
 
     def end(self) -> None:
         """It stands for the session's job host no more: its channel is not read and its state not
-        watched any longer. Its worker is whoever calls this's to retire or kill."""
+        watched any longer. Retiring or killing its worker is left to the caller."""
         self.gone = True
         self.on_end(self)
         if self._retire is not None:
