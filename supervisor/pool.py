@@ -255,7 +255,6 @@ class WorkerPool:
             except OSError:  # it died: take() finds out
                 pass
 
-
     # -- one call ---------------------------------------------------------------------------------
 
     async def run(
