@@ -28,9 +28,9 @@ from peon.approval.policy import ApprovalPolicy, ApprovalRequest, Decision
 from peon.approval.rules import GitFacts, ShellFacts
 from peon.approval.shell import MAX_COMMAND_BYTES, _analyze_cached, analyze
 from peon.core.tool import ToolRisk
-from peon.supervisor.audit import AuditLog, decision_entry
-from peon.supervisor.facts import gather
-from peon.supervisor.grants import GrantStore
+from peon.supervisor.approval.audit import AuditLog, decision_entry
+from peon.supervisor.approval.facts import gather
+from peon.supervisor.approval.grants import GrantStore
 
 TYPICAL = "cd src && make -j4 2>&1 | tail -20"
 LONG = " && ".join(f"git diff --stat HEAD~{i} -- src/file{i}.py 2>&1 | tail -{i + 1}" for i in range(50))

@@ -5,7 +5,8 @@ that was forking while the kill ran, not one that moved itself out of the worker
 command can write its pid into any cgroup) — because both mechanisms are used: the cgroup, and the
 process tree, which holds every descendant since workers are child subreapers. :meth:`Containment.release`
 leaves nothing of the worker behind (no process, no cgroup); it never waits, so it never stalls the
-supervisor's event loop. Two implementations, chosen once per session:
+supervisor's event loop (:func:`retry_release` tries again, on the loop, while a cgroup is still
+emptying). Two implementations, chosen once per session:
 
 * :class:`CgroupContainment` — the process-tree sweep, plus a per-session cgroup v2: the workers are
   born in its ``workers`` cgroup (the kernel's limits and OOM accounting for the running call; one
@@ -29,9 +30,11 @@ call's.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,8 @@ from peon.core.errors import ConfigError
 from peon.workers import cgroup, proctree
 from peon.workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
 from peon.workers.reaper import REAPER
+
+RELEASE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)  # a cgroup still emptying
 
 
 @dataclass
@@ -216,3 +221,17 @@ def sweep_orphans(known: set[int]) -> list[int]:
             swept.append(pid)
     REAPER.reap()
     return swept
+
+
+async def retry_release(release: Callable[[], bool], between: Callable[[], None] | None = None) -> bool:
+    """Call ``release`` until it returns True: at once, then after each of :data:`RELEASE_RETRY_SECONDS`
+    (the last processes of a cgroup take a moment to leave it), ``between`` after each failed try.
+    False if it never did."""
+    for delay in (0.0, *RELEASE_RETRY_SECONDS):
+        if delay:
+            await asyncio.sleep(delay)
+        if release():
+            return True
+        if between is not None:
+            between()
+    return False

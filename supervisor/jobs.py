@@ -1,19 +1,27 @@
 """The session's jobs: every call of a tool that keeps its output (``bash``, the agents), and the
-background jobs among them — supervised children with a lifetime, owned here.
+background jobs among them — supervised children with a lifetime, whose whole life is owned here.
 
 Promises:
 
+* a job is created, started, fed its output, stopped, ended and audited here and nowhere else; the
+  calls ask :class:`JobTable` (:meth:`~JobTable.run_foreground`, :meth:`~JobTable.start_background`,
+  and the job tools through :class:`peon.core.jobs.JobsAccess`), and the pool runs what it is given;
 * every such call is a job with a session-unique id (``job-1``, ``job-2``...); what its command writes
   goes, in order, into the output store (:class:`peon.core.output.store.OutputStore`, bounded by
   ``jobs.output_buffer_bytes`` per job and ``jobs.session_output_bytes`` per session, the oldest
   evicted first; a job's output past :data:`peon.core.output.store.SPILL_BYTES` is kept in an unnamed
   file in the session's state directory, not in this process's memory); an ``output`` message whose
   offset is not the next byte is a protocol error (the worker is killed);
-* a background job runs through the pool (:meth:`peon.supervisor.pool.WorkerPool.run`: in the session's
-  job host, each job in a cgroup of its own, in cgroup containment; in a worker of its own otherwise),
-  in a task of its own: the serial call executor never waits on it. At most ``jobs.max_running`` run
-  at once (a call beyond is ``job_limit_reached``); each is killed at its deadline
-  (``jobs.max_lifetime_seconds`` unless its ``timeout_seconds`` is shorter);
+* a foreground job runs through the pool's call entry point (:meth:`peon.supervisor.pool.WorkerPool.run`)
+  and ends with its call, answered with its ``job_id``; a background job runs through the pool's job
+  entry point (:meth:`~peon.supervisor.pool.WorkerPool.run_job`: in the session's job host, each job in
+  a cgroup of its own, in cgroup containment; in a worker of its own otherwise), in a task of its own:
+  its call is answered once its command has started (``yield_seconds`` later at most, or at its end if
+  that comes first), and no call waits on the job after that. At most ``jobs.max_running`` run at
+  once (a call beyond is ``job_limit_reached``, checked before anyone is asked to approve it); each is
+  killed at its deadline (``jobs.max_lifetime_seconds`` unless its ``timeout_seconds`` is shorter);
+* a background job whose command started gets a ``job_started`` audit line as it starts and a
+  ``job_ended`` line when it ends, in that order, through the audit callable the table was given;
 * :meth:`JobTable.stop` cancels through the pool's own cancel path (``cancel`` naming the job: TERM to
   its group, 2 s, KILL, every other process of the job), and :meth:`JobTable.close` does so for every
   running job and returns when they have all been answered; the pool's close kills whatever is left. A
@@ -24,6 +32,8 @@ Promises:
 * at most :data:`MAX_JOB_RECORDS` job records are kept; past that, the oldest ended job is forgotten
   (its output too). A record holds its job's state and output ring, not its call's result: what the
   supervisor holds of a session's output stays within the store's bounds however many calls it makes.
+
+In OTP terms a background job is a ``temporary`` child: never restarted, its end recorded, not propagated.
 """
 
 from __future__ import annotations
@@ -35,16 +45,28 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from peon.core.errors import ErrorCode, ToolError
+from peon.core.cancel import Deadline
+from peon.core.errors import ErrorCode, ToolError, error_reply
 from peon.core.jobs import JobInfo, JobState
 from peon.core.output.store import OutputRing, OutputStore, Page, open_spill_file
+from peon.core.output.terminal import clean_terminal_text
+from peon.core.output.truncation import HeadTail
 from peon.workers.messages import OutputMessage, ProtocolError, WorkerMessage
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
+from peon.supervisor.tasks import first
+
+if TYPE_CHECKING:
+    from peon.supervisor.pool import WorkerPool
+
 MAX_JOB_RECORDS = 1024
 STOP_MARGIN_SECONDS = 5.0  # past the cancel grace and the worker grace, how long stop waits for the pool
+
+# Writes a job's audit line: the event (``job_started``, ``job_ended``) and the job's facts
+# (:meth:`peon.core.jobs.JobInfo.to_dict` plus ``call_id``).
+JobAudit = Callable[[str, dict[str, Any]], object]
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -99,14 +121,23 @@ class Job(JobRecord):
 
 
 class JobTable:
-    """Implements :class:`peon.core.jobs.JobsAccess` for the job tools."""
+    """The session's jobs, and the one owner of each job's life; implements
+    :class:`peon.core.jobs.JobsAccess` for the job tools.
 
-    def __init__(self, jobs_config: Any, grace_seconds: float, spill_dir: Path | None = None):
+    ``pool`` runs the jobs (none: the table only records, as a test's does); ``audit`` writes a
+    background job's audit lines (:data:`JobAudit`); ``output_limit`` bounds the output a background
+    call's answer carries while its job runs (``limits.max_output_bytes``)."""
+
+    def __init__(self, jobs_config: Any, grace_seconds: float, spill_dir: Path | None = None, *,
+                 pool: WorkerPool | None = None, audit: JobAudit | None = None, output_limit: int = 65536):
         spill = (lambda: open_spill_file(spill_dir)) if spill_dir is not None else None
         self.store = OutputStore(int(jobs_config.output_buffer_bytes), int(jobs_config.session_output_bytes), spill)
         self.max_running = int(jobs_config.max_running)
         self.clean_output = bool(jobs_config.clean_output)
         self.grace_seconds = grace_seconds
+        self.pool = pool
+        self.audit = audit
+        self.output_limit = output_limit
         self.jobs: OrderedDict[str, Job | JobRecord] = OrderedDict()
         self._counter = 0
 
@@ -139,11 +170,94 @@ class JobTable:
             del self.jobs[oldest.id]
             self.store.forget(oldest.id)
 
+    def _running_pool(self) -> WorkerPool:
+        assert self.pool is not None, "this job table was given no pool to run jobs in"
+        return self.pool
+
+    async def run_foreground(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
+                             on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+                             on_taken: Callable[[], None]) -> dict[str, Any]:
+        """Run ``call`` (the supervisor's record of a call of a tool that keeps its output) as a job of its
+        own in a worker, its output sent to the store at the command's end; the call's reply, with the
+        job's ``job_id`` and ``output_retained_bytes`` when it has a value. The job ends with the call,
+        also when the call is torn down."""
+        job = self.new(str(call["id"]), call["tool"], command_of(call["args"]), background=False)
+        reply: dict[str, Any] = error_reply(ErrorCode.TOOL_FAILED, f"{call['tool']} did not complete")
+        try:
+            reply = await self._running_pool().run({**call, "stream": "end"}, deadline, cancelled, on_progress,
+                                                   self.on_event(job), on_taken, starts_processes=True)
+        finally:
+            if not job.ended.is_set():
+                self.finish(job, reply)  # also when the call is torn down: the job is not left running
+        if reply.get("ok") and isinstance(reply.get("value"), dict):
+            reply = {**reply, "value": {**reply["value"], "job_id": job.id,
+                                        "output_retained_bytes": job.ring.retained}}
+        return reply
+
+    async def start_background(self, call: dict[str, Any], deadline: Deadline,
+                               cancelled: asyncio.Event) -> dict[str, Any]:
+        """Start ``call`` as a background job and answer it once its command has started (after
+        ``yield_seconds`` more, or at its end if that comes first), with its ``job_id``; the job goes on
+        in a task of its own. ``cancelled`` is the call's cancel: while the call waits, it stops the job."""
+        args = call["args"]
+        job = self.new(str(call["id"]), call["tool"], command_of(args), background=True)
+        job.awaiting_reply = True  # until this call is answered: a job that ends by then answers it
+        message = {**call, "id": job.id, "progress": False, "stream": "live"}
+        job.task = asyncio.get_running_loop().create_task(self._supervise(job, message, deadline))
+        try:
+            await first(job.spawned.wait(), job.ended.wait(), cancelled.wait())
+            if cancelled.is_set() and not job.ended.is_set():
+                await self.stop(job.id)
+            wait = float(args.get("yield_seconds") or 0.0)
+            if wait > 0 and not job.ended.is_set():
+                await first(job.ended.wait(), cancelled.wait(), asyncio.sleep(min(wait, deadline.remaining())))
+        finally:
+            reply, job.reply, job.awaiting_reply = job.reply, None, False
+        if job.ended.is_set() and reply is not None:
+            if not reply.get("ok"):
+                return {k: v for k, v in reply.items() if k in ("ok", "error")}
+            value = reply.get("value") or {}
+            return {"ok": True, "value": {**value, "job_id": job.id, "background": True, "state": job.state,
+                                          "output_retained_bytes": job.ring.retained}}
+        return {"ok": True, "value": self._running_value(job, float(deadline.at - time.monotonic()))}
+
+    async def _supervise(self, job: Job, message: dict[str, Any], deadline: Deadline) -> None:
+        """A background job's whole run, through the pool's job entry point; its end recorded and audited."""
+        try:
+            reply = await self._running_pool().run_job(message, deadline, job.cancelled, self.on_event(job))
+        except asyncio.CancelledError:
+            reply = {"ok": False, "error": ToolError(ErrorCode.SESSION_CLOSED,
+                                                     "the session closed while the job ran").to_dict()}
+        except Exception as exc:  # a bug here must end one job, not the session
+            reply = {"ok": False, "error": ToolError(ErrorCode.TOOL_FAILED,
+                                                     f"internal error while running the job: {exc}").to_dict()}
+        self.finish(job, reply)
+        if job.spawned.is_set():
+            self._audit("job_ended", job)
+
+    def _running_value(self, job: Job, remaining: float) -> dict[str, Any]:
+        """A background call's answer while its job runs: the output so far, within ``output_limit``."""
+        capture = HeadTail(self.output_limit)
+        capture.feed(job.ring.read(job.ring.start, job.ring.retained).data)
+        text = capture.render(clean_terminal_text if self.clean_output else None)
+        return {"job_id": job.id, "background": True, "state": job.state, "exit_code": None, "signal": None,
+                "timed_out": False, "cancelled": False, "output": text.text, "output_bytes": job.ring.total,
+                "output_kept_bytes": text.kept_bytes, "truncated": text.truncated or job.ring.start > 0,
+                "output_invalid_utf8": text.invalid_utf8, "output_retained_bytes": job.ring.retained,
+                "duration_ms": int((time.time() - job.started_at) * 1000), "limit_exceeded": None,
+                "timeout_seconds": round(max(remaining, 0.0), 3)}
+
+    def _audit(self, event: str, job: Job) -> None:
+        if self.audit is not None:
+            self.audit(event, {**_describe(job).to_dict(), "call_id": job.call_id})
+
     def on_event(self, job: Job) -> Callable[[WorkerMessage], None]:
         """The pool's callback for the job's ``output`` and ``spawned`` messages."""
 
         def handle(message: WorkerMessage) -> None:
             if message["op"] == "spawned":
+                if job.background and not job.spawned.is_set():
+                    self._audit("job_started", job)
                 job.spawned.set()
                 return
             output: OutputMessage = message  # type: ignore[assignment]
@@ -187,22 +301,6 @@ class JobTable:
             await asyncio.wait([job.task for job in running if job.task is not None],
                                timeout=CANCEL_GRACE_SECONDS + self.grace_seconds + STOP_MARGIN_SECONDS)
 
-    def start_background(self, job: Job, run: Callable[[], Awaitable[dict[str, Any]]],
-                         ended: Callable[[Job], None]) -> None:
-        async def supervise() -> None:
-            try:
-                reply = await run()
-            except asyncio.CancelledError:
-                reply = {"ok": False, "error": ToolError(ErrorCode.SESSION_CLOSED,
-                                                         "the session closed while the job ran").to_dict()}
-            except Exception as exc:  # a bug here must end one job, not the session
-                reply = {"ok": False, "error": ToolError(ErrorCode.TOOL_FAILED,
-                                                         f"internal error while running the job: {exc}").to_dict()}
-            self.finish(job, reply)
-            ended(job)
-
-        job.task = asyncio.get_running_loop().create_task(supervise())
-
     # -- JobsAccess ---------------------------------------------------------------------------------
 
     def _job(self, job_id: str) -> Job | JobRecord:
@@ -213,10 +311,7 @@ class JobTable:
         return job
 
     def info(self, job_id: str) -> JobInfo:
-        job = self._job(job_id)
-        return JobInfo(job.id, job.tool, job.command, job.background, job.state, job.exit_code, job.signal,
-                       job.timed_out, _iso(job.started_at) or "", _iso(job.ended_at), job.ring.total,
-                       job.ring.retained, job.ring.start, job.error)
+        return _describe(self._job(job_id))
 
     def list(self) -> list[JobInfo]:
         return [self.info(job_id) for job_id in self.jobs]
@@ -243,3 +338,15 @@ class JobTable:
             job.cancelled.set()
             await asyncio.wait([job.task], timeout=CANCEL_GRACE_SECONDS + self.grace_seconds + STOP_MARGIN_SECONDS)
         return self.info(job_id)
+
+
+def _describe(job: Job | JobRecord) -> JobInfo:
+    return JobInfo(job.id, job.tool, job.command, job.background, job.state, job.exit_code, job.signal,
+                   job.timed_out, _iso(job.started_at) or "", _iso(job.ended_at), job.ring.total,
+                   job.ring.retained, job.ring.start, job.error)
+
+
+def command_of(args: Any) -> str | None:
+    """The command line a job runs, as its input gave it (None for a tool without one)."""
+    command = args.get("command") if isinstance(args, dict) else None
+    return command if isinstance(command, str) else None

@@ -1,80 +1,63 @@
-"""The supervisor's workers: one call at a time per worker, workers kept ready, all owned here.
+"""The supervisor's standby workers: started ahead of the calls, taken, put back, refilled, woken,
+retired and closed — all owned here.
 
 Promise: :meth:`WorkerPool.run` hands a call to a worker that serves nothing else meanwhile — one
 waiting for a call (a standby started before the call arrived, or a worker put back after a clean
-call), so the call does not wait for a process start-up — and returns
-exactly one outcome: the worker's result, or an error saying how the worker failed — crashed, killed
-by the OOM killer, hung past deadline + grace, broke the channel's protocol
-(:mod:`peon.workers.messages`), or could not be started in time. The call's time starts when its worker
+call), so the call does not wait for a process start-up — and returns exactly one outcome
+(:func:`peon.supervisor.conversation.converse`: the worker's result, or an error saying how the worker
+failed), or says that no worker could be started in time. The call's time starts when its worker
 takes it: the wait for a worker is bounded on its own by ``limits.worker_start_seconds`` (past it the call
 is answered ``worker_crashed``, saying why, and never runs), its deadline is moved by the time waited, and
-a result says how long it waited (``waited_for_worker_ms``, when it waited at all). It returns by that
-deadline + ``limits.worker_grace_seconds`` (+ the cancel grace after a cancel) whatever the worker or the
-forkserver do. When it returns an error, the worker and its whole tree are already dead. When it
-returns a worker's result, the worker either waits for its next call (it offered to, and
-:func:`peon.workers.reuse.serves_again` agrees; at most ``limits.worker_max_calls`` calls, never after
-a cancel) or is retired: it exits once its
+a result says how long it waited (``waited_for_worker_ms``, when it waited at all). When it returns an
+error, the worker and its whole tree are already dead. When it returns a worker's result, the worker
+either waits for its next call (it offered to, and :func:`peon.workers.reuse.serves_again` agrees; at
+most ``limits.worker_max_calls`` calls, never after a cancel) or is retired: it exits once its
 channel is closed; that, its containment's release and the next standby's start happen right after
 the reply, off the call's path. One standby is kept while the session is idle, a second while calls
 use workers up. :meth:`WorkerPool.close` kills every worker the pool started and stops the forkserver.
 
+:meth:`WorkerPool.run_job` is the one entry point of a background job, which its caller asks for by
+name: in cgroup containment it runs in the session's job host (:class:`~peon.supervisor.job_host.JobHostLink`:
+a standby that became it on the first job, running every job at once, each in a cgroup of its own),
+with the same one outcome by its deadline + grace; in process-tree containment a job takes a worker of
+its own like any call.
+
 In Erlang/OTP terms the pool supervises *temporary* children: a worker is never restarted, a failed
 one is reported and replaced by a fresh standby; a worker whose calls end cleanly is *transient* in
 the sense of a prefork server's worker: kept while they do, replaced after its ``worker_max_calls``-th.
-A stopped forkserver is replaced as soon as a call served by a waiting worker finds it so. A worker
-is a :class:`WorkerHandle`, usable by more than
-the call executor: whoever holds one sends it messages and consumes what it sends.
-
-Background jobs (a call with ``stream: "live"``), in cgroup containment, are run by :meth:`WorkerPool.run_job`
-in the session's job host (:class:`JobHost`, :mod:`peon.workers.job_host`): a standby that became it on
-the first job, running every job at once, each in a cgroup of its own, and retired
-:data:`JOB_HOST_LINGER_SECONDS` after the last; the same one outcome per job by its deadline + grace.
-A host that fails is killed with every job it runs, each answered with the reason. In process-tree
-containment a job takes a worker of its own like any call.
+A stopped forkserver is replaced as soon as a call served by a waiting worker finds it so.
 
 Workers are started by the session's forkserver through ``multiprocessing`` (:mod:`peon.supervisor.forker`);
-the supervisor watches each through a pidfd and its ``Process.sentinel``, looks at a standby's state
-(stopped, zombie) as a call takes it (:class:`peon.workers.proctree.StateWatch`), and kills trees by process
-tree and cgroup; the orphans of a worker that dies are reparented to the supervisor (a subreaper)
-and killed here.
+the supervisor watches each through a pidfd and its ``Process.sentinel``
+(:class:`~peon.supervisor.worker_handle.WorkerHandle`), looks at a standby's state (stopped, zombie) as a
+call takes it (:class:`peon.workers.proctree.StateWatch`), and kills trees by process tree and cgroup;
+the orphans of a worker that dies are reparented to the supervisor (a subreaper) and killed here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 import time
 import traceback
 from collections import deque
-from pathlib import Path
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from peon.core.cancel import Deadline
 from peon.core.errors import ErrorCode, ToolError, error_reply as _failure  # made up here: no ``op``, not from a worker
-from peon.core.framing import encode_json
-from peon.workers import cgroup, proctree
-from peon.workers.channel import ChannelError, FrameChannel
-from peon.workers.messages import (
-    CallMessage,
-    CancelMessage,
-    HOST_MESSAGE,
-    WAKE_SIGNAL,
-    OutputStreaming,
-    ProtocolError,
-    WorkerMessage,
-    parse_host_message,
-    parse_worker_message,
-)
-from peon.workers.reaper import describe_exitcode
+from peon.workers import proctree
+from peon.workers.messages import HOST_MESSAGE, WAKE_SIGNAL, WorkerMessage
 from peon.workers.reuse import serves_again
-from peon.workers.runner import CANCEL_GRACE_SECONDS
 
-from peon.supervisor.containment import Containment, sweep_orphans
+from peon.supervisor.containment import Containment, retry_release, sweep_orphans
 from peon.supervisor.containment import start_time as containment_start_time
-from peon.supervisor.forker import START_TIMEOUT_SECONDS, Forker, ForkerGone, StartedWorker
+from peon.supervisor.conversation import converse
+from peon.supervisor.forker import START_TIMEOUT_SECONDS, Forker, ForkerGone
+from peon.supervisor.job_host import JobHostLink
+from peon.supervisor.tasks import HeldTasks
+from peon.supervisor.worker_handle import STATUS_WAIT_SECONDS, WorkerHandle
 
 # Workers kept ready: one while the session is idle; two once calls use workers up (a call of a tool
 # that starts processes, or one that fails), so back-to-back calls never wait for a start-up, and
@@ -88,217 +71,9 @@ BUSY_STANDBY_SECONDS = 1.0
 # loaded host lacks). A background job holds its worker for its whole life: it has one started at once.
 REFILL_DURING_CALL_SECONDS = 1.0
 MAX_CALLS_PER_WORKER = 1000  # unless limits.worker_max_calls says otherwise
-EXIT_WAIT_SECONDS = 2.0  # how long a worker may take to exit after its result, or after its channel closed
-STATUS_WAIT_SECONDS = 1.0  # how long after a worker's exit its status may take to arrive
-RELEASE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)  # a cgroup still emptying
 # A pool that started or answered no call for this long has a standby whose caches went cold: the
 # next call wakes it (bench_read.py: in-process work is 4.8-8.5x slower after 10 ms of sleep).
 WAKE_AFTER_IDLE_SECONDS = 0.01
-# The job host exits this long after its last job ended: a job started soon after another one finds
-# it, and a session with no job running pays for no process.
-JOB_HOST_LINGER_SECONDS = 5.0
-JOB_HOST_WATCH_SECONDS = 0.5  # how often a job host running jobs is looked at (stopped by someone?)
-
-
-class WorkerHandle:
-    """One worker: its ``multiprocessing.Process``, a pidfd, its ``stat`` file, its cgroup slot and its channel.
-
-    ``exited`` resolves with its exit code (``-N``: killed by signal N) once it has exited, or with
-    None when its status cannot be known (its forkserver is gone or stopped)."""
-
-    def __init__(self, started: StartedWorker):
-        self.process = started.process
-        self.pid = started.pid
-        self.pidfd = started.pidfd
-        self.slot = started.slot
-        self.forkserver: int | None = getattr(started, "forkserver", None)
-        self.channel = FrameChannel(started.channel)
-        self.call_id: str | None = None
-        self.calls = 0  # calls it answered with a result
-        try:  # opened now, off the call's path: looking at its state later is one pread
-            self.watch: proctree.StateWatch | None = proctree.StateWatch(self.pid)
-        except OSError:  # it is gone already: take() discards it
-            self.watch = None
-        loop = asyncio.get_running_loop()
-        self.exited: asyncio.Future[int | None] = loop.create_future()
-        self._sentinel = self.process.sentinel
-        loop.add_reader(self._sentinel, self._on_status)
-        if self.pidfd >= 0:
-            loop.add_reader(self.pidfd, self._on_death)
-        self._status_timer: asyncio.TimerHandle | None = None
-
-    def _on_status(self) -> None:
-        """The forkserver wrote the exit status (or closed the pipe: it is gone)."""
-        asyncio.get_running_loop().remove_reader(self._sentinel)
-        code = self.process.exitcode  # the sentinel is readable: this does not block
-        self._resolve(None if code == 255 else code)  # 255: what multiprocessing says when it cannot tell
-
-    def _on_death(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.pidfd)
-        if not self.exited.done():  # the status normally follows at once; a stopped forkserver never sends it
-            self._status_timer = loop.call_later(STATUS_WAIT_SECONDS, self._resolve, None)
-
-    def _resolve(self, code: int | None) -> None:
-        if not self.exited.done():
-            self.exited.set_result(code)
-
-    async def send(self, message: CallMessage | CancelMessage) -> None:
-        await self.channel.send(encode_json(message))
-
-    async def recv(self) -> WorkerMessage | None:
-        """The next message of its call, None once it closed its channel; :class:`ProtocolError` for
-        anything that is not a well-formed, bounded message of its current call."""
-        try:
-            payload = await self.channel.recv()
-        except ChannelError as exc:
-            raise ProtocolError(str(exc)) from None
-        if payload is None:
-            return None
-        return parse_worker_message(payload, self.call_id or "")
-
-    def close(self) -> bool:
-        """Release the supervisor's descriptors of this worker (it must have exited); False if
-        ``multiprocessing`` does not know its status yet (try again later)."""
-        loop = asyncio.get_running_loop()
-        self.channel.close()
-        if self.watch is not None:
-            self.watch.close()
-        if self._status_timer is not None:
-            self._status_timer.cancel()
-        if self.pidfd >= 0:
-            loop.remove_reader(self.pidfd)
-            os.close(self.pidfd)
-            self.pidfd = -1
-        if not self.exited.done():  # released unknown: whoever else waits on it goes on (no CancelledError)
-            self.exited.set_result(None)
-        loop.remove_reader(self._sentinel)
-        try:
-            self.process.close()
-        except ValueError:
-            return False  # its forkserver has not reported it yet
-        return True
-
-
-class JobHost:
-    """The supervisor's side of the session's job host (:mod:`peon.workers.job_host`): one worker that
-    runs every background job of the session, in cgroup containment.
-
-    Its channel is read by a task on the event loop, as a worker's is: each job's ``output`` and
-    ``spawned`` go to that job's callback, its ``result`` to its future. The host is trusted only as a
-    worker is: a protocol break, its death, a stop (seen within :data:`JOB_HOST_WATCH_SECONDS` while
-    it runs jobs) or a job left unanswered past its deadline + grace end it — it is killed with its
-    whole tree and every running job's cgroup, and each job it ran ends failed with a stable code and
-    the reason (``details.reason``); the next background job starts a new host. It is retired (its
-    channel closed: it exits) :data:`JOB_HOST_LINGER_SECONDS` after its last job ended."""
-
-    def __init__(self, pool: WorkerPool, worker: WorkerHandle):
-        self.pool = pool
-        self.worker = worker
-        self.jobs: dict[str, tuple[asyncio.Future[dict[str, Any]], Callable[[WorkerMessage], None]]] = {}
-        self.gone = False
-        loop = asyncio.get_running_loop()
-        self._retire: asyncio.TimerHandle | None = None
-        self._reader = loop.create_task(self._read())
-        self._watch = loop.create_task(self._watch_state())
-
-    def add(self, job_id: str, on_event: Callable[[WorkerMessage], None]) -> asyncio.Future[dict[str, Any]]:
-        if self._retire is not None:
-            self._retire.cancel()
-            self._retire = None
-        result: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.jobs[job_id] = (result, on_event)
-        return result
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                try:
-                    payload = await self.worker.channel.recv()
-                except ChannelError as exc:
-                    raise ProtocolError(str(exc)) from None
-                if payload is None:
-                    await self._died()
-                    return
-                message = parse_host_message(payload, self.jobs)
-                result, on_event = self.jobs[message["id"]]
-                if message["op"] == "result":
-                    del self.jobs[message["id"]]
-                    reply = dict(message)
-                    reply.pop("reuse", None)
-                    if not result.done():
-                        result.set_result(reply)
-                    if not self.jobs:
-                        self._retire = asyncio.get_running_loop().call_later(JOB_HOST_LINGER_SECONDS, self.retire)
-                elif message["op"] in ("output", "spawned"):
-                    on_event(message)
-        except ProtocolError as exc:
-            self.fail(ErrorCode.WORKER_CRASHED,
-                      f"the job host broke protocol ({exc}) and was killed with every job it ran",
-                      {"reason": "protocol"})
-        except Exception as exc:  # a bug here ends the host, never the session
-            traceback.print_exc(file=sys.stderr)
-            self.fail(ErrorCode.WORKER_CRASHED, f"the job host's channel failed ({type(exc).__name__}: {exc}); "
-                      "it was killed with every job it ran", {"reason": "job_host"})
-
-    async def _died(self) -> None:
-        if self.gone:  # retired: its channel was closed by us
-            return
-        try:
-            async with asyncio.timeout(EXIT_WAIT_SECONDS):
-                code = await asyncio.shield(self.worker.exited)
-            how = describe_exitcode(code)
-        except TimeoutError:
-            how = "closed its channel"
-        self.fail(ErrorCode.WORKER_CRASHED,
-                  f"the job host (the worker running the session's background jobs) {how}; the job did not "
-                  "complete, and the next background job gets a new job host",
-                  {"reason": "job_host", "status": how})
-
-    async def _watch_state(self) -> None:
-        while True:
-            await asyncio.sleep(JOB_HOST_WATCH_SECONDS)
-            if self.jobs and self.worker.watch is not None and self.worker.watch.state() in ("T", "t"):
-                self.fail(ErrorCode.WORKER_HUNG,
-                          "the job host was stopped (by another process) while it ran this job; it was killed "
-                          "with every job it ran, and the next background job gets a new job host",
-                          {"reason": "job_host_stopped"})
-                return
-
-    def fail(self, code: ErrorCode, message: str, details: dict[str, Any]) -> None:
-        """Kill the host with its whole tree and every running job's cgroup; every job it ran ends
-        with this error."""
-        if self.gone:
-            return
-        self._end()
-        pool = self.pool
-        pool.containment.kill_tree(self.worker.pid, self.worker.slot)
-        ids = list(self.jobs)
-        pool.kill_job_cgroups(ids)
-        for result, _ in self.jobs.values():
-            if not result.done():
-                result.set_result(_failure(code, message, details))
-        self.jobs.clear()
-        pool._spawn_background(pool._finish(self.worker))
-        pool._spawn_background(pool.remove_job_cgroups(ids))
-
-    def retire(self) -> None:
-        """No job ran for :data:`JOB_HOST_LINGER_SECONDS`: the host exits once its channel is closed."""
-        if self.jobs or self.gone:
-            return
-        self._end()
-        self.worker.channel.close()
-        self.pool._spawn_background(self.pool._finish(self.worker))
-
-    def _end(self) -> None:
-        self.gone = True
-        if self.pool.job_host is self:
-            self.pool.job_host = None
-        if self._retire is not None:
-            self._retire.cancel()
-        self._watch.cancel()
-        if self._reader is not asyncio.current_task():
-            self._reader.cancel()
 
 
 class WorkerPool:
@@ -321,13 +96,13 @@ class WorkerPool:
         # served a call and wait for the next (put back in front: their pages are their own already).
         self._ready: deque[asyncio.Future[WorkerHandle]] = deque()
         self._calm: asyncio.TimerHandle | None = None  # brings the standbys back to idle_standbys
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = HeldTasks()
         self._unclosed: list[WorkerHandle] = []  # exited, but multiprocessing has no status for them yet
         self._first: asyncio.Future[WorkerHandle] | None = None  # the first standby, while the session starts
         self._closing = False
         self._last_activity = 0.0  # loop time a call last took a worker, got its reply, or woke one
-        self.job_host: JobHost | None = None  # the worker running every background job (cgroup containment)
-        self._host_start: asyncio.Task[JobHost] | None = None
+        self.job_host: JobHostLink | None = None  # the worker running every background job (cgroup containment)
+        self._host_start: asyncio.Task[JobHostLink] | None = None
 
     # -- process start-up -------------------------------------------------------------------------
 
@@ -356,6 +131,11 @@ class WorkerPool:
         first, self._first = self._first, None
         if first is not None and not first.done():
             await asyncio.wait({first})
+
+    @property
+    def start_seconds(self) -> float:
+        """How long a call may wait for its worker (``limits.worker_start_seconds``)."""
+        return self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
 
     async def _start_one(self) -> WorkerHandle:
         assert self.forker is not None
@@ -450,7 +230,7 @@ class WorkerPool:
                 # It died, or was stopped, while it waited.
                 if state not in (None, "Z", "X", "x"):
                     self.containment.kill_tree(worker.pid, worker.slot)
-                self._spawn_background(self._finish(worker))
+                self._background.start(self.reap(worker))
                 continue
             return worker
 
@@ -496,11 +276,28 @@ class WorkerPool:
         ``deadline`` is moved by the time the call waited for its worker; ``on_taken`` is called then.
         ``starts_processes``: a call still running after :data:`REFILL_DURING_CALL_SECONDS` has the
         next standby started meanwhile."""
-        if call.get("stream") == "live" and on_event is not None and self.hosts_jobs:
-            return await self.run_job(call, deadline, cancelled, on_event)
+        refill_after = REFILL_DURING_CALL_SECONDS if starts_processes else None
+        return await self._serve(call, deadline, cancelled, on_progress, on_event, on_taken, refill_after)
+
+    async def run_job(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
+                      on_event: Callable[[WorkerMessage], None]) -> dict[str, Any]:
+        """Run the background job ``call`` (its id is the job's; ``stream: "live"``): in the session's
+        job host (started if there is none) where :attr:`hosts_jobs`, else in a worker of its own, the
+        next standby started at once since the job holds its worker for its whole life. The same
+        promise as :meth:`run`: one outcome by the deadline + grace (+ the cancel grace)."""
+        if self.hosts_jobs:
+            return await self._run_hosted(call, deadline, cancelled, on_event)
+        return await self._serve(call, deadline, cancelled, _no_progress, on_event, None, refill_after=0.0)
+
+    async def _serve(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
+                     on_progress: Callable[[dict[str, Any]], Awaitable[None]],
+                     on_event: Callable[[WorkerMessage], None] | None, on_taken: Callable[[], None] | None,
+                     refill_after: float | None) -> dict[str, Any]:
+        """One call in one worker, taken and then served again, retired or killed (see :meth:`run`);
+        the next standby is started ``refill_after`` seconds into the call (None: not during it)."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
-        start_seconds = self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
+        start_seconds = self.start_seconds
         asked = time.monotonic()
         try:
             worker = await self.take(loop.time() + start_seconds)
@@ -518,13 +315,14 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
-        refill = (loop.call_later(0.0 if call.get("stream") == "live" else REFILL_DURING_CALL_SECONDS, self._refill)
-                  if starts_processes else None)
+        refill = loop.call_later(refill_after, self._refill) if refill_after is not None else None
         try:
-            reply = await self._converse(worker, call, deadline, cancelled, on_progress, on_event)
+            reply = await converse(worker, call, deadline, cancelled, on_progress, on_event,
+                                   containment=self.containment, grace_seconds=self.grace_seconds,
+                                   fate=self._forkserver_fate)
         except BaseException:  # cancelled (the session is closing) or a bug: the worker goes too
             self.containment.kill_tree(worker.pid, worker.slot)
-            self._spawn_background(self._finish(worker))
+            self._background.start(self.reap(worker))
             raise
         finally:
             self._last_activity = loop.time()
@@ -543,12 +341,15 @@ class WorkerPool:
             loop.call_soon(self._after_call, worker)  # after the reply has gone out
         else:
             self._used_up()
-            await self._finish(worker)  # the worker failed: nothing of it may remain when we answer
+            await self.reap(worker)  # the worker failed: nothing of it may remain when we answer
             loop.call_soon(self._replenish)
         waited_ms = int(waited * 1000)
         if waited_ms and reply.get("ok") and isinstance(reply.get("value"), dict):
             reply["value"] = {**reply["value"], "waited_for_worker_ms": waited_ms}
         return reply
+
+    def _forkserver_fate(self, forkserver: int | None) -> str | None:
+        return self.forker.fate(forkserver) if self.forker is not None else None
 
     # -- background jobs ----------------------------------------------------------------------------
 
@@ -560,53 +361,27 @@ class WorkerPool:
         keeps a worker of its own there."""
         return self.containment.workers_cgroup is not None
 
-    async def run_job(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
-                      on_event: Callable[[WorkerMessage], None]) -> dict[str, Any]:
-        """Run the background job ``call`` in the session's job host (started if there is none):
-        the same promise as :meth:`run`, one outcome by the deadline + grace (+ the cancel grace)."""
-        loop = asyncio.get_running_loop()
-        tool, job_id = call["tool"], str(call["id"])
-        start_seconds = self.forker.start_seconds if self.forker is not None else START_TIMEOUT_SECONDS
+    async def _run_hosted(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
+                          on_event: Callable[[WorkerMessage], None]) -> dict[str, Any]:
+        start_seconds = self.start_seconds
         asked = time.monotonic()
         try:
-            host = await self._job_host(loop.time() + start_seconds)
+            host = await self._job_host(asyncio.get_running_loop().time() + start_seconds)
         except ForkerGone as exc:
             return _failure(ErrorCode.WORKER_CRASHED,
-                            f"{tool} did not run: no job host could be started for it within "
+                            f"{call['tool']} did not run: no job host could be started for it within "
                             f"limits.worker_start_seconds ({start_seconds:g} s): {exc}", {"reason": "no_worker"})
         deadline.at += time.monotonic() - asked  # the job's time starts with its host
-        result = host.add(job_id, on_event)
-        try:
-            await host.worker.send(_call_message(call, deadline, True))
-        except OSError:
-            pass  # the host is gone: its reader ends the job
-        try:
-            async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
-                cancel_watch = loop.create_task(self._forward_job_cancel(host, job_id, cancelled, scope))
-                try:
-                    return await asyncio.shield(result)
-                finally:
-                    cancel_watch.cancel()
-        except TimeoutError:
-            if not result.done():
-                host.fail(ErrorCode.WORKER_HUNG,
-                          f"the job host did not end {tool} job {job_id} within its deadline plus "
-                          f"{self.grace_seconds:g} s of grace; it was killed with its whole process tree and "
-                          "every job it ran", {"reason": "job_host_hung"})
-            return result.result()
-        except asyncio.CancelledError:  # the session is closing: the host is killed with the pool
-            if not result.done() and not host.gone:  # its result, when it comes, is taken and dropped
-                self._spawn_background(self._send_cancel(host, job_id))
-            raise
+        return await host.run(call, deadline, cancelled, on_event)
 
-    async def _job_host(self, until: float) -> JobHost:
+    async def _job_host(self, until: float) -> JobHostLink:
         while self.job_host is None or self.job_host.gone:
             if self._host_start is None or self._host_start.done():
                 self._host_start = asyncio.get_running_loop().create_task(self._start_job_host(until))
             await asyncio.shield(self._host_start)
         return self.job_host
 
-    async def _start_job_host(self, until: float) -> JobHost:
+    async def _start_job_host(self, until: float) -> JobHostLink:
         """A standby becomes the job host (no start-up of its own); the next standby is started."""
         worker = await self.take(until)
         asyncio.get_running_loop().call_soon(self._replenish)
@@ -615,49 +390,13 @@ class WorkerPool:
             await worker.channel.send(HOST_MESSAGE)
         except OSError:
             pass  # it died as it was taken: its reader says so to the first job
-        self.job_host = JobHost(self, worker)
+        self.job_host = JobHostLink(worker, self.containment, self.grace_seconds, self.reap, self._background,
+                                    self._host_ended)
         return self.job_host
 
-    async def _forward_job_cancel(self, host: JobHost, job_id: str, cancelled: asyncio.Event,
-                                  scope: asyncio.Timeout) -> None:
-        await cancelled.wait()
-        await self._send_cancel(host, job_id)
-        limit = asyncio.get_running_loop().time() + CANCEL_GRACE_SECONDS + self.grace_seconds
-        when = scope.when()
-        if when is None or limit < when:
-            scope.reschedule(limit)
-
-    @staticmethod
-    async def _send_cancel(host: JobHost, job_id: str) -> None:
-        try:
-            await host.worker.send({"op": "cancel", "id": job_id, "reason": "cancelled by the client"})
-        except OSError:
-            pass
-
-    def _job_cgroups(self, job_ids: list[str]) -> list[cgroup.Cgroup]:
-        workers = self.containment.workers_cgroup
-        return [cgroup.Cgroup(cgroup.job_cgroup_path(Path(workers), job_id)) for job_id in job_ids] if workers else []
-
-    def kill_job_cgroups(self, job_ids: list[str]) -> None:
-        """``cgroup.kill`` of these jobs' cgroups: what of them left the host's tree dies too."""
-        for group in self._job_cgroups(job_ids):
-            try:
-                group.kill()
-            except OSError:
-                pass
-
-    async def remove_job_cgroups(self, job_ids: list[str]) -> None:
-        for group in self._job_cgroups(job_ids):
-            for delay in (0.0, *RELEASE_RETRY_SECONDS):
-                if delay:
-                    await asyncio.sleep(delay)
-                try:
-                    if group.remove_now():
-                        break
-                except OSError:
-                    pass
-            else:
-                print(f"peon-supervisor: the job cgroup {group.path} could not be emptied", file=sys.stderr)
+    def _host_ended(self, host: JobHostLink) -> None:
+        if self.job_host is host:
+            self.job_host = None
 
     def _check_forkserver(self) -> None:
         """A forkserver stopped by a command (it is a process of the same user) is replaced now, not at
@@ -678,105 +417,25 @@ class WorkerPool:
 
     def _after_call(self, worker: WorkerHandle) -> None:
         worker.channel.close()  # the worker exits when it sees its channel close
-        self._spawn_background(self._finish(worker))
+        self._background.start(self.reap(worker))
         self._replenish()
-
-    async def _converse(self, worker: WorkerHandle, call: dict[str, Any], deadline: Deadline,
-                        cancelled: asyncio.Event, on_progress: Callable[[dict[str, Any]], Awaitable[None]],
-                        on_event: Callable[[WorkerMessage], None] | None = None) -> dict[str, Any]:
-        tool = call["tool"]
-        message = _call_message(call, deadline, on_event is not None)
-        try:
-            async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
-                cancel_watch = asyncio.get_running_loop().create_task(self._forward_cancel(worker, cancelled, scope))
-                try:
-                    await worker.send(message)
-                    while True:
-                        received = await worker.recv()
-                        if received is None:
-                            return await self._crashed(worker, tool)
-                        if received["op"] == "result":
-                            return dict(received)
-                        if received["op"] in ("output", "spawned"):
-                            if on_event is None:
-                                raise ProtocolError(f"the worker sent {received['op']} for a call that streams nothing")
-                            on_event(received)
-                            continue
-                        await on_progress(dict(received))
-                finally:
-                    cancel_watch.cancel()
-        except TimeoutError:
-            self.containment.kill_tree(worker.pid, worker.slot)
-            return _failure(
-                ErrorCode.WORKER_HUNG,
-                f"the worker for {tool} did not finish within its deadline plus "
-                f"{self.grace_seconds:g} s of grace and was killed with its whole process tree",
-            )
-        except ProtocolError as exc:
-            self.containment.kill_tree(worker.pid, worker.slot)
-            return _failure(ErrorCode.WORKER_CRASHED,
-                            f"the worker for {tool} broke protocol ({exc}) and was killed with its whole process tree",
-                            {"reason": "protocol"})
-        except OSError:  # it closed its channel while we were writing the call
-            return await self._crashed(worker, tool)
-
-    async def _forward_cancel(self, worker: WorkerHandle, cancelled: asyncio.Event, scope: asyncio.Timeout) -> None:
-        await cancelled.wait()
-        try:
-            await worker.send({"op": "cancel", "reason": "cancelled by the client"})
-        except OSError:
-            pass
-        limit = asyncio.get_running_loop().time() + CANCEL_GRACE_SECONDS + self.grace_seconds
-        when = scope.when()
-        if when is None or limit < when:
-            scope.reschedule(limit)
-
-    async def _crashed(self, worker: WorkerHandle, tool: str) -> dict[str, Any]:
-        try:
-            async with asyncio.timeout(EXIT_WAIT_SECONDS):
-                code = await asyncio.shield(worker.exited)
-        except TimeoutError:
-            self.containment.kill_tree(worker.pid, worker.slot)
-            return _failure(ErrorCode.WORKER_CRASHED, f"the worker for {tool} closed its channel and was killed")
-        how = describe_exitcode(code)
-        if self.containment.oom_killed(worker.slot):
-            return _failure(ErrorCode.WORKER_OOM, f"the worker for {tool} was {how} by the out-of-memory killer")
-        hint = " (the out-of-memory killer or another process)" if how == "killed by SIGKILL" else ""
-        fate = self.forker.fate(worker.forkserver) if self.forker is not None else None
-        if code is None:  # the forkserver reports each worker's status: say what became of it
-            how = "exited"
-            hint = " (its exit status was not reported)"
-        if fate:
-            hint = f" ({fate})"
-        return _failure(
-            ErrorCode.WORKER_CRASHED,
-            f"the worker for {tool} {how}{hint} before reporting a result; {tool} did not complete, and the "
-            "next call gets a new worker",
-            {"status": how, **({"forkserver": fate} if fate else {})},
-        )
 
     # -- clean-up ---------------------------------------------------------------------------------
 
-    def _spawn_background(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _finish(self, worker: WorkerHandle) -> None:
+    async def reap(self, worker: WorkerHandle) -> None:
         """Wait (bounded) for the worker to exit, kill whatever is left of its tree, release it."""
         try:
             try:
-                async with asyncio.timeout(EXIT_WAIT_SECONDS):
-                    await asyncio.shield(worker.exited)
+                await worker.wait_exit()
             except TimeoutError:
                 self.containment.kill_tree(worker.pid, worker.slot)
                 try:
-                    async with asyncio.timeout(EXIT_WAIT_SECONDS):
-                        await asyncio.shield(worker.exited)
+                    await worker.wait_exit()
                 except TimeoutError:
                     print(f"peon-supervisor: worker {worker.pid} did not exit after SIGKILL", file=sys.stderr)
             self._sweep_strays()
-            await self._release(worker)
+            if not await retry_release(lambda: self.containment.release(worker.slot), self._sweep_strays):
+                print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
         except Exception:
             traceback.print_exc(file=sys.stderr)
         finally:
@@ -785,15 +444,6 @@ class WorkerPool:
             if not worker.close():
                 self._unclosed.append(worker)  # released at the next start, or in a moment
                 asyncio.get_running_loop().call_later(STATUS_WAIT_SECONDS, self._close_pending)
-
-    async def _release(self, worker: WorkerHandle) -> None:
-        for delay in (0.0, *RELEASE_RETRY_SECONDS):
-            if delay:
-                await asyncio.sleep(delay)
-            if self.containment.release(worker.slot):
-                return
-            self._sweep_strays()
-        print(f"peon-supervisor: the cgroup of worker {worker.pid} could not be emptied", file=sys.stderr)
 
     def _sweep_strays(self) -> None:
         """Kill what no worker should have left: orphans reparented to the supervisor, and children
@@ -820,7 +470,7 @@ class WorkerPool:
         if self._calm is not None:
             self._calm.cancel()
         if self.job_host is not None:  # killed below with every worker; its jobs were answered already
-            self.job_host._end()
+            self.job_host.end()
         while self._ready:
             task = self._ready.popleft()
             try:
@@ -830,9 +480,8 @@ class WorkerPool:
         for worker in list(self.live.values()):
             self.containment.kill_tree(worker.pid, worker.slot)
         for worker in list(self.live.values()):
-            await self._finish(worker)
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+            await self.reap(worker)
+        await self._background.wait_all()
         if self.forker is not None:
             await self.forker.close()
         self._close_pending()
@@ -845,16 +494,5 @@ def _quiet(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-def _call_message(call: dict[str, Any], deadline: Deadline, streams: bool) -> CallMessage:
-    message: CallMessage = {"op": "call", "id": str(call["id"]), "tool": call["tool"], "args": call["args"],
-                            "deadline": deadline.at, "approved": dict(call.get("approved") or {}),
-                            "progress": bool(call.get("progress")),
-                            "stream": _streaming(call.get("stream")) if streams else None}
-    if call.get("trace"):
-        message["trace"] = dict(call["trace"])  # the caller's trace context, for the call's commands
-    return message
-
-
-def _streaming(value: Any) -> OutputStreaming | None:
-    """The call's output streaming mode, read from the supervisor's own call record."""
-    return "live" if value == "live" else "end" if value == "end" else None
+async def _no_progress(message: dict[str, Any]) -> None:
+    """A background job sends no progress (its output is streamed instead)."""

@@ -28,10 +28,9 @@ from peon.workers.limits import ResourceLimits
 
 from peon.supervisor import egress
 from peon.supervisor import containment as containment_mod
-from peon.supervisor.approval import ApprovalHook
-from peon.supervisor.audit import AuditLog
-from peon.supervisor.gate import ApprovalGate
-from peon.supervisor.grants import GrantStore
+from peon.supervisor.approval.audit import AuditLog
+from peon.supervisor.approval.gate import ApprovalGate
+from peon.supervisor.approval.grants import GrantStore
 from peon.supervisor.skills import Discovery, discover
 
 
@@ -41,7 +40,7 @@ class SessionState:
     loaded: ResolvedConfig
     registry: Registry
     containment: containment_mod.Containment
-    approval: ApprovalHook
+    approval: ApprovalGate
     state_dir: Path
     audit: AuditLog
     skills: Discovery = field(default_factory=Discovery)
@@ -167,9 +166,7 @@ class SessionState:
         }
 
     def approval_answer(self, message: dict) -> None:
-        answer = getattr(self.approval, "answer", None)
-        if answer is not None:
-            answer(message)
+        self.approval.answer(message)
 
     def close(self) -> None:
         try:

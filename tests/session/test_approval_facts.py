@@ -10,7 +10,7 @@ import pytest
 
 from peon.approval.gitconfig import parse_git_config
 from peon.approval.rules import Questions, git_key_runs_program
-from peon.supervisor.facts import find_git_dir, gather, git_facts
+from peon.supervisor.approval.facts import find_git_dir, gather, git_facts
 
 
 # -- the file format ---------------------------------------------------------------------------------

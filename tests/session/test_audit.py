@@ -13,7 +13,7 @@ import pytest
 from helpers import running_command, wait_for
 from peon.core.tool import ToolRisk
 from peon.approval.policy import ApprovalRequest, Decision
-from peon.supervisor.audit import AuditLog, audit_entry
+from peon.supervisor.approval.audit import AuditLog, audit_entry
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 

@@ -16,7 +16,7 @@ import peon
 from helpers import wait_for
 from peon.core.tool import ToolRisk
 from peon.approval.policy import ApprovalRequest
-from peon.supervisor.grants import GrantStore
+from peon.supervisor.approval.grants import GrantStore
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
 

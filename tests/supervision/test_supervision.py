@@ -227,7 +227,7 @@ def test_a_released_worker_handle_wakes_every_waiter_without_cancelling_it():
     import socket
     from types import SimpleNamespace
 
-    from peon.supervisor.pool import WorkerHandle
+    from peon.supervisor.worker_handle import WorkerHandle
 
     async def scenario():
         sentinel_r, sentinel_w = os.pipe()

@@ -55,7 +55,7 @@ from peon.core.text import shorten_counted
 from peon.core.statefile import RefusedFile, open_for_append, regular_status
 from peon.approval.validation import canonical_json
 
-from peon.supervisor.grants import input_digest
+from peon.supervisor.approval.grants import input_digest
 
 FILE_NAME = "audit.jsonl"
 DROPPING_SUFFIX = ".dropping"  # the oldest backup while a rotation runs: removed once it succeeded

@@ -1,4 +1,5 @@
-"""The approval gate: the session's approval hook, joining the policy, the grants and the approver.
+"""The approval gate: how the supervisor settles a call the policy judged, joining the policy, the
+session's grants and the approver.
 
 Promises:
 
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from peon.approval.policy import SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, Verdict, parse_answer
 from peon.approval.rules import NO_FACTS, ShellFacts
-from peon.supervisor.grants import GrantStore
+from peon.supervisor.approval.grants import GrantStore
 
 Send = Callable[[dict], Awaitable[Any]]
 
