@@ -22,7 +22,7 @@ Promise:
 * the end of its channel (the supervisor retires the host or died) or a message that is not the
   supervisor's ends the host, and every job's processes are killed before it exits.
 
-The supervisor's side is :class:`peon.supervisor.pool.JobHost`.
+The supervisor's side is :class:`peon.supervisor.job_host.JobHostLink`.
 """
 
 from __future__ import annotations
