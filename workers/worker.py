@@ -72,7 +72,7 @@ from peon.core.skills import SkillRecord
 from peon.workers import limits, linux, proctree
 from peon.workers.channel import FrameChannel, socket_of
 from peon.workers.messages import (
-    HOST_MESSAGE, MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ErrorInfo, ResultMessage, encode_output,
+    HOST_MESSAGE, MAX_OUTPUT_CHUNK, WAKE_SIGNAL, CallMessage, ResultMessage, WorkerErrorBody, encode_output,
 )
 from peon.workers.reaper import REAPER
 from peon.workers import runner
@@ -537,7 +537,7 @@ def _error(call_id: str, code: ErrorCode, message: str, details: dict[str, Any] 
 
 
 def _failed(call_id: str, error: PeonError) -> ResultMessage:
-    return {"op": "result", "id": call_id, "ok": False, "error": cast(ErrorInfo, error.to_dict())}
+    return {"op": "result", "id": call_id, "ok": False, "error": cast(WorkerErrorBody, error.to_dict())}
 
 
 async def _execute(tool: Tool, args: Any, ctx: ToolContext) -> ResultMessage:

@@ -59,7 +59,7 @@ from peon.core.errors import ConfigError, ErrorCode, RegistrationError, SessionE
 from peon.core.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, LineDecoder, Oversize, encode, head_fields
 from peon.client.spawn import Launch
 from peon.client.result import PendingResult, ToolResult, new_call_id
-from peon.core.wire import CallMessage, ClientMessage, StartMessage
+from peon.core.wire import ClientCall, ClientMessage, ClientStart
 from peon.core.threads import helper_thread
 
 START_TIMEOUT_SECONDS = 60.0
@@ -246,7 +246,7 @@ class Session:
         self._reading = _Reading(self._sock, self.max_message_bytes)
         self._reader = helper_thread(self._read_loop, name=f"peon-session-{self.session_id[:8]}")
         self._reader.start()
-        start: StartMessage = {
+        start: ClientStart = {
             "op": "start", "workspace": str(self.workspace), "session_id": self.session_id,
             "state_dir": str(self.state_dir), "config": self.config.to_wire(), "tools": self._tools, "env": self._env,
             # Without an approver the supervisor denies at once ("no-approver") instead of asking.
@@ -345,7 +345,7 @@ class Session:
                trace: Mapping[str, str] | None = None) -> CallHandle:
         call_id = new_call_id()
         handle = CallHandle(self, call_id, name, on_progress)
-        message: CallMessage = {"op": "call", "id": call_id, "tool": name, "args": args,
+        message: ClientCall = {"op": "call", "id": call_id, "tool": name, "args": args,
                                 "progress": on_progress is not None}
         if trace:
             message["trace"] = dict(trace)  # W3C trace context: commands get TRACEPARENT/TRACESTATE
