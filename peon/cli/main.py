@@ -409,7 +409,7 @@ def agent_facts(workspace: Path, config: Mapping[str, Any], env: Mapping[str, st
     from peon.tools.shared.agent import AgentTool
     from peon.tools import BUILTIN_TOOLS
 
-    view = SessionView(workspace=workspace, config=ConfigView(config), env=env)
+    view = SessionView(workspace=workspace, config=ConfigView.from_dict(config), env=env)
     agents: dict[str, Any] = {}
     for tool_class in BUILTIN_TOOLS:
         if not issubclass(tool_class, AgentTool):

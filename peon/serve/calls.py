@@ -206,8 +206,7 @@ class CallRouter:
         self.identity = identity
         self.metrics = metrics
         self.loop = loop
-        limits = (session.info.get("config") or {}).get("limits") or {}
-        self.approval_wait = float(limits.get("approval_timeout_seconds", 120.0)) + 5.0
+        self.approval_wait = session.config.config.limits.approval_timeout_seconds + 5.0
         self.signer = p.RequestStateSigner(secrets.token_bytes(32))
         self.idempotency: IdempotencyStore[ToolResult] = IdempotencyStore(
             idempotency_window, idempotency_entries, time.monotonic)
