@@ -14,7 +14,7 @@ immutable audit log (``chattr +i``) and the death of a client (``SIGKILL``, then
 Invariants, each violation printed:
 
 * answered by its bound: every call is answered within its client-side bound (its timeout, the
-  start bound, the worker grace and the answer margin, :meth:`peon.Session._start_bound`);
+  start bound, the worker grace and the answer margin, :meth:`peon.client.watchdog.Watchdog.start_bound`);
 * ``ok`` ⇒ correct: a call answered ``ok`` (and not killed by an injected fault: exit 0, no signal)
   has exactly the expected output;
 * nothing left after close: once a client closed its session, or died, no process of that
@@ -156,7 +156,7 @@ def run_session(options: argparse.Namespace) -> None:
         n += 1
         call = next_call(rng, n)
         started = time.time()
-        bound = session._start_bound() + call.timeout + float(config["limits"]["worker_grace_seconds"]) + 5.0
+        bound = session._watchdog.start_bound() + call.timeout + float(config["limits"]["worker_grace_seconds"]) + 5.0
         handle = session.submit(call.tool, call.args)
         try:
             result = handle.result(timeout=bound + ANSWER_SLACK_SECONDS)

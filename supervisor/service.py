@@ -184,8 +184,7 @@ class Supervisor:
         """A ``busy`` reply if holding ``call`` would pass the queue's bounds (a lone call of any size
         that passed limits.max_input_bytes is held)."""
         limits = self.opened.config.limits
-        max_calls = int(getattr(limits, "max_queued_calls", 64))
-        max_bytes = int(getattr(limits, "max_queued_bytes", 32 << 20))
+        max_calls, max_bytes = limits.max_queued_calls, limits.max_queued_bytes
         if len(self.calls) >= max_calls:
             return _error(ErrorCode.BUSY, f"the session already holds {len(self.calls)} calls; "
                           f"limits.max_queued_calls is {max_calls}", {"limit": "max_queued_calls", "value": max_calls})

@@ -77,7 +77,7 @@ class SessionState:
         loaded = ResolvedConfig(start["config"])
         skills = discover(workspace, env, loaded.config.skills.max_skills)
         # Decided once: "required" refuses to start here rather than run anything unsandboxed.
-        command_env = build_environment(env, loaded.config.environment.to_dict())  # TMPDIR, HOME, PATH of commands
+        command_env = build_environment(env, loaded.config.environment)  # TMPDIR, HOME, PATH of commands
         state_dir = Path(start["state_dir"])
         runtime_dir = [start["runtime_dir"]] if start.get("runtime_dir") else []
         peon_dirs = [str(state_dir), str(state_dir.parent), *runtime_dir]  # kept from sandboxed commands
@@ -123,7 +123,7 @@ class SessionState:
             timeout_seconds=limits.approval_timeout_seconds,
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
-                         bool(getattr(loaded.config.audit, "fsync", False)))
+                         loaded.config.audit.fsync)
         schemas = {tool.name: tool.schema_for(view) for tool in registry}
         return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas,
                    policy, {tool.name: tool for tool in registry}, start.get("runtime_dir"))

@@ -156,7 +156,8 @@ def discover(workspace: str | os.PathLike[str], env: Mapping[str, str], max_skil
     """Find the session's skills (see the module's promises). Project skills are resolved beneath
     ``root_fd`` (the session's pinned workspace) when given, else beneath the workspace opened by path."""
     workspace = os.fspath(workspace)
-    view = SessionView(workspace=Path(workspace), config=None, env=env, root_fd=root_fd)
+    # Discovery reads only the workspace and its pinned root (fs.workspace_root), never the configuration.
+    view = SessionView(workspace=Path(workspace), config=None, env=env, root_fd=root_fd)  # type: ignore[arg-type]
     with fs.workspace_root(view) as workspace_fd:
         return _discover(workspace, workspace_fd, env, max_skills, budget_seconds)
 

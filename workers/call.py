@@ -47,7 +47,7 @@ from peon.core.tool import OutputLimits, SessionView, Tool, ToolContext
 
 from peon.workers import proctree, runner
 from peon.workers.channel import FrameChannel
-from peon.workers.messages import MAX_OUTPUT_CHUNK, CallMessage, ErrorInfo, ResultMessage, encode_output
+from peon.workers.messages import MAX_OUTPUT_CHUNK, CallMessage, ResultMessage, WorkerErrorBody, encode_output
 from peon.workers.reaper import REAPER
 from peon.workers.reuse import may_offer
 from peon.workers.runner import CANCEL_GRACE_SECONDS
@@ -299,7 +299,7 @@ def error_result(call_id: str, code: ErrorCode, message: str, details: dict[str,
 
 
 def _failed(call_id: str, error: PeonError) -> ResultMessage:
-    return {"op": "result", "id": call_id, "ok": False, "error": cast(ErrorInfo, error.to_dict())}
+    return {"op": "result", "id": call_id, "ok": False, "error": cast(WorkerErrorBody, error.to_dict())}
 
 
 async def execute(tool: Tool, args: Any, ctx: ToolContext) -> ResultMessage:

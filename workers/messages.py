@@ -85,7 +85,7 @@ HOST_MESSAGE = b'{"op":"host"}'
 WAKE_SIGNAL = signal.SIGUSR1
 
 
-class ErrorInfo(TypedDict, total=False):
+class WorkerErrorBody(TypedDict, total=False):
     code: str
     message: str
     details: dict[str, Any]
@@ -96,7 +96,7 @@ class ResultMessage(TypedDict, total=False):
     id: str
     ok: bool
     value: dict[str, Any]
-    error: ErrorInfo
+    error: WorkerErrorBody
     reuse: bool  # the worker offers to serve another call (peon.workers.reuse)
 
 

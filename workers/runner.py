@@ -408,13 +408,8 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         exit_code, sig = None, proctree.signal_name(os.WTERMSIG(status))
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
-    clean = clean_terminal_text if getattr(limits_of_jobs(ctx), "clean_output", True) else None
+    clean = clean_terminal_text if ctx.session.config.jobs.clean_output else None
     return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(clean), duration_ms, exceeded)
-
-
-def limits_of_jobs(ctx: ToolContext) -> Any:
-    """The session's ``[jobs]`` table (None in a configuration without one)."""
-    return getattr(ctx.session.config, "jobs", None)
 
 
 def _watch_exit(pid: int) -> int:
@@ -448,9 +443,7 @@ async def _wait_descendants_gone(timeout: float = 10.0) -> None:
 
 
 async def _report_progress(ctx: ToolContext, capture: HeadTail, started: float) -> None:
-    jobs = limits_of_jobs(ctx)
-    count = int(getattr(jobs, "progress_lines", 0))
-    width = int(getattr(jobs, "progress_line_bytes", 200))
+    count, width = ctx.session.config.jobs.progress_lines, ctx.session.config.jobs.progress_line_bytes
     while True:
         await asyncio.sleep(PROGRESS_INTERVAL_SECONDS)
         lines = newest_lines(capture.newest(count * width * 2), count, width)

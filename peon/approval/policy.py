@@ -253,11 +253,11 @@ class ApprovalPolicy:
         rules = []
         for index, rule in enumerate(approval.rules):
             where = rule_sources[index] if index < len(rule_sources) else f"approval.rules[{index}]"
-            risk = getattr(rule.risk, "value", rule.risk)
+            risk = rule.risk.value if rule.risk is not None else None
             rules.append(PolicyRule(rule.decision, rule.tool, risk, rule.command_prefix, rule.path_prefix,
                                     rule.tighten_only, where))
         per_risk = {risk: getattr(approval, risk) for risk in RISK_NAMES}
-        sandboxed = getattr(approval, SANDBOXED_PROCESS, None)
+        sandboxed = approval.process_sandboxed
         if sandboxed is not None:
             per_risk[SANDBOXED_PROCESS] = sandboxed
         return cls(per_risk, rules, risk_sources)

@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping
+
+if TYPE_CHECKING:
+    from peon.core.tool import SessionView
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -77,16 +80,14 @@ def trace_context(value: Any) -> dict[str, str]:
     return out
 
 
-def command_environment(session: Any, trace: Mapping[str, str] | None = None) -> dict[str, str]:
+def command_environment(session: SessionView, trace: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a command or agent started in ``session`` (a :class:`peon.core.tool.SessionView`);
     a call's trace context becomes ``TRACEPARENT``/``TRACESTATE``, so tools that speak OpenTelemetry join
     the caller's trace."""
-    table: Any = getattr(session.config, "environment", None)
-    settings = table.to_dict() if table is not None and hasattr(table, "to_dict") else dict(table or {})
-    env = build_environment(session.env, settings)
+    env = build_environment(session.env, session.config.environment)
     for key, value in trace_context(trace).items():
         env[TRACE_VARIABLES[key]] = value
-    status = getattr(session, "sandbox", None) or {}
+    status = session.sandbox
     caches = status.get("cache_dir") if status.get("active") else None
     if isinstance(caches, str) and os.path.isabs(caches):
         env.update(cache_environment(caches, env))

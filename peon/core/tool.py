@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol
 from collections.abc import Callable, Mapping
 
 from peon.core.cancel import CancelToken, Deadline
+from peon.core.config_view import ConfigView
 from peon.core.risk import RISK_NAMES as RISK_NAMES, ToolRisk as ToolRisk
 
 
@@ -41,16 +42,17 @@ class RiskAssessment:
 class SessionView:
     """What a tool may know about the session it serves (read-only, same in supervisor and worker).
 
-    ``config`` is the resolved :class:`~peon.client.config.PeonConfig`; ``env`` is the environment the
-    session's processes run with; ``skills`` maps skill names to their discovery records;
-    ``sandbox`` is the session's OS sandbox decision (:func:`peon.workers.sandbox.session_status`).
+    ``config`` is the session's resolved configuration (:class:`~peon.core.config_view.ConfigView`:
+    typed, every key present, read without defaults); ``env`` is the environment the session's
+    processes run with; ``skills`` maps skill names to their discovery records; ``sandbox`` is the
+    session's OS sandbox decision (:func:`peon.workers.sandbox.session_status`).
     ``root_fd`` is an ``O_PATH`` descriptor of the workspace, opened once when the session started
     (close-on-exec, valid in the supervisor and in every worker; -1 where there is none): resolve
     workspace files beneath it, never by reopening ``workspace`` by path.
     """
 
     workspace: Path
-    config: Any
+    config: ConfigView
     env: Mapping[str, str]
     session_id: str = ""
     skills: Mapping[str, Any] = field(default_factory=dict)

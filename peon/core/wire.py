@@ -1,10 +1,12 @@
 """The messages between a session (:class:`peon.Session`, the client) and its supervisor process.
 
 Promise: every message on that channel is one of the ``TypedDict`` shapes below, told apart by ``op``
-(:data:`ClientOp` from the client, :data:`SupervisorOp` from the supervisor); framing and bounds are
-:mod:`peon.core.framing`'s. The supervisor checks what it receives field by field (it trusts nothing), and
-the client answers any call whose message it cannot read; these types say what a well-formed message
-holds, for both sides and for type checkers.
+(:data:`ClientToSupervisorOp` from the client, :data:`SupervisorToClientOp` from the supervisor); framing
+and bounds are :mod:`peon.core.framing`'s. The supervisor checks what it receives field by field (it
+trusts nothing), and the client answers any call whose message it cannot read; these types say what a
+well-formed message holds, for both sides and for type checkers. Each name says who sends it
+(``Client*``, ``Supervisor*``), so none is taken for a message between the supervisor and a worker
+(:mod:`peon.workers.messages`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 if TYPE_CHECKING:  # annotations only: a client does not load the policy
     from peon.approval.policy import AnswerName, Scope
 
-ClientOp = Literal["start", "call", "cancel", "approval_answer", "close"]
-SupervisorOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request", "worker", "worker_gone"]
+ClientToSupervisorOp = Literal["start", "call", "cancel", "approval_answer", "close"]
+SupervisorToClientOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request", "worker",
+                               "worker_gone"]
 
 
 # -- from the client ------------------------------------------------------------------------------
 
-class StartMessage(TypedDict):
+class ClientStart(TypedDict):
     op: Literal["start"]
     workspace: str
     session_id: str
@@ -32,7 +35,7 @@ class StartMessage(TypedDict):
     started_notices: bool  # send "started" with the time a running call must be answered by
 
 
-class CallMessage(TypedDict):
+class ClientCall(TypedDict):
     op: Literal["call"]
     id: str
     tool: str
@@ -41,64 +44,64 @@ class CallMessage(TypedDict):
     trace: NotRequired[dict[str, str]]  # the caller's W3C trace context, for the commands the call starts
 
 
-class CancelMessage(TypedDict):
+class ClientCancel(TypedDict):
     op: Literal["cancel"]
     id: str
 
 
-class CloseMessage(TypedDict):
+class ClientClose(TypedDict):
     op: Literal["close"]
 
 
-class _ApprovalAnswerFields(TypedDict, total=False):
+class _ClientApprovalAnswerFields(TypedDict, total=False):
     scope: Scope
     reason: str
     approver_error: bool
 
 
-class ApprovalAnswerMessage(_ApprovalAnswerFields):
+class ClientApprovalAnswer(_ClientApprovalAnswerFields):
     op: Literal["approval_answer"]
     request_id: Any
     decision: AnswerName | str  # anything else is read as a denial by the supervisor
 
 
-ClientMessage = StartMessage | CallMessage | CancelMessage | CloseMessage | ApprovalAnswerMessage
+ClientMessage = ClientStart | ClientCall | ClientCancel | ClientClose | ClientApprovalAnswer
 
 
 # -- from the supervisor --------------------------------------------------------------------------
 
-class ErrorFields(TypedDict, total=False):
+class _SupervisorErrorDetails(TypedDict, total=False):
     details: dict[str, Any]
 
 
-class ErrorBody(ErrorFields):
+class SupervisorErrorBody(_SupervisorErrorDetails):
     code: str  # a peon.core.errors.ErrorCode value
     message: str
 
 
-class FatalMessage(TypedDict):
+class SupervisorFatal(TypedDict):
     op: Literal["fatal"]
-    error: ErrorBody
+    error: SupervisorErrorBody
 
 
-class _ResultFields(TypedDict, total=False):
+class _SupervisorResultFields(TypedDict, total=False):
     value: dict[str, Any]
-    error: ErrorBody
+    error: SupervisorErrorBody
 
 
-class ResultMessage(_ResultFields):
+class SupervisorResult(_SupervisorResultFields):
     op: Literal["result"]
     id: str
     ok: bool
 
 
-class StartedMessage(TypedDict):
+class SupervisorStarted(TypedDict):
     op: Literal["started"]
     id: str
     answer_by: float  # time.monotonic() by which the supervisor must have answered
 
 
-class WorkerMessage(TypedDict):
+class SupervisorWorker(TypedDict):
     """A worker started (process-tree containment): the client kills its tree if it outlives the supervisor."""
 
     op: Literal["worker"]
@@ -106,19 +109,19 @@ class WorkerMessage(TypedDict):
     start_time: float  # psutil's create_time: with the pid, names one process
 
 
-class WorkerGoneMessage(TypedDict):
+class SupervisorWorkerGone(TypedDict):
     op: Literal["worker_gone"]
     pid: int
 
 
-class ProgressMessage(TypedDict, total=False):
+class SupervisorProgress(TypedDict, total=False):
     op: Literal["progress"]
     id: str
-    elapsed_ms: int  # as the worker reported it (peon.workers.messages.ProgressMessage)
+    elapsed_ms: int  # as the worker reported it (peon.workers.messages.SupervisorProgress)
     output_bytes: int
 
 
-class ApprovalRequestMessage(TypedDict, total=False):
+class SupervisorApprovalRequest(TypedDict, total=False):
     op: Literal["approval_request"]
     request_id: str
     call_id: str

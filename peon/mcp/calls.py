@@ -35,7 +35,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
@@ -59,10 +59,10 @@ REGISTRATION_WAIT_SECONDS = 5.0  # an approval request follows its call's submit
 APPROVAL_MARGIN_SECONDS = 5.0  # beyond the session's approval timeout: the supervisor's own timeout decides
 
 
-def approval_wait(info: Mapping[str, Any]) -> float:
-    """How long a question waits for the client, for a session whose ``info`` this is."""
-    limits = (info.get("config") or {}).get("limits") or {}
-    return float(limits.get("approval_timeout_seconds", 120.0)) + APPROVAL_MARGIN_SECONDS
+def approval_wait(limits: Any) -> float:
+    """How long a question waits for the client, for a session with these ``limits`` (its resolved
+    configuration's table)."""
+    return float(limits.approval_timeout_seconds) + APPROVAL_MARGIN_SECONDS
 
 
 @dataclass(kw_only=True)

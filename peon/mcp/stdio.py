@@ -202,9 +202,9 @@ class StdioServer:
             for message, _ in held:
                 self._handle_message(message)
             return
-        limits = (self.session.info.get("config") or {}).get("limits") or {}
-        self.book.approval_wait = approval_wait(self.session.info)
-        self._max_line = decoder.max_line_bytes = int(limits.get("max_input_bytes", 16 << 20)) + (1 << 20)
+        limits = self.session.config.config.limits
+        self.book.approval_wait = approval_wait(limits)
+        self._max_line = decoder.max_line_bytes = limits.max_input_bytes + (1 << 20)
         self.connection.set_tools(self.session.tools())
         self.catalog = p.Catalog.of(self.session.info, self.connection.tools)
         info = self.session.info

@@ -182,7 +182,7 @@ class CallRouter:
         self.loop = loop
         self.book: CallBook[RoutedCall] = CallBook(identity, command="peon serve", telemetry=telemetry,
                                                    structured_approvals=True)
-        self.book.approval_wait = approval_wait(session.info)
+        self.book.approval_wait = approval_wait(session.config.config.limits)
         self.idempotency: IdempotencyStore[ToolResult] = IdempotencyStore(
             idempotency_window, idempotency_entries, time.monotonic)
         self.catalog = p.Catalog.of(session.info, session.tools())

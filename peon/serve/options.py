@@ -83,7 +83,7 @@ def command(options: argparse.Namespace) -> int:
         return 2
 
     import peon
-    from peon.cli.main import config_argument
+    from peon.cli.common import config_argument
     from peon.client.config import load_config
     from peon.mcp.protocol import ServerIdentity
 

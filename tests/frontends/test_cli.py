@@ -17,7 +17,7 @@ import pexpect
 import pytest
 
 from helpers import living, wait_for
-from peon.cli.main import render_result
+from peon.cli.call import render_result
 
 PEON = [sys.executable, "-m", "peon.cli"]
 

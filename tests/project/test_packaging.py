@@ -63,6 +63,14 @@ def test_the_wheel_is_named_peon_runtime_and_installs_only_peon(peon_wheel):
     for module in ("peon/supervisor/service.py", "peon/supervisor/__main__.py", "peon/workers/worker.py",
                    "peon/workers/forkserver.py", "peon/_config/defaults.toml"):
         assert module in names, module
+    # Every module of the tree is in the wheel: a package left out of pyproject's list fails here.
+    installed_as = {"peon": "peon", "supervisor": "peon/supervisor", "workers": "peon/workers",
+                    "config": "peon/_config"}
+    links = {ROOT / "peon" / "supervisor", ROOT / "peon" / "workers"}  # the other two folders, seen again
+    tree = {f"{installed_as[folder]}/{path.relative_to(ROOT / folder)}"
+            for folder in installed_as for path in (ROOT / folder).rglob("*.py")
+            if not links & set(path.parents)}
+    assert sorted(tree - set(names)) == []
 
 
 def test_peon_and_pypis_supervisor_share_an_environment(peon_wheel, tmp_path):

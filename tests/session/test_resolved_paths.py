@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from helpers import expect_error, expect_ok
+from peon.client.config import load_config
+from peon.core.config_view import ResolvedConfig
 from peon.core.errors import ToolError
 from peon.core.paths import parse_file_path
 from peon.core.tool import SessionView
@@ -242,7 +244,8 @@ def test_what_changes_between_approval_and_execution_is_refused(asking, workspac
 
 
 def view(workspace: Path, root_fd: int = -1) -> SessionView:
-    return SessionView(workspace=workspace, config=None, env={}, root_fd=root_fd)
+    config = ResolvedConfig(load_config({}, env={}).to_wire()).config
+    return SessionView(workspace=workspace, config=config, env={}, root_fd=root_fd)
 
 
 def test_one_resolution_per_call(workspace):

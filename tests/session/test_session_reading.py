@@ -119,9 +119,9 @@ def test_a_line_whose_dispatch_was_interrupted_answers_its_call_when_dispatched_
     # A call whose answer a caller read, took off the pending calls and was interrupted before it
     # could answer (a signal handler raising in the main thread): the line stays to be dispatched.
     handle = CallHandle(session, "feedc0ffee00", "bash", None)
-    with session._lock:
-        session._handles[handle.call_id] = handle
-    assert session._take(handle.call_id) is handle
+    with session._calls.lock:
+        session._calls.handles[handle.call_id] = handle
+    assert session._calls.take(handle.call_id) is handle
     line = json.dumps({"op": "result", "id": handle.call_id, "ok": True, "value": {"output": "late\n"}}).encode()
     session._reading.lines.append(line)
     session._reading.dispatching = True

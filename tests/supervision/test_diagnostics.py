@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-import peon.client.session
+import peon.client.watchdog
 from helpers import ALLOW_ALL
 from peon.supervisor.diagnostics import BUFFER_BYTES, DiagnosticBuffer, drop_notice
 
@@ -170,8 +170,8 @@ def test_no_session_process_holds_the_hosts_stderr(open_session, containment, wo
 def test_a_call_the_supervisor_never_starts_is_answered_by_its_bound(open_session, monkeypatch):
     # Small allowances (a slow first start, the margin every bound gets): the call needs no worker, and the
     # bound is what is checked, whatever its size.
-    monkeypatch.setattr(peon.client.session, "POOL_START_SECONDS", 1.0)
-    monkeypatch.setattr(peon.client.session, "ANSWER_MARGIN_SECONDS", 1.0)
+    monkeypatch.setattr(peon.client.watchdog, "POOL_START_SECONDS", 1.0)
+    monkeypatch.setattr(peon.client.watchdog, "ANSWER_MARGIN_SECONDS", 1.0)
     limits = {"worker_start_seconds": 1.0, "worker_grace_seconds": 1.0}
     session = open_session({**ALLOW_ALL, "limits": limits}, env={"PYTHONPATH": str(FIXTURES)},
                            tools=["peon_fault_tools:HangSupervisorTool"])
@@ -180,14 +180,14 @@ def test_a_call_the_supervisor_never_starts_is_answered_by_its_bound(open_sessio
     took = time.monotonic() - sent
     assert result.error is not None and result.error.code == "supervisor_died", result
     assert "neither started nor answered" in result.error.message
-    bound = session._start_bound()
+    bound = session._watchdog.start_bound()
     assert bound <= took < bound + 10  # answered at its bound (+ a check interval, a loaded machine)
     assert not session.alive
 
 
 def test_a_call_waiting_for_its_approver_is_not_taken_for_a_hang(open_session, workspace, monkeypatch):
-    monkeypatch.setattr(peon.client.session, "POOL_START_SECONDS", 1.0)  # the pool is up long before it is needed
-    monkeypatch.setattr(peon.client.session, "ANSWER_MARGIN_SECONDS", 1.0)
+    monkeypatch.setattr(peon.client.watchdog, "POOL_START_SECONDS", 1.0)  # the pool is up long before it is needed
+    monkeypatch.setattr(peon.client.watchdog, "ANSWER_MARGIN_SECONDS", 1.0)
     (workspace / "f.txt").write_text("hello\n")
     answered = threading.Event()
 
@@ -198,7 +198,7 @@ def test_a_call_waiting_for_its_approver_is_not_taken_for_a_hang(open_session, w
     limits = {"worker_start_seconds": 1.0, "worker_grace_seconds": 1.0, "approval_timeout_seconds": 60.0}
     session = open_session({"approval": {"read_only": "ask"}, "limits": limits}, approver=slow_approver)
     handle = session.submit("read", {"path": "f.txt"})
-    deadline = time.monotonic() + session._start_bound() + 3
+    deadline = time.monotonic() + session._watchdog.start_bound() + 3
     while time.monotonic() < deadline and not handle.done():
         time.sleep(0.1)
     assert not handle.done(), handle.result()  # still waiting on its approver, past the plain bound

@@ -8,7 +8,7 @@ import argparse
 import os
 
 import peon
-import peon.cli.main
+import peon.cli.mcp
 import peon.mcp.stdio
 from peon.client.spawn import launch
 
@@ -84,6 +84,6 @@ def test_peon_mcp_serves_with_the_supervisor_it_launched_first(workspace, tmp_pa
     monkeypatch.setattr(peon.client.spawn, "launch", recording_launch)
     monkeypatch.setattr(peon.mcp.stdio, "serve", serve)
     options = argparse.Namespace(workspace=str(workspace), config=None, allow=None)
-    assert peon.cli.main.cmd_mcp(options) == 0
+    assert peon.cli.mcp.cmd_mcp(options) == 0
     assert [early.process.pid for early in launched] == served
     assert not leftovers.alive()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import peon.client.session
+import peon.client.watchdog
 from helpers import CGROUP_SUPPORT, living, wait_for
 from peon.workers import proctree
 
@@ -89,7 +89,7 @@ def test_a_stopped_standby_is_never_given_a_call(open_session, containment):
 
 
 def test_a_stopped_supervisor_is_killed_by_its_client(open_session, monkeypatch, leftovers):
-    monkeypatch.setattr(peon.client.session, "ANSWER_MARGIN_SECONDS", 1.0)
+    monkeypatch.setattr(peon.client.watchdog, "ANSWER_MARGIN_SECONDS", 1.0)
     session = open_session(FAST)
     supervisor = session.supervisor_pid
     command = PPID + "kill -STOP $(ppid $(ppid $PPID)); sleep 1000"

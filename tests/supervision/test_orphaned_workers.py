@@ -37,7 +37,7 @@ def test_a_pid_whose_start_time_differs_is_never_killed(open_session, leftovers)
     try:
         started = psutil.Process(bystander.pid).create_time()
         # As if the supervisor had told of a worker with this pid that started at another time.
-        session._track_worker({"op": "worker", "pid": bystander.pid, "start_time": started - 1.0})
+        session._rescue.track_worker({"op": "worker", "pid": bystander.pid, "start_time": started - 1.0})
         os.kill(session.supervisor_pid, signal.SIGKILL)
         assert wait_for(lambda: not session.alive, 10)
         assert not session.call("bash", {"command": "true"}).ok

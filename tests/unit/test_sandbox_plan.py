@@ -254,7 +254,7 @@ def test_the_worker_fails_closed_on_an_unusable_approval():
 
 
 def test_doctor_describes_the_session_sandbox_and_each_enforced_and_unenforced_rule():
-    from peon.cli.main import describe_sandbox
+    from peon.cli.doctor import describe_sandbox
 
     assert describe_sandbox({"mode": "off", "active": False, "reason": 'sandbox.mode is "off"'}) == (
         'off: not sandboxed (sandbox.mode is "off")')

@@ -27,6 +27,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from peon.core.config_view import SandboxView
 from peon.core.errors import ErrorCode, PeonError
 
 import peon.workers.sandbox.namespaces as namespaces
@@ -87,9 +88,9 @@ def _namespaces(simulate: Simulation, network: bool,
         return False, None
 
 
-def cache_dir(section: Any, env: Mapping[str, str], session_id: str) -> str | None:
+def cache_dir(section: SandboxView, env: Mapping[str, str], session_id: str) -> str | None:
     """The sandbox's cache directory (created 0700), or None (``caches = "off"``, or it cannot be)."""
-    caches = getattr(section, "caches", "off")
+    caches = section.caches
     if caches == "session":
         path = os.path.join(temp_dir(env), f"peon-cache-{session_id or os.getpid()}")
     elif caches == "user":
@@ -124,7 +125,7 @@ def remove_session_cache(status: Mapping[str, Any]) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def session_status(section: Any, workspace: str, env: Mapping[str, str],
+def session_status(section: SandboxView, workspace: str, env: Mapping[str, str],
                    hidden: Sequence[str] = (), session_id: str = "") -> dict[str, Any]:
     """The session's sandbox decision as plain data (``Session.info["sandbox"]``); ``env`` is the
     environment commands run with (:func:`peon.core.environment.command_environment`); ``hidden`` are Peon's
@@ -142,11 +143,11 @@ def session_status(section: Any, workspace: str, env: Mapping[str, str],
     writable = _resolve_paths([workspace, temp_dir(env), *DEVICE_FILES, *section.writable, *extra], env, skipped)
     readable = _resolve_paths(section.readable, env, skipped)
     hidden_real = hideable((os.path.realpath(p) for p in hidden if os.path.isabs(p)), [*writable, *readable])
-    status["cache_dir"], status["caches"] = caches, getattr(section, "caches", "off")
+    status["cache_dir"], status["caches"] = caches, section.caches
     allowlist = tuple(section.network) if isinstance(section.network, (tuple, list)) else ()
     network = section.network is True  # an allowlist is no network but through the session's egress proxy
-    options = {"network": network, "isolate_signals": section.isolate_signals,
-               "isolate_abstract_sockets": section.isolate_abstract_sockets}
+    options: dict[str, Any] = {"network": network, "isolate_signals": section.isolate_signals,
+                               "isolate_abstract_sockets": section.isolate_abstract_sockets}
     notes = [f"skipped writable or readable path {entry}" for entry in skipped]
     protected = tuple(section.protected)
     seccomp_problem = f"reported unavailable ({SIMULATE_ENV})" if simulate.no_seccomp else syscall_filter.available()

@@ -110,7 +110,7 @@ def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Targ
                       else secret_match(resolved_parts, session.env))
     control = None
     if access != "read":
-        protected = getattr(getattr(session.config, "sandbox", None), "protected", ())
+        protected = session.config.sandbox.protected
         control = agent_control_entry(typed.parts, protected) or agent_control_entry(resolved_parts, protected)
     return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None,
                   control)

@@ -1,0 +1,67 @@
+"""What the ``peon`` commands share: the session options, opening the session, and bad usage.
+
+Promise: every command that opens a session reads the same options (``--workspace``, ``--config`` and,
+where offered, ``--allow``) the same way (:func:`config_argument`, also used by ``peon serve``'s
+:mod:`peon.serve.options`), and reports bad usage as a :class:`UsageError`, which the command line
+prints as one sentence with exit status :data:`USAGE_ERROR`. Importing this module loads nothing of a
+session: ``peon mcp`` starts its supervisor before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from peon.core.risk import RISK_NAMES
+
+if TYPE_CHECKING:
+    from peon.client.session import Session
+
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """Bad input from the person at the command line (exit status 2)."""
+
+
+def add_session_arguments(sub: argparse.ArgumentParser, allow: bool = False) -> None:
+    """The options of a command that opens a session; ``allow``: it offers ``--allow RISK`` too."""
+    sub.add_argument("--workspace", "-w", default=".", metavar="DIR", help="the workspace directory (default: .)")
+    sub.add_argument("--config", metavar="PATH", help="a TOML configuration file applied over the defaults")
+    if allow:
+        sub.add_argument("--allow", action="append", choices=RISK_NAMES, metavar="RISK",
+                         help=f"allow calls of this risk without asking ({', '.join(RISK_NAMES)}); repeatable")
+    else:
+        sub.set_defaults(allow=None)
+
+
+def config_argument(path: str | None, allow: list[str] | None) -> Any:
+    """What to hand to :class:`peon.Session`: the file, the ``--allow`` overrides, or both merged."""
+    overrides = {"approval": {risk: "allow" for risk in allow}} if allow else None
+    if path is None:
+        return overrides
+    config_path = Path(path).expanduser()
+    if overrides is None:
+        return str(config_path)
+    from peon.client.config import load_config, merge, read_toml
+
+    load_config(config_path)  # reports a bad file by its own name before the overrides are merged in
+    return merge(read_toml(config_path) or {}, overrides)
+
+
+def open_session(options: argparse.Namespace, **kwargs: Any) -> Session:
+    import peon
+
+    workspace = Path(options.workspace).expanduser()
+    if not workspace.is_dir():
+        raise UsageError(f"workspace {workspace} is not an existing directory")
+    return peon.Session(workspace, config_argument(options.config, options.allow), **kwargs)
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One sentence for an operating-system error that stopped a command, with the fix when one is known."""
+    text = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    if "temporary directory" in text:
+        text += " (set TMPDIR to a writable directory)"
+    return text

@@ -1,0 +1,37 @@
+"""``peon mcp``: the session's tools over MCP on stdin and stdout.
+
+Promise: the supervisor's interpreter starts before this one loads the MCP server, so the two start-ups
+overlap; the session adopts that process when nothing differs, and it is stopped otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from peon.cli.common import open_session
+
+
+def cmd_mcp(options: argparse.Namespace) -> int:
+    from peon.client.spawn import launch
+
+    # The supervisor's interpreter starts now, while this one loads the MCP server: the two start-ups
+    # overlap, and the session adopts the process (it starts its own if anything here differs).
+    workspace = Path(options.workspace).expanduser().resolve()
+    early = launch(workspace) if workspace.is_dir() else None
+    try:
+        import peon
+        from peon.mcp.protocol import ServerIdentity
+        from peon.mcp.stdio import serve
+
+        identity = ServerIdentity(
+            name="peon", version=peon.__version__, title="Peon",
+            instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
+                          "and approved, runs in its own worker with bounded time and output, and everything it "
+                          "started is killed when it ends. Process tools are not sandboxed unless the session's "
+                          "OS sandbox is on (their approval details and results say so)."),
+        )
+        return serve(lambda approver: open_session(options, approver=approver, launch=early), identity)
+    finally:
+        if early is not None:
+            early.abandon()  # a no-op once the session adopted it

@@ -1,0 +1,246 @@
+"""The configuration's model: every table and key Peon reads, with its type and its bounds.
+
+Promise: a :class:`PeonConfig` is always complete and valid — every key present, of the type declared
+here, within its bounds. Validation is strict: TOML already has types, so ``"100"`` is not an integer
+and ``true`` is not a number; a key not declared here is refused. This module owns the model only:
+where the values come from is :mod:`peon.client.config.layers`', and the sentence a refused value gets
+is :mod:`peon.client.config.messages`'. The supervisor and its workers read the same tables through
+:mod:`peon.core.config_view`, which must declare exactly these keys (``tests/unit/test_config_view.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from peon.approval.policy import Action, check_command_prefix, check_path_prefix
+from peon.core.environment import ENV_NAME
+from peon.core.tool import ToolRisk
+
+
+class _Section(BaseModel):
+    # Strict: TOML already has types, so a string where a number belongs is a mistake, not a hint.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Limits(_Section):
+    max_timeout_seconds: float = Field(gt=0)
+    default_timeout_seconds: float = Field(gt=0)
+    max_output_bytes: int = Field(ge=1024)
+    read_max_bytes: int = Field(ge=1)
+    max_input_bytes: int = Field(ge=1024)
+    worker_grace_seconds: float = Field(gt=0)
+    worker_start_seconds: float = Field(gt=0)
+    worker_max_calls: int = Field(ge=1)
+    approval_timeout_seconds: float = Field(gt=0)
+    memory_max_bytes: int = Field(ge=1 << 20)
+    max_processes: int = Field(ge=1)
+    max_queued_calls: int = Field(ge=1)
+    max_queued_bytes: int = Field(ge=1024)
+
+    @field_validator("max_timeout_seconds", "default_timeout_seconds", "worker_grace_seconds",
+                     "worker_start_seconds", "approval_timeout_seconds")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+
+Policy = Action  # allow / ask / deny, as peon.approval.policy decides them
+ContainmentMode = Literal["auto", "cgroup", "process-tree"]
+SandboxMode = Literal["off", "auto", "required"]
+SandboxKind = Literal["landlock", "bwrap"]
+SandboxCaches = Literal["session", "user", "off"]
+# A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
+RiskName = Annotated[ToolRisk, Field(strict=False)]
+
+
+class ApprovalRule(_Section):
+    """A per-call refinement of the per-risk policy; every matcher given must match."""
+
+    tool: str | None = Field(default=None, min_length=1)
+    risk: RiskName | None = None
+    command_prefix: str | None = None
+    path_prefix: str | None = None
+    decision: Policy
+    tighten_only: bool = False
+
+    @field_validator("command_prefix")
+    @classmethod
+    def _simple_command(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_command_prefix(value)
+        return value
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _workspace_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_path_prefix(value)
+        return value
+
+    @model_validator(mode="after")
+    def _has_matcher(self) -> ApprovalRule:
+        if self.tool is None and self.risk is None and self.command_prefix is None and self.path_prefix is None:
+            raise ValueError("a rule needs at least one of tool, risk, command_prefix, path_prefix")
+        return self
+
+
+class Approval(_Section):
+    read_only: Policy
+    filesystem: Policy
+    process: Policy
+    delegate: Policy
+    # Process calls that run inside the OS sandbox; unset: the `process` value applies.
+    process_sandboxed: Policy | None = None
+    rules: tuple[ApprovalRule, ...] = ()
+
+
+class Skills(_Section):
+    max_skills: int = Field(ge=0)
+    max_skill_bytes: int = Field(ge=1)
+
+
+class AgentCommand(_Section):
+    executable: str = Field(min_length=1)
+    args: tuple[str, ...]
+    sandbox: bool = False  # run this adapter inside the session's OS sandbox (see [sandbox])
+
+
+class Agents(_Section):
+    approval_prompt_chars: int = Field(ge=1)
+    claude: AgentCommand
+    codex: AgentCommand
+    pi: AgentCommand
+
+
+# One execve string (MAX_ARG_STRLEN, with its NUL) bounds a variable's NAME=value.
+MAX_ENVIRONMENT_BYTES = 32 * 4096 - 1
+
+
+def _environment_value(value: Any) -> str | bool:
+    if value is False:
+        return False
+    if not isinstance(value, str):
+        raise ValueError("must be a string (the value to set) or false (keep what the session inherited)")
+    if "\0" in value:
+        raise ValueError("must not contain a NUL character")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_ENVIRONMENT_BYTES:
+        raise ValueError(f"must be at most {MAX_ENVIRONMENT_BYTES} bytes of UTF-8")
+    return value
+
+
+EnvironmentValue = Annotated[Any, BeforeValidator(_environment_value)]
+
+
+def _environment_names(table: dict[str, Any]) -> dict[str, Any]:
+    for name in table:
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name (letters, digits and '_', "
+                             "not beginning with a digit)")
+    return table
+
+
+Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment_names)]
+
+
+class Runtime(_Section):
+    containment: ContainmentMode
+
+
+_HOST_ENTRY = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
+
+
+def _sandbox_path(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("a path cannot contain NUL")
+    if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        raise ValueError(f"{value!r} must be an absolute path or start with ~/")
+    return value
+
+
+class Sandbox(_Section):
+    """The OS sandbox for commands (see docs/security.md)."""
+
+    mode: SandboxMode
+    kind: SandboxKind
+    writable: tuple[str, ...]
+    readable: tuple[str, ...]
+    network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
+    isolate_signals: bool
+    isolate_abstract_sockets: bool
+    protected: tuple[str, ...] = ()
+    caches: SandboxCaches = "session"
+
+    @field_validator("writable", "readable")
+    @classmethod
+    def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_sandbox_path(item) for item in value)
+
+    @field_validator("network")
+    @classmethod
+    def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
+        if isinstance(value, tuple):
+            for item in value:
+                if not _HOST_ENTRY.fullmatch(item):
+                    raise ValueError(f"{item!r} is not a host name, *.domain, or host:port")
+        return value
+
+    @field_validator("protected")
+    @classmethod
+    def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            parts = item.split("/")
+            if not item or item.startswith("/") or "\0" in item or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"{item!r} must be a relative path without '.', '..' or empty parts")
+        return value
+
+
+class ToolsConfig(_Section):
+    extra: tuple[str, ...] = ()
+    entry_points: bool = True
+
+
+class Audit(_Section):
+    max_bytes: int = Field(ge=1024)
+    backups: int = Field(ge=0, le=100)
+    fsync: bool = False
+
+
+class Jobs(_Section):
+    """Background jobs, the output store and the text given to the model (docs/jobs.md)."""
+
+    max_running: int = Field(ge=0)
+    max_lifetime_seconds: float = Field(gt=0)
+    output_buffer_bytes: int = Field(ge=1024)
+    session_output_bytes: int = Field(ge=1024)
+    clean_output: bool = True
+    progress_lines: int = Field(ge=0, le=100)
+    progress_line_bytes: int = Field(ge=16, le=4096)
+
+    @field_validator("max_lifetime_seconds")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+
+class PeonConfig(_Section):
+    limits: Limits
+    jobs: Jobs
+    approval: Approval
+    skills: Skills
+    agents: Agents
+    runtime: Runtime
+    tools: ToolsConfig
+    audit: Audit
+    environment: Environment
+    sandbox: Sandbox
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
