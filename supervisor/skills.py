@@ -44,7 +44,6 @@ from peon.core.skills import (
 )
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import parse_workspace_path
-from peon.core.tool import SessionView
 from peon.core.userdir import user_peon_dir
 from peon.workers import fs
 from peon.workers.skills import Outside, is_within, open_project_skill_file, open_skill_file, read_prefix
@@ -157,8 +156,7 @@ def discover(workspace: str | os.PathLike[str], env: Mapping[str, str], max_skil
     ``root_fd`` (the session's pinned workspace) when given, else beneath the workspace opened by path."""
     workspace = os.fspath(workspace)
     # Discovery reads only the workspace and its pinned root (fs.workspace_root), never the configuration.
-    view = SessionView(workspace=Path(workspace), config=None, env=env, root_fd=root_fd)  # type: ignore[arg-type]
-    with fs.workspace_root(view) as workspace_fd:
+    with fs.workspace_root(fs.Pinned(Path(workspace), root_fd)) as workspace_fd:
         return _discover(workspace, workspace_fd, env, max_skills, budget_seconds)
 
 

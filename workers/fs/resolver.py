@@ -33,10 +33,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
+from typing import Protocol
 
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import WorkspacePath, display, is_utf8_name, printable
-from peon.core.tool import SessionView
 
 from peon.workers.fs.errors import MAX_SYMLINK_HOPS, file_kind, os_error
 from peon.workers.fs.identity import FileId
@@ -103,8 +104,27 @@ def open_root(workspace: str | os.PathLike[str]) -> int:
                         f"{exc.strerror}", {"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))}) from None
 
 
+class PinnedWorkspace(Protocol):
+    """What resolving beneath the workspace needs of a session: the workspace's path and its pinned
+    descriptor (-1 where there is none). A :class:`~peon.core.tool.SessionView` is one."""
+
+    @property
+    def workspace(self) -> Path: ...
+
+    @property
+    def root_fd(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A :class:`PinnedWorkspace` of its own, for code that has no session view (skill discovery)."""
+
+    workspace: Path
+    root_fd: int = -1
+
+
 @contextmanager
-def workspace_root(session: SessionView) -> Iterator[int]:
+def workspace_root(session: PinnedWorkspace) -> Iterator[int]:
     """The descriptor every resolution of the session's workspace paths starts from, closed on exit.
 
     A duplicate of ``session.root_fd`` (the workspace pinned once at session start) when the session
