@@ -22,36 +22,14 @@ from peon.workers.fs.change import Change, apply_changes
 from peon.workers.fs.identity import Expected, FileId, changed_since_approval
 from peon.workers.fs.read import Window, pread_exact, read_target_error, read_whole, read_window, sha256_of
 from peon.workers.fs.resolver import (RESOLVER_ENV, Resolution, Resolver, choose_resolver, open_beneath, open_parent,
-                                      open_root, openat2_available, resolve, workspace_root, Pinned, PinnedWorkspace)
+                                      open_root, openat2_available, resolve, workspace_root, Pinned,
+                                      PinnedWorkspace)
 from peon.workers.fs.temps import remove_stale_temps
 from peon.workers.fs.write import WriteOutcome, target_error, write_file
 
 __all__ = [
-                                      "RESOLVER_ENV",
-                                      "Change",
-                                      "Expected",
-                                      "FileId",
-                                      "Pinned",
-                                      "PinnedWorkspace",
-                                      "Resolution",
-                                      "Resolver",
-                                      "Window",
-                                      "WriteOutcome",
-                                      "apply_changes",
-                                      "changed_since_approval",
-                                      "choose_resolver",
-                                      "open_beneath",
-                                      "open_parent",
-                                      "open_root",
-                                      "openat2_available",
-                                      "pread_exact",
-                                      "read_target_error",
-                                      "read_whole",
-                                      "read_window",
-                                      "remove_stale_temps",
-                                      "resolve",
-                                      "sha256_of",
-                                      "target_error",
-                                      "workspace_root",
-                                      "write_file",
+    "RESOLVER_ENV", "Change", "Expected", "FileId", "Pinned", "PinnedWorkspace", "Resolution", "Resolver", "Window",
+    "WriteOutcome", "apply_changes", "changed_since_approval", "choose_resolver", "open_beneath", "open_parent",
+    "open_root", "openat2_available", "pread_exact", "read_target_error", "read_whole", "read_window",
+    "remove_stale_temps", "resolve", "sha256_of", "target_error", "workspace_root", "write_file",
 ]
