@@ -27,7 +27,7 @@ a line saying so; Peon's figures are printed anyway.
 The servers' stderr (banners, request logs) goes to a file of the run and is printed only if the run
 fails.
 
-Run: ``python bench/bench_mcp.py [--rounds 3] [--calls 200] [--starts 10] [--profile DIR]``
+Run: ``python bench/suite/bench_mcp.py [--rounds 3] [--calls 200] [--starts 10] [--profile DIR]``
 (``--profile`` records ``py-spy`` flame graphs of ``peon mcp`` during the read loop, from the ``bench``
 extra.)
 """
@@ -49,14 +49,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import peon
-from figures import record
+from bench.lib.figures import record
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]
 FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
 SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
 PEON = Path(sys.executable).parent / "peon"
@@ -159,7 +161,7 @@ async def interleaved(client: Client, session: peon.Session, tool: str, argument
                       block: int = 10) -> tuple[list[float], list[float]]:
     """The same call through ``peon mcp`` and through ``Session.call`` (the supervisor↔worker path the
     front end sits on), alternating in blocks so both see the same machine; the first call of each
-    block follows the other path's calls, and is not counted (see ``rhythm.py``)."""
+    block follows the other path's calls, and is not counted (see ``bench/lib/rhythm.py``)."""
     def direct(count: int) -> list[float]:
         times = []
         for _ in range(count):

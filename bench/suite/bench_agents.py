@@ -22,10 +22,10 @@ needs for the same tools — ``@modelcontextprotocol/server-filesystem`` (``read
 ``bench/install_peers`` installed them; each absent peer is named and skipped. The fronts run one
 after the other for each N, alternating their order, so they see the same machine.
 
-Figures go to ``bench/targets.py`` through :mod:`figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
+Figures go to ``bench/targets.py`` through :mod:`bench.lib.figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
 with few calls: a smoke check, not a figure.
 
-Run: ``python bench/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
+Run: ``python bench/suite/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
 [--fronts embedded,mcp,serve,peers]``
 """
 
@@ -48,12 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 
 import peon
-from figures import record
+from bench.lib.figures import record
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]
 FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
 SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
 SERVE_START_SECONDS = 60.0
