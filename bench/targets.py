@@ -1,23 +1,23 @@
 """Every speed and resource target of the core, measured in one run and printed in one table.
 
-Runs the benchmarks that measure them, one after the other, each in its own interpreter with its
-own output shown as it comes: ``bench_core.py`` (``bash true`` against ``bash -lc true``, deadline to
-clean, the 1 GiB flood, idle CPU), ``bench_read.py`` (``read`` against starting ``/bin/cat``),
-``bench_mcp.py`` (``peon mcp`` against server-filesystem and mcp-shell-server), ``bench_agents.py``
-(the agent mix by 1 to 64 concurrent agents — embedded sessions, a ``peon mcp`` each, or all sharing
-one ``peon serve`` — against those two peers: CPU per call, the most agents before p99 passes 100 ms,
-an idle session's memory, a background job's) and ``soak.py``
-(10,000 calls, no growth). Each records its figures through :mod:`figures`; then one table gives,
-per target, Peon's figure, the baseline measured in the same run, the ratio, the target and whether
-it is met. A peer that is not installed (``bench/install_peers``) is named as absent; a figure that
-no benchmark recorded — cgroup containment on a machine without it, the soak left out, a benchmark
-that failed — is shown as not measured.
+Runs the benchmarks that measure them (``bench/suite/``), one after the other, each in its own
+interpreter with its own output shown as it comes: ``bench_core.py`` (``bash true`` against ``bash -lc
+true``, deadline to clean, the 1 GiB flood, idle CPU), ``bench_read.py`` (``read`` against starting
+``/bin/cat``), ``bench_mcp.py`` (``peon mcp`` against server-filesystem and mcp-shell-server),
+``bench_agents.py`` (the agent mix by 1 to 64 concurrent agents — embedded sessions, a ``peon mcp``
+each, or all sharing one ``peon serve`` — against those two peers: CPU per call, the most agents before
+p99 passes 100 ms, an idle session's memory, a background job's) and ``soak.py`` (10,000 calls, no
+growth). Each records its figures through :mod:`bench.lib.figures`; then one table gives, per target,
+Peon's figure, the baseline measured in the same run, the ratio, the target and whether it is met. A
+peer that is not installed (``bench/install_peers``) is named as absent; a figure that no benchmark
+recorded — cgroup containment on a machine without it, the soak left out, a benchmark that failed — is
+shown as not measured.
 
 Each per-call target also has floors, measured in the same run, of three kinds:
 
 * the design's: what any implementation of the current design pays — a call handed by a supervisor to
   a dedicated worker that serves one call at a time and, after a clean one, the next, with nothing of
-  Peon's (:mod:`bare_worker`; back to back and apart, as the target). For a tool that starts no process
+  Peon's (:mod:`bench.lib.bare_worker`; back to back and apart, as the target). For a tool that starts no process
   (``read``), a message to a waiting bare ``multiprocessing`` worker and the bytes back, asked directly
   and through a bare supervisor process relaying to a worker of its own (``bench_read.py``); for a
   command (``bash``), the same worker ``posix_spawn``ing ``/bin/bash -lc true`` (the command the tool is
@@ -65,7 +65,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from figures import ENV
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.lib and its peon, from anywhere
+
+from bench.lib.figures import ENV
 
 BENCH = Path(__file__).resolve().parent
 
@@ -476,19 +478,20 @@ def page(printed: list[str], figures: Figures, footprint: Footprint | None, fact
 
 
 def runs(quick: bool, soak_calls: int, profile: bool = False) -> list[list[str]]:
-    """The benchmark commands: the ones docs/performance.md is measured with, or shorter ones for ``--quick``."""
+    """The benchmark commands, each script's path in ``bench/`` first: the ones docs/performance.md is
+    measured with, or shorter ones for ``--quick``."""
     commands = [
-        ["bench_core.py", "--calls", "50" if quick else "200", "--deadline-runs", "3" if quick else "5",
+        ["suite/bench_core.py", "--calls", "50" if quick else "200", "--deadline-runs", "3" if quick else "5",
          "--apart-calls", "20" if quick else "50"],
-        ["bench_read.py", "--calls", "50" if quick else "200", "--apart-calls", "20" if quick else "50"],
-        ["bench_mcp.py", "--rounds", "1" if quick else "3", "--calls", "50" if quick else "200",
+        ["suite/bench_read.py", "--calls", "50" if quick else "200", "--apart-calls", "20" if quick else "50"],
+        ["suite/bench_mcp.py", "--rounds", "1" if quick else "3", "--calls", "50" if quick else "200",
          "--starts", "4" if quick else "10"],
-        ["bench_agents.py", *(["--quick"] if quick else [])],
+        ["suite/bench_agents.py", *(["--quick"] if quick else [])],
     ]
     if soak_calls:
-        commands.append(["soak.py", "--calls", str(soak_calls), "--warmup", str(min(4000, soak_calls // 2))])
+        commands.append(["suite/soak.py", "--calls", str(soak_calls), "--warmup", str(min(4000, soak_calls // 2))])
     if profile:
-        commands.append(["profile_call.py", "--calls", "100" if quick else "300"])
+        commands.append(["suite/profile_call.py", "--calls", "100" if quick else "300"])
     return commands
 
 
@@ -511,8 +514,8 @@ def main() -> int:
             print(f"\n+ {Path(sys.executable).name} bench/{script} {' '.join(args)}", flush=True)
             begun = time.monotonic()
             if subprocess.run([sys.executable, str(BENCH / script), *args], env=env).returncode != 0:
-                failed.append(script)
-            print(f"({script}: {time.monotonic() - begun:.0f} s)", flush=True)
+                failed.append(Path(script).name)
+            print(f"({Path(script).name}: {time.monotonic() - begun:.0f} s)", flush=True)
         figures = read_figures(recorded.read_text(encoding="utf-8").splitlines())
     footprint = None
     try:

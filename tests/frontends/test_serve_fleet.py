@@ -1,6 +1,6 @@
 """A fleet on one machine: several ``peon serve`` processes, each with its own workspace on its own
 loopback port, driven at the same time through ``peon.RemoteSession``s from concurrent threads. Every
-call is answered, and nothing crosses from one sandbox to another. (bench/bench_fleet.py measures the
+call is answered, and nothing crosses from one sandbox to another. (bench/studies/bench_fleet.py measures the
 same shape: throughput and latency against stdio.)"""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bench/profile_call.py: how a perf sample is given a process role and a kind (no perf needed)."""
+"""bench/suite/profile_call.py: how a perf sample is given a process role and a kind (no perf needed)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = """\
 peon-worker rea 14449
 \t          202790 PyUnicode_DecodeUTF8Stateful (/usr/lib/libpython3.11.so.1.0)
@@ -46,8 +46,8 @@ swapper 0
 
 @pytest.fixture
 def profile(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import profile_call
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.suite import profile_call
 
     return profile_call
 

@@ -1,5 +1,5 @@
 """bench/targets.py: the one table of every target, how benchmarks hand it their figures, and how they
-time calls back to back (bench/rhythm.py)."""
+time calls back to back (bench/lib/rhythm.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+ROOT = Path(__file__).resolve().parent.parent.parent
+BENCH = ROOT / "bench"
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import figures
-    import targets
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench import targets
+    from bench.lib import figures
 
     return figures, targets
 
@@ -260,9 +261,9 @@ def test_back_to_back_a_no_op_call_in_a_worker_is_peons_floor_of_bash_and_mcp_ca
 
 
 def test_back_to_back_cases_take_turns_in_blocks_and_the_first_run_of_each_block_is_not_counted(monkeypatch):
-    """bench/rhythm.py: each counted run comes right after a run of the same case."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    import rhythm
+    """bench/lib/rhythm.py: each counted run comes right after a run of the same case."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.lib import rhythm
 
     order: list[str] = []
     runs = rhythm.back_to_back({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, calls=5, block=3)
@@ -275,8 +276,8 @@ def test_back_to_back_cases_take_turns_in_blocks_and_the_first_run_of_each_block
 
 
 def test_cases_timed_apart_take_turns_call_by_call(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import rhythm
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.lib import rhythm
 
     order: list[str] = []
     runs = rhythm.apart({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, calls=3, gap=0.001)
@@ -285,7 +286,7 @@ def test_cases_timed_apart_take_turns_call_by_call(monkeypatch):
 
 
 def test_a_bare_worker_per_call_serves_each_call_and_leaves_no_worker_behind(tmp_path):
-    """bench/bare_worker.py, the design's floors: every reader returns the file's bytes call after call,
+    """bench/lib/bare_worker.py, the design's floors: every reader returns the file's bytes call after call,
     each from a process of its own, and when closed no worker (nor the bare supervisor, nor its
     forkserver) it started is alive. Run in an interpreter of its own: multiprocessing's forkserver is
     one per process."""
@@ -294,8 +295,8 @@ def test_a_bare_worker_per_call_serves_each_call_and_leaves_no_worker_behind(tmp
 import multiprocessing.forkserver, multiprocessing.resource_tracker, os, sys, time
 from pathlib import Path
 import psutil
-sys.path.insert(0, {str(BENCH)!r})
-import bare_worker
+sys.path.insert(0, {str(ROOT)!r})
+from bench.lib import bare_worker
 path = Path({str(tmp_path / "f.txt")!r})
 readers = [bare_worker.MultiprocessingReader(path), bare_worker.ForkReader(path), bare_worker.SupervisedReader(path)]
 supervisor = readers[2]._supervisor.pid
@@ -326,7 +327,7 @@ print("left", left)
 
 
 def test_a_reused_bare_worker_serves_call_after_call_and_leaves_nothing_behind(tmp_path):
-    """bench/bare_worker.py, the current design's floors: one worker (alone, or behind a bare supervisor)
+    """bench/lib/bare_worker.py, the current design's floors: one worker (alone, or behind a bare supervisor)
     answers every call, reading the file or spawning and reaping bash -lc true; no command outlives its
     call, and once closed nothing it started is alive. In an interpreter of its own (one forkserver each)."""
     (tmp_path / "f.txt").write_bytes(b"fedcba9876543210" * 256)
@@ -334,8 +335,8 @@ def test_a_reused_bare_worker_serves_call_after_call_and_leaves_nothing_behind(t
 import multiprocessing.forkserver, multiprocessing.resource_tracker, sys
 from pathlib import Path
 import psutil
-sys.path.insert(0, {str(BENCH)!r})
-import bare_worker
+sys.path.insert(0, {str(ROOT)!r})
+from bench.lib import bare_worker
 path = Path({str(tmp_path / "f.txt")!r})
 env = {{"PATH": "/usr/bin:/bin", "HOME": {str(tmp_path)!r}, "LANG": "C.UTF-8"}}
 seen: set = set()
@@ -405,7 +406,7 @@ def test_the_agent_mix_rows_are_judged_on_their_ratio_to_the_peers_or_on_their_v
 
 
 def test_the_knee_is_the_first_number_of_agents_whose_paced_p99_passes_100_ms(bench):
-    import bench_agents
+    from bench.suite import bench_agents
 
     def outcome(agents: int, rhythm: str, slow: float) -> bench_agents.Outcome:
         latencies = [0.005] * 98 + [slow] * 2  # p99 is the slow one
@@ -428,7 +429,7 @@ def test_agents_sharing_one_peon_serve_each_work_in_a_directory_of_their_own(ben
     import asyncio
     import contextlib
 
-    import bench_agents
+    from bench.suite import bench_agents
     import psutil
 
     home = tmp_path / "home"

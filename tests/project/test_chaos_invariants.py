@@ -1,4 +1,4 @@
-"""bench/chaos.py's invariants over recorded events (pure): each kind of violation is found, and a
+"""bench/robustness/chaos.py's invariants over recorded events (pure): each kind of violation is found, and a
 clean record passes."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
 def chaos(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import chaos
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.robustness import chaos
 
     return chaos
 

@@ -12,11 +12,11 @@ the calls):
 * kind: the process's own code ("user"), copy-on-write and other page faults, ``fork`` (copying the
   page tables), ``exit`` (tearing them down), ``exec``, a system call by name, or other kernel work.
 
-It is the profile behind the figures of ``bench_cpu.py``: that one counts CPU time per process, this
-one says what the time was spent on. Needs ``perf`` and permission to sample the whole machine (root,
-or ``kernel.perf_event_paranoid`` ≤ 0); without them it says so and exits.
+It is the profile behind the figures of ``bench/studies/bench_cpu.py``: that one counts CPU time per
+process, this one says what the time was spent on. Needs ``perf`` and permission to sample the whole
+machine (root, or ``kernel.perf_event_paranoid`` ≤ 0); without them it says so and exits.
 
-Run: ``python bench/profile_call.py [--tool read|bash] [--calls 300] [--frequency 2000]``
+Run: ``python bench/suite/profile_call.py [--tool read|bash] [--calls 300] [--frequency 2000]``
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 import psutil
 

@@ -14,7 +14,7 @@ Printed per client: throughput (calls/s over the whole fleet), p50 and p99 call 
 to stdio. Every call must be answered, in its own sandbox: the run fails otherwise. Repeat with
 ``--rounds`` (medians are printed); other processes on the machine move the figures.
 
-Run: ``python bench/bench_fleet.py [--servers 4] [--calls 100] [--tool read] [--rounds 3]``
+Run: ``python bench/studies/bench_fleet.py [--servers 4] [--calls 100] [--tool read] [--rounds 3]``
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 import peon
 
-ROOT = Path(__file__).resolve().parent.parent
 START_SECONDS = 60.0
 
 

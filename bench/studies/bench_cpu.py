@@ -8,7 +8,7 @@ workers still alive, which serve one call after another, with what they reaped).
 wall time it prints the time to start ``/bin/cat`` on the file, measured in the same run: on two
 cores a call whose processes use more than twice that in CPU cannot be as fast as starting ``cat``.
 
-Run: ``python bench/bench_cpu.py [--calls N]``
+Run: ``python bench/studies/bench_cpu.py [--calls N]``
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 
 import peon
 
 TICKS = os.sysconf("SC_CLK_TCK")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Run in a fresh interpreter: fork and exit at once, N times; print the medians as JSON.
 FORK_FLOOR = """
 import gc, json, os, resource, statistics, sys, time

@@ -26,8 +26,8 @@ Invariants, each violation printed:
   call ``ok`` within ``--recovery`` seconds of the fault's end.
 
 Both containment modes run side by side (``--containment both``: sessions alternate cgroup and
-process-tree). Run: ``python bench/chaos.py [--minutes 20] [--sessions 4] [--seed N]``; it must run as
-root for the tmpfs and ``chattr`` faults (without them those kinds are skipped and said so). The
+process-tree). Run: ``python bench/robustness/chaos.py [--minutes 20] [--sessions 4] [--seed N]``; it must
+run as root for the tmpfs and ``chattr`` faults (without them those kinds are skipped and said so). The
 pure part — the invariants over the recorded events — is :func:`violations`.
 """
 
@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+ROOT = Path(__file__).resolve().parents[2]
 FORK_LOOP = (ROOT / "tests" / "fixtures" / "forkloop.py").read_text()
 KNOWN_FILES = {f"known-{k}.txt": f"known file {k}\n" * (k + 1) for k in range(5)}
 TAG = "PEON_CHAOS_TAG"
@@ -624,7 +625,7 @@ def _run_due(later: list[tuple[float, Any]]) -> None:
 
 def report(slots: list[Slot], faults: list[Fault], skipped: Counter[str], by_mode: dict[str, list[str]],
            seconds: float, cgroups: bool) -> None:
-    from figures import record
+    from bench.lib.figures import record
 
     found = [line for lines in by_mode.values() for line in lines]
     calls = [e for slot in slots for inst in slot.instances for e in inst.events if e["op"] == "call"]

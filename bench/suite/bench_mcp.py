@@ -27,7 +27,7 @@ a line saying so; Peon's figures are printed anyway.
 The servers' stderr (banners, request logs) goes to a file of the run and is printed only if the run
 fails.
 
-Run: ``python bench/bench_mcp.py [--rounds 3] [--calls 200] [--starts 10] [--profile DIR]``
+Run: ``python bench/suite/bench_mcp.py [--rounds 3] [--calls 200] [--starts 10] [--profile DIR]``
 (``--profile`` records ``py-spy`` flame graphs of ``peon mcp`` during the read loop, from the ``bench``
 extra.)
 """
@@ -49,17 +49,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import peon
-from figures import record
+from bench.lib import mcp_servers
+from bench.lib.figures import record
+from bench.lib.mcp_servers import FILESYSTEM, PEON, SERVER_LOG, SHELL_SERVER
 
-BENCH = Path(__file__).resolve().parent
-FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
-SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
-PEON = Path(sys.executable).parent / "peon"
 RAW_BASH = "bash -lc true"  # started by this process: the floor of Peon's bash
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
@@ -75,16 +74,9 @@ class Server:
     bash: tuple[str, dict[str, Any]] | None = None
     pid: int | None = field(default=None, repr=False)
 
-    def params(self, cwd: Path) -> StdioServerParameters:
-        return StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=str(cwd))
-
-
-# Where every server's stderr goes (banners, per-request logs): a file of the run, not the report.
-SERVER_LOG: dict[str, Any] = {"file": sys.stderr}
-
 
 def connect(server: Server, cwd: Path) -> Client:
-    return Client(stdio_client(server.params(cwd), errlog=SERVER_LOG["file"]), mode="legacy")
+    return mcp_servers.connect(server.command, server.env, cwd)
 
 
 def ms(seconds: float) -> str:
@@ -159,7 +151,7 @@ async def interleaved(client: Client, session: peon.Session, tool: str, argument
                       block: int = 10) -> tuple[list[float], list[float]]:
     """The same call through ``peon mcp`` and through ``Session.call`` (the supervisor↔worker path the
     front end sits on), alternating in blocks so both see the same machine; the first call of each
-    block follows the other path's calls, and is not counted (see ``rhythm.py``)."""
+    block follows the other path's calls, and is not counted (see ``bench/lib/rhythm.py``)."""
     def direct(count: int) -> list[float]:
         times = []
         for _ in range(count):
@@ -191,15 +183,13 @@ def servers(workspace: Path, env: dict[str, str]) -> tuple[Server, list[Server]]
     ours = Server("peon mcp", [str(PEON), "mcp", "--workspace", str(workspace), "--allow", "process"], env,
                   read=("read", {"path": "one_kib.txt"}), bash=("bash", {"command": "true"}))
     peers = []
-    node = shutil.which("node")
-    if node is None or not FILESYSTEM.exists():
-        print("peer server-filesystem: absent (run bench/install_peers; needs node and npm) — skipped")
-    else:
-        peers.append(Server("server-filesystem", [node, str(FILESYSTEM), str(workspace)], env,
-                            read=("read_text_file", {"path": target})))
-    if not SHELL_SERVER.exists():
-        print("peer mcp-shell-server: absent (run bench/install_peers) — skipped")
-    else:
+    missing = mcp_servers.absent()
+    for name, needs in missing.items():
+        print(f"peer {name}: absent ({needs}) — skipped")
+    if "server-filesystem" not in missing:
+        peers.append(Server("server-filesystem", [shutil.which("node") or "node", str(FILESYSTEM), str(workspace)],
+                            env, read=("read_text_file", {"path": target})))
+    if "mcp-shell-server" not in missing:
         peers.append(Server("mcp-shell-server", [str(SHELL_SERVER)], {**env, "ALLOW_COMMANDS": "true"},
                             bash=("shell_execute", {"command": ["true"], "directory": str(workspace)})))
     return ours, peers
@@ -372,9 +362,7 @@ async def main() -> None:
         home.mkdir()
         workspace.mkdir()
         (workspace / "one_kib.txt").write_bytes(bytes(range(32, 127)) * 10 + b"x" * 74)  # 1024 bytes of text
-        # A clean HOME, so `bash -l` reads no developer profile; the same environment for every server.
-        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "XDG_STATE_HOME": str(home / ".local" / "state"), "XDG_CONFIG_HOME": str(home / ".config")}
+        env = mcp_servers.server_env(home)
         ours, peers = servers(workspace, env)
         print(f"peon {peon.__version__}; python {sys.version.split()[0]}; node {shutil.which('node') or 'absent'}; "
               f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "

@@ -8,11 +8,11 @@
    answered, no worker): what a call costs before any worker is involved, against the budget the
    target leaves (0.2x the raw start). ``bench/targets.py`` takes it as Peon's floor of the target: the
    ratio a call would reach if everything else Peon does cost nothing. And the design's floors, from
-   nothing of Peon's (:mod:`bare_worker`): ``bash -lc true`` ``posix_spawn``ed in a session of its own
+   nothing of Peon's (:mod:`bench.lib.bare_worker`): ``bash -lc true`` ``posix_spawn``ed in a session of its own
    and reaped through a pidfd by a long-lived bare ``multiprocessing`` worker, asked by this process
    directly, and through a bare supervisor process that relays the call to a worker of its own (as a
    session's supervisor does: four hops, the spawn and the reap, nothing else). Back to back, the cases
-   take turns in blocks of consecutive calls (:mod:`rhythm`); 100 ms apart, call by call.
+   take turns in blocks of consecutive calls (:mod:`bench.lib.rhythm`); 100 ms apart, call by call.
 2. Deadline to clean: a capped fork loop (300 processes, some escaping with setsid) runs into its
    deadline; the time from the deadline until the call has returned and no process of the loop is
    alive. Measured from the client, so it includes dispatch overhead. Target: < 100 ms, with cgroup
@@ -22,7 +22,7 @@
 4. Idle CPU: CPU time used by the client, the supervisor, the forkserver and the standby workers of a
    session with no calls, over a few seconds. Target: 0 (nothing polls).
 
-Run: ``python bench/bench_core.py [--calls N] [--deadline-runs N] [--idle-seconds S]``
+Run: ``python bench/suite/bench_core.py [--calls N] [--deadline-runs N] [--idle-seconds S]``
 """
 
 from __future__ import annotations
@@ -37,18 +37,20 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 
-import bare_worker
 import peon
-from figures import record
-from rhythm import apart, back_to_back
+from bench.lib import bare_worker
+from bench.lib.figures import record
+from bench.lib.rhythm import apart, back_to_back
 from peon.workers import proctree
 
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 
 # The same capped fork loop as the tests use.
-FORK_LOOP = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "forkloop.py").read_text()
+FORK_LOOP = (Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "forkloop.py").read_text()
 
 
 def rss_and_pss(pids: list[int]) -> tuple[int, int]:

@@ -11,7 +11,7 @@ binary) — it times, as medians over ``--calls`` runs:
 * approve, warm: the same with the per-process cache filled (the supervisor's later calls);
 * pin: reopening, ``fstat`` and hashing every file right before the start (the worker, every call).
 
-Prints milliseconds and ratios to the baseline. Run: ``python bench/bench_launch.py [--calls N]``
+Prints milliseconds and ratios to the baseline. Run: ``python bench/studies/bench_launch.py [--calls N]``
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 from peon.tools.shared import launch
 from peon.tools.shared.agent import resolve_executable

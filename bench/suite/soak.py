@@ -9,7 +9,7 @@ figure at the baseline, its maximum and its last value, and the growth from base
 
 Pass criteria (printed): no growth in descriptors or processes, RSS growth under 5 % after warm-up.
 
-Run: ``python bench/soak.py [--calls 10000]``
+Run: ``python bench/suite/soak.py [--calls 10000]``
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 
 import peon
-from figures import record
+from bench.lib.figures import record
 from peon.workers import proctree
 
-FORK_LOOP = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "forkloop.py").read_text()
+FORK_LOOP = (Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "forkloop.py").read_text()
 CONFIG = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "ask", "delegate": "deny"}}
 
 

@@ -22,10 +22,10 @@ needs for the same tools — ``@modelcontextprotocol/server-filesystem`` (``read
 ``bench/install_peers`` installed them; each absent peer is named and skipped. The fronts run one
 after the other for each N, alternating their order, so they see the same machine.
 
-Figures go to ``bench/targets.py`` through :mod:`figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
+Figures go to ``bench/targets.py`` through :mod:`bench.lib.figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
 with few calls: a smoke check, not a figure.
 
-Run: ``python bench/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
+Run: ``python bench/suite/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
 [--fronts embedded,mcp,serve,peers]``
 """
 
@@ -48,16 +48,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
 import psutil
 
 import peon
-from figures import record
+from bench.lib import mcp_servers
+from bench.lib.figures import record
+from bench.lib.mcp_servers import FILESYSTEM, PEON, SERVER_LOG, SHELL_SERVER
 
-BENCH = Path(__file__).resolve().parent
-FILESYSTEM = BENCH / "js" / "node_modules" / ".bin" / "mcp-server-filesystem"
-SHELL_SERVER = BENCH / "peers" / "venv" / "bin" / "mcp-shell-server"
 SERVE_START_SECONDS = 60.0
-PEON = Path(sys.executable).parent / "peon"
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
 Kind = Literal["read", "status", "ls", "write"]
 # The agent mix: read 4 KiB x5, git status --short x2, ls, write 2 KiB x2, interleaved.
@@ -225,17 +225,9 @@ async def start_embedded(workspaces: list[Path], env: dict[str, str], stack: con
 
 
 async def _mcp_client(command: list[str], env: dict[str, str], cwd: Path, stack: contextlib.AsyncExitStack) -> Any:
-    from mcp.client import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(cwd))
-    client = await stack.enter_async_context(
-        Client(stdio_client(params, errlog=SERVER_LOG["file"]), mode="legacy"))
+    client = await stack.enter_async_context(mcp_servers.connect(command, env, cwd))
     await client.list_tools()
     return client
-
-
-SERVER_LOG: dict[str, Any] = {"file": sys.stderr}
 
 
 def _server_pids(command: list[str], known: set[int]) -> list[int]:
@@ -326,12 +318,8 @@ async def start_serve(workspaces: list[Path], env: dict[str, str], stack: contex
 
 
 def peers_available() -> tuple[bool, str]:
-    missing = []
-    if shutil.which("node") is None or not FILESYSTEM.exists():
-        missing.append("server-filesystem (run bench/install_peers; needs node and npm)")
-    if not SHELL_SERVER.exists():
-        missing.append("mcp-shell-server (run bench/install_peers)")
-    return not missing, ", ".join(missing)
+    missing = mcp_servers.absent()
+    return not missing, ", ".join(f"{name} ({needs})" for name, needs in missing.items())
 
 
 async def start_peers(workspaces: list[Path], env: dict[str, str], stack: contextlib.AsyncExitStack) -> Started:
@@ -594,8 +582,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="peon-bench-agents-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "XDG_STATE_HOME": str(home / ".local" / "state"), "XDG_CONFIG_HOME": str(home / ".config")}
+        env = mcp_servers.server_env(home)
         with (Path(tmp) / "servers.log").open("w+", encoding="utf-8", errors="replace") as log:
             SERVER_LOG["file"] = log
             for round_no, size in enumerate(sizes):

@@ -150,9 +150,11 @@ def _forkserver_context() -> Any:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     # The forkserver imports its preload before it takes this process's sys.path (Python 3.11):
-    # without this module's directory in its environment, every worker would import the module anew.
+    # without the folder this module is imported from (by its full name) in its environment, every
+    # worker would import the module anew.
+    home = str(Path(__file__).resolve().parents[__name__.count(".")])
     python_path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.dirname(__file__), python_path)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (home, python_path)))
     try:
         forkserver.ensure_running()
     finally:

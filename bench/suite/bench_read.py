@@ -5,7 +5,7 @@ measured in the same run.
    ``subprocess.run(["/bin/cat", path], stdout=PIPE)`` (the cost of one tiny process start: target
    ratio <= 1.0 — a read through Peon, in a dedicated worker, costs no more) and against
    ``open(path, "rb").seek(0).read()`` of the same file. The cases take turns in blocks of consecutive
-   calls (:mod:`rhythm`): each timed call comes right after one of its own kind.
+   calls (:mod:`bench.lib.rhythm`): each timed call comes right after one of its own kind.
 2. A 64 KiB slice at offset 1 GiB of a 2 GiB sparse file (the slice holds text, the rest is a hole):
    median of ``session.call("read", {"path": "sparse.bin", "offset": 1 GiB, "limit": 64 KiB})`` against
    ``open().seek(1 GiB).read(64 KiB)``.
@@ -23,8 +23,8 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
    floor too. ``bench/targets.py`` takes each floor as the best the target could be: a read through
    a worker costs at least what a call that does nothing there costs.
 
-   The design's floors, from nothing of Peon's (:mod:`bare_worker`), back to back and apart: the 4 KiB
-   file read by a bare ``multiprocessing`` worker that serves call after call (a message to a waiting
+   The design's floors, from nothing of Peon's (:mod:`bench.lib.bare_worker`), back to back and apart: the
+   4 KiB file read by a bare ``multiprocessing`` worker that serves call after call (a message to a waiting
    process and the bytes back, in ``Connection`` frames, as a session's worker is asked), and the
    design's whole path: the request handed to a bare supervisor process that has it read by a reused
    bare worker of its own, as a session's supervisor does (four hops between processes, nothing else).
@@ -46,7 +46,8 @@ twice (in the supervisor, for rating and approval, and in the worker, to insist 
 3. The cost of ``read``'s ``sha256``: the in-process 4 KiB read with and without hashing, and a 16 MiB
    file (the largest that is hashed) read whole with and without hashing, as microseconds per MiB.
 
-Run: ``python bench/bench_read.py [--calls N] [--apart-calls N] [--idle-rounds N] [--resolver auto|openat2|walk]``
+Run: ``python bench/suite/bench_read.py [--calls N] [--apart-calls N] [--idle-rounds N]
+[--resolver auto|openat2|walk]``
 """
 
 from __future__ import annotations
@@ -60,13 +61,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
+
+import psutil
 
 import peon
-import bare_worker
-import psutil
-from figures import record
-from rhythm import apart, back_to_back
+from bench.lib import bare_worker
+from bench.lib.figures import record
+from bench.lib.rhythm import apart, back_to_back
 from peon.approval.admission import admit
 from peon.client.config import load_config
 from peon.core.config_view import ResolvedConfig
@@ -196,12 +198,14 @@ def main() -> None:
             f.write((b"the quick brown fox jumps over the lazy dog\n" * (SLICE // 44 + 1))[:SLICE])
         allocated = os.stat(sparse).st_blocks * 512
 
-        bench_dir = str(Path(__file__).resolve().parent)
+        # The session imports the no-op tool as it imports an embedder's: by its import path, from the
+        # checkout put on its PYTHONPATH.
+        checkout = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PEON_FS_RESOLVER=options.resolver,
-                   PYTHONPATH=os.pathsep.join(p for p in (bench_dir, os.environ.get("PYTHONPATH")) if p))
+                   PYTHONPATH=os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p))
         resolver = fs.choose_resolver(options.resolver)
         with peon.Session(ws, CONFIG, state_dir=Path(tmp) / "state", env=env,
-                          tools=["noop_tool:NoopTool"]) as session:
+                          tools=["bench.lib.noop_tool:NoopTool"]) as session:
             small_args = {"path": "small.txt"}
             slice_args = {"path": "sparse.bin", "offset": OFFSET, "limit": SLICE}
             for args, size in ((small_args, SMALL), (slice_args, SLICE)):  # warm up, and check the answers
@@ -216,7 +220,7 @@ def main() -> None:
             rss = psutil.Process().memory_info().rss
             small_path, slice_path = parse_file_path("small.txt"), parse_file_path("sparse.bin")
             max_bytes = session.info["config"]["limits"]["read_max_bytes"]
-            # In alternating blocks of consecutive calls (rhythm.py): load from elsewhere falls on all alike.
+            # In alternating blocks of consecutive calls (bench/lib/rhythm.py): load from elsewhere falls on all alike.
             runs = back_to_back({
                 "session 4k": lambda: session.call("read", small_args),
                 "session slice": lambda: session.call("read", slice_args),

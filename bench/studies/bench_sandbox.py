@@ -20,7 +20,7 @@
    function the worker calls), the bare thread round trip, and the command's own extra CPU (Landlock's
    path walks, the seccomp filter on each system call).
 
-Run: ``python bench/bench_sandbox.py [--calls N] [--strategies] [--parts]``
+Run: ``python bench/studies/bench_sandbox.py [--calls N] [--strategies] [--parts]``
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 import peon
 from peon.workers import proctree, sandbox
@@ -239,7 +239,7 @@ def main_strategies(calls: int) -> None:
         confinement = sandbox.LandlockConfinement(plan)
         helper = Path(tmp) / "helper.py"
         helper.write_text(HELPER)
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
 
         def spawn(args: list[str], executable: str | None = None) -> int:
             stdin = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]

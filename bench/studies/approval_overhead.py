@@ -8,7 +8,7 @@ redirection target), a grant lookup in a store of 1000 grants, and the audit log
 and without ``fdatasync``, each against a baseline measured in the same run: encoding the approval
 request as the JSON line the supervisor would send anyway.
 
-    python bench/approval_overhead.py
+    python bench/studies/approval_overhead.py
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from collections.abc import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 from peon.client.config import load_config
 from peon.approval.policy import ApprovalPolicy, ApprovalRequest, Decision

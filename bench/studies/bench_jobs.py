@@ -9,15 +9,19 @@
 4. A background job started and stopped beside a running one (in cgroup containment the session's job
    host is up: no process start but the command's), against a foreground ``bash true`` call.
 
-Run: ``python bench/bench_jobs.py [--mib N] [--runs N]``
+Run: ``python bench/studies/bench_jobs.py [--mib N] [--runs N]``
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 import psutil
 

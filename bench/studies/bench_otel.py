@@ -10,7 +10,7 @@ call of the server process (where OpenTelemetry runs) and of its whole tree (the
 supervisor, forkserver and the reaped workers and commands). Printed: the medians per variant and their
 ratio (target: the whole tree's, endpoint <= 1.05 x no endpoint).
 
-Run: ``python bench/bench_otel.py [--calls 200] [--rounds 5] [--tool bash]``
+Run: ``python bench/studies/bench_otel.py [--calls 200] [--rounds 5] [--tool bash]``
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 import psutil
 
