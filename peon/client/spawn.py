@@ -31,6 +31,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
+def import_root() -> str:
+    """The directory this ``peon`` package is imported from (a checkout, or site-packages): the supervisor
+    imports the same Peon, and nothing else from there, ahead of the session's own ``PYTHONPATH``."""
+    return str(Path(__file__).resolve().parents[2])
+
+
 class Launch:
     """A supervisor process that waits for its start message."""
 
@@ -38,9 +44,8 @@ class Launch:
         self.workspace = workspace
         self.env = dict(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        root = str(Path(__file__).resolve().parent.parent)
         child_env = dict(self.env)  # the supervisor runs with the session's environment
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH")) if p)
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (import_root(), child_env.get("PYTHONPATH")) if p)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-P", "-m", "peon.supervisor", "--fd", str(theirs.fileno())],
