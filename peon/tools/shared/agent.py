@@ -260,8 +260,8 @@ class AgentTool(Tool):
         fixed_args, facts = self.command_args(command.args, program)
         return Invocation(self.agent, command.executable, program, fixed_args, "", path, env, facts)
 
-    def prepare(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True,
-                trace: Mapping[str, str] | None = None) -> Invocation:
+    def invocation_for(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True,
+                       trace: Mapping[str, str] | None = None) -> Invocation:
         """Check the prompt and resolve what will run; raises the error the call should fail with."""
         prompt = args["prompt"]
         check_prompt_bytes(self.name, prompt)
@@ -328,7 +328,7 @@ class AgentTool(Tool):
         return f"delegate to the {self.agent} agent ({len(prompt)}-character prompt): {describe_prompt(prompt, 120)}"
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        invocation = self.prepare(args, session)
+        invocation = self.invocation_for(args, session)
         program = invocation.program
         shown, truncated = bound_prompt(invocation.prompt, session.config.agents.approval_prompt_chars)
         details: dict[str, Any] = {
@@ -376,7 +376,7 @@ class AgentTool(Tool):
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # Resolved again: the files may have changed since approval, and what runs must be what was approved.
-        invocation = self.prepare(args, ctx.session, with_hash=False, trace=ctx.trace)
+        invocation = self.invocation_for(args, ctx.session, with_hash=False, trace=ctx.trace)
         approved = ctx.approved
         pins = approved.get("pinned")
         self._check_approved(invocation, approved)
