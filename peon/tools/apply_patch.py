@@ -22,6 +22,7 @@ from typing import Any
 from peon.core.errors import ErrorCode, ToolError
 from peon.tools.shared.patch import FileOp, apply_hunks, parse_patch
 from peon.core.paths import WorkspacePath
+from peon.tools.shared.resolver import session_resolver
 from peon.tools.shared.text_edit import decode_utf8
 from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.output.truncation import HeadTail
@@ -176,7 +177,7 @@ class ApplyPatchTool(Tool):
         if not isinstance(approved, list) or len(approved) != len(ops):
             raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "the call does not carry the approved files of its "
                             "patch; nothing was done", {"rule": "approved_details"})
-        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(ctx.session)
         changes: list[fs.Change] = []
         results: list[dict[str, Any]] = []
         fuzzy = 0

@@ -48,6 +48,7 @@ from peon.tools.shared.process import (
     effective_timeout,
     with_session_timeout,
 )
+from peon.tools.shared.resolver import session_resolver
 
 BASH = "/bin/bash"
 TRUE = "/bin/true"
@@ -183,7 +184,7 @@ def _open_approved_cwd(args: Mapping[str, Any], ctx: ToolContext) -> int | None:
         raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL,
                         f"cwd {path.shown}: the call does not carry the approved directory; nothing was run",
                         {"rule": "approved_details"})
-    resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+    resolver = session_resolver(ctx.session)
     with fs.workspace_root(ctx.session) as root:
         fd = fs.open_beneath(root, path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolver)
     if fs.FileId.of(os.fstat(fd)) != expected:

@@ -22,6 +22,7 @@ from typing import Any
 
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import WorkspacePath, parse_file_path
+from peon.tools.shared.resolver import session_resolver
 from peon.tools.shared.text_edit import Applied, Edit, apply_edits, decode_utf8
 from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.output.truncation import HeadTail
@@ -140,7 +141,7 @@ class EditTool(Tool):
         path = parse_file_path(args["path"])
         target = approval_target(path, "replace", args, session)
         details: dict[str, Any] = {**target.details(), "expected_sha256": args.get("expected_sha256")}
-        resolver = fs.choose_resolver(session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(session)
         with fs.workspace_root(session) as root:
             window = fs.read_whole(root, path, resolver, expected=target.resolution.file,
                                    max_bytes=APPROVAL_DIFF_MAX_FILE_BYTES)
@@ -154,7 +155,7 @@ class EditTool(Tool):
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         path = parse_file_path(args["path"])
-        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(ctx.session)
         with fs.workspace_root(ctx.session) as root:
             expected = approved_expectation(ctx.approved, path, "replace", root)
             window = fs.read_whole(root, path, resolver, expected=expected.file, max_bytes=EDIT_MAX_FILE_BYTES)

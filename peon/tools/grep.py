@@ -37,6 +37,7 @@ from peon.core.environment import command_environment
 from peon.core.errors import ErrorCode, ToolError
 from peon.tools.shared.globs import basename_glob, compile_glob
 from peon.core.paths import parse_workspace_path
+from peon.tools.shared.resolver import session_resolver
 from peon.tools.shared.search import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -102,7 +103,7 @@ def open_search_root(args: Mapping[str, Any], ctx: ToolContext) -> SearchRoot:
         raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "the call does not carry the approved search path; "
                         "nothing was searched", {"rule": "approved_details"})
     typed = parse_workspace_path(args.get("path") or ".")
-    resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+    resolver = session_resolver(ctx.session)
     with fs.workspace_root(ctx.session) as root:
         if kind == "directory":
             fd = (fs.open_beneath(root, typed, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, resolver) if typed.parts

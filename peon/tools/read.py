@@ -36,6 +36,7 @@ from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolR
 from peon.core.output.truncation import utf8_prefix_end
 from peon.workers import fs
 
+from peon.tools.shared.resolver import session_resolver
 from peon.tools.shared.target import Target, approval_target, approved_expectation, resolve_for
 
 MAX_BYTE_VALUE = 2**63 - 1  # off_t
@@ -235,7 +236,7 @@ def _read_approved(root: int, args: Mapping[str, Any], approved: Mapping[str, An
     limit = None if args.get("limit") is None else int(args["limit"])
     expected = approved_expectation(approved, path, "read", root)
     return read_file(root, path, int(args.get("offset", 0)), limit, ctx.limits.read_max_bytes,
-                     fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV)), expected=expected.file)
+                     session_resolver(ctx.session), expected=expected.file)
 
 
 def read_file(root: int, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,

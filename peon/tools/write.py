@@ -26,6 +26,7 @@ from peon.core.output.truncation import HeadTail
 from peon.core.text import lone_surrogate
 from peon.workers import fs
 
+from peon.tools.shared.resolver import session_resolver
 from peon.tools.shared.target import approval_target, approved_expectation
 
 PREVIEW_BYTES = 4096  # of the content, shown to the approver (head and tail)
@@ -106,7 +107,7 @@ class WriteTool(Tool):
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         path, data, expected_sha256 = _checked(args)
-        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(ctx.session)
         with fs.workspace_root(ctx.session) as root:
             expected = approved_expectation(ctx.approved, path, args["mode"], root)
             outcome = fs.write_file(root, path, data, create=args["mode"] == "create",
