@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from peon.approval.shell.grammar import descendants, node_text
+from peon.approval.shell.grammar import descendants, node_text, preorder
 from peon.approval.shell.result import one_line
 from peon.approval.shell.state import State
 from peon.approval.shell.words import heredoc_delimiter
@@ -41,34 +41,22 @@ def check_continuations(state: State, root: Any) -> None:
     stack: list[tuple[int, bool]] = []  # (end byte, keeps)
     pending = iter(joins)
     join = next(pending, None)
-    cursor = root.walk()
-    descend = True
-    while join is not None:
-        node = cursor.node
-        if descend:
-            while join is not None and join < node.start_byte:  # every node before it has been seen
-                if _joins_a_word(state, stack, join):
-                    return
-                join = next(pending, None)
-            if join is None:
+    for node in preorder(root, _KEEPS_BACKSLASH_NEWLINE):
+        while join is not None and join < node.start_byte:  # every node before it has been seen
+            if _joins_a_word(state, stack, join):
                 return
-            kind = node.type
-            if kind in _KEEPS_BACKSLASH_NEWLINE or kind == "string":
-                while stack and stack[-1][0] <= node.start_byte:
-                    stack.pop()
-                stack.append((node.end_byte, True))
-            elif kind in ("command_substitution", "process_substitution"):
-                while stack and stack[-1][0] <= node.start_byte:
-                    stack.pop()
-                stack.append((node.end_byte, False))
-            if node.child_count and kind not in _KEEPS_BACKSLASH_NEWLINE and cursor.goto_first_child():
-                continue
-        if cursor.goto_next_sibling():
-            descend = True
-            continue
-        if not cursor.goto_parent():
-            break
-        descend = False
+            join = next(pending, None)
+        if join is None:
+            return
+        kind = node.type
+        if kind in _KEEPS_BACKSLASH_NEWLINE or kind == "string":
+            while stack and stack[-1][0] <= node.start_byte:
+                stack.pop()
+            stack.append((node.end_byte, True))
+        elif kind in ("command_substitution", "process_substitution"):
+            while stack and stack[-1][0] <= node.start_byte:
+                stack.pop()
+            stack.append((node.end_byte, False))
     while join is not None:  # after the last node
         if _joins_a_word(state, stack, join):
             return
@@ -95,25 +83,15 @@ def check_coverage(state: State, root: Any) -> None:
     skipped (it drops a leading escaped blank, which bash keeps) is text whose meaning Peon did not see."""
     source = state.source
     position = 0
-    cursor = root.walk()
-    descend = True
-    while True:
-        node = cursor.node
-        if descend and node.child_count and node.type not in _COVERING and cursor.goto_first_child():
-            continue
-        if descend and node.type != "program":  # a token, or a node whose text is all its own
-            start = node.start_byte
-            if start > position and not _SEPARATORS.fullmatch(source, position, start):
-                gap = source[position:start].decode("utf-8", "replace")
-                state.add_opaque(f"the grammar skipped text it did not understand ({one_line(gap)!r})")
-                return
-            position = max(position, node.end_byte)
-        if cursor.goto_next_sibling():
-            descend = True
-            continue
-        if not cursor.goto_parent():
-            break
-        descend = False
+    for node in preorder(root, _COVERING):
+        if (node.child_count and node.type not in _COVERING) or node.type == "program":
+            continue  # only a token, or a node whose text is all its own, covers bytes
+        start = node.start_byte
+        if start > position and not _SEPARATORS.fullmatch(source, position, start):
+            gap = source[position:start].decode("utf-8", "replace")
+            state.add_opaque(f"the grammar skipped text it did not understand ({one_line(gap)!r})")
+            return
+        position = max(position, node.end_byte)
     if position < len(source) and not _SEPARATORS.fullmatch(source, position, len(source)):
         state.add_opaque("the grammar skipped text at the end of the command")
 

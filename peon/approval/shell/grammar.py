@@ -69,6 +69,25 @@ def descendants(node: Any) -> Iterator[Any]:
         stack.extend(reversed(current.children))
 
 
+def preorder(root: Any, leaves: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """The nodes of a tree in document order, each as it is entered, never below a node of a kind in
+    ``leaves``; with one tree cursor (linear, and no recursion whatever the nesting)."""
+    cursor = root.walk()
+    entering = True
+    while True:
+        node = cursor.node
+        if entering:
+            yield node
+            if node.child_count and node.type not in leaves and cursor.goto_first_child():
+                continue
+        if cursor.goto_next_sibling():
+            entering = True
+            continue
+        if not cursor.goto_parent():
+            return
+        entering = False
+
+
 def node_text(node: Any) -> str:
     """A node's source text (bytes that are not UTF-8 kept as surrogate escapes)."""
     text: bytes = node.text
