@@ -55,7 +55,7 @@ def admit(*, call_id: str, tool_name: str, raw_args: Any, tools: Mapping[str, To
         request = ApprovalRequest(
             call_id=call_id, tool=tool.name, risk=prepared.risk, risk_reason=prepared.risk_reason,
             summary=prepared.summary, details=prepared.details, canonical_input=canonical,
-            sandboxed=prepared.sandboxed,
+            sandboxed=bool(prepared.sandboxed),
         )
         analysis = prepared.command_analysis
         asked = policy.questions(request, analysis)
