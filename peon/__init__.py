@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .client.result import ErrorInfo as ErrorInfo, ToolResult as ToolResult
     from .client.session import CallHandle as CallHandle, Session as Session
     from .core.tool import (
+        Prepared as Prepared,
         RiskAssessment as RiskAssessment,
         SessionView as SessionView,
         Tool as Tool,
@@ -51,15 +52,16 @@ _EXPORTS = {
     "ConfigError": "core.errors", "ErrorCode": "core.errors", "PeonError": "core.errors",
     "RegistrationError": "core.errors", "SessionError": "core.errors", "ToolError": "core.errors",
     "ErrorInfo": "client.result", "ToolResult": "client.result",
-    "RiskAssessment": "core.tool", "SessionView": "core.tool", "Tool": "core.tool", "ToolContext": "core.tool",
+    "Prepared": "core.tool", "RiskAssessment": "core.tool", "SessionView": "core.tool", "Tool": "core.tool",
+    "ToolContext": "core.tool",
     "ToolRisk": "core.risk",
 }
 
 __all__ = [
     "AsyncRemoteSession", "AsyncSession", "CallHandle", "CancelToken", "ConfigError", "Deadline", "ErrorCode",
-    "ErrorInfo", "PeonError", "RegistrationError", "RemoteCallHandle", "RemoteSession", "RiskAssessment",
-    "Session", "SessionError", "SessionView", "Tool", "ToolContext", "ToolError", "ToolResult", "ToolRisk",
-    "approvers",
+    "ErrorInfo", "PeonError", "Prepared", "RegistrationError", "RemoteCallHandle", "RemoteSession",
+    "RiskAssessment", "Session", "SessionError", "SessionView", "Tool", "ToolContext", "ToolError", "ToolResult",
+    "ToolRisk", "approvers",
 ]
 __version__ = "0.1.0"
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: be
 from peon.client.config import load_config
 from peon.approval.policy import ApprovalPolicy, ApprovalRequest, Decision
 from peon.approval.rules import GitFacts, ShellFacts
-from peon.approval.shell import MAX_COMMAND_BYTES, _analyze_cached, analyze
+from peon.approval.shell import MAX_COMMAND_BYTES, analyze
 from peon.core.tool import ToolRisk
 from peon.supervisor.approval.audit import AuditLog, decision_entry
 from peon.supervisor.approval.facts import gather
@@ -45,7 +45,6 @@ def per_call(fn: Callable[[], object], n: int) -> float:
 
 def uncached(command: str) -> Callable[[], object]:
     def run() -> object:
-        _analyze_cached.cache_clear()
         return analyze(command)
 
     return run
@@ -70,7 +69,6 @@ def deepest_accepted() -> str:
 def cpu_ms(command: str, n: int) -> float:
     start = time.process_time()
     for _ in range(n):
-        _analyze_cached.cache_clear()
         analysis = analyze(command)
     assert not analysis.opaque, analysis.opaque
     return (time.process_time() - start) / n * 1e3
@@ -100,7 +98,6 @@ def main() -> None:
 
     def evaluate(req: ApprovalRequest) -> Callable[[], object]:
         def run() -> object:
-            _analyze_cached.cache_clear()
             return policy.evaluate(req, facts)
 
         return run

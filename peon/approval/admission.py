@@ -1,9 +1,11 @@
-"""The pre-approval pipeline of one call, as one function: validate → rate → request → verdict.
+"""The pre-approval pipeline of one call, as one function: validate → prepare → request → verdict.
 
 Promise: :func:`admit` turns a call as received (tool name, raw input) into an :class:`Admission`:
-either a stable error (``unknown_tool``, ``invalid_input``) or the validated input, the
-:class:`~peon.approval.policy.ApprovalRequest` an approver would be shown and the policy's
-:class:`~peon.approval.policy.Verdict` — with no I/O of its own. The only facts from outside come through the
+either a stable error (``unknown_tool``, ``invalid_input``, or what the tool's ``prepare`` refused) or the
+validated input, the :class:`~peon.approval.policy.ApprovalRequest` an approver would be shown and the
+policy's :class:`~peon.approval.policy.Verdict` — with no I/O of its own. The tool is asked once
+(:meth:`~peon.core.tool.Tool.prepare`), and what it computed — a ``bash`` line's analysis included — is
+what the policy judges: nothing is resolved or parsed twice. The only facts from outside come through the
 ``facts`` function it is given, and only for the questions the policy asks (most calls ask none), so
 the whole decision is unit-testable without a supervisor. Asking an approver, auditing and running
 the call are the supervisor's I/O (:mod:`peon.supervisor.service`).
@@ -49,18 +51,21 @@ def admit(*, call_id: str, tool_name: str, raw_args: Any, tools: Mapping[str, To
             canonical = canonical_json(args)
         except ValueError as exc:
             raise ToolError(ErrorCode.INVALID_INPUT, f"input for {tool.name} is not valid JSON: {exc}") from None
-        assessment = tool.assess_risk(args, view)
+        prepared = tool.prepare(args, view)
         request = ApprovalRequest(
-            call_id=call_id, tool=tool.name, risk=assessment.risk, risk_reason=assessment.reason,
-            summary=tool.approval_summary(args), details=tool.approval_details(args, view),
-            canonical_input=canonical, sandboxed=bool(getattr(assessment, "sandboxed", False)),
+            call_id=call_id, tool=tool.name, risk=prepared.risk, risk_reason=prepared.risk_reason,
+            summary=prepared.summary, details=prepared.details, canonical_input=canonical,
+            sandboxed=bool(prepared.sandboxed),
         )
-        asked = policy.questions(request)
-        verdict = policy.evaluate(request, facts(asked) if asked else NO_FACTS)
-        ceiling = float(view.config.limits.max_timeout_seconds)
+        analysis = prepared.command_analysis
+        asked = policy.questions(request, analysis)
+        verdict = policy.evaluate(request, facts(asked) if asked else NO_FACTS, analysis)
+        maximum = float(view.config.limits.max_timeout_seconds)
+        ceiling = maximum
         if tool.keeps_output and isinstance(args, dict) and args.get("background"):
             ceiling = float(view.config.jobs.max_lifetime_seconds)  # a background job's deadline is its lifetime
-        timeout = min(float(tool.timeout_seconds(args, view)), ceiling)
+        wanted = maximum if prepared.timeout_seconds is None else float(prepared.timeout_seconds)
+        timeout = min(wanted, ceiling)
     except PeonError as exc:
         return Admission(exc, tool)
     return Admission(None, tool, args, request, verdict, timeout)

@@ -10,7 +10,8 @@ Promises:
   :meth:`ApprovalPolicy.questions` it asked (no I/O, no clock): ``allow``, ``ask`` or ``deny`` and the
   rule that said so;
 * a ``command_prefix`` rule is matched against every simple command of the shell command line
-  (:mod:`peon.approval.shell`): ``deny`` and ``ask`` rules match if **any** of them matches, or if part of the
+  (:mod:`peon.approval.shell`; the analysis the tool made of that very line when it has one, else the
+  policy's own): ``deny`` and ``ask`` rules match if **any** of them matches, or if part of the
   line cannot be analysed; ``allow`` rules allow only when **every** one of them is matched by an
   allow rule and nothing in the line is dynamic, writes outside the workspace or carries arguments
   that make a program unsafe (:mod:`peon.approval.rules`);
@@ -271,29 +272,30 @@ class ApprovalPolicy:
 
     # -- the questions that need the file system ---------------------------------------------------
 
-    def questions(self, request: ApprovalRequest) -> Questions:
-        """Facts :meth:`evaluate` needs before an allow rule may allow this call (none for most calls)."""
-        analysis = self._analysis_for_allow(request, _input_fields(request.canonical_input))
-        if analysis is None:
+    def questions(self, request: ApprovalRequest, analysis: ShellAnalysis | None = None) -> Questions:
+        """Facts :meth:`evaluate` needs before an allow rule may allow this call (none for most calls).
+        ``analysis``: the tool's analysis of the call's ``command``, if it made one (see :func:`analysis_of`)."""
+        args = _input_fields(request.canonical_input)
+        command = _command_of(args)
+        if command is None or not any(r.matches_call(request, args) for r in self._allow_command_rules):
             return Questions()
-        asked = questions(analysis)
+        asked = questions(rebased(analysis_of(command, analysis), _call_directory(request)))
         readable = sandbox_readable(request)
         return asked if readable is None else replace(asked, readable=readable)
 
-    def _analysis_for_allow(self, request: ApprovalRequest, args: Mapping[str, Any]) -> ShellAnalysis | None:
-        command = _command_of(args)
-        if command is None or not any(r.matches_call(request, args) for r in self._allow_command_rules):
-            return None
-        return rebased(analyze(command), _call_directory(request))
-
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def evaluate(self, request: ApprovalRequest, facts: ShellFacts = NO_FACTS) -> Verdict:
+    def evaluate(self, request: ApprovalRequest, facts: ShellFacts = NO_FACTS,
+                 analysis: ShellAnalysis | None = None) -> Verdict:
+        """The verdict on ``request`` given the ``facts`` its :meth:`questions` asked for. ``analysis``: the
+        tool's analysis of the call's ``command``, if it made one (see :func:`analysis_of`)."""
         args = _input_fields(request.canonical_input)
         action, rule = self._per_risk(request)
         command = _command_of(args)
-        analysis = analyze(command) if command is not None and any(
-            r.command_prefix is not None for r in self.rules) else None
+        if command is None or not any(r.command_prefix is not None for r in self.rules):
+            analysis = None
+        else:
+            analysis = analysis_of(command, analysis)
         matched: list[tuple[Action, str]] = []  # (decision, description) of matching trusted rules, in order
         for candidate in self.rules:
             if candidate.tighten_only or not candidate.matches_call(request, args):
@@ -363,6 +365,14 @@ class ApprovalPolicy:
                 used.append(rule.describe())
         parts = ", ".join(_show_segment(s) for s in analysis.segments)
         return f"{' and '.join(used)} (every part allowed: {parts})", ""
+
+
+def analysis_of(command: str, carried: object = None) -> ShellAnalysis:
+    """The analysis of ``command``: ``carried`` when it is one of exactly that line (what the tool's
+    ``prepare`` made of it: the line is parsed once per call), else a new one."""
+    if isinstance(carried, ShellAnalysis) and carried.command == command:
+        return carried
+    return analyze(command)
 
 
 def _call_directory(request: ApprovalRequest) -> str:

@@ -84,7 +84,8 @@ def fast_path_ok(schema: Any) -> bool:
     return True
 
 
-def _compile_fast(schema: Mapping[str, Any]) -> FastCheck | None:
+def compile_fast(schema: Mapping[str, Any]) -> FastCheck | None:
+    """The compiled check of a schema :func:`fast_path_ok` accepts (uncached); None for any other."""
     if not fast_path_ok(schema):
         return None
     import fastjsonschema
@@ -119,7 +120,7 @@ def _cached(cache: dict[int, tuple[Mapping[str, Any], Any]], schema: Mapping[str
 
 
 def _fast_check(schema: Mapping[str, Any]) -> FastCheck | None:
-    return cast("FastCheck | None", _cached(_fast_checks, schema, _compile_fast))
+    return cast("FastCheck | None", _cached(_fast_checks, schema, compile_fast))
 
 
 def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:

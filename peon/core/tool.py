@@ -8,11 +8,17 @@ A tool supplies:
 
 * ``name``, ``description``, ``input_schema`` (a JSON Schema for an object that rejects unknown fields),
   an optional ``output_schema`` and a declared ``risk``;
-* :meth:`approval_summary` — one line shown to whoever approves the call;
-* optionally :meth:`assess_risk` (a per-call effective risk, e.g. ``read`` elevating secret-like paths),
-  :meth:`approval_details`, :meth:`timeout_seconds` and :meth:`schema_for`;
+* what the supervisor decides a call on, in one of two ways: :meth:`Tool.prepare`, which computes it all
+  at once as a :class:`Prepared` (the built-in tools do: a path is resolved, a command line analysed, a
+  diff computed once per call); or the four hooks it is built from by default — :meth:`approval_summary`
+  (one line shown to whoever approves the call; required unless ``prepare`` is overridden) and optionally
+  :meth:`assess_risk` (a per-call effective risk, e.g. ``read`` elevating secret-like paths),
+  :meth:`approval_details` and :meth:`timeout_seconds`;
+* optionally :meth:`schema_for`;
 * :meth:`execute`, an ``async`` executor that runs in the worker and returns a JSON object, or raises
   :class:`~peon.core.errors.ToolError`.
+
+The supervisor calls :meth:`Tool.prepare` once per call and nothing else of the above.
 """
 
 from __future__ import annotations
@@ -36,6 +42,30 @@ class RiskAssessment:
     risk: ToolRisk
     reason: str
     sandboxed: bool = False  # the call will run inside the OS sandbox
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One call as the supervisor decides on it, computed once by :meth:`Tool.prepare`.
+
+    ``risk``, ``risk_reason`` and ``sandboxed`` rate the call (the policy's per-risk setting applies, and
+    ``process_sandboxed`` for a process call inside the OS sandbox); ``summary`` (one line) and
+    ``details`` (tool-specific facts, e.g. the resolved path) are what the approver is shown, and
+    ``details`` is what the worker receives as approved (``ToolContext.approved``), so the executor can
+    insist on running exactly that; ``timeout_seconds`` is how long the call may run (None: the
+    configured ``limits.max_timeout_seconds``; never more than it). ``command_analysis`` is the analysis
+    of the input's ``command`` (a :class:`peon.approval.shell.ShellAnalysis`) when the tool made one:
+    the policy's command rules read it instead of parsing the line again (any other value, or one of
+    another line, is ignored and the policy analyses the line itself).
+    """
+
+    risk: ToolRisk
+    risk_reason: str
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+    timeout_seconds: float | None = None
+    sandboxed: bool = False
+    command_analysis: Any = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +125,7 @@ class ToolContext:
     cancel: CancelToken
     limits: OutputLimits
     session: SessionView
-    # The tool-specific details the approver was shown (``approval_details``), so the executor can
+    # The tool-specific details the approver was shown (``Prepared.details``), so the executor can
     # insist on running exactly what was approved.
     approved: Mapping[str, Any] = field(default_factory=dict)
     wants_progress: bool = False
@@ -123,17 +153,49 @@ class Tool(abc.ABC):
     # default) only if its commands went through the process runner and all ended clean.
     starts_processes: ClassVar[bool] = True
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # approval_summary is abstract only for a tool that prepares its calls from the hooks: one that
+        # overrides prepare() describes its calls there and need not define it.
+        if cls.prepare is not Tool.prepare and getattr(cls.approval_summary, "__isabstractmethod__", False):
+            cls.approval_summary = _summary_is_prepared  # type: ignore[method-assign]
+
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         """The input schema in this session (``read_skill`` lists the discovered names); asked once,
         when the session starts."""
         return self.input_schema
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        return RiskAssessment(self.risk, f"declared risk of {self.name}")
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Everything the supervisor decides this call on, computed once, in the supervisor, from the
+        validated input: an expected refusal (``not_found``, ``outside_workspace``...) is raised here as a
+        :class:`~peon.core.errors.ToolError`, before anyone is asked. By default it is built from the four
+        hooks below, in this order: :meth:`assess_risk`, :meth:`approval_summary`, :meth:`approval_details`,
+        :meth:`timeout_seconds`."""
+        assessment = self.assess_risk(args, session)
+        summary = self.approval_summary(args)
+        details = self.approval_details(args, session)
+        return Prepared(assessment.risk, assessment.reason, summary, details,
+                        float(self.timeout_seconds(args, session)),
+                        sandboxed=bool(getattr(assessment, "sandboxed", False)))
 
-    @abc.abstractmethod
+    def declared_risk_reason(self) -> str:
+        """The risk reason of a call rated at the tool's declared ``risk``."""
+        return f"declared risk of {self.name}"
+
+    # -- the hooks the default prepare() is built from ----------------------------------------------
+
+    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+        return RiskAssessment(self.risk, self.declared_risk_reason())
+
     def approval_summary(self, args: Mapping[str, Any]) -> str:
-        """One line saying what this call will do, shown to the approver."""
+        """One line saying what this call will do, shown to the approver (required of a tool that leaves
+        :meth:`prepare` to the hooks)."""
+        raise NotImplementedError
+
+    # Abstract at run time (ABCMeta reads the flag): a tool that leaves prepare() to the hooks cannot be
+    # instantiated without it, and __init_subclass__ gives a tool that overrides prepare() a concrete one.
+    # Type checkers see a plain method, since which of the two applies depends on prepare().
+    approval_summary.__isabstractmethod__ = True  # type: ignore[attr-defined]
 
     def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
         """Tool-specific facts for the approver (e.g. the resolved executable of an agent)."""
@@ -157,6 +219,12 @@ class Tool(abc.ABC):
         process start costs a standby more CPU than the pages it saves the call). Errors are ignored.
         By default: nothing."""
         return None
+
+
+def _summary_is_prepared(self: Tool, args: Mapping[str, Any]) -> str:
+    """The ``approval_summary`` of a tool that overrides :meth:`Tool.prepare`: its summary is the one
+    ``prepare`` returns, and nothing else asks for it."""
+    raise NotImplementedError(f"{self.name} describes its calls in prepare(); ask it for the Prepared summary")
 
 
 def session_path(env: Mapping[str, str]) -> str:

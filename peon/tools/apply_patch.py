@@ -19,22 +19,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from peon.approval.policy import AGENT_CONTROL
 from peon.core.errors import ErrorCode, ToolError
 from peon.tools.shared.patch import FileOp, apply_hunks, parse_patch
 from peon.core.paths import WorkspacePath
 from peon.tools.shared.text_edit import decode_utf8
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.output.truncation import HeadTail
 from peon.core.text import lone_surrogate
 from peon.workers import fs
 
-from peon.tools.edit import EDIT_MAX_FILE_BYTES, risk_note
-from peon.tools.shared.target import Access, Target, approval_target, approved_expectation
+from peon.tools.edit import EDIT_MAX_FILE_BYTES
+from peon.tools.shared.resolver import session_resolver
+from peon.tools.shared.target import Access, Target, approved_expectation, resolve_target, risk_note
 
 MAX_PATCH_CHARS = 16 << 20
 MAX_FILES = 1000
 PREVIEW_BYTES = 16 << 10
-AGENT_CONTROL = "agent_control"  # the details key of a target on the agent-control list (peon.approval.policy)
 
 APPLY_PATCH_OUTPUT_SCHEMA = {
     "type": "object",
@@ -93,24 +94,32 @@ def _touches(ops: list[FileOp]) -> list[_Touch]:
     return touches
 
 
-# The supervisor rates and shows one call's files twice (assess_risk, approval_details), with the same args.
-_last: tuple[Mapping[str, Any], list[FileOp], list[tuple[_Touch, Target]]] | None = None
-
-
 def _plan(args: Mapping[str, Any], session: SessionView) -> tuple[list[FileOp], list[tuple[_Touch, Target]]]:
-    global _last
-    if _last is not None and _last[0] is args:
-        return _last[1], _last[2]
+    """The patch's operations, and every path they touch resolved (once per call, in the supervisor)."""
     ops = _ops(args)
-    # Each file gets its own key object: target's per-call cache is keyed on the args object's identity.
-    planned = [(touch, approval_target(touch.path, touch.access, {"path": touch.path.text}, session))
-               for touch in _touches(ops)]
-    _last = (args, ops, planned)
-    return ops, planned
+    return ops, [(touch, resolve_target(touch.path, touch.access, session)) for touch in _touches(ops)]
 
 
 def _action(op: FileOp) -> str:
     return "move" if op.move_to is not None else op.action
+
+
+def _details(args: Mapping[str, Any], ops: list[FileOp], planned: list[tuple[_Touch, Target]]) -> dict[str, Any]:
+    """What the approver is shown and the worker insists on: each file's action and resolved target."""
+    files: list[dict[str, Any]] = [{"action": _action(op)} for op in ops]
+    for touch, target in planned:
+        if touch.role == "source":
+            files[touch.op].update(target.details())
+        else:
+            files[touch.op]["move_to"] = target.details()
+    preview = HeadTail(PREVIEW_BYTES)
+    preview.feed(args["patch"].encode("utf-8"))
+    details: dict[str, Any] = {"files": files, "patch_preview": preview.render().text}
+    # The approval policy reads a written target's agent-control entry at the top of the details.
+    control = next((t.details()[AGENT_CONTROL] for _, t in planned if AGENT_CONTROL in t.details()), None)
+    if control is not None:
+        details[AGENT_CONTROL] = control
+    return details
 
 
 class ApplyPatchTool(Tool):
@@ -136,39 +145,18 @@ class ApplyPatchTool(Tool):
     output_schema = APPLY_PATCH_OUTPUT_SCHEMA
     starts_processes = False  # may be served by a long-lived worker
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Rated by every file it touches, where each resolves; shown with every file's action and resolved
+        target (``files``; a move's destination under ``move_to``) and the patch itself (head and tail when
+        long). A patch that does not parse, or a file that cannot be touched, fails here."""
         ops, planned = _plan(args, session)
         notes = [note for _, target in planned if (note := risk_note(target))]
-        return RiskAssessment(ToolRisk.FILESYSTEM, f"changes {len(ops)} file{'s' if len(ops) != 1 else ''} inside "
-                                                   "the workspace" + (f" ({'; '.join(notes)})" if notes else ""))
-
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        try:
-            ops = _ops(args)
-        except ToolError:
-            return "apply a patch that does not parse"
+        reason = (f"changes {len(ops)} file{'s' if len(ops) != 1 else ''} inside the workspace"
+                  + (f" ({'; '.join(notes)})" if notes else ""))
         shown = ", ".join(f"{_action(op)} {op.path.text!r}" + (f" to {op.move_to.text!r}" if op.move_to else "")
                           for op in ops[:10])
-        return f"apply a patch: {shown}" + (f" and {len(ops) - 10} more" if len(ops) > 10 else "")
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        """Every file with its action and resolved target (``files``; a move's destination under
-        ``move_to``), and the patch itself (head and tail when long)."""
-        ops, planned = _plan(args, session)
-        files: list[dict[str, Any]] = [{"action": _action(op)} for op in ops]
-        for touch, target in planned:
-            if touch.role == "source":
-                files[touch.op].update(target.details())
-            else:
-                files[touch.op]["move_to"] = target.details()
-        preview = HeadTail(PREVIEW_BYTES)
-        preview.feed(args["patch"].encode("utf-8"))
-        details: dict[str, Any] = {"files": files, "patch_preview": preview.render().text}
-        # The approval policy reads a written target's agent-control entry at the top of the details.
-        control = next((t.details()[AGENT_CONTROL] for _, t in planned if AGENT_CONTROL in t.details()), None)
-        if control is not None:
-            details[AGENT_CONTROL] = control
-        return details
+        summary = f"apply a patch: {shown}" + (f" and {len(ops) - 10} more" if len(ops) > 10 else "")
+        return Prepared(ToolRisk.FILESYSTEM, reason, summary, _details(args, ops, planned))
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         ops = _ops(args)
@@ -176,7 +164,7 @@ class ApplyPatchTool(Tool):
         if not isinstance(approved, list) or len(approved) != len(ops):
             raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "the call does not carry the approved files of its "
                             "patch; nothing was done", {"rule": "approved_details"})
-        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(ctx.session)
         changes: list[fs.Change] = []
         results: list[dict[str, Any]] = []
         fuzzy = 0

@@ -7,7 +7,11 @@ environment is :func:`peon.core.environment.command_environment`'s (pagers, edit
 wait on a person are off). A non-zero exit, a timeout and a cancel are results (with ``exit_code``,
 ``signal``, ``timed_out``, ``cancelled``), not errors.
 
-When the session's OS sandbox is on (``[sandbox]``, :mod:`peon.workers.sandbox`), the call is assessed
+The command line is analysed once per call, by :meth:`BashTool.prepare` in the supervisor
+(:func:`peon.approval.shell.analyze`): the approval details show its simple commands, and the approval
+policy's command rules judge that same analysis.
+
+When the session's OS sandbox is on (``[sandbox]``, :mod:`peon.workers.sandbox`), the call is rated
 ``sandboxed``, its approval details carry a ``"sandbox"`` object saying exactly what the command may
 write, read and reach (kind, paths, network, isolation, Landlock ABI), and the worker runs the command
 inside exactly that sandbox — or fails ``sandbox_unavailable`` without starting anything. The result's
@@ -37,7 +41,7 @@ from typing import Any, ClassVar
 from peon.core.environment import command_environment
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import parse_workspace_path
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import fs, sandbox
 from peon.workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
@@ -48,6 +52,7 @@ from peon.tools.shared.process import (
     effective_timeout,
     with_session_timeout,
 )
+from peon.tools.shared.resolver import session_resolver
 
 BASH = "/bin/bash"
 TRUE = "/bin/true"
@@ -94,36 +99,29 @@ class BashTool(Tool):
     }
     keeps_output = True
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        if session.sandbox.get("active"):
-            return RiskAssessment(self.risk, f"declared risk of {self.name}, inside the OS sandbox", sandboxed=True)
-        return RiskAssessment(self.risk, f"declared risk of {self.name}")
-
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         return with_session_timeout(self.input_schema, session)
 
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        return f"run in /bin/bash -lc: {args['command']}"
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        """The argv, directory and timeout, the simple commands the line runs as Peon parsed them
-        (``segments``; ``unanalyzable`` and ``dynamic`` say what the parse could not settle), and, unless
-        ``sandbox.mode`` is "off", the OS sandbox the command will run in (``sandbox``)."""
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Declared risk (``sandboxed`` inside the OS sandbox). The details: the argv, directory and
+        timeout, the simple commands the line runs as Peon parsed them (``segments``; ``unanalyzable`` and
+        ``dynamic`` say what the parse could not settle), and, unless ``sandbox.mode`` is "off", the OS
+        sandbox the command will run in (``sandbox``). The analysis goes to the policy with them."""
         from peon.approval.shell import analyze  # here: only the supervisor parses; workers never load the grammar
 
-        details = {"argv": [BASH, "-lc", args["command"]], **_resolve_cwd(args, session),
-                   "timeout_seconds": self.timeout_seconds(args, session), **analyze(args["command"]).to_dict()}
+        timeout = call_timeout(args, session)
+        details = {"argv": [BASH, "-lc", args["command"]], **_resolve_cwd(args, session), "timeout_seconds": timeout}
+        analysis = analyze(args["command"])
+        details.update(analysis.to_dict())
         if args.get("background"):
             details["background"] = True
         confinement = sandbox.call_details(session.sandbox)
-        return details if confinement is None else {**details, "sandbox": confinement}
-
-    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
-        if args.get("background"):  # a job's deadline is its lifetime, or its own shorter timeout
-            lifetime = float(session.config.jobs.max_lifetime_seconds)
-            requested = args.get("timeout_seconds")
-            return lifetime if requested is None else min(float(requested), lifetime)
-        return effective_timeout(args, session)
+        if confinement is not None:
+            details["sandbox"] = confinement
+        sandboxed = bool(session.sandbox.get("active"))
+        reason = self.declared_risk_reason() + (", inside the OS sandbox" if sandboxed else "")
+        return Prepared(self.risk, reason, f"run in /bin/bash -lc: {args['command']}", details, timeout,
+                        sandboxed=sandboxed, command_analysis=analysis)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         confinement = sandbox.confinement_for(ctx)
@@ -140,7 +138,7 @@ class BashTool(Tool):
         finally:
             if cwd_fd is not None:
                 os.close(cwd_fd)
-        return {**outcome.to_value(), "timeout_seconds": self.timeout_seconds(args, ctx.session),
+        return {**outcome.to_value(), "timeout_seconds": call_timeout(args, ctx.session),
                 "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}
 
     async def warm_up(self, ctx: ToolContext, *, processes: bool) -> None:
@@ -148,6 +146,16 @@ class BashTool(Tool):
         call's output sink: the runner's whole path, no effect."""
         if processes and os.access(TRUE, os.X_OK):
             await run_process(ProcessSpec([TRUE], "/", command_environment(ctx.session)), ctx)
+
+
+def call_timeout(args: Mapping[str, Any], session: SessionView) -> float:
+    """How long a call may run: a job its lifetime (``jobs.max_lifetime_seconds``) or its own shorter
+    ``timeout_seconds``, any other call :func:`~peon.tools.shared.process.effective_timeout`."""
+    if args.get("background"):
+        lifetime = float(session.config.jobs.max_lifetime_seconds)
+        requested = args.get("timeout_seconds")
+        return lifetime if requested is None else min(float(requested), lifetime)
+    return effective_timeout(args, session)
 
 
 def _resolve_cwd(args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
@@ -183,7 +191,7 @@ def _open_approved_cwd(args: Mapping[str, Any], ctx: ToolContext) -> int | None:
         raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL,
                         f"cwd {path.shown}: the call does not carry the approved directory; nothing was run",
                         {"rule": "approved_details"})
-    resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+    resolver = session_resolver(ctx.session)
     with fs.workspace_root(ctx.session) as root:
         fd = fs.open_beneath(root, path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolver)
     if fs.FileId.of(os.fstat(fd)) != expected:

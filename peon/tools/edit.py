@@ -23,13 +23,14 @@ from typing import Any
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import WorkspacePath, parse_file_path
 from peon.tools.shared.text_edit import Applied, Edit, apply_edits, decode_utf8
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.output.truncation import HeadTail
 from peon.tools.shared.unified_diff import unified_diff
 from peon.core.text import lone_surrogate
 from peon.workers import fs
 
-from peon.tools.shared.target import Target, approval_target, approved_expectation
+from peon.tools.shared.resolver import session_resolver
+from peon.tools.shared.target import approved_expectation, resolve_target, risk_note
 
 EDIT_MAX_FILE_BYTES = 64 << 20  # a larger file is too_large: it is held in memory several times over
 APPROVAL_DIFF_MAX_FILE_BYTES = 8 << 20  # larger files show the edits, not the diff, to the approver
@@ -54,15 +55,6 @@ EDIT_OUTPUT_SCHEMA = {
     "required": ["path", "sha256", "previous_sha256", "replacements", "bytes", "line_ending", "diff",
                  "diff_truncated", "lines_added", "lines_removed"],
 }
-
-
-def risk_note(target: Target) -> str:
-    """What a risk reason says about a written target, as ``write`` says it: where it resolves, why it is
-    secret-like, and why it steers other agents (a target on the agent-control list, where there is one)."""
-    secret = target.secret_reason()  # names the resolved path itself when only that one matched
-    note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
-    control = getattr(target, "agent_control_reason", None)
-    return "; ".join(filter(None, (note, control() if callable(control) else None)))
 
 
 def _edits(args: Mapping[str, Any]) -> list[Edit]:
@@ -125,36 +117,32 @@ class EditTool(Tool):
     output_schema = EDIT_OUTPUT_SCHEMA
     starts_processes = False  # may be served by a long-lived worker
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        note = risk_note(approval_target(parse_file_path(args["path"]), "replace", args, session))
-        return RiskAssessment(ToolRisk.FILESYSTEM, "edits a file inside the workspace" + (f" ({note})" if note else ""))
-
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        count = len(args["edits"])
-        return f"edit {args['path']!r} ({count} replacement{'s' if count != 1 else ''})"
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        """The resolved target and the unified diff of the change (or, for a file over
-        :data:`APPROVAL_DIFF_MAX_FILE_BYTES`, each edit's strings, bounded). An edit that cannot apply
-        fails here, before anyone is asked."""
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Rated by where the path resolves, and shown with that resolution and the unified diff of the
+        change (or, for a file over :data:`APPROVAL_DIFF_MAX_FILE_BYTES`, each edit's strings, bounded). An
+        edit that cannot apply fails here, before anyone is asked."""
         path = parse_file_path(args["path"])
-        target = approval_target(path, "replace", args, session)
+        target = resolve_target(path, "replace", session)
+        note = risk_note(target)
+        reason = "edits a file inside the workspace" + (f" ({note})" if note else "")
+        count = len(args["edits"])
+        summary = f"edit {args['path']!r} ({count} replacement{'s' if count != 1 else ''})"
         details: dict[str, Any] = {**target.details(), "expected_sha256": args.get("expected_sha256")}
-        resolver = fs.choose_resolver(session.env.get(fs.RESOLVER_ENV))
         with fs.workspace_root(session) as root:
-            window = fs.read_whole(root, path, resolver, expected=target.resolution.file,
+            window = fs.read_whole(root, path, session_resolver(session), expected=target.resolution.file,
                                    max_bytes=APPROVAL_DIFF_MAX_FILE_BYTES)
         if window is None:
             details["edits_preview"] = [{"old_string": _preview(e.old), "new_string": _preview(e.new),
                                          "replace_all": e.replace_all} for e in _edits(args)]
-            return details
-        old, applied = _edited(window, path, args)
-        diff = unified_diff(target.resolution.path, old, applied.text, APPROVAL_DIFF_BYTES)
-        return {**details, "sha256": window.sha256, "diff": diff.text, "diff_truncated": diff.truncated}
+        else:
+            old, applied = _edited(window, path, args)
+            diff = unified_diff(target.resolution.path, old, applied.text, APPROVAL_DIFF_BYTES)
+            details.update({"sha256": window.sha256, "diff": diff.text, "diff_truncated": diff.truncated})
+        return Prepared(ToolRisk.FILESYSTEM, reason, summary, details)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         path = parse_file_path(args["path"])
-        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(ctx.session)
         with fs.workspace_root(ctx.session) as root:
             expected = approved_expectation(ctx.approved, path, "replace", root)
             window = fs.read_whole(root, path, resolver, expected=expected.file, max_bytes=EDIT_MAX_FILE_BYTES)

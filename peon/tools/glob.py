@@ -18,7 +18,7 @@ from typing import Any
 from peon.core.errors import ErrorCode, ToolError
 from peon.tools.shared.globs import compile_glob
 from peon.tools.shared.search import DEFAULT_LIMIT, MAX_LIMIT, Page, PathReader, rg_base_argv
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 
 from peon.tools.grep import check_rg_failed, open_search_root, resolve_search_root, rg_executable, run_rg
 from peon.tools.shared.process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
@@ -68,23 +68,18 @@ class GlobTool(Tool):
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         return with_session_timeout(self.input_schema, session)
 
-    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
-        return effective_timeout(args, session)
-
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        return RiskAssessment(ToolRisk.READ_ONLY, "lists file names inside the workspace")
-
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        return f"list files matching {args['pattern']!r} in {args.get('path') or '.'!r}"
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Shown with the resolved directory. A pattern that does not compile, or a path that is not a
+        directory, fails here."""
         compile_glob(args["pattern"])  # refused here, before anyone is asked
         details = resolve_search_root(args, session)
         if details["kind"] != "directory":
             raise ToolError(ErrorCode.NOT_A_DIRECTORY, f"path {args.get('path')!r} resolves to {details['path']!r}, "
                             "a file; glob lists beneath a directory", {"kind": "file"})
-        return {**details, "respect_gitignore": args.get("respect_gitignore", True),
-                "timeout_seconds": self.timeout_seconds(args, session)}
+        timeout = effective_timeout(args, session)
+        details = {**details, "respect_gitignore": args.get("respect_gitignore", True), "timeout_seconds": timeout}
+        return Prepared(ToolRisk.READ_ONLY, "lists file names inside the workspace",
+                        f"list files matching {args['pattern']!r} in {args.get('path') or '.'!r}", details, timeout)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         rg = rg_executable()

@@ -51,11 +51,12 @@ from peon.tools.shared.search import (
     rg_error,
 )
 from peon.approval.secret_paths import secret_match, secret_patterns
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import fs
 from peon.workers.runner import ProcessOutcome, ProcessSpec, run_process
 
 from peon.tools.shared.process import TIMEOUT_PROPERTY, effective_timeout, with_session_timeout
+from peon.tools.shared.resolver import session_resolver
 
 ANSWER_MARGIN_SECONDS = 0.15  # ripgrep is stopped this long before the deadline, so the answer is in time
 MAX_SKIPPED_LISTED = 200
@@ -102,7 +103,7 @@ def open_search_root(args: Mapping[str, Any], ctx: ToolContext) -> SearchRoot:
         raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, "the call does not carry the approved search path; "
                         "nothing was searched", {"rule": "approved_details"})
     typed = parse_workspace_path(args.get("path") or ".")
-    resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+    resolver = session_resolver(ctx.session)
     with fs.workspace_root(ctx.session) as root:
         if kind == "directory":
             fd = (fs.open_beneath(root, typed, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, resolver) if typed.parts
@@ -319,24 +320,21 @@ class GrepTool(Tool):
     def schema_for(self, session: SessionView) -> Mapping[str, Any]:
         return with_session_timeout(self.input_schema, session)
 
-    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
-        return effective_timeout(args, session)
-
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        if args.get("include_secret_paths"):
-            return RiskAssessment(ToolRisk.FILESYSTEM, "searches inside the workspace, secret-like files included")
-        return RiskAssessment(ToolRisk.READ_ONLY, "searches inside the workspace (secret-like files skipped)")
-
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Filesystem risk when secret-like files are searched too; shown with the resolved search path. A
+        glob that does not compile, or a path that cannot be searched, fails here."""
+        secrets = bool(args.get("include_secret_paths"))
+        if secrets:
+            risk, reason = ToolRisk.FILESYSTEM, "searches inside the workspace, secret-like files included"
+        else:
+            risk, reason = ToolRisk.READ_ONLY, "searches inside the workspace (secret-like files skipped)"
         where = args.get("path") or "."
-        return f"search {where!r} for /{args['pattern']}/" + (" including secret-like files"
-                                                            if args.get("include_secret_paths") else "")
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+        summary = f"search {where!r} for /{args['pattern']}/" + (" including secret-like files" if secrets else "")
         if args.get("glob") is not None:
             compile_glob(args["glob"])  # refused here, before anyone is asked
-        return {**resolve_search_root(args, session), "include_secret_paths": bool(args.get("include_secret_paths")),
-                "timeout_seconds": self.timeout_seconds(args, session)}
+        timeout = effective_timeout(args, session)
+        details = {**resolve_search_root(args, session), "include_secret_paths": secrets, "timeout_seconds": timeout}
+        return Prepared(risk, reason, summary, details, timeout)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         rg = rg_executable()

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from peon.core.jobs import JOB_INFO_PROPERTIES
-from peon.core.tool import Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 
 
 class JobListTool(Tool):
@@ -30,11 +30,8 @@ class JobListTool(Tool):
         "required": ["jobs", "running"],
     }
 
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        return "list this session's jobs"
-
-    def timeout_seconds(self, args: Mapping[str, Any], session: Any) -> float:
-        return 10.0
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        return Prepared(self.risk, self.declared_risk_reason(), "list this session's jobs", timeout_seconds=10.0)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         jobs = [info.to_dict() for info in ctx.jobs.list()]

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from peon.core.jobs import DEFAULT_PAGE_BYTES, JOB_STATES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
-from peon.core.tool import Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 
 JOB_ID_PROPERTY = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$",
                    "description": "The job_id a bash or agent result carried."}
@@ -71,11 +71,10 @@ class JobOutputTool(Tool):
         "required": ["job_id", "state", "offset", "next_offset", "output", "output_bytes", "eof"],
     }
 
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        return f"read the output of job {args['job_id']}"
-
-    def timeout_seconds(self, args: Mapping[str, Any], session: Any) -> float:
-        return min(float(args.get("wait_seconds") or 0.0), MAX_WAIT_SECONDS) + 5.0
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        wait = min(float(args.get("wait_seconds") or 0.0), MAX_WAIT_SECONDS)
+        return Prepared(self.risk, self.declared_risk_reason(), f"read the output of job {args['job_id']}",
+                        timeout_seconds=wait + 5.0)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         jobs = ctx.jobs

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from peon.core.jobs import JOB_INFO_PROPERTIES, page_value
-from peon.core.tool import Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 
 from peon.tools.job_output import JOB_ID_PROPERTY
 
@@ -42,11 +42,9 @@ class JobStopTool(Tool):
         "required": ["job_id", "state"],
     }
 
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        return f"stop job {args['job_id']} and every process it started"
-
-    def timeout_seconds(self, args: Mapping[str, Any], session: Any) -> float:
-        return 30.0
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        return Prepared(self.risk, self.declared_risk_reason(),
+                        f"stop job {args['job_id']} and every process it started", timeout_seconds=30.0)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         jobs = ctx.jobs

@@ -32,11 +32,12 @@ from typing import Any
 
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import WorkspacePath, parse_file_path
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.output.truncation import utf8_prefix_end
 from peon.workers import fs
 
-from peon.tools.shared.target import Target, approval_target, approved_expectation, resolve_for
+from peon.tools.shared.resolver import session_resolver
+from peon.tools.shared.target import Target, approved_expectation, resolve_for, resolve_target
 
 MAX_BYTE_VALUE = 2**63 - 1  # off_t
 CONTEXT_BYTES = 3  # bytes read on each side of the range to explain a cut character
@@ -192,23 +193,22 @@ class ReadTool(Tool):
     }
     output_schema = READ_OUTPUT_SCHEMA
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        target = approval_target(parse_file_path(args["path"]), "read", args, session)
-        secret = target.secret_reason()
-        if secret is not None:
-            return RiskAssessment(ToolRisk.FILESYSTEM, secret)
-        where = target.where()
-        return RiskAssessment(ToolRisk.READ_ONLY,
-                              "reads a file inside the workspace" + (f" ({where})" if where else ""))
-
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Rated by where the path resolves (filesystem risk for a secret-like path, typed or resolved),
+        and shown with that resolution."""
+        target = resolve_target(parse_file_path(args["path"]), "read", session)
         where = f"from byte {int(args.get('offset', 0))}"
         if args.get("limit") is not None:
             where += f", at most {int(args['limit'])} bytes"
-        return f"read {args.get('path')!r} ({where})"
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        return approval_target(parse_file_path(args["path"]), "read", args, session).details()
+        summary = f"read {args.get('path')!r} ({where})"
+        secret = target.secret_reason()
+        if secret is not None:
+            risk, reason = ToolRisk.FILESYSTEM, secret
+        else:
+            redirected = target.where()
+            risk, reason = ToolRisk.READ_ONLY, "reads a file inside the workspace" + (f" ({redirected})" if redirected
+                                                                                     else "")
+        return Prepared(risk, reason, summary, target.details())
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         with fs.workspace_root(ctx.session) as root:
@@ -235,7 +235,7 @@ def _read_approved(root: int, args: Mapping[str, Any], approved: Mapping[str, An
     limit = None if args.get("limit") is None else int(args["limit"])
     expected = approved_expectation(approved, path, "read", root)
     return read_file(root, path, int(args.get("offset", 0)), limit, ctx.limits.read_max_bytes,
-                     fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV)), expected=expected.file)
+                     session_resolver(ctx.session), expected=expected.file)
 
 
 def read_file(root: int, path: WorkspacePath, offset: int, limit: int | None, max_bytes: int,

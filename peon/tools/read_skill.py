@@ -24,7 +24,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from peon.core.errors import ErrorCode, ToolError
-from peon.core.tool import SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.paths import printable
 from peon.core.output.truncation import decode, utf8_prefix_end
 from peon.workers.skills import Moved, NotRegular, Outside, open_skill, read_prefix
@@ -77,12 +77,11 @@ class ReadSkillTool(Tool):
                                     "description": about}},
         }
 
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        return f"read the skill {args['name']!r}"
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Shown with where the skill was discovered."""
         record = session.skills.get(args["name"])
-        return {"path": record.path, "origin": record.origin} if record is not None else {}
+        details = {"path": record.path, "origin": record.origin} if record is not None else {}
+        return Prepared(self.risk, self.declared_risk_reason(), f"read the skill {args['name']!r}", details)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         name = args["name"]

@@ -21,12 +21,13 @@ from collections.abc import Mapping
 
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import WorkspacePath, parse_file_path
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.core.output.truncation import HeadTail
 from peon.core.text import lone_surrogate
 from peon.workers import fs
 
-from peon.tools.shared.target import approval_target, approved_expectation
+from peon.tools.shared.resolver import session_resolver
+from peon.tools.shared.target import approved_expectation, resolve_target, risk_note
 
 PREVIEW_BYTES = 4096  # of the content, shown to the approver (head and tail)
 
@@ -81,32 +82,26 @@ class WriteTool(Tool):
     }
     output_schema = WRITE_OUTPUT_SCHEMA
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Rated and shown by where the path resolves; the details carry the content's size, hash and
+        preview (head and tail)."""
         path, _, _ = _checked(args)
-        target = approval_target(path, args["mode"], args, session)
-        secret = target.secret_reason()  # names the resolved path itself when only that one matched
-        note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
-        note = "; ".join(filter(None, (note, target.agent_control_reason())))
-        return RiskAssessment(ToolRisk.FILESYSTEM, f"{args['mode']}s a file inside the workspace"
-                                                   + (f" ({note})" if note else ""))
-
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
-        size = len(args["content"].encode("utf-8", "surrogatepass"))
-        condition = f", only if its sha256 is still {args['expected_sha256']}" if args.get("expected_sha256") else ""
-        return f"{args['mode']} {args['path']!r} with {size} bytes{condition}"
-
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        path, _, _ = _checked(args)
+        target = resolve_target(path, args["mode"], session)
+        note = risk_note(target)
         data = args["content"].encode("utf-8", "surrogatepass")
+        condition = f", only if its sha256 is still {args['expected_sha256']}" if args.get("expected_sha256") else ""
         preview = HeadTail(PREVIEW_BYTES)
         preview.feed(data)
-        return {**approval_target(path, args["mode"], args, session).details(), "mode": args["mode"],
-                "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                "expected_sha256": args.get("expected_sha256"), "content_preview": preview.render().text}
+        details = {**target.details(), "mode": args["mode"], "bytes": len(data),
+                   "sha256": hashlib.sha256(data).hexdigest(), "expected_sha256": args.get("expected_sha256"),
+                   "content_preview": preview.render().text}
+        reason = f"{args['mode']}s a file inside the workspace" + (f" ({note})" if note else "")
+        summary = f"{args['mode']} {args['path']!r} with {len(data)} bytes{condition}"
+        return Prepared(ToolRisk.FILESYSTEM, reason, summary, details)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         path, data, expected_sha256 = _checked(args)
-        resolver = fs.choose_resolver(ctx.session.env.get(fs.RESOLVER_ENV))
+        resolver = session_resolver(ctx.session)
         with fs.workspace_root(ctx.session) as root:
             expected = approved_expectation(ctx.approved, path, args["mode"], root)
             outcome = fs.write_file(root, path, data, create=args["mode"] == "create",

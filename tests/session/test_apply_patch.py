@@ -269,10 +269,10 @@ def test_an_agent_control_target_is_lifted_to_the_top_of_the_details(monkeypatch
         def agent_control_reason(self):
             return "writes beneath .git/hooks" if self.path.startswith(".git") else None
 
-    monkeypatch.setattr(apply_patch, "approval_target", lambda typed, access, key, session: Stub(typed.normalized))
+    monkeypatch.setattr(apply_patch, "resolve_target", lambda typed, access, session: Stub(typed.normalized))
     tool = apply_patch.ApplyPatchTool()
     args = {"patch": patch("*** Add File: notes.txt", "+x", "*** Add File: .git/hooks/pre-commit", "+evil")}
-    details = tool.approval_details(args, None)
+    details = tool.prepare(args, None).details
     assert details["agent_control"] == ".git/hooks" and details["files"][1]["agent_control"] == ".git/hooks"
-    assert "writes beneath .git/hooks" in tool.assess_risk(args, None).reason
-    assert "agent_control" not in tool.approval_details({"patch": patch("*** Add File: a.txt", "+x")}, None)
+    assert "writes beneath .git/hooks" in tool.prepare(args, None).risk_reason
+    assert "agent_control" not in tool.prepare({"patch": patch("*** Add File: a.txt", "+x")}, None).details

@@ -67,6 +67,23 @@ def test_contract_rules(overrides, fragment):
     assert exc.value.code.value == "registration_failed"
 
 
+def test_approval_summary_is_required_only_of_a_tool_that_does_not_prepare():
+    from peon.core.tool import Prepared
+
+    async def execute(self, args, ctx):
+        return {}
+
+    attrs = {"name": "t", "description": "does things", "risk": ToolRisk.READ_ONLY, "execute": execute,
+             "input_schema": {"type": "object", "properties": {}, "additionalProperties": False}}
+    with pytest.raises(RegistrationError, match="approval_summary"):
+        Registry().register(type("Hooked", (Tool,), attrs))
+    preparing = type("Preparing", (Tool,), {**attrs, "prepare": lambda self, args, session: Prepared(
+        ToolRisk.FILESYSTEM, "why", "what", timeout_seconds=5.0)})
+    prepared = Registry().register(preparing).prepare({}, None)
+    assert (prepared.risk, prepared.risk_reason, prepared.summary, prepared.timeout_seconds) == (
+        ToolRisk.FILESYSTEM, "why", "what", 5.0)
+
+
 def test_executor_must_be_async():
     def execute(self, args, ctx):
         return {}
@@ -124,3 +141,31 @@ def test_validation_errors_are_stable(session):
     r = session.call("bash", {"command": "x" * 10, "timeout_seconds": "soon"})
     assert r.error.code == "invalid_input"
     assert r.error.details == {"rule": "type", "pointer": "/timeout_seconds", "value": '"soon"'}
+
+
+
+@pytest.mark.parametrize("tool, import_path, summary, reason, details", [
+    ("hooked", "contract_tools:HookedTool", "hooked call for n1", "the hooks rate n1 as filesystem",
+     {"name": "n1", "workspace": None}),
+    ("preparing", "contract_tools:PreparingTool", "prepared call for n1", "prepare rates n1 as filesystem",
+     {"name": "n1"}),
+])
+def test_each_form_of_the_contract_reaches_the_approver_and_the_worker(open_session, workspace, tool, import_path,
+                                                                        summary, reason, details):
+    """A tool written against the four hooks (``hooked``) is prepared from them, and one that overrides
+    ``prepare`` alone (``preparing``) needs no ``approval_summary``: for both, the risk, its reason, the
+    summary and the details reach the approver, the details reach the worker as approved, and the call
+    runs with its own timeout."""
+    from helpers import Recorder
+
+    if "workspace" in details:
+        details = {**details, "workspace": str(workspace)}
+    approver = Recorder("allow_once")
+    session = open_session({"approval": {"filesystem": "ask"}}, env={"PYTHONPATH": str(FIXTURES)},
+                           tools=[import_path], approver=approver)
+    r = session.call(tool, {"name": "n1", "seconds": 40})
+    assert r.ok, r.error
+    (request,) = approver.requests
+    assert (request["risk"], request["risk_reason"], request["summary"]) == ("filesystem", reason, summary)
+    assert request["details"] == details and r.value["approved"] == details
+    assert 30 < r.value["remaining"] <= 40  # the call's own timeout, not limits.max_timeout_seconds

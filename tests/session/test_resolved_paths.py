@@ -23,7 +23,8 @@ from peon.core.errors import ToolError
 from peon.core.paths import parse_file_path
 from peon.core.tool import SessionView
 from peon.tools.shared import target as target_module
-from peon.tools.shared.target import approval_target, approved_expectation
+from peon.tools.read import ReadTool
+from peon.tools.shared.target import approved_expectation, resolve_target
 from peon.workers import fs
 
 HOOK = "#!/bin/sh\nexit 0\n"
@@ -248,17 +249,20 @@ def view(workspace: Path, root_fd: int = -1) -> SessionView:
     return SessionView(workspace=workspace, config=config, env={}, root_fd=root_fd)
 
 
-def test_one_resolution_per_call(workspace):
+def test_one_resolution_per_call(workspace, monkeypatch):
+    """One call's prepare resolves its path once: the risk it rates and the details it shows are of that
+    one resolution. The next call resolves again."""
     (workspace / "a").write_text("a")
     session = view(workspace)
-    args = {"path": "a"}
-    first = approval_target(parse_file_path("a"), "read", args, session)
-    assert approval_target(parse_file_path("a"), "read", args, session) is first  # assess_risk, then details
+    resolved = []
+    resolve_for = target_module.resolve_for
+    monkeypatch.setattr(target_module, "resolve_for", lambda *args: resolved.append(args) or resolve_for(*args))
+    prepared = ReadTool().prepare({"path": "a"}, session)
+    assert len(resolved) == 1 and prepared.details["path"] == "a"  # rated and shown from one resolution
     (workspace / "a").unlink()
-    with pytest.raises(ToolError) as info:  # a new call (a new args object) resolves again
-        approval_target(parse_file_path("a"), "read", dict(args), session)
+    with pytest.raises(ToolError) as info:  # a new call resolves again
+        ReadTool().prepare({"path": "a"}, session)
     assert info.value.code.value == "not_found"
-    target_module._last = None
 
 
 @pytest.mark.parametrize("approved", [
@@ -277,7 +281,7 @@ def test_the_worker_fails_closed_without_a_well_formed_approval(workspace, appro
 
 
 def test_a_create_must_not_carry_a_file_identity(workspace):
-    target = approval_target(parse_file_path("new"), "create", {}, view(workspace))
+    target = resolve_target(parse_file_path("new"), "create", view(workspace))
     details = target.details()
     assert set(details) == {"path", "directory_id"}
     root = fs.open_root(workspace)

@@ -10,7 +10,7 @@ import pytest
 from peon.approval.admission import admit
 from peon.client.config import load_config
 from peon.core.config_view import ResolvedConfig
-from peon.approval.policy import ApprovalPolicy
+from peon.approval.policy import ApprovalPolicy, ApprovalRequest
 from peon.approval.rules import NO_FACTS, GitFacts, Questions, ShellFacts
 from peon.core.tool import RiskAssessment, SessionView, Tool, ToolRisk
 from peon.tools import BUILTIN_TOOLS
@@ -103,3 +103,44 @@ def test_per_risk_settings_decide_reads_of_secret_like_paths(tmp_path, risk_sett
     (tmp_path / ".env").write_text("TOKEN=1\n")  # read rates the file its path resolves to
     admission = run("read", {"path": ".env"})
     assert admission.request.risk is ToolRisk.FILESYSTEM and admission.verdict.action == expected
+
+
+def test_a_bash_line_is_parsed_once_per_call(tmp_path, monkeypatch):
+    """The analysis the tool's prepare makes is the one the approver is shown and the one the policy's
+    questions and verdict judge (allow, ask and deny rules for commands all apply here)."""
+    from peon.approval.shell import walk
+
+    parsed: list[str] = []
+    parse_tree = walk.parse_tree
+    monkeypatch.setattr(walk, "parse_tree", lambda command: parsed.append(command) or parse_tree(command))
+    rules = [{"tool": "bash", "command_prefix": "git status", "decision": "allow"},
+             {"tool": "bash", "command_prefix": "make", "decision": "allow"},
+             {"tool": "bash", "command_prefix": "git push", "decision": "deny"},
+             {"tool": "bash", "command_prefix": "rm", "decision": "ask"}]
+    run, asked = pipeline(tmp_path, {"approval": {"rules": rules}})
+    command = "git status && make test > out.txt"
+    clean = ShellFacts(git={".": GitFacts()}, paths_inside={"out.txt": True})
+    admission = run("bash", {"command": command}, clean)
+    assert parsed == [command]
+    assert asked == [Questions(paths=frozenset({"out.txt"}), git_cwds=frozenset({"."}))]
+    assert admission.verdict.action == "allow", admission.verdict
+    assert [s["words"] for s in admission.request.details["segments"]] == [["git", "status"], ["make", "test"]]
+
+
+def test_the_policy_analyses_a_line_itself_when_no_analysis_of_it_is_carried(tmp_path, monkeypatch):
+    """A tool with a ``command`` input that made no analysis, or one of another line, is judged on the
+    policy's own analysis of the line: a carried analysis never stands in for another command."""
+    from peon.approval.shell import analyze, walk
+
+    policy = ApprovalPolicy.from_loaded(ResolvedConfig(load_config(
+        {"approval": {"rules": [{"tool": "bash", "command_prefix": "rm", "decision": "deny"}]}},
+        env={"XDG_CONFIG_HOME": str(tmp_path / "none")}).to_wire()))
+    request = ApprovalRequest(call_id="c1", tool="bash", risk=ToolRisk.PROCESS, risk_reason="r", summary="s",
+                              canonical_input='{"command":"rm -rf x"}')
+    parsed: list[str] = []
+    parse_tree = walk.parse_tree
+    monkeypatch.setattr(walk, "parse_tree", lambda command: parsed.append(command) or parse_tree(command))
+    assert policy.evaluate(request, NO_FACTS, analyze("ls")).action == "deny"
+    assert parsed == ["ls", "rm -rf x"]
+    assert policy.evaluate(request, NO_FACTS, analyze("rm -rf x")).action == "deny"
+    assert parsed == ["ls", "rm -rf x", "rm -rf x"]

@@ -213,15 +213,15 @@ def view(status: dict, mode: str = "auto") -> SessionView:
 
 def test_bash_is_assessed_sandboxed_only_when_the_sandbox_is_active():
     bash = BashTool()
-    on = bash.assess_risk({"command": "make"}, view(STATUS))
+    on = bash.prepare({"command": "make"}, view(STATUS))
     assert on.sandboxed is True and on.risk == ToolRisk.PROCESS
-    off = bash.assess_risk({"command": "make"}, view({"mode": "auto", "active": False, "reason": "x"}))
+    off = bash.prepare({"command": "make"}, view({"mode": "auto", "active": False, "reason": "x"}))
     assert off.sandboxed is False
-    details = bash.approval_details({"command": "make"}, view(STATUS))["sandbox"]
+    details = bash.prepare({"command": "make"}, view(STATUS)).details["sandbox"]
     assert details["active"] is True and details["abi"] == 6 and details["network"] is False
     assert details["writable"] == ["/ws", "/tmp", "/dev/null"] and details["mode"] == "auto"
     # Off: the details stay exactly as they were before there was a sandbox.
-    assert "sandbox" not in bash.approval_details({"command": "make"}, view({"mode": "off", "active": False}, "off"))
+    assert "sandbox" not in bash.prepare({"command": "make"}, view({"mode": "off", "active": False}, "off")).details
 
 
 def test_call_details_and_result_summary():

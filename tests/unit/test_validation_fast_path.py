@@ -15,7 +15,7 @@ from peon.core.config_view import ResolvedConfig
 from peon.core.errors import ToolError
 from peon.core.tool import SessionView
 from peon.tools import BUILTIN_TOOLS
-from peon.approval.validation import _compile_fast, fast_path_ok, validate_input
+from peon.approval.validation import compile_fast, fast_path_ok, validate_input
 
 # Values of every JSON type, with the ones the two libraries could read differently: booleans against
 # integers, integral floats, NaN and infinities (Python's json module reads them), huge integers, the
@@ -67,13 +67,13 @@ def decides(schema: dict, value: object) -> bool:
 def test_every_builtin_schema_takes_the_fast_path(tmp_path):
     for name, schema in session_schemas(tmp_path).items():
         assert fast_path_ok(schema), name
-        assert _compile_fast(schema) is not None, name
+        assert compile_fast(schema) is not None, name
 
 
 def test_the_fast_path_never_accepts_what_jsonschema_refuses(tmp_path):
     checked = accepted = 0
     for name, schema in session_schemas(tmp_path).items():
-        fast = _compile_fast(schema)
+        fast = compile_fast(schema)
         reference = Draft202012Validator(schema)
         for value in inputs_for(schema):
             expected = reference.is_valid(value)
@@ -95,7 +95,7 @@ def test_the_fast_path_never_accepts_what_jsonschema_refuses(tmp_path):
 def test_what_only_the_fast_path_refuses_is_accepted(schema, value):
     assert fast_path_ok(schema)
     with pytest.raises(JsonSchemaException):
-        _compile_fast(schema)(value)
+        compile_fast(schema)(value)
     assert Draft202012Validator(schema).is_valid(value)
     assert validate_input("t", schema, value) is value
 
@@ -115,6 +115,6 @@ def test_what_only_the_fast_path_refuses_is_accepted(schema, value):
 ])
 def test_schemas_outside_the_shared_keywords_are_left_to_jsonschema(schema):
     assert not fast_path_ok(schema)
-    assert _compile_fast(schema) is None
+    assert compile_fast(schema) is None
     json.dumps(schema)  # still a schema validate_input takes, through jsonschema alone
     assert decides(schema, {}) is Draft202012Validator(schema).is_valid({})

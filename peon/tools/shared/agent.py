@@ -54,7 +54,7 @@ from peon.core.environment import command_environment, search_path, split_search
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.text import shorten
 from peon.core.text import lone_surrogate
-from peon.core.tool import RiskAssessment, SessionView, Tool, ToolContext, ToolRisk
+from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import sandbox
 from peon.workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
 
@@ -260,8 +260,8 @@ class AgentTool(Tool):
         fixed_args, facts = self.command_args(command.args, program)
         return Invocation(self.agent, command.executable, program, fixed_args, "", path, env, facts)
 
-    def prepare(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True,
-                trace: Mapping[str, str] | None = None) -> Invocation:
+    def invocation_for(self, args: Mapping[str, Any], session: SessionView, *, with_hash: bool = True,
+                       trace: Mapping[str, str] | None = None) -> Invocation:
         """Check the prompt and resolve what will run; raises the error the call should fail with."""
         prompt = args["prompt"]
         check_prompt_bytes(self.name, prompt)
@@ -310,11 +310,6 @@ class AgentTool(Tool):
     def sandboxed(self, session: SessionView) -> bool:
         return bool(getattr(session.config.agents, self.agent).sandbox)
 
-    def assess_risk(self, args: Mapping[str, Any], session: SessionView) -> RiskAssessment:
-        inside = self.sandboxed(session) and bool(session.sandbox.get("active"))
-        reason = f"declared risk of {self.name}" + (", inside the OS sandbox" if inside else "")
-        return RiskAssessment(self.risk, reason, sandboxed=inside)
-
     def _sandbox_details(self, session: SessionView) -> dict[str, Any] | None:
         return sandbox.call_details(
             session.sandbox, enabled=self.sandboxed(session),
@@ -323,12 +318,21 @@ class AgentTool(Tool):
 
     # -- approval (in the supervisor) -------------------------------------------------------------------
 
-    def approval_summary(self, args: Mapping[str, Any]) -> str:
+    def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
+        """Declared risk (``sandboxed`` when ``agents.<name>.sandbox`` puts it inside the OS sandbox), shown
+        with everything that will run (:meth:`_details`); a prompt the agent refuses, or a program that
+        is not there, fails here."""
         prompt = args["prompt"]
-        return f"delegate to the {self.agent} agent ({len(prompt)}-character prompt): {describe_prompt(prompt, 120)}"
+        inside = self.sandboxed(session) and bool(session.sandbox.get("active"))
+        reason = self.declared_risk_reason() + (", inside the OS sandbox" if inside else "")
+        summary = f"delegate to the {self.agent} agent ({len(prompt)}-character prompt): {describe_prompt(prompt, 120)}"
+        timeout = effective_timeout(args, session)
+        return Prepared(self.risk, reason, summary, self._details(args, session, timeout), timeout, sandboxed=inside)
 
-    def approval_details(self, args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:
-        invocation = self.prepare(args, session)
+    def _details(self, args: Mapping[str, Any], session: SessionView, timeout: float) -> dict[str, Any]:
+        """The executable, its interpreter and every file it is made of (pinned), the argument vector, the
+        prompt (bounded), the sandbox, the files the prompt mentions, and the warning."""
+        invocation = self.invocation_for(args, session)
         program = invocation.program
         shown, truncated = bound_prompt(invocation.prompt, session.config.agents.approval_prompt_chars)
         details: dict[str, Any] = {
@@ -346,7 +350,7 @@ class AgentTool(Tool):
             "prompt_chars": len(invocation.prompt),
             "prompt_position": "appended to argv as one final argument",
             "workspace": str(session.workspace),
-            "timeout_seconds": effective_timeout(args, session),
+            "timeout_seconds": timeout,
             "path_searched": invocation.search_path,
             "pinned": program.pins(),
             **invocation.facts,
@@ -369,14 +373,11 @@ class AgentTool(Tool):
                                    "controls what it does.")
         return details
 
-    def timeout_seconds(self, args: Mapping[str, Any], session: SessionView) -> float:
-        return effective_timeout(args, session)
-
     # -- execution (in the worker) ------------------------------------------------------------------------
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # Resolved again: the files may have changed since approval, and what runs must be what was approved.
-        invocation = self.prepare(args, ctx.session, with_hash=False, trace=ctx.trace)
+        invocation = self.invocation_for(args, ctx.session, with_hash=False, trace=ctx.trace)
         approved = ctx.approved
         pins = approved.get("pinned")
         self._check_approved(invocation, approved)

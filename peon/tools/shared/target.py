@@ -3,13 +3,13 @@ insisted on in the worker.
 
 Promises:
 
-* :func:`approval_target` resolves the typed path beneath the session's workspace root exactly as the
+* :func:`resolve_target` resolves the typed path beneath the session's workspace root exactly as the
   worker will (:func:`peon.workers.fs.resolve`: symlinks that stay inside are followed, leaving is refused;
   for ``create`` the last component is never followed and only its directory must exist) and rates the
   secret-like heuristic on the typed **and** the resolved path — either one matching makes the call
   secret-like. A call that cannot succeed (``not_found``, ``outside_workspace``, ``already_exists``...)
-  fails here, before anyone is asked. ``assess_risk`` and ``approval_details`` of one call see the same
-  resolution, so the risk the policy rates is the risk of the path the approver is shown.
+  fails here, before anyone is asked. A tool's ``prepare`` resolves each path once and rates and shows
+  that one :class:`Target`, so the risk the policy rates is the risk of the path the approver is shown.
 * a ``create`` or ``replace`` whose typed **or** resolved path is, or is beneath, an agent-control path
   (``sandbox.protected``: ``.git/hooks``, ``.git/config``, ``.claude``, ``.mcp.json``...; the same list
   the sandbox makes read-only, whatever ``sandbox.mode``) carries ``agent_control`` (the entry) in its
@@ -82,6 +82,15 @@ class Target:
                 "later agents, git or the editor")
 
 
+def risk_note(target: Target) -> str:
+    """What the risk reason of a call that writes ``target`` (``write``, ``edit``, ``apply_patch``) says
+    about it: where it resolves, why it is secret-like, and why it steers other agents (a target on the
+    agent-control list)."""
+    secret = target.secret_reason()  # names the resolved path itself when only that one matched
+    note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
+    return "; ".join(filter(None, (note, target.agent_control_reason())))
+
+
 def agent_control_entry(parts: tuple[str, ...], protected: Iterable[str]) -> str | None:
     """The first ``protected`` entry that ``parts`` (a workspace-relative path) is, or is beneath."""
     for entry in protected:
@@ -97,7 +106,9 @@ def resolve_for(root: int, typed: WorkspacePath, access: Access) -> fs.Resolutio
     return fs.resolve(root, typed, follow_final=access != "create", must_exist=access == "read")
 
 
-def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Target:
+def resolve_target(typed: WorkspacePath, access: Access, session: SessionView) -> Target:
+    """The target of a call that asks ``access`` to ``typed`` (resolved in the supervisor, once per call
+    and path: see the module's promises)."""
     with fs.workspace_root(session) as root:
         resolution = resolve_for(root, typed, access)
     problem = (fs.read_target_error(typed, resolution.kind) if access == "read"
@@ -114,20 +125,6 @@ def _resolve(typed: WorkspacePath, access: Access, session: SessionView) -> Targ
         control = agent_control_entry(typed.parts, protected) or agent_control_entry(resolved_parts, protected)
     return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None,
                   control)
-
-
-# One call's assess_risk and approval_details receive the same args object; they share one resolution.
-_last: tuple[Access, Mapping[str, Any], Target] | None = None
-
-
-def approval_target(typed: WorkspacePath, access: Access, args: Mapping[str, Any], session: SessionView) -> Target:
-    """The target of the call whose validated input is ``args`` (resolved once per call, in the supervisor)."""
-    global _last
-    if _last is not None and _last[0] == access and _last[1] is args:
-        return _last[2]
-    target = _resolve(typed, access, session)
-    _last = (access, args, target)
-    return target
 
 
 def approved_expectation(approved: Mapping[str, Any], typed: WorkspacePath, access: Access,
