@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from peon.core.answers import ANSWERS as ANSWERS, SCOPES as SCOPES, AnswerName as AnswerName, Scope as Scope
 from peon.core.paths import normalize_workspace_path
 from peon.approval.rules import (
     NO_FACTS, Questions, ShellFacts, command_blockers, hides_commands, invocation_may_match, questions, rebased,
@@ -50,11 +51,7 @@ POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
 STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
 # The detail a write to an agent-control path carries (peon/tools/shared/target.py): such a call is asked at least.
 AGENT_CONTROL = "agent_control"
-Scope = Literal["call", "tool", "risk"]
-AnswerName = Literal["allow_once", "allow_session", "deny"]
 DecidedBy = Literal["policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
-SCOPES: tuple[Scope, ...] = ("call", "tool", "risk")  # what "allow for this session" may cover, narrowest first
-ANSWERS: tuple[AnswerName, ...] = ("allow_once", "allow_session", "deny")
 SANDBOXED_PROCESS = "process_sandboxed"  # the per-risk setting for process calls that run in the OS sandbox
 MAX_REASON_CHARS = 500
 

@@ -39,10 +39,9 @@ from typing import Any
 
 from peon.core.errors import ErrorCode, SessionError, ToolError
 from peon.mcp.elicitation import APPROVAL_META_KEY, MAX_REASON_CHARS
-from peon.mcp.tools import ERROR_META_KEY, RISK_META_KEY
+from peon.mcp.tools import ERROR_META_KEY, IDEMPOTENCY_KEY, RISK_META_KEY
 from peon.client.result import PendingResult, ToolResult, new_call_id
 from peon.core.tool import RISK_NAMES
-from peon.serve.idempotency import IDEMPOTENCY_KEY
 from peon.core.threads import helper_thread
 from peon.approval.validation import check_depth
 

@@ -11,10 +11,9 @@ well-formed message holds, for both sides and for type checkers. Each name says 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
-if TYPE_CHECKING:  # annotations only: a client does not load the policy
-    from peon.approval.policy import AnswerName, Scope
+from peon.core.answers import AnswerName, Scope
 
 ClientToSupervisorOp = Literal["start", "call", "cancel", "approval_answer", "close"]
 SupervisorToClientOp = Literal["ready", "fatal", "result", "progress", "started", "approval_request", "worker",

@@ -25,6 +25,7 @@ from peon.client.result import ToolResult
 from peon.mcp.revisions import at_least
 
 ERROR_META_KEY = "peon/error"  # where an error result carries {"code", "message", "details"?} for programs
+IDEMPOTENCY_KEY = "peon/idempotencyKey"  # a call's key: a retry after a lost answer never runs it twice
 RISK_META_KEY = "peon/risk"  # a descriptor's declared risk, for programs (the hints cannot tell process from delegate)
 
 # Every hint set explicitly: a client assumes the worst for a missing one.

@@ -53,9 +53,8 @@ from peon.mcp.calls import REGISTRATION_WAIT_SECONDS, Call, CallBook, Peer, appr
 from peon.client.result import ToolResult
 
 from peon.serve import wire
-from peon.serve.idempotency import (
-    IDEMPOTENCY_KEY, Conflict, Follow, Full, IdempotencyStore, Replay, fingerprint, key_problem,
-)
+from peon.mcp.tools import IDEMPOTENCY_KEY
+from peon.serve.idempotency import Conflict, Follow, Full, IdempotencyStore, Replay, fingerprint, key_problem
 from peon.serve.metrics import Metrics
 
 MAX_QUEUED_NOTICES = 32

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-IDEMPOTENCY_KEY = "peon/idempotencyKey"
+from peon.mcp.tools import IDEMPOTENCY_KEY
+
 MAX_KEY_LENGTH = 200
 _KEY = re.compile(rf"^[\x21-\x7e]{{1,{MAX_KEY_LENGTH}}}$")
 

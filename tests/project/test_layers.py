@@ -1,10 +1,13 @@
-"""The layers, as the tree shows them: imports point down.
+"""The layers, as the tree shows them: imports point down, folder by folder.
 
-``peon/`` is the contract, the tools and the front ends; ``workers/`` is the worker and process machinery
-and depends only on the contract; ``supervisor/`` is the supervisor process, and nothing imports it (the
-session starts it as a process). The static check reads every module's imports (top-level and inside
-functions, relative ones resolved); the dynamic check imports what a worker and the forkserver load and
-looks at ``sys.modules``: the worker side must stay lean.
+``peon/core`` is what every process may import (the tool contract and its vocabulary); ``peon/approval`` the
+pure approval decision; ``workers/`` the worker and process machinery, which depends only on the contract;
+``peon/tools`` the built-in tools, prepared in the supervisor and run in workers; ``supervisor/`` the
+supervisor process, which nothing else imports (the session starts it as a process); ``peon/client`` the
+embedding process; ``peon/mcp``, ``peon/serve`` and ``peon/cli`` the front ends. :data:`MAY_IMPORT` states
+which folder may import which; only ``peon/client`` imports pydantic. The static checks read every module's
+imports (top-level and inside functions, relative ones resolved); the dynamic check imports what a worker
+and the forkserver load and looks at ``sys.modules``: the worker side must stay lean.
 """
 
 from __future__ import annotations
@@ -24,13 +27,22 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 # installed inside Peon's namespace; peon/supervisor and peon/workers are links to them, not read twice).
 LAYERS = {"peon": "peon", "workers": "peon.workers", "supervisor": "peon.supervisor"}
 
-# What workers/ may import from peon/: the contract (errors, the Tool interface, paths, framing, bounds,
-# cancellation, the configuration view, skill records). Never a front end, a tool, or the config loader.
-CONTRACT = frozenset({
-    "peon.core.cancel", "peon.core.config_view", "peon.core.environment", "peon.core.errors", "peon.core.framing",
-    "peon.core.output.store", "peon.core.paths", "peon.core.text", "peon.core.skills", "peon.core.output.terminal",
-    "peon.core.tool", "peon.core.output.truncation",
-})
+# Which of Peon's folders each folder may import besides itself ("peon": the top package's own modules —
+# the public names, the approvers, telemetry).
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "core": frozenset(),
+    "approval": frozenset({"core"}),
+    "workers": frozenset({"core"}),
+    "tools": frozenset({"core", "approval", "workers"}),
+    "supervisor": frozenset({"core", "approval", "tools", "workers"}),
+    "client": frozenset({"peon", "core", "approval", "workers", "mcp"}),
+    "mcp": frozenset({"peon", "core", "approval", "client"}),
+    "serve": frozenset({"peon", "core", "client", "mcp", "cli"}),
+    "cli": frozenset({"peon", "core", "approval", "client", "mcp", "serve", "tools", "workers"}),
+    "peon": frozenset({"core", "client"}),
+}
+# Only the client validates the configuration model: nothing else imports pydantic.
+PYDANTIC_USERS = frozenset({"client"})
 
 # Loaded by none of the worker-side modules: heavy validation libraries, the configuration loader, and
 # every module of the supervisor.
@@ -92,6 +104,22 @@ def test_every_package_module_is_seen():
     assert {"peon.core.tool", "peon.workers.worker", "peon.workers.forkserver", "peon.supervisor.service"} <= names
 
 
+def folder_of(module: str) -> str | None:
+    """The folder a module of Peon's belongs to (``core``, ``supervisor``, …; ``peon`` for the top package's
+    own modules), or None for a module that is not Peon's."""
+    parts = module.split(".")
+    if parts[0] != "peon":
+        return None
+    if len(parts) > 1 and parts[1] in MAY_IMPORT:
+        return parts[1]
+    return "peon"
+
+
+def test_every_folder_has_a_rule():
+    folders = {folder_of(name) for name, _ in modules()}
+    assert folders == set(MAY_IMPORT), folders ^ set(MAY_IMPORT)
+
+
 def test_nothing_imports_the_supervisor():
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
              for name, path in modules() if _top(name) != "supervisor"
@@ -99,20 +127,25 @@ def test_nothing_imports_the_supervisor():
     assert wrong == [], "\n".join(wrong)
 
 
-def test_workers_depend_only_on_the_contract():
-    def allowed(module: str) -> bool:
-        return module in CONTRACT or any(module.startswith(c + ".") for c in CONTRACT) or module == "peon"
-
-    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
-             for name, path in modules() if _top(name) == "workers"
-             for line, module in imports_of(name, path) if _top(module) == "peon" and not allowed(module)]
+def test_each_folder_imports_only_the_folders_beneath_it():
+    wrong = []
+    for name, path in modules():
+        here = folder_of(name)
+        assert here is not None
+        for line, module in imports_of(name, path):
+            there = folder_of(module)
+            if there is None or there == here or module == "peon":
+                continue
+            if there not in MAY_IMPORT[here]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({here}) imports {module} ({there})")
     assert wrong == [], "\n".join(wrong)
 
 
-def test_the_contract_is_what_workers_use():
-    """Every name in CONTRACT is a module that exists: the list cannot silently allow a removed module."""
-    names = {name for name, _ in modules()}
-    assert names >= CONTRACT, CONTRACT - names
+def test_only_the_client_imports_pydantic():
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for name, path in modules() if folder_of(name) not in PYDANTIC_USERS
+             for line, module in imports_of(name, path) if module.split(".")[0] in ("pydantic", "pydantic_core")]
+    assert wrong == [], "\n".join(wrong)
 
 
 def worker_side_modules() -> list[str]:
