@@ -335,7 +335,7 @@ def warm_up(loop: asyncio.AbstractEventLoop, session: SessionView, tools: Iterab
     ``_serve_one``): the first call in the child took 1.57 ms and 540 page faults, a second 0.34 ms
     and 18. For ``bash`` with ``true`` a warm-up that started ``/bin/true`` cut the faults from 674
     to 89 but the call only from 5.9 to 5.5 ms, while it cost each standby about 1.4 ms more CPU
-    (``bench/bench_cpu.py``): a standby's warm-up starts no process."""
+    (``bench/studies/bench_cpu.py``): a standby's warm-up starts no process."""
     loop.run_until_complete(_warm_up_rounds(session, tools, rounds, processes=processes))
 
 

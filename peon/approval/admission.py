@@ -8,7 +8,7 @@ policy's :class:`~peon.approval.policy.Verdict` — with no I/O of its own. The 
 what the policy judges: nothing is resolved or parsed twice. The only facts from outside come through the
 ``facts`` function it is given, and only for the questions the policy asks (most calls ask none), so
 the whole decision is unit-testable without a supervisor. Asking an approver, auditing and running
-the call are the supervisor's I/O (:mod:`peon.supervisor.service`).
+the call are the supervisor's I/O (:mod:`peon.supervisor.calls`).
 """
 
 from __future__ import annotations

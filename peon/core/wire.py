@@ -116,7 +116,7 @@ class SupervisorWorkerGone(TypedDict):
 class SupervisorProgress(TypedDict, total=False):
     op: Literal["progress"]
     id: str
-    elapsed_ms: int  # as the worker reported it (peon.workers.messages.SupervisorProgress)
+    elapsed_ms: int  # as the worker reported it (peon.workers.messages.ProgressMessage)
     output_bytes: int
 
 

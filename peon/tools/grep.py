@@ -363,7 +363,7 @@ async def _list_secrets(rg: str, search: SearchRoot, accept: Callable[[str], boo
     """Find the secret-like files beneath the searched path by name, reading none of them (``rg --files``
     lists what the search would read; :class:`SecretPrefilter` and :func:`secret_match` decide); True if
     the deadline stopped the listing. ripgrep's own globs would do the matching at several times the
-    cost of the listing (bench/bench_tools.py)."""
+    cost of the listing (docs/architecture.md, "Editing and searching")."""
     offset = len(search.prefix) + 1 if search.prefix else 0
     may_be_secret = SecretPrefilter(secret_patterns(ctx.session.env))
 

@@ -181,7 +181,7 @@ class LandlockConfinement(Confinement):
                 done.release()
 
         # A bare thread and one lock: threading.Thread's start-up handshake and join would add wake-ups
-        # of each thread per call, which a loaded machine makes cost milliseconds (bench/bench_sandbox.py).
+        # of each thread per call, which a loaded machine makes cost milliseconds (bench/studies/bench_sandbox.py).
         _thread.start_new_thread(confined, ())
         done.acquire()
         result = outcome[0] if outcome else _unavailable("the sandboxed start ended without a result")

@@ -48,7 +48,7 @@ XATTR_CALLS: tuple[str | int, ...] = ("setxattr", "lsetxattr", "fsetxattr", "rem
 
 
 # pyseccomp finds libc and libseccomp with ctypes.util.find_library, which runs `ldconfig -p` in a
-# subprocess: 40-60 ms of every worker's call (bench/bench_sandbox.py). The sonames are stable, so they are
+# subprocess: 40-60 ms of every worker's call (bench/studies/bench_sandbox.py). The sonames are stable, so they are
 # tried first, and the module is loaded once, here, in the process that forks the workers.
 _SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 

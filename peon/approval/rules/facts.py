@@ -1,7 +1,7 @@
 """The facts from the file system an allow rule needs: what is asked, what is answered, and the
 workspace-relative places both are keyed on.
 
-Promise: the supervisor answers a :class:`Questions` with a :class:`ShellFacts` (:mod:`peon.supervisor.facts`);
+Promise: the supervisor answers a :class:`Questions` with a :class:`ShellFacts` (:mod:`peon.supervisor.approval.facts`);
 everything here is a frozen value, and a place is a normal workspace-relative path or nothing:
 :func:`workspace_relative` never returns a path that leaves the workspace. Owns this vocabulary; which
 questions a command line raises is :mod:`peon.approval.rules.blockers`'s.
