@@ -17,30 +17,9 @@ import pexpect
 import pytest
 
 from helpers import living, wait_for
+from helpers.agents import fake_script, install_pi_package
+from helpers.cli import PEON, assert_clean_failure, isolated_env, peon
 from peon.cli.call import render_result
-
-PEON = [sys.executable, "-m", "peon.cli"]
-
-
-def isolated_env(leftovers, workspace: Path, extra: dict | None = None) -> dict:
-    """A private home beside the workspace: no user configuration or login profile of the machine leaks
-    in, and session state stays in the test's directory."""
-    home = workspace.parent / "home"
-    home.mkdir(exist_ok=True)
-    return leftovers.env({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-                          "XDG_STATE_HOME": str(home / ".local" / "state"), **(extra or {})})
-
-
-def peon(leftovers, workspace: Path, *args: str, env: dict | None = None, input: str | None = None):
-    return subprocess.run([*PEON, *args], capture_output=True, text=True, timeout=90, cwd=workspace,
-                          env=isolated_env(leftovers, workspace, env), input=input)
-
-
-def assert_clean_failure(proc, code: int, *words: str):
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    for word in words:
-        assert word in proc.stderr, proc.stderr
 
 
 # -- peon call -------------------------------------------------------------------------------------
@@ -304,8 +283,6 @@ def test_doctor_fails_when_the_project_configuration_is_refused(leftovers, works
 
 def test_doctor_resolves_agents_as_the_adapters_do(leftovers, workspace, tmp_path):
     """Relative PATH entries are not searched, a script's interpreter is shown, pi's release decides '--'."""
-    from test_agents import fake_script, install_pi_package
-
     install_pi_package(tmp_path / "pi-prefix", "0.80.3")
     planted = workspace / "claude"  # found by a relative PATH entry only: the adapters ignore it
     planted.write_text("#!/bin/sh\n")

@@ -10,25 +10,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from test_mcp_server import MODES, RawServer, client, isolated_env, run
-
-
-@pytest.fixture
-def env(leftovers, tmp_path) -> dict:
-    return isolated_env(leftovers, tmp_path / "home")
-
-
-@pytest.fixture
-def raw_server(workspace, env, tmp_path):
-    servers: list[RawServer] = []
-
-    def start(*args: str) -> RawServer:
-        servers.append(RawServer(workspace, env, tmp_path, *args))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
+from helpers.mcp import MODES, client, raw_error_code, run
 
 
 SKILL = ("---\nname: release-checks\ndescription: Steps before a release.\narguments: version, branch\n---\n"
@@ -150,8 +132,6 @@ def test_prompts_follow_the_skills_a_new_supervisor_discovers(raw_server, worksp
     import signal
 
     from helpers import wait_for
-    from test_mcp_server import raw_error_code
-
     add_skill(workspace)
     server = raw_server("--allow", "process")
     assert server.initialize()["result"]["capabilities"]["prompts"] == {"listChanged": True}

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PI_PACKAGE, fake_script, install_fake_agents, install_pi_package, living, wait_for
+from helpers import living, wait_for
+from helpers.agents import PI_PACKAGE, Agents, fake_script, install_fake_agents, install_pi_package
 from peon.core.errors import ConfigError, ToolError
 from peon.tools.shared.agent import (
     MAX_PROMPT_BYTES, at_mentions, bound_prompt, check_prompt_bytes, exec_bytes, resolve_executable, split_search_path,
@@ -28,27 +29,6 @@ from peon.tools.shared.launch import LaunchRefused, Shebang, env_command, parse_
 
 AGENTS = {"claude": ["-p", "--"], "codex": ["exec", "--"], "pi": ["-p", "--"]}
 ASK_DELEGATE = {"approval": {"delegate": "ask"}}
-
-
-
-class Agents:
-    """A temporary PATH with the fake agents, their log, and an isolated user configuration."""
-
-    def __init__(self, tmp_path: Path):
-        self.bin = install_fake_agents(tmp_path / "bin")
-        self.log = tmp_path / "agents.jsonl"
-        self.config_home = tmp_path / "xdg"
-        self.env = {"PATH": f"{self.bin}{os.pathsep}/usr/bin{os.pathsep}/bin", "FAKE_AGENT_LOG": str(self.log),
-                    "XDG_CONFIG_HOME": str(self.config_home)}
-
-    def records(self) -> list[dict]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
-
-    def run_directly(self, name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin / name), *args], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30, env={**os.environ, **self.env, "FAKE_AGENT_LOG": ""})
 
 
 @pytest.fixture

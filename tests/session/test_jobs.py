@@ -17,6 +17,8 @@ import pytest
 
 import peon
 from helpers import ALLOW_ALL, Leftovers, job_output_until, living, wait_for
+from helpers.agents import Agents
+from helpers.sandbox import bwrap_support
 from peon.supervisor.jobs import JobRecord, JobTable
 
 
@@ -371,10 +373,8 @@ def test_a_job_ends_at_its_lifetime(open_session):
 
 @pytest.mark.parametrize("kind", ["landlock", "bwrap"])
 def test_cwd_inside_the_os_sandbox(open_session, workspace, tmp_path, kind):
-    from test_sandbox_bwrap import SUPPORT
-
-    if kind == "bwrap" and not SUPPORT.works:
-        pytest.skip(f"bwrap unusable here: {SUPPORT.detail}")
+    if kind == "bwrap" and not bwrap_support().works:
+        pytest.skip(f"bwrap unusable here: {bwrap_support().detail}")
     (workspace / "sub").mkdir()
     (workspace / "link").symlink_to("sub")
     (tmp_path / "tmp").mkdir()
@@ -387,8 +387,6 @@ def test_cwd_inside_the_os_sandbox(open_session, workspace, tmp_path, kind):
 
 
 def test_an_agent_result_carries_its_job(open_session, tmp_path):
-    from test_agents import Agents
-
     agents = Agents(tmp_path)
     session = open_session(env=agents.env)
     r = session.call("agent_claude", {"prompt": "say hello"})

@@ -13,6 +13,7 @@ import pytest
 
 import peon
 from helpers import living, wait_for, written
+from helpers.processes import workers_of
 from peon.client.result import PendingResult, ToolResult
 from peon.workers import proctree
 
@@ -20,10 +21,6 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 title = proctree.cmdline
-
-
-def workers_of(session, prefix: str = "peon-worker") -> list[int]:
-    return [p for p in proctree.descendants(session.supervisor_pid) if title(p).startswith(prefix)]
 
 
 def test_process_titles_and_standby(session, workspace):
