@@ -78,6 +78,46 @@ def session(open_session, containment):
     return open_session({"runtime": {"containment": containment}})
 
 
+# -- directories the file and skill tests share, in the unit tier and with real sessions -------------------
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """tmp/ws (the workspace), tmp/ws-evil (a sibling sharing its prefix), tmp/outside."""
+    ws, evil, outside = tmp_path / "ws", tmp_path / "ws-evil", tmp_path / "outside"
+    for d in (ws, evil, outside):
+        d.mkdir()
+    (ws / "d").mkdir()
+    (ws / "d" / "f.txt").write_text("inside")
+    (ws / "top.txt").write_text("top")
+    (outside / "secret").write_text("OUTSIDE")
+    (outside / "sub").mkdir()
+    (evil / "secret").write_text("EVIL")
+    return tmp_path
+
+
+@pytest.fixture
+def roots(tmp_path, workspace):
+    """(user root, project root, env) with the user root under an isolated XDG_CONFIG_HOME."""
+    user = tmp_path / "xdg" / "peon" / "skills"
+    project = workspace / ".peon" / "skills"
+    user.mkdir(parents=True)
+    project.mkdir(parents=True)
+    return user, project, {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+
+
+# -- bench/ (its targets' table and figures), in the unit tier and with real processes ----------------------
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent))
+    from bench import targets
+    from bench.lib import figures
+
+    return figures, targets
+
+
 # -- ``peon mcp`` as a subprocess (tests/helpers/mcp.py; imported when used: the MCP SDK is slow to load) --------
 
 

@@ -19,7 +19,6 @@ from helpers import wait_for
 from helpers.serve import ServeProcess, serve_env
 
 
-
 def test_nothing_of_opentelemetry_loads_without_an_endpoint():
     code = ("import os, sys; os.environ.pop('OTEL_EXPORTER_OTLP_ENDPOINT', None); "
             "os.environ.pop('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', None); "

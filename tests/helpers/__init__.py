@@ -5,10 +5,16 @@ Every session a test opens runs with a unique ``PEON_TEST_TAG`` in its environme
 process it starts inherits; :class:`Leftovers` finds them by that tag (``/proc/*/environ``). Waiting is
 always on something observable (:func:`wait_for` polls a predicate with a generous deadline), never a
 fixed sleep.
+
+What several test modules of one subject share lives in a module of its own here: ``agents`` (the fake coding
+agents), ``cli`` (the ``peon`` command as a subprocess), ``files``, ``fuzz`` (strategies), ``mcp`` (``peon mcp``
+as a subprocess), ``processes``, ``rule_spellings``, ``sandbox``, ``serve``, ``skills`` and ``tree`` (Peon's
+modules as the source tree holds them). A test module never imports another test module.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -170,3 +176,11 @@ class Recorder:
         self.requests.append(request)
         answer = self.answers.pop(0) if self.answers else self.otherwise
         return answer(request) if callable(answer) else answer
+
+
+def jsonl_entries(path) -> list[dict]:
+    """The entries of a JSON-lines file (an audit log), which must end with a whole line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data == b"" or data.endswith(b"\n"), data[-80:]
+    return [json.loads(line) for line in data.splitlines()]
