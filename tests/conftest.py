@@ -1,14 +1,14 @@
-"""Shared fixtures: workspaces, sessions, and a guard that proves no process outlives its test.
+"""Shared fixtures: workspaces, sessions, ``peon mcp`` servers, and a guard that proves no process outlives its test.
 
 Every session a test opens runs with a unique ``PEON_TEST_TAG`` in its environment, which every
 process it starts inherits. After the test, :func:`leftovers` scans ``/proc/*/environ`` for that tag:
 anything found is killed (so a failing test still leaves nothing behind) and fails the test. Helpers
-that are not fixtures live in ``tests/helpers/__init__.py``.
+that are not fixtures live in the ``tests/helpers`` package (``import helpers``, ``from helpers.mcp import …``):
+no test module imports another.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +16,6 @@ import pytest
 import peon
 from helpers import ALLOW_ALL, CGROUP_SUPPORT, CONTAINMENTS, Leftovers
 from peon.client.config import merge
-
-# A few test modules reuse another tier's module by its name (``from test_mcp_server import RawServer``):
-# every tier's folder is importable, as the single flat folder was.
-for _tier in ("unit", "session", "supervision", "frontends", "fuzz", "project"):
-    if str(Path(__file__).parent / _tier) not in sys.path:
-        sys.path.append(str(Path(__file__).parent / _tier))
 
 
 @pytest.fixture
@@ -82,3 +76,69 @@ def fs_session(open_session, resolver_env):
 @pytest.fixture
 def session(open_session, containment):
     return open_session({"runtime": {"containment": containment}})
+
+
+# -- directories the file and skill tests share, in the unit tier and with real sessions -------------------
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """tmp/ws (the workspace), tmp/ws-evil (a sibling sharing its prefix), tmp/outside."""
+    ws, evil, outside = tmp_path / "ws", tmp_path / "ws-evil", tmp_path / "outside"
+    for d in (ws, evil, outside):
+        d.mkdir()
+    (ws / "d").mkdir()
+    (ws / "d" / "f.txt").write_text("inside")
+    (ws / "top.txt").write_text("top")
+    (outside / "secret").write_text("OUTSIDE")
+    (outside / "sub").mkdir()
+    (evil / "secret").write_text("EVIL")
+    return tmp_path
+
+
+@pytest.fixture
+def roots(tmp_path, workspace):
+    """(user root, project root, env) with the user root under an isolated XDG_CONFIG_HOME."""
+    user = tmp_path / "xdg" / "peon" / "skills"
+    project = workspace / ".peon" / "skills"
+    user.mkdir(parents=True)
+    project.mkdir(parents=True)
+    return user, project, {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+
+
+# -- bench/ (its targets' table and figures), in the unit tier and with real processes ----------------------
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent))
+    from bench import targets
+    from bench.lib import figures
+
+    return figures, targets
+
+
+# -- ``peon mcp`` as a subprocess (tests/helpers/mcp.py; imported when used: the MCP SDK is slow to load) --------
+
+
+@pytest.fixture
+def env(leftovers, tmp_path) -> dict:
+    from helpers.mcp import isolated_env
+
+    return isolated_env(leftovers, tmp_path / "home")
+
+
+@pytest.fixture
+def raw_server(workspace, env, tmp_path):
+    from helpers.mcp import RawServer
+
+    servers = []
+
+    def start(*args: str, command: list[str] | None = None) -> RawServer:
+        server = RawServer(workspace, env, tmp_path, *args, command=command)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()

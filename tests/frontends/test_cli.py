@@ -17,30 +17,8 @@ import pexpect
 import pytest
 
 from helpers import living, wait_for
-from peon.cli.call import render_result
-
-PEON = [sys.executable, "-m", "peon.cli"]
-
-
-def isolated_env(leftovers, workspace: Path, extra: dict | None = None) -> dict:
-    """A private home beside the workspace: no user configuration or login profile of the machine leaks
-    in, and session state stays in the test's directory."""
-    home = workspace.parent / "home"
-    home.mkdir(exist_ok=True)
-    return leftovers.env({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-                          "XDG_STATE_HOME": str(home / ".local" / "state"), **(extra or {})})
-
-
-def peon(leftovers, workspace: Path, *args: str, env: dict | None = None, input: str | None = None):
-    return subprocess.run([*PEON, *args], capture_output=True, text=True, timeout=90, cwd=workspace,
-                          env=isolated_env(leftovers, workspace, env), input=input)
-
-
-def assert_clean_failure(proc, code: int, *words: str):
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    for word in words:
-        assert word in proc.stderr, proc.stderr
+from helpers.agents import fake_script, install_pi_package
+from helpers.cli import PEON, assert_clean_failure, isolated_env, peon
 
 
 # -- peon call -------------------------------------------------------------------------------------
@@ -304,8 +282,6 @@ def test_doctor_fails_when_the_project_configuration_is_refused(leftovers, works
 
 def test_doctor_resolves_agents_as_the_adapters_do(leftovers, workspace, tmp_path):
     """Relative PATH entries are not searched, a script's interpreter is shown, pi's release decides '--'."""
-    from test_agents import fake_script, install_pi_package
-
     install_pi_package(tmp_path / "pi-prefix", "0.80.3")
     planted = workspace / "claude"  # found by a relative PATH entry only: the adapters ignore it
     planted.write_text("#!/bin/sh\n")
@@ -338,42 +314,6 @@ def test_version(leftovers, workspace):
 
     proc = peon(leftovers, workspace, "--version")
     assert proc.returncode == 0 and proc.stdout == f"peon {peon_package.__version__}\n"
-
-
-def test_documented_claude_mcp_add_lines_name_the_server_before_any_option():
-    """``claude mcp add`` reads every word after ``-e`` as an environment variable up to the next option:
-    a server name written after ``-e`` is taken for one ("Invalid environment variable format")."""
-    import shlex
-
-    root = Path(__file__).resolve().parent.parent.parent
-    lines = [line.strip() for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-             for line in doc.read_text().splitlines() if line.strip().startswith("claude mcp add ")]
-    assert lines, "the README shows how to add Peon to Claude Code"
-    for line in lines:
-        words = shlex.split(line)
-        name, rest = words[3], words[4:]
-        assert not name.startswith("-"), f"the server name must follow 'add' directly: {line}"
-        assert "--" in rest and rest[rest.index("--") + 1:][:2] == ["peon", "mcp"], line
-
-
-def test_render_result_for_people():
-    value = {"exit_code": 3, "signal": None, "timed_out": False, "cancelled": False, "output": "hi",
-             "output_bytes": 3, "output_kept_bytes": 3, "truncated": False, "duration_ms": 1234}
-    assert render_result({"tool": "bash", "ok": True, "value": value}) == (
-        "hi\n── bash: exit 3 · 1.2 s · 3 bytes of output\n", "")
-    value.update(output="head…tail\n", output_bytes=8 << 20, output_kept_bytes=65536, truncated=True,
-                 timed_out=True, timeout_seconds=0.5, exit_code=None, signal="SIGKILL", job_id="j1")
-    out, _ = render_result({"tool": "bash", "ok": True, "value": value})
-    # No "job j1": a one-shot call's session, and the job holding its retained output, end with the command.
-    assert out == ("head…tail\n── bash: timed out after 0.5 s · killed by SIGKILL · 1.2 s · output truncated: "
-                   "64.0 KiB of 8.0 MiB shown, the middle left out\n")
-    read = {"content": "text", "total_bytes": 4, "truncated": True}
-    assert render_result({"tool": "read", "ok": True,
-                          "value": read}) == ("text\n── read: 4 bytes in total · truncated\n", "")
-    write = {"path": "a.txt", "bytes_written": 1, "sha256": "ab", "created": True}
-    assert json.loads(render_result({"tool": "write", "ok": True, "value": write})[0]) == write
-    failed = {"tool": "bash", "ok": False, "error": {"code": "denied", "message": "bash was denied by policy"}}
-    assert render_result(failed) == ("", "bash failed [denied]: bash was denied by policy\n")
 
 
 def spawn_shell(leftovers, workspace: Path, command: str, extra_env: dict | None = None) -> pexpect.spawn:

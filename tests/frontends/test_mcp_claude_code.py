@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from helpers import wait_for
-from test_mcp_server import isolated_env, server_command
+from helpers.mcp import isolated_env, server_command
 
 CLAUDE = Path(__file__).parent.parent / "js" / "node_modules" / ".bin" / "claude"
 ESTABLISHED = "Connection established with capabilities: "

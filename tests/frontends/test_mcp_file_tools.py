@@ -6,12 +6,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from test_mcp_server import MODES, client, error_code, isolated_env, run
-
-
-@pytest.fixture
-def env(leftovers, tmp_path) -> dict:
-    return isolated_env(leftovers, tmp_path / "home")
+from helpers.mcp import MODES, client, error_code, run
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 
 from helpers import living
-from test_mcp_server import client, env, run  # noqa: F401  (env is a fixture)
+from helpers.mcp import client, run
 
 
 def value_of(result) -> dict:
@@ -24,7 +24,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_jobs_through_mcp(workspace: Path, env: dict) -> None:  # noqa: F811
+def test_jobs_through_mcp(workspace: Path, env: dict) -> None:
     (workspace / "index.html").write_text("hello over mcp\n")
     port = free_port()
     server_pid: list[int] = []

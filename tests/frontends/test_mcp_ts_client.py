@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
-from test_agents import install_fake_agents
-from test_mcp_server import isolated_env, pids_in, server_command, write_config
+from helpers import pids_in, wait_for
+from helpers.agents import install_fake_agents
+from helpers.mcp import isolated_env, server_command, write_config
 
 JS = Path(__file__).parent.parent / "js"
 NODE = shutil.which("node")

@@ -19,7 +19,6 @@ from helpers import wait_for
 from helpers.serve import ServeProcess, serve_env
 
 
-
 def test_nothing_of_opentelemetry_loads_without_an_endpoint():
     code = ("import os, sys; os.environ.pop('OTEL_EXPORTER_OTLP_ENDPOINT', None); "
             "os.environ.pop('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', None); "
@@ -148,7 +147,7 @@ def test_spans_link_client_server_and_worker(leftovers, workspace, tmp_path):
 
 
 def test_peon_mcp_continues_the_clients_trace(leftovers, workspace, tmp_path):
-    from test_mcp_server import RawServer, isolated_env
+    from helpers.mcp import RawServer, isolated_env
 
     receiver = Receiver()
     env = {**isolated_env(leftovers, tmp_path / "home"), "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
@@ -177,7 +176,7 @@ def test_peon_mcp_continues_the_clients_trace(leftovers, workspace, tmp_path):
 def test_agent_adapters_pass_the_call_span_to_the_agent(leftovers, workspace, tmp_path):
     """An agent started by an adapter gets the call span's context as TRACEPARENT/TRACESTATE, as bash's
     commands do: the stand-in ``claude`` prints what it got, and its parent is the call's span."""
-    from test_mcp_server import RawServer, isolated_env
+    from helpers.mcp import RawServer, isolated_env
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

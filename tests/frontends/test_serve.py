@@ -30,7 +30,6 @@ from helpers.serve import (
     SharedServer, add_skill, modern_headers, post, serve_env, sse_messages, wait_until,
 )
 from helpers import pids_in
-from peon.serve.main import StartupError, read_token
 
 MODES = ["legacy", "auto"]
 ERA = {"legacy": HANDSHAKE, "auto": MODERN}
@@ -476,21 +475,6 @@ def test_non_loopback_without_token_is_refused(env, workspace):
                            "--port", "0"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "not a loopback address" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
-
-
-def test_token_sources(tmp_path):
-    token_file = tmp_path / "token"
-    token_file.write_text(f"{TOKEN}\n")
-    assert read_token(str(token_file), "T", {}) == TOKEN
-    assert read_token(None, "T", {"T": TOKEN}) == TOKEN
-    assert read_token(None, "T", {}) is None
-    for path, environ, expected in [
-        (str(token_file), {"T": TOKEN}, "one way only"), (None, {"T": "short"}, "at least 16"),
-        (None, {"T": " "}, "set but empty"), (str(tmp_path / "nope"), {}, "cannot read"),
-        (None, {"T": "a b" * 10}, "without spaces"),
-    ]:
-        with pytest.raises(StartupError, match=expected):
-            read_token(path, "T", environ)
 
 
 # -- life cycle ----------------------------------------------------------------------------------------

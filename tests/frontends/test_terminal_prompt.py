@@ -3,7 +3,6 @@ session asks on /dev/tty, and each answer does what it says."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import sys
@@ -12,8 +11,6 @@ from pathlib import Path
 
 import pexpect
 import pytest
-
-from peon.approvers import TerminalApprover, render_request, visible
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -170,45 +167,3 @@ def test_an_unanswered_prompt_gives_up_with_the_supervisor(drive):
     child.sendline("o")
     child.expect(r"RESULT 1 ok 'y'")
     child.expect("DONE")
-
-
-# -- without a terminal ----------------------------------------------------------------------------
-
-
-def test_given_streams_are_used_instead_of_the_terminal():
-    out = io.StringIO()
-    approver = TerminalApprover(io.StringIO("x\ns\n"), out)
-    answer = approver({"tool": "bash", "risk": "process", "summary": "run", "canonical_input": "{}",
-                       "scopes": ["call", "tool", "risk"]})
-    assert answer == {"decision": "allow_session", "scope": "call", "reason": "allowed at the terminal"}
-    assert "Please answer one of" in out.getvalue()
-
-
-def test_repeated_nonsense_is_a_denial():
-    approver = TerminalApprover(io.StringIO("x\n" * 10), io.StringIO())
-    assert approver({"tool": "t", "risk": "process", "scopes": ["call"]})["decision"] == "deny"
-
-
-def test_only_offered_scopes_are_shown():
-    text, answers = render_request({"tool": "t", "risk": "process", "scopes": ["call"]})
-    assert set(answers) == {"o", "s", "d"} and "[t]" not in text
-
-
-def test_long_fields_are_bounded_and_say_so():
-    text, _ = render_request({"tool": "write", "risk": "filesystem", "summary": "s", "canonical_input": "x" * 10_000})
-    assert "[6000 more characters not shown]" in text
-
-
-def test_visible_escapes_what_could_repaint_or_reorder_the_prompt():
-    assert visible("a\x1b[1Ab\rc\u202ed\u2028e\x7f") == r"a\x1b[1Ab\x0dc\u202ed\u2028e\x7f"
-
-
-def test_without_session_answers_only_once_or_deny_is_offered():
-    request = {"tool": "bash", "risk": "process", "scopes": ["call", "tool", "risk"], "canonical_input": "{}"}
-    text, answers = render_request(request, offer_session=False)
-    assert set(answers) == {"o", "d"} and "[s]" not in text and "[r]" not in text
-    assert "this session ends with this call" in text
-    out = io.StringIO()
-    answer = TerminalApprover(io.StringIO("s\nr\no\n"), out, offer_session=False)(request)
-    assert answer == {"decision": "allow_once", "reason": "allowed at the terminal"}
-    assert out.getvalue().count("Please answer one of o, d.") == 2

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_fuzz import STABLE_CODES, deep, json_values, odd_text
-from test_mcp_server import env, raw_error_code, raw_server  # noqa: F401  (fixtures)
+from helpers.fuzz import STABLE_CODES, deep, json_values, odd_text
+from helpers.mcp import raw_error_code
 
 POLICY = '[approval]\nread_only = "allow"\nfilesystem = "allow"\nprocess = "deny"\ndelegate = "deny"\n'
 # Above every id the raw lines below use (5-8): a probe must never be taken for the answer to one of them.
@@ -24,7 +24,7 @@ ids = itertools.count(1000)
 
 
 @pytest.fixture
-def fuzz_server(raw_server, tmp_path):  # noqa: F811
+def fuzz_server(raw_server, tmp_path):
     config = tmp_path / "fuzz.toml"
     config.write_text(POLICY)
     server = raw_server("--config", str(config))

@@ -5,6 +5,11 @@ Every session a test opens runs with a unique ``PEON_TEST_TAG`` in its environme
 process it starts inherits; :class:`Leftovers` finds them by that tag (``/proc/*/environ``). Waiting is
 always on something observable (:func:`wait_for` polls a predicate with a generous deadline), never a
 fixed sleep.
+
+What several test modules of one subject share lives in a module of its own here: ``agents`` (the fake coding
+agents), ``cli`` (the ``peon`` command as a subprocess), ``files``, ``fuzz`` (strategies), ``mcp`` (``peon mcp``
+as a subprocess), ``processes``, ``rule_spellings``, ``sandbox``, ``serve``, ``skills`` and ``tree`` (Peon's
+modules as the source tree holds them). A test module never imports another test module.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -174,43 +178,9 @@ class Recorder:
         return answer(request) if callable(answer) else answer
 
 
-# -- fake coding agents (tests/fixtures/fake_agent.py) under the names the adapters start ----------------------
-
-FAKE_AGENT = Path(__file__).parent.parent / "fixtures" / "fake_agent.py"
-PI_PACKAGE = "@mariozechner/pi-coding-agent"
-
-
-def fake_script(target: Path, shebang: str | None = None) -> Path:
-    """The fake agent at ``target``, started by ``shebang`` (by default this interpreter, by path)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    body = FAKE_AGENT.read_text().split("\n", 1)[1]
-    target.write_text(f"{shebang or '#!' + sys.executable}\n{body}")
-    target.chmod(0o755)
-    return target
-
-
-def install_pi_package(prefix: Path, version: str | None, name: str = PI_PACKAGE) -> Path:
-    """pi as npm lays it out: <prefix>/lib/node_modules/<package>/{package.json,dist/cli.js}, and
-    <prefix>/bin/pi a link to dist/cli.js. Returns the package directory."""
-    package = prefix / "lib" / "node_modules" / name
-    fake_script(package / "dist" / "cli.js")
-    manifest = {"name": name, "bin": {"pi": "dist/cli.js"}, "type": "module"}
-    if version is not None:
-        manifest["version"] = version
-    (package / "package.json").write_text(json.dumps(manifest))
-    (prefix / "bin").mkdir(parents=True, exist_ok=True)
-    (prefix / "bin" / "pi").symlink_to(os.path.relpath(package / "dist" / "cli.js", prefix / "bin"))
-    return package
-
-
-def install_fake_agents(directory: Path, names=("claude", "codex", "pi"), pi_version: str | None = "0.84.3") -> Path:
-    """The fake agent under each name in ``directory``, started by this interpreter; pi as its npm
-    package of ``pi_version`` (``None``: a bare script with no package.json)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        if name == "pi" and pi_version is not None:
-            install_pi_package(directory.parent / f"{directory.name}-pi-prefix", pi_version)
-            (directory / "pi").symlink_to(directory.parent / f"{directory.name}-pi-prefix" / "bin" / "pi")
-        else:
-            fake_script(directory / name)
-    return directory
+def jsonl_entries(path) -> list[dict]:
+    """The entries of a JSON-lines file (an audit log), which must end with a whole line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data == b"" or data.endswith(b"\n"), data[-80:]
+    return [json.loads(line) for line in data.splitlines()]

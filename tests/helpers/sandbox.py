@@ -4,6 +4,7 @@ machine (a loopback listener, an abstract unix socket, a process outside the cal
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -17,6 +18,7 @@ from pathlib import Path
 import peon
 from helpers import ALLOW_ALL, Leftovers
 from peon.client.config import merge
+from peon.workers.sandbox import BwrapSupport, probe_bwrap
 
 PROBE = r"""
 import ctypes, errno, json, os, socket, sys
@@ -143,3 +145,9 @@ def open_module_session(workspace: Path, state: Path, guard: Leftovers, sandbox:
                         **config) -> peon.Session:
     return peon.Session(workspace, merge(merge(ALLOW_ALL, {"sandbox": sandbox}), config), state_dir=state,
                         env=guard.env(env))
+
+
+@functools.cache
+def bwrap_support() -> BwrapSupport:
+    """Whether bwrap can build Peon's sandbox here without a network (one trial run per test process)."""
+    return probe_bwrap(os.environ, network=False)

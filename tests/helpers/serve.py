@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import Leftovers, wait_for
-from test_agents import install_fake_agents
+from helpers.agents import install_fake_agents
 
 START_SECONDS = 60.0
 MODERN = "2026-07-28"

@@ -21,11 +21,7 @@ from pathlib import Path
 import pytest
 
 import peon
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-# The three layers: the folder each is in, and the package it is installed as (supervisor/ and workers/ are
-# installed inside Peon's namespace; peon/supervisor and peon/workers are links to them, not read twice).
-LAYERS = {"peon": "peon", "workers": "peon.workers", "supervisor": "peon.supervisor"}
+from helpers.tree import ROOT, layer_of, module_name, modules
 
 # Which of Peon's folders each folder may import besides itself ("peon": the top package's own modules —
 # the public names, the approvers, telemetry).
@@ -49,21 +45,6 @@ PYDANTIC_USERS = frozenset({"client"})
 HEAVY_ROOTS = ("pydantic", "pydantic_core", "jsonschema")
 HEAVY_PACKAGES = ("peon.supervisor",)
 HEAVY_MODULES = ("peon.client.config", "peon.approval.validation")
-
-
-def module_name(path: Path) -> str:
-    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
-    names = [*LAYERS[folder].split("."), *parts]
-    return ".".join(names[:-1] if names[-1] == "__init__" else names)
-
-
-def _files(folder: Path) -> list[Path]:
-    """The modules beneath ``folder``, not through the links to the other layers' folders."""
-    return [p for p in folder.rglob("*.py") if not any((ROOT / q).is_symlink() for q in p.relative_to(ROOT).parents)]
-
-
-def modules() -> list[tuple[str, Path]]:
-    return sorted((module_name(p), p) for folder in LAYERS for p in _files(ROOT / folder))
 
 
 def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
@@ -91,14 +72,6 @@ def imports_of(name: str, path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _top(module: str) -> str:
-    """The layer a module belongs to: ``supervisor``, ``workers`` or ``peon`` (or another top-level name)."""
-    for layer in ("supervisor", "workers"):
-        if module == f"peon.{layer}" or module.startswith(f"peon.{layer}."):
-            return layer
-    return module.split(".")[0]
-
-
 def test_every_package_module_is_seen():
     names = {name for name, _ in modules()}
     assert {"peon.core.tool", "peon.workers.worker", "peon.workers.forkserver", "peon.supervisor.service"} <= names
@@ -122,8 +95,8 @@ def test_every_folder_has_a_rule():
 
 def test_nothing_imports_the_supervisor():
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
-             for name, path in modules() if _top(name) != "supervisor"
-             for line, module in imports_of(name, path) if _top(module) == "supervisor"]
+             for name, path in modules() if layer_of(name) != "supervisor"
+             for line, module in imports_of(name, path) if layer_of(module) == "supervisor"]
     assert wrong == [], "\n".join(wrong)
 
 
@@ -161,7 +134,7 @@ def test_worker_side_imports_stay_lean(module):
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, f"importing {module} failed:\n{proc.stderr}"
     loaded = json.loads(proc.stdout)
-    heavy = [m for m in loaded if _top(m) in HEAVY_ROOTS or m in HEAVY_MODULES
+    heavy = [m for m in loaded if layer_of(m) in HEAVY_ROOTS or m in HEAVY_MODULES
              or any(m == h or m.startswith(h + ".") for h in HEAVY_PACKAGES)]
     assert heavy == [], f"importing {module} loads {heavy}"
 

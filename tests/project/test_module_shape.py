@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from test_layers import ROOT, modules
+from helpers.tree import ROOT, modules
 
 MAX_LINES = 700
 # Modules allowed past MAX_LINES, and why each is still one idea.

@@ -104,12 +104,3 @@ def test_peon_and_pypis_supervisor_share_an_environment(peon_wheel, tmp_path):
     assert who == "supervisord"
     assert service.startswith(str(venv)) and service.endswith("peon/supervisor/service.py")
     assert worker.startswith(str(venv)) and worker.endswith("peon/workers/worker.py")
-
-
-def test_an_install_hint_names_this_peons_own_source():
-    from peon.client.install_hint import DISTRIBUTION, extra_command
-
-    command = extra_command("serve")
-    assert command.startswith(f"{sys.executable} -m pip install")
-    assert command.endswith("[serve]'")
-    assert DISTRIBUTION in command or str(ROOT) in command

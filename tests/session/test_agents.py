@@ -18,37 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PI_PACKAGE, fake_script, install_fake_agents, install_pi_package, living, wait_for
+from helpers import living, wait_for
+from helpers.agents import PI_PACKAGE, Agents, fake_script, install_fake_agents, install_pi_package
 from peon.core.errors import ConfigError, ToolError
 from peon.tools.shared.agent import (
-    MAX_PROMPT_BYTES, at_mentions, bound_prompt, check_prompt_bytes, exec_bytes, resolve_executable, split_search_path,
+    MAX_PROMPT_BYTES, check_prompt_bytes, exec_bytes,
 )
-from peon.tools.agent_pi import supports_double_dash
-from peon.tools.shared.launch import LaunchRefused, Shebang, env_command, parse_shebang, pinned, resolve_program
+from peon.tools.shared.launch import pinned, resolve_program
 
 AGENTS = {"claude": ["-p", "--"], "codex": ["exec", "--"], "pi": ["-p", "--"]}
 ASK_DELEGATE = {"approval": {"delegate": "ask"}}
-
-
-
-class Agents:
-    """A temporary PATH with the fake agents, their log, and an isolated user configuration."""
-
-    def __init__(self, tmp_path: Path):
-        self.bin = install_fake_agents(tmp_path / "bin")
-        self.log = tmp_path / "agents.jsonl"
-        self.config_home = tmp_path / "xdg"
-        self.env = {"PATH": f"{self.bin}{os.pathsep}/usr/bin{os.pathsep}/bin", "FAKE_AGENT_LOG": str(self.log),
-                    "XDG_CONFIG_HOME": str(self.config_home)}
-
-    def records(self) -> list[dict]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
-
-    def run_directly(self, name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin / name), *args], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30, env={**os.environ, **self.env, "FAKE_AGENT_LOG": ""})
 
 
 @pytest.fixture
@@ -59,36 +38,6 @@ def agents(tmp_path) -> Agents:
 @pytest.fixture
 def agent_session(open_session, agents):
     return open_session(env=agents.env)
-
-
-# -- pure pieces ---------------------------------------------------------------------------------------
-
-
-def test_bound_prompt_keeps_head_and_tail():
-    assert bound_prompt("short", 10) == ("short", False)
-    shown, truncated = bound_prompt("a" * 50 + "MIDDLE" + "z" * 50, 20)
-    assert truncated and shown.startswith("a" * 10) and shown.endswith("z" * 10)
-    assert "[... 86 characters omitted ...]" in shown and "MIDDLE" not in shown
-    assert bound_prompt("abcdef", 1) == ("a\n[... 5 characters omitted ...]\n", True)
-
-
-def test_search_path_ignores_relative_entries(tmp_path):
-    assert split_search_path("/a::b:/c:.") == (["/a", "/c"], ["", "b", "."])
-    install_fake_agents(tmp_path / "bin", ["claude"])
-    (tmp_path / "plain").mkdir()
-    (tmp_path / "plain" / "claude").write_text("not executable")
-    (tmp_path / "dir" / "claude").mkdir(parents=True)
-    path = f"{tmp_path / 'plain'}:{tmp_path / 'dir'}:{tmp_path / 'bin'}/"
-    assert resolve_executable("claude", path) == str(tmp_path / "bin" / "claude")
-    assert resolve_executable("claude", f"{tmp_path / 'plain'}:{tmp_path / 'dir'}") is None
-    assert resolve_executable(str(tmp_path / "bin" / "claude"), "") == str(tmp_path / "bin" / "claude")
-    assert resolve_executable("bin/claude", str(tmp_path)) is None  # relative paths are never resolved
-    old = os.getcwd()
-    os.chdir(tmp_path / "bin")
-    try:
-        assert resolve_executable("claude", ":.") is None  # not even when the cwd holds it
-    finally:
-        os.chdir(old)
 
 
 def test_kernel_limits_match_the_constants(tmp_path):
@@ -220,12 +169,6 @@ def test_at_mentions_are_passed_as_written_and_shown_to_the_approver(open_sessio
     r = session.call("agent_codex", {"prompt": "@secret.txt and @/etc/passwd"})  # codex exec attaches nothing
     assert r.ok and agents.records()[-1]["prompt"] == "@secret.txt and @/etc/passwd"
     assert "file_mentions" not in requests[-1]["details"]
-
-
-def test_at_mentions_are_found_as_claude_reads_them():
-    mentions = at_mentions("@a b@c.d @@e\t@f#L1-2 (@g) x@y @\"q r\" @\"unclosed")
-    assert mentions == ["a", "@e", "f#L1-2", "q r", '"unclosed']
-    assert at_mentions("") == [] and at_mentions("no mentions @") == []
 
 
 def test_codex_dash_prompt_reads_dev_null(agent_session, agents):
@@ -463,15 +406,6 @@ def test_the_executable_started_is_the_one_that_was_approved(open_session, tmp_p
     assert not log.exists()  # neither fake agent ran
 
 
-# -- pi releases before and after "--" ---------------------------------------------------------------------
-
-
-def test_which_pi_releases_end_options_at_double_dash():
-    assert [supports_double_dash(v) for v in ("0.84.3", "0.84.4", "0.85.0", "1.0.0", "0.84.3+build.5")] == [True] * 5
-    assert [supports_double_dash(v) for v in ("0.84.2", "0.80.3", "0.73.1", "0.84.3-beta.1", "", None, "latest",
-                                              "0.84")] == [False] * 8
-
-
 def pi_session(open_session, tmp_path, version, *, name=PI_PACKAGE, approver=None):
     prefix = tmp_path / f"pi-{version}"
     install_pi_package(prefix, version, name)
@@ -541,29 +475,6 @@ def test_a_bare_pi_script_without_a_package_is_treated_as_older(open_session, ag
     assert agents.records()[-1]["argv"] == ["-p", "hello there"]
     r = session.call("agent_pi", {"prompt": "--version"})
     assert r.error.code == "invalid_input" and "no package.json of pi within 3 directories" in r.error.message
-
-
-# -- interpreters of script executables ---------------------------------------------------------------------
-
-
-def test_shebang_lines_parse_as_the_kernel_reads_them():
-    assert parse_shebang(b"\x7fELF\x02\x01") is None and parse_shebang(b"") is None
-    expected = Shebang("/usr/bin/env", "node", "#!/usr/bin/env node")
-    assert parse_shebang(b"#!/usr/bin/env node\nconsole.log(1)") == expected
-    assert parse_shebang(b"#! /bin/sh  -e  -x \n") == Shebang("/bin/sh", "-e  -x", "#! /bin/sh  -e  -x ")
-    assert parse_shebang(b"#!/usr/bin/python3\t-u\n").argument == "-u"
-    assert parse_shebang(b"#!/bin/sh") == Shebang("/bin/sh", None, "#!/bin/sh")
-    for bad, why in [(b"#!\n", "names no interpreter"), (b"#!/x/" + b"y" * 300, "longer than the 256 bytes")]:
-        with pytest.raises(LaunchRefused, match=why):
-            parse_shebang(bad[:256])
-    assert env_command("node") == ("node", ())
-    assert env_command("-S node --no-warnings -e") == ("node", ("--no-warnings", "-e"))
-    for bad, why in [(None, "names no program"), ("-S", "names no program"), ("node --flag", "whole name"),
-                     ("-S node '$x'", "quoting or variables"), ("-i node", "whole name"),
-                     ("A=1", "options or variables"),
-                     ("-S -i node", "options or variables"), ("-S A=1 node", "options or variables")]:
-        with pytest.raises(LaunchRefused, match=why):
-            env_command(bad)
 
 
 @pytest.fixture

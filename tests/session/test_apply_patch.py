@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from helpers import Recorder, expect_error, expect_ok
+from helpers.files import snapshot
 from peon.core.paths import TEMP_PREFIX
 
 
@@ -21,20 +22,6 @@ def sha(data: bytes) -> str:
 
 def patch(*body: str) -> str:
     return "*** Begin Patch\n" + "".join(line + "\n" for line in body) + "*** End Patch\n"
-
-
-def snapshot(root: Path) -> dict[str, bytes | str]:
-    """Every entry beneath ``root``: file contents, symlink targets, directories."""
-    out: dict[str, bytes | str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            full = Path(dirpath) / name
-            key = str(full.relative_to(root))
-            if full.is_symlink():
-                out[key] = "-> " + os.readlink(full)
-            else:
-                out[key] = "dir" if full.is_dir() else full.read_bytes()
-    return out
 
 
 def test_one_patch_adds_updates_moves_and_deletes(fs_session, workspace):
@@ -94,39 +81,6 @@ def test_an_install_failing_midway_puts_back_the_files_already_changed(fs_sessio
     finally:
         os.chmod(workspace / "sub", 0o755)
     assert snapshot(workspace) == before
-
-
-def test_install_failure_after_staging_restores_through_apply_changes(workspace):
-    """The same guarantee at the fs layer, where the failure can be placed exactly: a file created at the
-    third destination after staging makes its no-clobber install fail."""
-    from peon.core.errors import ToolError
-    from peon.core.paths import parse_file_path
-    from peon.workers import fs
-    from peon.workers.fs import change
-
-    (workspace / "a.txt").write_text("a1\n")
-    (workspace / "b.txt").write_text("b1\n")
-    before = snapshot(workspace)
-    root = fs.open_root(workspace)
-    real_install = change._install
-
-    def racing_install(staged, use_link):
-        if staged.change.path.normalized == "c.txt":
-            (workspace / "c.txt").write_text("someone else's\n")
-        real_install(staged, use_link)
-
-    changes = [fs.Change(parse_file_path("a.txt"), b"a2\n", False, None, sha(b"a1\n")),
-               fs.Change(parse_file_path("b.txt"), None, False, None, sha(b"b1\n")),
-               fs.Change(parse_file_path("c.txt"), b"c\n", True, None, None)]
-    change._install = racing_install
-    try:
-        with pytest.raises(ToolError) as caught:
-            fs.apply_changes(root, changes, fs.Resolver.WALK)
-    finally:
-        change._install = real_install
-        os.close(root)
-    assert caught.value.code.value == "already_exists"
-    assert snapshot(workspace) == {**before, "c.txt": b"someone else's\n"}
 
 
 def test_every_file_is_rated_and_shown_before_anything_is_written(open_session, workspace, tmp_path):
@@ -244,35 +198,3 @@ def test_fuzzed_patches_never_write_outside_or_leave_a_partial_patch(fuzz_world,
     for key in set(before) | set(after):
         if before.get(key) != after.get(key):
             assert os.path.realpath(workspace / key) in resolved or key in touched, (key, text)
-
-
-def test_an_agent_control_target_is_lifted_to_the_top_of_the_details(monkeypatch):
-    """The approval policy reads a written target's agent-control entry at the top of the details, so a patch
-    that touches one such file among several is asked about like a write of it."""
-    from peon.tools import apply_patch
-
-    class Stub:
-        secret_on_resolved_only = False
-
-        def __init__(self, path):
-            self.path = path
-
-        def details(self):
-            return {"path": self.path, **({"agent_control": ".git/hooks"} if self.path.startswith(".git") else {})}
-
-        def secret_reason(self):
-            return None
-
-        def where(self):
-            return ""
-
-        def agent_control_reason(self):
-            return "writes beneath .git/hooks" if self.path.startswith(".git") else None
-
-    monkeypatch.setattr(apply_patch, "resolve_target", lambda typed, access, session: Stub(typed.normalized))
-    tool = apply_patch.ApplyPatchTool()
-    args = {"patch": patch("*** Add File: notes.txt", "+x", "*** Add File: .git/hooks/pre-commit", "+evil")}
-    details = tool.prepare(args, None).details
-    assert details["agent_control"] == ".git/hooks" and details["files"][1]["agent_control"] == ".git/hooks"
-    assert "writes beneath .git/hooks" in tool.prepare(args, None).risk_reason
-    assert "agent_control" not in tool.prepare({"patch": patch("*** Add File: a.txt", "+x")}, None).details

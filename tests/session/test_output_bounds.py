@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from test_supervision import workers_of
+from helpers.processes import workers_of
 
 GIB = 1 << 30
 

@@ -15,6 +15,8 @@ import pytest
 
 import peon
 from helpers import ALLOW_ALL, Leftovers, living, wait_for
+from helpers.agents import Agents
+from helpers.cli import assert_clean_failure, peon as run_peon
 from peon.client.config import merge
 from peon.core.errors import SessionError
 from helpers.sandbox import (
@@ -330,8 +332,6 @@ def test_no_descriptor_of_peons_reaches_the_sandboxed_command(box):
 
 @landlock
 def test_agent_adapters_are_sandboxed_only_when_switched_on(open_session, tmp_path):
-    from test_agents import Agents
-
     agents = Agents(tmp_path)  # the fake agents log to tmp_path/agents.jsonl: outside every writable path
     (tmp_path / "tmp").mkdir()
     seen = []
@@ -355,8 +355,6 @@ def test_agent_adapters_are_sandboxed_only_when_switched_on(open_session, tmp_pa
 
 @landlock
 def test_doctor_reports_the_sandbox_and_known_fixes(leftovers, workspace, tmp_path):
-    from test_cli import assert_clean_failure, peon as run_peon
-
     config = tmp_path / "auto.toml"
     config.write_text('[sandbox]\nmode = "auto"\nisolate_signals = false\nisolate_abstract_sockets = false\n')
     facts = json.loads(run_peon(leftovers, workspace, "doctor", "--json", "--config", str(config)).stdout)["sandbox"]

@@ -12,13 +12,15 @@ import pytest
 
 import peon
 from helpers import ALLOW_ALL, Leftovers, living, wait_for
+from helpers.agents import Agents
 from peon.client.config import merge
 from peon.core.errors import SessionError
-from helpers.sandbox import Peers, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed
+from helpers.sandbox import (
+    Peers, bwrap_support, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed,
+)
 from peon.workers import proctree
-from peon.workers.sandbox import probe_bwrap
 
-SUPPORT = probe_bwrap(os.environ, network=False)
+SUPPORT = bwrap_support()
 pytestmark = pytest.mark.skipif(not SUPPORT.works, reason=f"bwrap unusable here: {SUPPORT.detail}")
 BWRAP = {"mode": "required", "kind": "bwrap", "network": False}
 
@@ -178,8 +180,6 @@ def test_auto_falls_back_to_landlock_without_bwrap(leftovers, tmp_path):
 
 
 def test_an_agent_switched_on_runs_its_pinned_executable_inside_bwrap(open_session, tmp_path):
-    from test_agents import Agents
-
     agents = Agents(tmp_path)  # the fake agents log to tmp_path/agents.jsonl: read-only inside the sandbox
     (tmp_path / "tmp").mkdir()
     session = open_session({"agents": {"claude": {"sandbox": True}}, "sandbox": BWRAP},

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import install_fake_agents
+from helpers.agents import install_fake_agents
 from peon.tools import BUILTIN_TOOLS
 
 SKILL = "---\nname: greet\ndescription: Say hello politely.\n---\nSay hello.\n"

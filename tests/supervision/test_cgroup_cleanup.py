@@ -16,7 +16,7 @@ import pytest
 
 from helpers import CGROUP_SUPPORT, wait_for
 from peon.workers import cgroup, proctree
-from peon.workers.cgroup import judge_leftover, owner_pid, owner_state, remove_leftovers
+from peon.workers.cgroup import owner_state, remove_leftovers
 
 needs_cgroups = pytest.mark.skipif(not CGROUP_SUPPORT.available, reason=f"cgroup v2: {CGROUP_SUPPORT.reason}")
 
@@ -30,34 +30,6 @@ HOST = textwrap.dedent("""\
           flush=True)
     time.sleep(600)
 """)
-
-
-# -- the decision (pure) and its evidence -----------------------------------------------------------
-
-def test_the_owner_is_read_from_peon_names_only():
-    assert owner_pid("peon-4c1e9a0b2f3d4e5f-4242") == 4242
-    assert owner_pid("peon-my-own-session-id-17") == 17  # a session id may hold dashes
-    assert owner_pid("peon-probe-99-123456789") == 99  # a probe that died half-way
-    assert owner_pid("peon-") is None and owner_pid("peon-abc") is None and owner_pid("other-session-12") is None
-
-
-@pytest.mark.parametrize(("owner", "populated", "verdict"), [
-    ("gone", False, "remove"),
-    ("reused", False, "remove"),
-    ("alive", False, "keep: its supervisor may be alive"),
-    ("gone", True, "keep: it holds processes"),
-    ("alive", True, "keep: it holds processes"),
-])
-def test_only_an_empty_cgroup_of_a_gone_supervisor_is_removed(owner, populated, verdict):
-    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", owner, populated) == verdict
-    assert judge_leftover("user-service", owner, populated) == "not Peon's"
-
-
-@pytest.mark.parametrize("populated", [False, True])
-def test_a_session_abandoned_for_good_is_ended(populated):
-    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", "abandoned", populated) == (
-        "end: its supervisor is stopped and its client is gone")
-    assert judge_leftover("peon-probe-4242-99", "abandoned", False) == "remove"  # a probe's is only removed
 
 
 def test_a_pid_is_its_owner_only_if_it_started_before_the_cgroup():

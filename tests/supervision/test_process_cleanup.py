@@ -9,37 +9,26 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers import living, wait_for, written
+from helpers import wait_for, written
+from helpers.processes import FORK_LOOP, assert_gone, recorded_pids
 from peon.workers import proctree
-
-
-def pids_in(workspace, name: str) -> list[int]:
-    path = workspace / name
-    assert path.exists(), f"the command did not record {name}"
-    return [int(p) for p in path.read_text().split()]
-
-
-def assert_gone(pids):
-    assert pids, "nothing recorded: the test would prove nothing"
-    assert living(pids) == [], f"still alive after the call returned: {living(pids)}"
 
 
 def test_background_child_holding_the_pipe(session, workspace):
     r = session.call("bash", {"command": "sleep 1000 & echo $! > bg.pid; echo started"})
     assert r.value["exit_code"] == 0 and r.value["output"] == "started\n"
     assert r.value["duration_ms"] < 5000
-    assert_gone(pids_in(workspace, "bg.pid"))
+    assert_gone(recorded_pids(workspace, "bg.pid"))
 
 
 def test_setsid_daemon_holding_the_pipe(session, workspace):
     r = session.call("bash", {"command": "setsid bash -c 'echo $$ > d.pid; exec sleep 1000' & "
                                          "until [ -s d.pid ]; do sleep 0.01; done; echo ok"})
     assert r.value["exit_code"] == 0
-    assert_gone(pids_in(workspace, "d.pid"))
+    assert_gone(recorded_pids(workspace, "d.pid"))
 
 
 def test_double_fork_nohup_disown(session, workspace):
@@ -50,7 +39,7 @@ def test_double_fork_nohup_disown(session, workspace):
     )
     r = session.call("bash", {"command": command})
     assert r.value["exit_code"] == 0
-    assert_gone(pids_in(workspace, "double.pid") + pids_in(workspace, "nohup.pid"))
+    assert_gone(recorded_pids(workspace, "double.pid") + recorded_pids(workspace, "nohup.pid"))
 
 
 def test_daemon_that_closes_its_fds_never_writes_later(session, workspace):
@@ -58,14 +47,14 @@ def test_daemon_that_closes_its_fds_never_writes_later(session, workspace):
                "until [ -s late.pid ]; do sleep 0.01; done; echo started")
     r = session.call("bash", {"command": command})
     assert r.value["output"] == "started\n"
-    assert_gone(pids_in(workspace, "late.pid"))  # gone: nothing is left that could write late-file
+    assert_gone(recorded_pids(workspace, "late.pid"))  # gone: nothing is left that could write late-file
     assert not (workspace / "late-file").exists()
 
 
 def test_stopped_child_is_killed(session, workspace):
     r = session.call("bash", {"command": "sleep 1000 & echo $! > s.pid; kill -STOP $!; echo stopped"})
     assert r.value["output"] == "stopped\n"
-    assert_gone(pids_in(workspace, "s.pid"))
+    assert_gone(recorded_pids(workspace, "s.pid"))
 
 
 def test_zombie_producing_parent(session, workspace):
@@ -78,13 +67,10 @@ def test_zombie_producing_parent(session, workspace):
     (workspace / "zombies.py").write_text(script)
     r = session.call("bash", {"command": f"exec {sys.executable} zombies.py", "timeout_seconds": 1.5})
     assert r.value["timed_out"] is True
-    pids = pids_in(workspace, "z.pid")
+    pids = recorded_pids(workspace, "z.pid")
     assert len(pids) == 11
     for pid in pids:  # not even a zombie is left: they were reaped
         assert not os.path.exists(f"/proc/{pid}"), pid
-
-
-FORK_LOOP = (Path(__file__).parent.parent / "fixtures" / "forkloop.py").read_text()
 
 
 cmdline = proctree.cmdline
@@ -111,7 +97,7 @@ def test_cancel_sends_term_then_kill_after_grace(session, workspace):
     assert r.value["cancelled"] is True and r.value["timed_out"] is False
     assert r.value["signal"] == "SIGKILL"
     assert 1.8 <= waited < 8, waited
-    assert_gone(pids_in(workspace, "trap.pid"))
+    assert_gone(recorded_pids(workspace, "trap.pid"))
 
 
 def test_cancel_of_a_cooperative_command_is_prompt(session, workspace):
@@ -123,7 +109,7 @@ def test_cancel_of_a_cooperative_command_is_prompt(session, workspace):
     assert r.value["cancelled"] is True
     assert r.value["signal"] == "SIGTERM"  # TERM ended it: no KILL grace was waited
     assert time.monotonic() - cancelled_at < 10, "a hang guard, not a speed claim"
-    assert_gone(pids_in(workspace, "c.pid"))
+    assert_gone(recorded_pids(workspace, "c.pid"))
 
 
 def test_cancel_reaches_a_stopped_group_member(session, workspace):
@@ -132,7 +118,7 @@ def test_cancel_reaches_a_stopped_group_member(session, workspace):
     handle.cancel()
     r = handle.result(timeout=30)
     assert r.value["cancelled"] is True
-    assert_gone(pids_in(workspace, "m.pid"))
+    assert_gone(recorded_pids(workspace, "m.pid"))
 
 
 def test_a_queued_call_that_is_cancelled_never_starts(session, workspace):
@@ -162,4 +148,4 @@ def test_deadline_kills_the_whole_group_at_once(session, workspace, timeout):
     r = session.call("bash", {"command": command, "timeout_seconds": timeout})
     assert r.value["timed_out"] is True and r.value["signal"] == "SIGKILL"
     assert time.monotonic() - started < timeout + 3  # no TERM grace at a deadline
-    assert_gone(pids_in(workspace, "g.pid"))
+    assert_gone(recorded_pids(workspace, "g.pid"))

@@ -1,9 +1,8 @@
-"""Process-tree helpers the deadline relies on: the groups listed ahead of a kill, and a watchdog that
-stops sampling before the deadline."""
+"""Process-tree helpers the deadline relies on: the groups listed ahead of a kill, and a process's state
+watched through its stopping and its end. The limits watchdog's sampling is tests/unit/test_watchdog.py."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import signal
@@ -13,7 +12,7 @@ import sys
 import pytest
 
 from helpers import wait_for, written
-from peon.workers import limits, proctree
+from peon.workers import proctree
 
 # A child in a new session that forks a grandchild into a session of its own, then both sleep.
 ESCAPING_TREE = """
@@ -41,35 +40,6 @@ def test_groups_below_lists_every_escaped_group_but_the_callers(tmp_path):
         for group in (child.pid, *grandchildren):  # each leads its own session
             proctree.signal_group(group, signal.SIGKILL)
         child.wait()
-
-
-class _CountingProbe:
-    def __init__(self, verdict: str | None):
-        self.verdict = verdict
-        self.checks = 0
-
-    def check(self) -> str | None:
-        self.checks += 1
-        return self.verdict
-
-    def kernel_verdict(self) -> str | None:
-        return None
-
-
-def test_watchdog_samples_until_its_time_then_waits_to_be_cancelled():
-    async def scenario() -> tuple[str, int, bool]:
-        sampling = _CountingProbe("memory")
-        verdict = await asyncio.wait_for(limits.watch(sampling, until=math.inf), 10)  # hang guard
-        quiet = _CountingProbe("memory")
-        task = asyncio.create_task(limits.watch(quiet, until=0.0))
-        await asyncio.sleep(3 * limits.SAMPLE_INTERVAL_SECONDS)
-        pending = not task.done()
-        task.cancel()
-        return verdict, quiet.checks, pending
-
-    verdict, checks, pending = asyncio.run(scenario())
-    assert verdict == "memory"
-    assert checks == 0 and pending  # past ``until`` nothing is sampled and nothing is reported
 
 
 def test_a_member_that_left_its_group_before_the_group_was_killed_is_killed_all_the_same(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""What the supervisor accepts from a worker (pure: workers/messages.py)."""
+"""What the supervisor accepts from a worker and from the job host (pure: workers/messages.py): results,
+progress, output chunks of the running call or job only, and a worker's offer to serve again."""
 
 from __future__ import annotations
 
@@ -62,3 +63,35 @@ def test_anything_else_is_a_protocol_error_with_a_sentence(name):
 def test_escaped_backslashes_before_u_are_not_surrogates():
     message = {"op": "result", "id": CALL, "ok": True, "value": {"s": "\\ud800 is only text"}}
     assert parse_worker_message(encoded(message), CALL) == message
+
+
+def test_output_messages_are_checked_like_every_worker_message():
+    from peon.workers.messages import MAX_OUTPUT_CHUNK, ProtocolError, encode_output, parse_worker_message
+
+    message = parse_worker_message(encode_output("c", 7, b"\x00\xffhi"), "c")
+    assert message == {"op": "output", "id": "c", "offset": 7, "data": b"\x00\xffhi"}
+    for bad in (encode_output("other", 0, b"x"), encode_output("c", 0, b"x" * (MAX_OUTPUT_CHUNK + 1)), b"\x00\x05c",
+                json.dumps({"op": "output", "id": "c", "offset": 0, "data": "aGk="}).encode(),
+                json.dumps({"op": "spawned", "id": "c", "pid": 1}).encode()):
+        with pytest.raises(ProtocolError):
+            parse_worker_message(bad, "c")
+
+
+def test_a_worker_may_offer_reuse_in_its_result_and_nothing_else_there():
+    base = {"op": "result", "id": "c", "ok": True, "value": {}}
+    assert parse_worker_message(json.dumps({**base, "reuse": True}).encode(), "c")["reuse"] is True
+    for bad in (False, 1, "yes", None):
+        with pytest.raises(ProtocolError, match="reuse"):
+            parse_worker_message(json.dumps({**base, "reuse": bad}).encode(), "c")
+
+
+def test_the_job_hosts_messages_are_checked_against_the_jobs_it_runs():
+    from peon.workers.messages import ProtocolError, encode_output, parse_host_message
+
+    running = {"job-3", "job-4"}
+    assert parse_host_message(encode_output("job-4", 0, b"x"), running)["id"] == "job-4"
+    assert parse_host_message(b'{"op":"spawned","id":"job-3"}', running)["op"] == "spawned"
+    for payload in (encode_output("job-5", 0, b"x"), b'{"op":"spawned","id":"job-5"}', b'{"op":"spawned"}',
+                    b'{"op":"result","id":"job-3","ok":"yes"}', b"[1]", b"\xff"):
+        with pytest.raises(ProtocolError):
+            parse_host_message(payload, running)

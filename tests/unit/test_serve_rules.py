@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from peon.core.errors import ErrorCode
-from peon.mcp.revisions import ServerIdentity
 from peon.client.result import ToolResult
 from peon.serve import wire
-from peon.serve.app import ServeOptions, ServeState
 from peon.serve.guard import Guard, bind_problem, is_loopback_host, split_host_header
 from peon.serve.idempotency import Conflict, Follow, Full, IdempotencyStore, Replay, Run, fingerprint, key_problem
 from peon.serve.metrics import Metrics
@@ -234,43 +228,3 @@ def test_metric_labels_come_from_closed_sets():
     assert 'peon_process_kills_total{reason="limit"} 1.0' in text
     assert 'peon_process_kills_total{reason="cancel"} 1.0' in text
     assert 'endpoint="(other)"' in text and "etc" not in text
-
-
-# -- readiness -------------------------------------------------------------------------------------------
-
-
-def test_readiness_waits_for_a_standby_worker_and_fails_while_draining():
-
-    class FakeSession:
-        """A session whose 'supervisor' is a real process with a child titled like a standby worker."""
-
-        def __init__(self, with_standby: bool):
-            standby = "subprocess.Popen(['bash', '-c', 'exec -a \"peon-worker standby\" sleep 60'])"
-            script = f"import subprocess, sys, time\nif len(sys.argv) > 1: {standby}\ntime.sleep(60)\n"
-            self.proc = subprocess.Popen([sys.executable, "-c", script, *(["standby"] if with_standby else [])])
-            self.supervisor_pid = self.proc.pid
-            self.alive = True
-            self.info = {"containment": {"kind": "process-tree"}}
-
-        def tools(self):
-            return [{"name": "bash"}]
-
-    state = ServeState(Guard.build(None, "127.0.0.1"), ServerIdentity(), ServeOptions())
-    assert state.readiness().startswith("starting")
-    sessions = [FakeSession(False), FakeSession(True)]
-    try:
-        state.session, state.router = sessions[0], object()  # type: ignore[assignment]
-        assert state.readiness() == "starting: no standby worker yet"
-        state.session = sessions[1]
-        deadline = time.monotonic() + 10
-        while state.readiness() is not None and time.monotonic() < deadline:
-            time.sleep(0.02)  # the fake supervisor starts its child
-        assert state.readiness() is None
-        state.draining = True
-        assert state.readiness() == "draining"
-    finally:
-        for session in sessions:
-            for child in psutil.Process(session.proc.pid).children(recursive=True):
-                child.kill()
-            session.proc.kill()
-            session.proc.wait()
