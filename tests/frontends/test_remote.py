@@ -52,8 +52,9 @@ def exercise(session, tag: str) -> list:
         ("bash", {"command": "sleep 5", "timeout_seconds": 0.2}),
     ]:
         result = session.call(name, args)
+        # Timings differ by run, and job ids count the session's calls.
         value = {k: v for k, v in (result.value or {}).items()
-                 if k not in ("duration_ms", "sha256", "mtime_ns", "job_id")}  # job ids count the session's calls
+                 if k not in ("duration_ms", "waited_for_worker_ms", "sha256", "mtime_ns", "job_id")}
         if isinstance(value.get("sandbox"), dict):  # the writable paths name each session's own workspace and cache
             value["sandbox"] = {k: v for k, v in value["sandbox"].items() if k != "writable"}
         outcomes.append((result.tool, result.ok, result.error.code if result.error else None, value))
