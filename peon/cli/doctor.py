@@ -8,6 +8,8 @@ Promises:
 * ``peon doctor --clean`` first removes the empty cgroups of Peon sessions whose supervisor is gone
   (never a live session's, never one that holds a process) and ends sessions abandoned for good (a
   stopped supervisor whose client is gone), and lists what it removed, ended and kept;
+* it reports, per agent client found on this machine (Claude Code, Codex, Cursor, VS Code), where Peon is
+  registered and whether the client's own file and shell tools are still on (``peon setup`` changes both);
 * a probe that fails is a fact it shows, never a crash.
 """
 
@@ -145,6 +147,7 @@ def cmd_doctor(options: argparse.Namespace) -> int:
         session_sandbox = {"error": describe_os_error(exc)}
         code = 1
     facts["agents"] = agents
+    facts["clients"] = client_facts(Path(options.workspace).expanduser().resolve())
     facts["sandbox"] = sandbox_facts(session_sandbox)
     facts["config"] = config_layers(options, session_layers)
     if options.json:
@@ -154,6 +157,13 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     if code:
         print("peon: a session cannot start here; see above", file=sys.stderr)
     return code
+
+
+def client_facts(workspace: Path) -> list[dict[str, Any]]:
+    """Each agent client on this machine: where Peon is registered, and whether its own tools are off."""
+    from peon.cli.clients.registry import status
+
+    return [found.to_dict() for found in status(workspace, Path.home(), os.environ)]
 
 
 def clean_leftover_cgroups(support: Any) -> dict[str, Any]:
@@ -208,6 +218,7 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         if "pi_version" in agent:
             dash = "ends options with --" if agent["pi_double_dash"] else "no --; prompts beginning with - are refused"
             print(f"  {'':<10} pi {agent['pi_version'] or 'of unknown version'}: {dash}")
+    print_clients(facts["clients"])
     print("config layers")
     config = facts["config"]
     if config.get("error"):
@@ -217,6 +228,15 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         summary = ", ".join(keys) if len(keys) <= 8 else ", ".join(keys[:8]) + f", … ({len(keys)} keys)"
         kind = f" ({layer['kind']})" if layer.get("kind") and layer["kind"] != layer["source"] else ""
         print(f"  {layer['source']}{kind}: {summary or '(no keys)'}")
+
+
+def print_clients(clients: list[Mapping[str, Any]]) -> None:
+    print("clients" + ("" if clients else "      none found (peon setup registers Peon with one)"))
+    for client in clients:
+        where = [f"{scope}: {path}" for scope, path in client["registered"].items() if path]
+        print(f"  {client['client']:<12} {client['found']}")
+        print(f"  {'':<12} peon: {'registered (' + '; '.join(where) + ')' if where else 'not registered'}")
+        print(f"  {'':<12} built-in tools: {client['builtins']}")
 
 
 def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills``, ``doctor`` and ``--version``.
+"""The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills``, ``doctor``, ``setup`` and
+``--version``.
 
 Promises:
 
@@ -9,8 +10,8 @@ Promises:
 * every session a command opens is closed, with everything it started, before the command exits.
 
 This module owns the parser and the dispatch to each command's module (:mod:`peon.cli.call`,
-:mod:`peon.cli.doctor`, :mod:`peon.cli.mcp`, :mod:`peon.cli.serve`, :mod:`peon.cli.skills`,
-:mod:`peon.cli.tools`), which promise what each command does.
+:mod:`peon.cli.doctor`, :mod:`peon.cli.mcp`, :mod:`peon.cli.serve`, :mod:`peon.cli.setup`,
+:mod:`peon.cli.skills`, :mod:`peon.cli.tools`), which promise what each command does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import argparse
 import os
 import sys
 
-from peon.cli import call, doctor, mcp, serve, skills, tools
+from peon.cli import call, doctor, mcp, serve, setup, skills, tools
 from peon.cli.common import USAGE_ERROR, UsageError, add_session_arguments, describe_os_error
 
 
@@ -65,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                                help="first remove the empty cgroups of Peon sessions whose supervisor is gone")
     add_session_arguments(doctor_parser)
     doctor_parser.set_defaults(run=doctor.cmd_doctor)
+
+    setup_parser = commands.add_parser("setup", help="register Peon with an agent client (Claude Code, Codex, "
+                                       "Cursor, VS Code) and turn off the client's own file and shell tools")
+    setup.add_arguments(setup_parser)
+    setup_parser.set_defaults(run=setup.cmd_setup)
     return parser
 
 
