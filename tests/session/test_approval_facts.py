@@ -45,7 +45,8 @@ def test_worktrees_bare_repositories_and_gitdir_files(tmp_path):
     main = tmp_path / "main"
     main.mkdir()
     git("init", "-q", cwd=main)
-    git("commit", "-q", "--allow-empty", "-m", "x", cwd=main)
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "x",
+        cwd=main)  # an identity of its own: a contributor's fresh home has none
     git("worktree", "add", "-q", str(tmp_path / "wt"), cwd=main)
     git("config", "core.pager", "evil", cwd=main)
     assert any(k.startswith("core.pager") for k in git_facts(tmp_path / "wt", {}).program_keys)  # common config
