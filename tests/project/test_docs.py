@@ -21,9 +21,10 @@ line before a block adds to its check:
 
 * ``<!-- docs-test: run -->`` (``sh``, ``python``) — run. The blocks a page marks so, and its ``file`` blocks, run
   in order as one script (what a person types in one terminal) with ``bash -e -o pipefail`` in a
-  fresh home directory, offline; the script must succeed. ``pip install peon-runtime`` installs the
-  wheel built from this tree (no index, no download; the dependencies come from the test's own
-  environment, which is what ``PYTHONPATH`` gives the new interpreter);
+  fresh home directory, offline; the script must succeed. A page that installs Peon finds a checkout of
+  this tree in ``~/peon`` (its tracked and new files, as ``git clone`` of it would give), and ``pip
+  install`` builds it without an index or a download: the build backend and the dependencies come from
+  the test's own environment, which is what ``PYTHONPATH`` gives the new interpreter;
 * ``<!-- docs-test: file PATH -->`` — the block is the content of PATH (``~`` is the home directory)
   and is written there at its place in the page's script;
 * ``<!-- docs-test: input TOOL -->`` (``json``) — the block is an input of TOOL;
@@ -411,16 +412,21 @@ def check_output(sample: Block, printed: list[str]) -> None:
 RUNNING_PAGES = sorted({block.page for block in BLOCKS if block.marker and block.marker[0] == "run"})
 
 
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory) -> Path:
-    """Peon's wheel, built from this tree offline, where ``pip install peon-runtime`` will find it."""
-    pytest.importorskip("setuptools", reason="the build backend (setuptools, part of the test extra) is not installed")
-    out = tmp_path_factory.mktemp("wheelhouse")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out),
-                            str(ROOT)], capture_output=True, text=True, timeout=300, cwd=out,
-                           env={**os.environ, "PIP_NO_INDEX": "1"})
-    assert built.returncode == 0, built.stdout + built.stderr
-    return out
+def checkout(destination: Path) -> Path:
+    """A copy of this tree as a checkout of it holds: its tracked and new files (not the ignored ones, not
+    ``.git``), symbolic links kept."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True, timeout=60).stdout
+    for name in sorted({name for name in listed.decode().split("\0") if name}):
+        source, target = ROOT / name, destination / name
+        if not source.is_symlink() and not source.exists():
+            continue  # deleted in the tree, not yet in git
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, target)
+    return destination
 
 
 def without_peon(path: str) -> str:
@@ -451,10 +457,9 @@ def sandbox_required_works(home: Path) -> str | None:
 
 
 @pytest.mark.parametrize("page", RUNNING_PAGES)
-def test_the_commands_of_a_page_run(page, request, tmp_path, leftovers):
+def test_the_commands_of_a_page_run(page, tmp_path, leftovers):
     script = page_script(page)
     assert script
-    wheelhouse = request.getfixturevalue("wheelhouse") if "pip install" in script else tmp_path
     home = tmp_path / "home"
     home.mkdir()
     if "sandbox" in script and (reason := sandbox_required_works(tmp_path)):
@@ -466,15 +471,16 @@ def test_the_commands_of_a_page_run(page, request, tmp_path, leftovers):
     for name in [name for name in env if name.startswith(("PIP_", "VIRTUAL_ENV", "PYTHON"))]:
         del env[name]
     if "pip install" in script:
-        # The page installs Peon itself: its shell finds this interpreter as python3 but no peon at all until
-        # the page has installed one, and pip finds the wheel of this tree instead of the index and this
-        # environment's packages, without Peon, as the dependencies.
+        # The page installs Peon itself, from the checkout in ~/peon: its shell finds this interpreter as
+        # python3 but no peon at all until the page has installed one, and pip finds no index: it builds with
+        # this environment's setuptools, and this environment's packages, without Peon, are the dependencies.
+        checkout(home / "peon")
         tools = tmp_path / "bin"
         tools.mkdir()
         for name in ("python3", "python"):
             (tools / name).symlink_to(os.path.realpath(sys.executable))
         env.update({"PATH": os.pathsep.join([str(tools), without_peon(env.get("PATH", os.defpath))]),
-                    "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_NO_DEPS": "1",
+                    "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_DEPS": "1",
                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": str(dependencies(tmp_path / "deps"))})
     else:  # the page uses the Peon under test
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
