@@ -247,13 +247,14 @@ def test_without_a_writable_temp_directory_doctor_says_so_and_a_session_still_ru
     shows the fact, since the commands a session runs may want one."""
     # Every candidate of tempfile (TMPDIR, /tmp, /var/tmp, /usr/tmp, the current directory) unusable: /tmp and
     # /var/tmp bound read-only over themselves, in a mount namespace of this test's own (-r: as any user), with
-    # the workspace outside them. Their content stays readable: the Python running Peon may live there.
+    # the workspace outside them. Their content stays readable (the Python running Peon may live there), and
+    # --rbind takes the mounts beneath them along: a mount namespace of one's own may not leave them out.
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -rm (a private mount namespace) is not permitted here")
     if not os.access("/dev/shm", os.W_OK):
         pytest.skip("the workspace needs a writable directory outside /tmp: /dev/shm is not")
     read_only = [d for d in ("/tmp", "/var/tmp", "/usr/tmp") if os.path.isdir(d) and not os.path.islink(d)]
-    script = " && ".join(f"mount --bind {d} {d} && mount -o remount,bind,ro {d}" for d in read_only) \
+    script = " && ".join(f"mount --rbind {d} {d} && mount -o remount,bind,ro {d}" for d in read_only) \
         + ' && cd /tmp && exec "$@"'
     with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="peon-test-") as base:
         workspace = Path(base) / "ws"
