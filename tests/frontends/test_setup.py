@@ -202,6 +202,10 @@ def test_setup_codex_user_scope_is_read_by_codex(leftovers, tmp_path, project):
     features = dict(line.split()[::2] for line in listed.splitlines() if line.strip())
     assert features["shell_tool"] == "false", features
 
+    doctor = json.loads(run([*PEON, "doctor", "--json", "--workspace", str(project)], env, project).stdout)
+    [report] = [client for client in doctor["clients"] if client["client"] == "Codex"]
+    assert report["registered"] == {"user": str(config), "project": None} and report["builtins_off"] is True, report
+
 
 @needs_codex
 def test_setup_codex_project_scope_is_read_in_a_trusted_project(leftovers, tmp_path, project):
