@@ -304,6 +304,10 @@ class SeccompRules:
     socket_families: tuple[int, ...]  # socket() of any other family: EAFNOSUPPORT; () allows every family
     inet_stream_only: bool  # AF_INET/AF_INET6 sockets other than SOCK_STREAM: EACCES (no private namespace)
     no_io_uring: bool = True  # io_uring would perform socket and file operations past the filter
+    # prlimit64, setpriority/getpriority, sched_set*, ioprio_set, migrate_pages and move_pages on any process
+    # but the caller (pid 0, or its own process group), kcmp and process_vm_writev: EPERM. Seccomp sees numbers,
+    # not relations: a descendant's pid cannot be told from Peon's, so only "self" is allowed.
+    other_processes: bool = True
 
 
 def seccomp_rules(plan: SandboxPlan) -> SeccompRules:
@@ -334,6 +338,10 @@ def enforced(plan: SandboxPlan) -> list[str]:
         out.append("Peon's own state and runtime directories are hidden")
     if plan.seccomp:
         out.append("setuid, setgid and sticky chmod are refused everywhere; io_uring is refused")
+        out.append("the limits, priority, scheduling and I/O priority of any process but the command's own are left "
+                   "alone (prlimit, setpriority, sched_set*, ioprio_set with another pid: EPERM)")
+    elif plan.kind == "bwrap":
+        out.append("Peon's processes and every other process outside the call are invisible (its own pid namespace)")
     if not plan.network:
         if plan.netns or plan.kind == "bwrap":
             out.append("no network: a private network namespace with only its own loopback (TCP, UDP, DNS, raw, IPv6)")
