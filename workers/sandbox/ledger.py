@@ -247,6 +247,38 @@ class Ledger:
                 os.close(root_fd)
         return settled
 
+    def _changed(self, path: str, role: str, now: Mark | None) -> bool:
+        """Whether what is at ``path`` now is the command's to judge: on the way to a guarded path, a link
+        that was not there; at or beneath one, something where nothing was (``deep``: or another thing, or
+        the same changed)."""
+        if now is None:
+            return False
+        before = self.marks.get(path)
+        if role == WAY:
+            return now[0] == "link" and not _same(before, now)
+        return before is None or (self.deep and not _same(before, now))
+
+    def _anything_changed(self, roles: dict[str, str]) -> bool:
+        """Whether a path of ``roles`` may have changed, by plain ``lstat``: it agrees with the lookup beneath
+        the root that settle() judges by unless a link on the way leads out of the root, where that lookup
+        finds nothing, so nothing found unchanged here is changed there. Nothing beneath a path that is
+        absent now is looked at, nor (without ``deep``) a guarded path that existed: only what was absent is
+        judged."""
+        absent: set[str] = set()  # every directory on the way to a path is in roles, shallower
+        for path in sorted(roles, key=_depth):
+            role = roles[path]
+            if path.rpartition("/")[0] in absent:
+                absent.add(path)
+                continue
+            if not self.deep and role == GUARDED and self.marks.get(path) is not None:
+                continue
+            now = mark_of(path)
+            if now is None:
+                absent.add(path)
+            elif self._changed(path, role, now):
+                return True
+        return False
+
     def _settle_root(self, root: str, root_fd: int, destination: str | None,
                      seen: set[str]) -> list[dict[str, str]]:
         roles = {p: role for p, role in self.roles.items() if guarded.inside(p, root) and p != root}
@@ -263,6 +295,8 @@ class Ledger:
                     _walk(path, budget, found)
             for path in found:
                 roles.setdefault(path, ENTRY)
+        if not self._anything_changed(roles):
+            return []
         gitdirs = [*self.gitdirs, *repositories]
         done: list[str] = []
         out: list[dict[str, str]] = []
@@ -270,15 +304,8 @@ class Ledger:
             if path in seen or any(guarded.inside(path, d) for d in done):
                 continue  # judged beneath an inner root already, or beneath something set aside
             seen.add(path)
-            now = _beneath_mark(root_fd, root, path)
-            if now is None:
-                continue  # gone, or only reachable through a link out of the writable directory
-            before = self.marks.get(path)
-            if roles[path] == WAY:
-                changed = now[0] == "link" and not _same(before, now)
-            else:
-                changed = before is None or (self.deep and not _same(before, now))
-            if not changed or _inert(root_fd, root, path, now, gitdirs):
+            now = _beneath_mark(root_fd, root, path)  # None: gone, or only reachable through a link out of the root
+            if now is None or not self._changed(path, roles[path], now) or _inert(root_fd, root, path, now, gitdirs):
                 continue
             out.append(_set_aside(root_fd, root, path, destination))
             done.append(path)

@@ -45,7 +45,7 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
 
@@ -298,26 +298,27 @@ def _build_view(writable: Sequence[str], hidden: Sequence[str],
     return view
 
 
+def _missing(path: str, holds: Callable[[str], bool]) -> bool:
+    """Whether ``path`` still exists and ``holds`` is not yet true of it (a path gone since it was listed
+    needs nothing)."""
+    try:
+        return not holds(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def _complete(view: MountView, containers: Iterable[str], protected: Iterable[str], hidden: Iterable[str],
               sockets: Iterable[str]) -> None:
     """In the view: every directory holding protected paths a mount point of itself (shallowest first: a
     bind made again carries what is mounted beneath it), every protected path that exists on a read-only
     mount, every hidden directory covered, every listed host socket covered; each missing one is added now."""
     for path in containers:
-        try:
-            if mount_root(path):
-                continue
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # gone since it was listed
-        mount(path, path, MS_BIND | MS_REC)
+        if _missing(path, mount_root):
+            mount(path, path, MS_BIND | MS_REC)
     for path in protected:
-        try:
-            if _read_only(path):
-                continue
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # gone since it was listed
-        mount(path, path, MS_BIND | MS_REC)
-        set_read_only(path, True)
+        if _missing(path, _read_only):
+            mount(path, path, MS_BIND | MS_REC)
+            set_read_only(path, True)
     for path in hidden:
         try:
             info = os.stat(path)
