@@ -155,6 +155,7 @@ class Ledger:
     gitdirs: tuple[str, ...]
     resolve: Callable[[str], str] = os.path.realpath
     settled: list[dict[str, str]] | None = None
+    bound: list[str] | None = None  # read_only(), once found
 
     @classmethod
     def take(cls, roots: Iterable[str], protected: Sequence[str], *, deep: bool,
@@ -166,16 +167,16 @@ class Ledger:
         for root in root_list:
             paths, repositories = _guarded(root, protected)
             gitdirs += repositories
-            absent: list[str] = []  # directories on the way that are absent: nothing beneath them is there
+            absent: set[str] = set()  # paths found absent: nothing beneath them is there
             for path in paths:
-                for step in (*_on_the_way(path, root), path):
+                for step in (*_on_the_way(path, root), path):  # shallowest first: a step's parent is known
                     if step in ledger.marks:
                         continue
-                    mark = None if any(guarded.inside(step, a) for a in absent) else mark_of(step)
+                    mark = None if step.rpartition("/")[0] in absent else mark_of(step)
                     ledger.marks[step] = mark
                     ledger.roles[step] = WAY
                     if mark is None:
-                        absent.append(step)
+                        absent.add(step)
                 ledger.roles[path] = GUARDED
         ledger.gitdirs = tuple(dict.fromkeys(gitdirs))
         if deep:
@@ -204,6 +205,11 @@ class Ledger:
     def read_only(self) -> list[str]:
         """The existing guarded paths, resolved, inside a writable directory: each bound read-only. A
         repository's directory is not one of them (git writes there): it is a container."""
+        if self.bound is None:
+            self.bound = self._read_only()
+        return list(self.bound)
+
+    def _read_only(self) -> list[str]:
         repositories = set(self.repositories())
         out: list[str] = []
         for path, mark in self.marks.items():
