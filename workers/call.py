@@ -6,7 +6,8 @@ Promises:
 * :func:`serve_call` answers the call it is given with exactly one ``result`` on the call's channel,
   after every ``progress`` and ``output`` message of the call; before the result, no process the call
   started is alive (the worker's own tree is swept even if the tool forgot to), and a tool that
-  declared it starts no process but left one fails ``tool_failed``;
+  declared it starts no process but left one fails ``tool_failed``; it offers to serve again only while
+  the worker's process attributes are those of its start (:mod:`peon.workers.process_state`);
 * :func:`execute` abandons a tool that ignores cancellation or its deadline (its task cancelled)
   :data:`ABANDON_GRACE_SECONDS` after the deadline or after the cancel grace, and turns whatever the tool
   did into a result message: a value (a JSON object), or its ``ToolError``, ``timeout``, ``cancelled``
@@ -45,7 +46,7 @@ from peon.core.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
 from peon.core.output.store import SPILL_BYTES, OutputRing, open_spill_file
 from peon.core.tool import OutputLimits, SessionView, Tool, ToolContext
 
-from peon.workers import proctree, runner
+from peon.workers import process_state, proctree, runner
 from peon.workers.channel import FrameChannel
 from peon.workers.messages import MAX_OUTPUT_CHUNK, CallMessage, ResultMessage, WorkerErrorBody, encode_output
 from peon.workers.reaper import REAPER
@@ -75,6 +76,8 @@ async def serve_call(channel: FrameChannel, data: bytes, session: SessionView, t
         return False  # retired while on standby
     call_id, tool_name = str(message["id"]), str(message["tool"])
     setproctitle(f"peon-worker {tool_name} {call_id}")
+    if reusable:
+        process_state.record_once()
     runner.begin_call()
     token = CancelToken()
     ctx = call_context(message, session, token, channel)
@@ -110,6 +113,9 @@ async def serve_call(channel: FrameChannel, data: bytes, session: SessionView, t
     again = reusable and tool is not None and not listener_ended and may_offer(
         reply, starts_processes=tool.starts_processes, commands_ended_clean=runner.commands_ended_clean(),
         left_children=left_children, cancelled=token.cancelled, streams_live=stream == "live")
+    # Last, and only for a worker that would serve again: its limits, priority, scheduling, umask and signal
+    # handlers must be what they were at its start, or the next call gets a fresh worker.
+    again = again and not process_state.changes()
     if again:
         reply = {**reply, "reuse": True}
         setproctitle("peon-worker standby")  # its call is over once the result is out

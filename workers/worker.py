@@ -14,7 +14,8 @@ Promise:
 * if its forkserver dies (it does when the supervisor dies) it gets a parent-death ``SIGTERM``, kills
   its whole tree and exits (:data:`~peon.workers.exit_codes.EXIT_PARENT_GONE`);
 * it never serves a call sent after a result that did not let it serve again: it exits instead, and
-  the supervisor reports that call.
+  the supervisor reports that call; it does not offer to serve again once its limits, priority,
+  scheduling, umask or signal handlers differ from its start (:mod:`peon.workers.process_state`).
 
 Life: :func:`serve` is the :class:`multiprocessing.Process` target. The standby prepares everything
 (descriptors, session, event loop), starts its loop and then waits for its ``call`` (a poll of its
@@ -60,7 +61,7 @@ from peon.core.framing import MAX_MESSAGE_BYTES, encode_json
 from peon.core.skills import SkillRecord
 from peon.core.tool import SessionView, Tool, ToolContext, ToolRisk
 
-from peon.workers import limits, linux, proctree
+from peon.workers import limits, linux, process_state, proctree
 from peon.workers.call import serve_call
 from peon.workers.channel import FrameChannel, socket_of
 from peon.workers.exit_codes import EXIT_INTERNAL_ERROR, EXIT_NOT_STARTED, EXIT_PARENT_GONE
@@ -147,6 +148,7 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     warm_up(loop, session, tools.values(), STANDBY_WARM_UP_ROUNDS, processes=False)
     setproctitle("peon-worker standby")
     gc.freeze()  # what the forkserver and the preparation made is never collected here
+    process_state.record()  # what every call it serves must leave as it was (peon.workers.process_state)
     return session, tools, loop
 
 

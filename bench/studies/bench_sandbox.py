@@ -316,7 +316,7 @@ def main_strategies(calls: int) -> None:
 # ("sandbox": peon.workers.sandbox.confine, where spawn looks them up).
 PARTS = (("sandbox", "prepared_ruleset", "ruleset (kept; its directories stat'ed)"),
          ("namespaces", "host_sockets_text", "host sockets listed (network = false)"),
-         ("sandbox", "protected_paths", "protected paths found"),
+         ("Confinement", "take_ledger", "agent-control paths recorded"),
          ("namespaces", "enter", "mount view entered, checked, completed; network joined"),
          ("sandbox", "drop_capabilities", "capabilities dropped"),
          ("Ruleset", "restrict_current_thread", "Landlock restrict_self"),
@@ -368,7 +368,8 @@ def main_parts(calls: int) -> None:
             return pid
 
         spent: dict[str, float] = {}
-        owners = {"sandbox": confine, "namespaces": namespaces, "Ruleset": ll.Ruleset, "Filter": syscall_filter.Filter}
+        owners = {"sandbox": confine, "namespaces": namespaces, "Ruleset": ll.Ruleset, "Filter": syscall_filter.Filter,
+                  "Confinement": confine.Confinement}
         for owner, attribute, label in PARTS:
             function = getattr(owners[owner], attribute)
 

@@ -139,7 +139,7 @@ class BashTool(Tool):
             if cwd_fd is not None:
                 os.close(cwd_fd)
         return {**outcome.to_value(), "timeout_seconds": call_timeout(args, ctx.session),
-                "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None)}
+                "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None, confinement)}
 
     async def warm_up(self, ctx: ToolContext, *, processes: bool) -> None:
         """Start ``/bin/true`` (not a shell: no profile runs) through the process runner, with the

@@ -1,5 +1,6 @@
 """What a worker keeps from one sandboxed call to the next, checked without a process: a compiled seccomp
-program is kept and refuses in the thread that loads it, protected paths are resolved as ``realpath`` resolves
+program is kept and refuses in the thread that loads it (setuid chmod; the limits, priority and scheduling of
+any process but the caller), protected paths are resolved as ``realpath`` resolves
 them, and an approved plan read again is the same (a changed one is checked again). The kept mount view
 itself, with real sessions, is tests/session/test_sandbox_reuse.py."""
 
@@ -66,3 +67,54 @@ def test_an_approved_plan_read_again_is_the_same_and_a_changed_one_is_checked_ag
         plan_of(details)
     assert plan_of({**details, "writable": ["/other"]}).writable == ("/other",)
 
+
+
+def test_a_filtered_thread_changes_no_process_but_itself():
+    """The filter refuses changing the limits, priority or scheduling of any process but the caller (pid 0,
+    its own group): Peon's supervisor, forkserver and worker are other pids. Reading stays allowed."""
+    import resource
+
+    if syscall_filter.available():
+        pytest.skip(syscall_filter.available())
+    compiled = syscall_filter.build(SeccompRules(special_chmod=True, metadata=False, socket_families=(),
+                                                 inet_stream_only=False))
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    cpus = os.sched_getaffinity(0)
+    me = os.getpid()  # the process; its main thread is not the filtered one
+    attempts = {
+        "prlimit_other": lambda: resource.prlimit(me, resource.RLIMIT_NOFILE, nofile),
+        "prlimit_self": lambda: resource.prlimit(0, resource.RLIMIT_NOFILE, nofile),
+        "prlimit_read_other": lambda: resource.prlimit(me, resource.RLIMIT_NOFILE),
+        "setrlimit": lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
+        "renice_other": lambda: os.setpriority(os.PRIO_PROCESS, me, nice),
+        "renice_user": lambda: os.setpriority(os.PRIO_USER, 0, nice),
+        "renice_group_other": lambda: os.setpriority(os.PRIO_PGRP, os.getpgid(0), nice),
+        "renice_self": lambda: os.setpriority(os.PRIO_PROCESS, 0, nice),
+        "renice_own_group": lambda: os.getpriority(os.PRIO_PGRP, 0),
+        "priority_other": lambda: os.getpriority(os.PRIO_PROCESS, me),
+        "affinity_other": lambda: os.sched_setaffinity(me, cpus),
+        "affinity_self": lambda: os.sched_setaffinity(0, cpus),
+        "scheduler_other": lambda: os.sched_setscheduler(me, os.SCHED_OTHER, os.sched_param(0)),
+        "param_other": lambda: os.sched_setparam(me, os.sched_param(0)),
+        "scheduler_self": lambda: os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0)),
+    }
+    seen: dict[str, str] = {}
+
+    def filtered() -> None:
+        compiled.load()
+        for name, attempt in attempts.items():
+            try:
+                attempt()
+                seen[name] = "ok"
+            except OSError as exc:
+                seen[name] = errno.errorcode[exc.errno]
+
+    thread = threading.Thread(target=filtered)
+    thread.start()
+    thread.join()
+    refused = {name for name, outcome in seen.items() if outcome == "EPERM"}
+    assert refused == {"prlimit_other", "renice_other", "renice_user", "renice_group_other", "priority_other",
+                       "affinity_other", "scheduler_other", "param_other"}, seen
+    assert set(seen.values()) == {"ok", "EPERM"}, seen
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == nofile and os.getpriority(os.PRIO_PROCESS, 0) == nice

@@ -39,7 +39,7 @@ def test_the_rule_keeps_a_worker_only_after_a_clean_outcome_and_commands_that_en
 # -- the worker's loop, in this process (real sockets, no worker process) -----------------------------
 
 
-def test_the_worker_loop_serves_calls_while_it_offers_to_and_a_warm_up_round_never_offers(tmp_path):
+def test_the_worker_loop_serves_calls_while_it_offers_to_and_a_warm_up_round_never_offers(tmp_path, monkeypatch):
     import asyncio
     import socket
     import sys
@@ -82,6 +82,9 @@ def test_the_worker_loop_serves_calls_while_it_offers_to_and_a_warm_up_round_nev
     from setproctitle import getproctitle, setproctitle
 
     title = getproctitle()  # the loop titles the process it runs in, here the test's
+    # The loop's process attributes are recorded at its first call, in this event loop: another test of this
+    # process may have recorded them under another one (its SIGINT handler, say).
+    monkeypatch.setattr("peon.workers.process_state._start", None)
     try:
         first, second = asyncio.run(conversation(True))
         [only] = asyncio.run(conversation(False))

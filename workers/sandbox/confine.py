@@ -45,8 +45,9 @@ from peon.workers import linux
 import peon.workers.sandbox.landlock as ll
 import peon.workers.sandbox.namespaces as namespaces
 import peon.workers.sandbox.syscall_filter as syscall_filter
+from peon.workers.sandbox.ledger import Ledger
 from peon.workers.sandbox.plan import (DEVICE_FILES, SandboxPlan, bwrap_argv, host_socket_paths, landlock_rules,
-                                       layers, protected_paths, quiet_profile, seccomp_rules)
+                                       layers, quiet_profile, seccomp_rules)
 
 
 # -- the approved plan -----------------------------------------------------------------------------
@@ -65,17 +66,23 @@ def plan_of(details: Mapping[str, Any]) -> SandboxPlan:
     return plan
 
 
-def result_summary(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """What a process result says about its sandbox (None: it ran unsandboxed)."""
+def result_summary(details: Mapping[str, Any] | None, confinement: Confinement | None = None) -> dict[str, Any] | None:
+    """What a process result says about its sandbox (None: it ran unsandboxed); with the call's
+    ``confinement``, also what its command left at agent-control paths and where that went (``set_aside``:
+    :meth:`Confinement.settle`)."""
     if not details or not details.get("active"):
         return None
     try:
         plan = plan_of(details)
     except ValueError:
         plan = None
-    return {"kind": details["kind"], "abi": details.get("abi") or None, "network": details["network"],
-            "writable": list(details["writable"]), "layers": layers(plan) if plan else [details["kind"]],
-            "not_enforced": list(details.get("not_enforced", ()))}
+    out = {"kind": details["kind"], "abi": details.get("abi") or None, "network": details["network"],
+           "writable": list(details["writable"]), "layers": layers(plan) if plan else [details["kind"]],
+           "not_enforced": list(details.get("not_enforced", ()))}
+    set_aside = confinement.settle() if confinement is not None else []
+    if set_aside:
+        out["set_aside"] = set_aside
+    return out
 
 
 # -- applying a plan in the worker -----------------------------------------------------------------
@@ -86,12 +93,29 @@ Start = Callable[[Sequence[str], "str | None"], int]
 
 
 class Confinement:
-    """The runner's hook: start the command inside the sandbox (see ``ProcessSpec.sandbox``)."""
+    """The runner's hook: start the command inside the sandbox (see ``ProcessSpec.sandbox``); and, once the
+    call's processes have ended, :meth:`settle` what the command left at agent-control paths."""
 
     plan: SandboxPlan
+    ledger: Ledger | None = None  # what the agent-control paths were as the command started
+    state_dir: str | os.PathLike[str] | None = None  # where settle() moves what may not stay
+    call_id: str = "call"
 
     def spawn(self, start: Start, argv: Sequence[str], executable: str | None = None) -> int:
         raise NotImplementedError
+
+    def take_ledger(self, *, deep: bool) -> Ledger | None:
+        """Record the agent-control paths right before the command starts (nothing to record without them)."""
+        plan = self.plan
+        self.ledger = Ledger.take(plan.writable, plan.protected, deep=deep, resolve=resolve) if plan.protected else None
+        return self.ledger
+
+    def settle(self) -> list[dict[str, str]]:
+        """Once every process of the call has ended: what the command created (or, without read-only binds,
+        replaced or changed) at agent-control paths is moved into the session's state directory unless it
+        runs nothing (:class:`~peon.workers.sandbox.ledger.Ledger`); what was done, once (later calls return
+        the same list)."""
+        return self.ledger.settle(self.state_dir, self.call_id) if self.ledger is not None else []
 
 
 def _unavailable(message: str) -> ToolError:
@@ -106,7 +130,11 @@ def confinement_for(ctx: Any, *, enabled: bool = True) -> Confinement | None:
             plan = plan_of(approved)
         except ValueError as exc:
             raise _unavailable(f"the approved sandbox cannot be applied: {exc}") from None
-        return LandlockConfinement(plan) if plan.kind == "landlock" else BwrapConfinement(plan, str(ctx.workspace))
+        confinement: Confinement = (LandlockConfinement(plan) if plan.kind == "landlock"
+                                    else BwrapConfinement(plan, str(ctx.workspace)))
+        confinement.state_dir = getattr(ctx.session, "spill_dir", None)
+        confinement.call_id = str(getattr(ctx, "call_id", "") or "call")
+        return confinement
     if enabled and ctx.session.config.sandbox.mode == "required":
         raise _unavailable('sandbox.mode is "required" but this call was approved without the sandbox')
     return None
@@ -127,7 +155,9 @@ class BwrapConfinement(Confinement):
                 raise _unavailable(f"bwrap starts a pinned executable only through /proc/self/fd/N, not {executable}")
             os.set_inheritable(fd, True)
             inner[0] = executable
-        return start(bwrap_argv(self.plan, quiet_profile(inner), self.cwd), None)
+        ledger = self.take_ledger(deep=False)  # bwrap binds the existing ones read-only, and their containers
+        guard = (ledger.containers(), ledger.read_only()) if ledger is not None else ((), ())
+        return start(bwrap_argv(self.plan, quiet_profile(inner), self.cwd, guard), None)
 
 
 class LandlockConfinement(Confinement):
@@ -146,8 +176,11 @@ class LandlockConfinement(Confinement):
             # Read before the thread joins the session's network: the host's sockets, not the session's.
             sockets = (host_socket_paths(namespaces.host_sockets_text())
                        if plan.mount_view and not plan.network else [])
-            protected = (protected_paths(plan.writable, plan.protected, resolve, exists)
-                         if plan.mount_view else [])
+            # The agent-control paths as they are now: read-only in the mount view, their directories bound to
+            # themselves; without it, Landlock cannot stop writes there, so settle() judges changes too.
+            ledger = self.take_ledger(deep=not plan.mount_view)
+            protected = ledger.read_only() if ledger is not None and plan.mount_view else []
+            containers = ledger.containers() if ledger is not None and plan.mount_view else []
             syscalls = syscall_filter.build(seccomp_rules(plan)) if plan.seccomp else None
             host_mounts = namespaces.host_mount_namespace() if plan.mount_view else -1
         except (OSError, ValueError, RuntimeError) as exc:
@@ -164,7 +197,8 @@ class LandlockConfinement(Confinement):
                         view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
                                                 mount_view=plan.mount_view, writable=plan.writable,
                                                 protected=protected, hidden=plan.hidden, sockets=sockets,
-                                                view=kept, host_mounts=host_mounts, host=identities)
+                                                view=kept, host_mounts=host_mounts, host=identities,
+                                                containers=containers)
                         if view is not None and view is not kept:
                             worker.keep_view(plan, view)
                     drop_capabilities()
@@ -220,12 +254,6 @@ class _WorkerSandbox:
 
 
 _worker = _WorkerSandbox()
-
-
-def exists(path: str) -> bool:
-    """Whether ``path`` names anything, a dangling link included (``os.path.lexists`` without raising and
-    catching an exception for each missing path)."""
-    return os.access(path, os.F_OK, follow_symlinks=False)
 
 
 def resolve(path: str) -> str:

@@ -8,25 +8,26 @@ Promises:
   only its own loopback, up, held by a parked thread for the session's life; it returns the
   ``/proc`` path a worker joins it by and its inode (a worker joins only the namespace with that inode).
   Every call of the session shares it, so a server one call started in the background answers the next;
-* :func:`enter` runs in the confined thread before Landlock: it gives the thread its own filesystem
-  context, joins the session's network namespace, and with ``mount_view`` puts the thread in a mount
-  namespace in which every mount is read-only (file contents and metadata alike: ``chmod``, ``chown``,
-  ``utimes``, xattrs fail with ``EROFS``) except binds of the writable paths, the protected paths beneath
-  them are read-only binds again, Peon's own directories (``hidden``: state, runtime) are covered by an
-  empty read-only tmpfs, and each named unix socket bound on the host when the call started has
-  ``/dev/null`` bound over it (``connect`` fails with ``ECONNREFUSED``). Any failure raises ``OSError``
-  and nothing is started;
-* that mount namespace (a :class:`MountView`) is built once per worker and entered again (``setns``) by
-  its later calls, each of which first checks it against the host as the call finds it and completes
-  it: the writable paths must still be bound, writable, to the inodes the host has at those paths (else
-  a new view is built from the host's namespace), every protected path that exists now must be on a
-  read-only mount, every hidden directory covered and every host socket listed now covered (each
-  missing one is added). Nothing a command does can change a view: it is private (no propagation either
-  way), the command has no capabilities (no ``mount``, ``umount``, ``pivot_root`` or ``setns``; a user
-  namespace it makes gets a copy that dies with it), and every mount in it is a host directory or a
-  read-only, empty tmpfs, so nothing written in one call is kept in the view for the next. So a call
-  sees exactly what a view built for it alone would show, except mounts the host made after the view
-  was built (not propagated: not visible at all, where a fresh view would show them).
+* :func:`enter` runs in the confined thread before Landlock: it gives the thread its own filesystem context,
+  joins the session's network namespace, and with ``mount_view`` puts the thread in a mount namespace in which
+  every mount is read-only (file contents and metadata alike: ``chmod``, ``chown``, ``utimes``, xattrs fail
+  with ``EROFS``) except binds of the writable paths, the protected paths beneath them are read-only binds
+  again, each directory holding one inside a writable path (and a repository's ``.git``) is a bind of itself,
+  so that renaming, removing or replacing it fails with ``EBUSY``, Peon's own directories (``hidden``: state,
+  runtime) are covered by an empty read-only tmpfs, and each named unix socket bound on the host when the call
+  started has ``/dev/null`` bound over it (``connect`` fails with ``ECONNREFUSED``). Any failure raises
+  ``OSError`` and nothing is started;
+* that mount namespace (a :class:`MountView`) is built once per worker and entered again (``setns``) by its
+  later calls, each of which first checks it against the host as the call finds it and completes it: the
+  writable paths must still be bound, writable, to the inodes the host has at those paths (else a new view is
+  built from the host's namespace), every directory holding protected paths must be a mount point, every
+  protected path that exists now must be on a read-only mount, every hidden directory covered and every host
+  socket listed now covered (each missing one is added). Nothing a command does can change a view: it is
+  private (no propagation either way), the command has no capabilities (no ``mount``, ``umount``,
+  ``pivot_root`` or ``setns``; a user namespace it makes gets a copy that dies with it), and every mount in it
+  is a host directory or a read-only, empty tmpfs, so nothing written in one call is kept in the view for the
+  next. So a call sees exactly what a view built for it alone would show, except mounts the host made after
+  the view was built (not propagated: not visible at all, where a fresh view would show them).
 
 Threads: ``unshare(CLONE_NEWNS | CLONE_FS)`` and ``setns(CLONE_NEWNET)`` change only the calling thread
 (its ``nsproxy`` and ``fs_struct``), which is why the confined thread can do them in a multi-threaded
@@ -44,7 +45,7 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fcntl import ioctl
 
@@ -71,6 +72,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
 _libc.syscall.restype = ctypes.c_long
 
 
@@ -220,6 +222,23 @@ def _read_only(path: str) -> bool:
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
+AT_SYMLINK_NOFOLLOW = 0x100
+STATX_ATTR_MOUNT_ROOT = 0x2000  # Linux 5.8; Landlock needs 5.13
+_STATX_ATTRIBUTES, _STATX_ATTRIBUTES_MASK = 0x08, 0x38  # offsets in struct statx
+
+
+def mount_root(path: str) -> bool:
+    """Whether ``path`` (not following a final link) is the root of a mount in the calling thread's mount
+    namespace (``statx``'s ``STATX_ATTR_MOUNT_ROOT``): true of a bind mount of a directory onto itself,
+    which a device and inode comparison cannot tell."""
+    buffer = ctypes.create_string_buffer(256)
+    _check(_libc.statx(AT_FDCWD, path.encode(), AT_SYMLINK_NOFOLLOW, 0, buffer), f"statx({path})")
+    supported = struct.unpack_from("Q", buffer, _STATX_ATTRIBUTES_MASK)[0] & STATX_ATTR_MOUNT_ROOT
+    if not supported:
+        raise OSError(f"this kernel does not say whether {path} is a mount point (statx)")
+    return bool(struct.unpack_from("Q", buffer, _STATX_ATTRIBUTES)[0] & STATX_ATTR_MOUNT_ROOT)
+
+
 _host_mounts = -1  # the worker's own mount namespace (opened by host_mount_namespace)
 
 
@@ -279,17 +298,27 @@ def _build_view(writable: Sequence[str], hidden: Sequence[str],
     return view
 
 
-def _complete(view: MountView, protected: Iterable[str], hidden: Iterable[str], sockets: Iterable[str]) -> None:
-    """In the view: every protected path that exists on a read-only mount, every hidden directory covered,
-    every listed host socket covered; each missing one is added now."""
+def _missing(path: str, holds: Callable[[str], bool]) -> bool:
+    """Whether ``path`` still exists and ``holds`` is not yet true of it (a path gone since it was listed
+    needs nothing)."""
+    try:
+        return not holds(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _complete(view: MountView, containers: Iterable[str], protected: Iterable[str], hidden: Iterable[str],
+              sockets: Iterable[str]) -> None:
+    """In the view: every directory holding protected paths a mount point of itself (shallowest first: a
+    bind made again carries what is mounted beneath it), every protected path that exists on a read-only
+    mount, every hidden directory covered, every listed host socket covered; each missing one is added now."""
+    for path in containers:
+        if _missing(path, mount_root):
+            mount(path, path, MS_BIND | MS_REC)
     for path in protected:
-        try:
-            if _read_only(path):
-                continue
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # gone since it was listed
-        mount(path, path, MS_BIND | MS_REC)
-        set_read_only(path, True)
+        if _missing(path, _read_only):
+            mount(path, path, MS_BIND | MS_REC)
+            set_read_only(path, True)
     for path in hidden:
         try:
             info = os.stat(path)
@@ -313,7 +342,8 @@ def _complete(view: MountView, protected: Iterable[str], hidden: Iterable[str], 
 
 def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[str], protected: Iterable[str],
           hidden: Sequence[str], sockets: Iterable[str], view: MountView | None = None,
-          host_mounts: int = -1, host: Mapping[str, tuple[int, int]] | None = None) -> MountView | None:
+          host_mounts: int = -1, host: Mapping[str, tuple[int, int]] | None = None,
+          containers: Iterable[str] = ()) -> MountView | None:
     """In the confined thread: its own filesystem context, the session's network, the mount view — ``view``
     (this worker's, from an earlier call) when it still holds, else a new one. Returns the view the thread
     is in (the caller keeps it for the next call; it replaces ``view``, which the caller then closes).
@@ -339,7 +369,7 @@ def enter(*, netns: str, netns_inode: int, mount_view: bool, writable: Sequence[
             _check(_libc.setns(host_mounts, CLONE_NEWNS), "setns(host mounts)")
     if entered is None:
         entered = _build_view(writable, hidden, now)
-    _complete(entered, protected, hidden, sockets)
+    _complete(entered, containers, protected, hidden, sockets)
     # The thread's working directory still is the directory on the mount beneath the new bind (or, after
     # setns, the view's root); the command must start on the bind (the same directory: device and inode).
     os.chdir(cwd)

@@ -161,7 +161,8 @@ def unenforced(kind: Kind, abi: int, *, network: bool, isolate_signals: bool,
     gaps = []
     if not namespaces:
         if protected:
-            gaps.append(f"sandbox.protected inside the writable paths (needs {NAMESPACES_NEED}, or kind = \"bwrap\")")
+            gaps.append("sandbox.protected inside the writable paths while a command runs: read-only only with "
+                        f"{NAMESPACES_NEED}, or kind = \"bwrap\" (what a command leaves there is set aside after it)")
         if not network:
             gaps.append("sandbox.network = false for named unix sockets of host daemons and for the command's own "
                         f"loopback, which is refused rather than private (needs {NAMESPACES_NEED}; "
@@ -223,8 +224,12 @@ def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) ->
 # -- bubblewrap ------------------------------------------------------------------------------------
 
 
-def bwrap_argv(plan: SandboxPlan, argv: Sequence[str], cwd: str) -> list[str]:
-    """``bwrap`` options, then ``--``, then ``argv``.
+def bwrap_argv(plan: SandboxPlan, argv: Sequence[str], cwd: str,
+               guard: tuple[Sequence[str], Sequence[str]] | None = None) -> list[str]:
+    """``bwrap`` options, then ``--``, then ``argv``. ``guard``: the directories that hold agent-control
+    paths, each bound to itself (so renaming or removing one fails ``EBUSY``), and the agent-control paths
+    bound read-only (:class:`~peon.workers.sandbox.ledger.Ledger`); without it, the existing protected
+    paths are looked up here and no directory is bound to itself.
 
     Not used, on purpose: ``--die-with-parent`` (bwrap's outer process dies at the first ``SIGTERM`` of
     a cancel, and with it the whole sandbox, before the command could use its grace; the worker, a
@@ -240,7 +245,11 @@ def bwrap_argv(plan: SandboxPlan, argv: Sequence[str], cwd: str) -> list[str]:
         if path.startswith("/dev/") and path in DEVICE_FILES:
             continue  # the fresh /dev has them
         out += ["--bind", path, path]
-    for path in protected_paths(plan.writable, plan.protected, os.path.realpath, os.path.lexists):
+    containers, read_only = guard if guard is not None else (
+        (), protected_paths(plan.writable, plan.protected, os.path.realpath, os.path.lexists))
+    for path in containers:
+        out += ["--bind", path, path]
+    for path in read_only:
         out += ["--ro-bind", path, path]
     for path in plan.hidden:
         if os.path.isdir(path):
@@ -304,6 +313,10 @@ class SeccompRules:
     socket_families: tuple[int, ...]  # socket() of any other family: EAFNOSUPPORT; () allows every family
     inet_stream_only: bool  # AF_INET/AF_INET6 sockets other than SOCK_STREAM: EACCES (no private namespace)
     no_io_uring: bool = True  # io_uring would perform socket and file operations past the filter
+    # prlimit64, setpriority/getpriority, sched_set*, ioprio_set, migrate_pages and move_pages on any process
+    # but the caller (pid 0, or its own process group), kcmp and process_vm_writev: EPERM. Seccomp sees numbers,
+    # not relations: a descendant's pid cannot be told from Peon's, so only "self" is allowed.
+    other_processes: bool = True
 
 
 def seccomp_rules(plan: SandboxPlan) -> SeccompRules:
@@ -328,12 +341,16 @@ def enforced(plan: SandboxPlan) -> list[str]:
     if plan.mount_view or plan.kind == "bwrap":
         out.append("metadata changes (chmod, chown, utimes, xattrs) outside the writable paths are refused "
                    "(read-only mounts)")
-    if plan.protected and (plan.mount_view or plan.kind == "bwrap"):
-        out.append("the protected paths inside the writable roots are read-only: " + ", ".join(plan.protected))
+    if plan.protected:
+        out += agent_control_enforced(plan)
     if plan.hidden and (plan.mount_view or plan.kind == "bwrap"):
         out.append("Peon's own state and runtime directories are hidden")
     if plan.seccomp:
         out.append("setuid, setgid and sticky chmod are refused everywhere; io_uring is refused")
+        out.append("the limits, priority, scheduling and I/O priority of any process but the command's own are left "
+                   "alone (prlimit, setpriority, sched_set*, ioprio_set with another pid: EPERM)")
+    elif plan.kind == "bwrap":
+        out.append("Peon's processes and every other process outside the call are invisible (its own pid namespace)")
     if not plan.network:
         if plan.netns or plan.kind == "bwrap":
             out.append("no network: a private network namespace with only its own loopback (TCP, UDP, DNS, raw, IPv6)")
@@ -344,6 +361,24 @@ def enforced(plan: SandboxPlan) -> list[str]:
     if plan.readable != ("/",):
         out.append("reads outside the readable paths are refused")
     return out
+
+
+def agent_control_enforced(plan: SandboxPlan) -> list[str]:
+    """What ``plan`` enforces at the agent-control paths (sandbox.protected) inside the writable roots."""
+    names = ", ".join(plan.protected)
+    git = any(p == ".git" or p.startswith(".git/") for p in plan.protected)
+    redirections = (" and git's own (the repository's .git, commondir, info/, config.worktree, "
+                    "objects/info/alternates, worktrees/, and each submodule's under .git/modules)") if git else ""
+    set_aside = ("moved into the session's state directory once the call's processes have ended (listed in the "
+                 "result under sandbox.set_aside), unless it runs nothing (a repository git init made, a config of "
+                 "plain keys, git's sample hooks)")
+    if plan.mount_view or plan.kind == "bwrap":
+        return [f"the agent-control paths inside the writable roots that exist when a command starts are read-only: "
+                f"{names}{redirections}; the directories holding them, and a repository's .git, cannot be renamed, "
+                "removed or replaced while it runs (each bound to itself: EBUSY)",
+                f"what a command creates at an agent-control path that did not exist is {set_aside}"]
+    return [f"what a command creates, replaces or changes at an agent-control path ({names}{redirections}) is "
+            f"{set_aside}; while the command runs they are writable (Landlock alone)"]
 
 
 def hideable(candidates: Iterable[str], keep: Iterable[str]) -> tuple[str, ...]:

@@ -7,8 +7,15 @@ Promises:
   system call except the ones the rules name, which fail with a stated errno (never kill): setuid,
   setgid and sticky ``chmod`` with ``EPERM``; with ``metadata``, ``chown`` with ``EPERM`` and
   ``setxattr``/``removexattr`` with ``EOPNOTSUPP``; ``socket`` of a family outside the allowed ones with
-  ``EAFNOSUPPORT``; with ``inet_stream_only``, IPv4/IPv6 sockets other than TCP with ``EACCES``; and
+  ``EAFNOSUPPORT``; with ``inet_stream_only``, IPv4/IPv6 sockets other than TCP with ``EACCES``;
   ``io_uring_setup`` with ``EPERM`` (io_uring would do socket and file operations the filter never sees);
+  and with ``other_processes``, every change to a process that is not the caller itself with ``EPERM``:
+  ``prlimit64`` setting a limit of a pid other than 0, ``setpriority``/``getpriority`` and ``ioprio_set``
+  of anything but the caller's own process or process group (``who`` 0), ``sched_setaffinity``,
+  ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``, ``migrate_pages`` and ``move_pages`` of a
+  pid other than 0, and ``kcmp`` and ``process_vm_writev`` always (so ``ulimit``, ``nice``, ``prlimit CMD``,
+  ``taskset MASK CMD`` and ``ionice -c N CMD`` work; ``renice -p``, ``prlimit --pid`` and ``taskset -p``
+  of any pid do not);
 * :meth:`Filter.load` applies it to the calling thread only (no ``TSYNC``): the worker's own thread
   stays unfiltered, the confined thread and every process it starts are filtered for good;
 * a filter is compiled once per worker and set of rules (libseccomp's compiler costs about as much as the
@@ -43,6 +50,14 @@ NON_STREAM_TYPES = (2, 3, 4, 5, 10)  # SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQP
 # (system call, index of its mode argument)
 CHMOD_CALLS: tuple[tuple[str | int, int], ...] = (("chmod", 1), ("fchmod", 1), ("fchmodat", 2), (SYS_FCHMODAT2, 2))
 CHOWN_CALLS = ("chown", "fchown", "lchown", "fchownat")
+# Calls whose first argument is the pid they act on (0: the caller): refused for any other pid.
+PID_CALLS = ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages",
+             "move_pages")
+# (call, the largest "which" that names the caller's own process or group): setpriority and getpriority take
+# PRIO_PROCESS 0, PRIO_PGRP 1 (PRIO_USER 2 is every process of the user); ioprio_set IOPRIO_WHO_PROCESS 1,
+# IOPRIO_WHO_PGRP 2 (IOPRIO_WHO_USER 3). "who" is the second argument; 0 is the caller.
+WHICH_WHO_CALLS = (("setpriority", 1), ("getpriority", 1), ("ioprio_set", 2))
+ALWAYS_REFUSED = ("kcmp", "process_vm_writev")
 XATTR_CALLS: tuple[str | int, ...] = ("setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
                                       "fremovexattr", SYS_SETXATTRAT, SYS_REMOVEXATTRAT)
 
@@ -172,4 +187,14 @@ def build(rules: SeccompRules) -> Filter:
                     sc.Arg(1, sc.MASKED_EQ, SOCK_TYPE_MASK, kind))
     if rules.no_io_uring:
         add(sc.ERRNO(errno.EPERM), "io_uring_setup")
+    if rules.other_processes:
+        refuse = sc.ERRNO(errno.EPERM)
+        add(refuse, "prlimit64", sc.Arg(0, sc.NE, 0), sc.Arg(2, sc.NE, 0))  # reading a limit stays allowed
+        for call in PID_CALLS:
+            add(refuse, call, sc.Arg(0, sc.NE, 0))
+        for call, own in WHICH_WHO_CALLS:
+            add(refuse, call, sc.Arg(0, sc.GT, own))
+            add(refuse, call, sc.Arg(1, sc.NE, 0))
+        for call in ALWAYS_REFUSED:
+            add(refuse, call)
     return Filter(_export(flt))

@@ -392,7 +392,7 @@ class AgentTool(Tool):
             "agent": self.agent,
             "executable": invocation.executable,
             "interpreter": invocation.program.interpreter,
-            "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None),
+            "sandbox": sandbox.result_summary(ctx.approved.get("sandbox") if confinement else None, confinement),
         }
 
     def _check_approved(self, invocation: Invocation, approved: Mapping[str, Any]) -> None:

@@ -55,7 +55,9 @@ SANDBOX_RESULT_PROPERTY = {
     "description": "The OS sandbox the command ran in (null: none): its kind, the Landlock ABI, whether the "
                    "network was allowed, the paths beneath which it could write (other writes fail with EACCES or "
                    "EROFS), the layers enforcing it, what this machine does not enforce, and the hosts the "
-                   "session's egress allowlist refused while the call ran.",
+                   "session's egress allowlist refused while the call ran; set_aside: what the command created "
+                   "at agent-control paths (or, where they could not be made read-only, changed there) and where "
+                   "it went, so no program run later finds it.",
     "properties": {
         "kind": {"type": "string", "enum": ["landlock", "bwrap"]},
         "abi": {"type": ["integer", "null"]},
@@ -64,5 +66,9 @@ SANDBOX_RESULT_PROPERTY = {
         "layers": {"type": "array", "items": {"type": "string"}},
         "not_enforced": {"type": "array", "items": {"type": "string"}},
         "refused": {"type": "array", "items": {"type": "string"}},
+        "set_aside": {"type": "array", "items": {
+            "type": "object", "required": ["path"],
+            "properties": {"path": {"type": "string"}, "moved_to": {"type": "string"},
+                           "removed": {"type": "string"}, "left": {"type": "string"}}}},
     },
 }
