@@ -11,7 +11,6 @@ is :mod:`peon.client.config.messages`'. The supervisor and its workers read the 
 from __future__ import annotations
 
 import math
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -152,9 +151,6 @@ class Runtime(_Section):
     containment: ContainmentMode
 
 
-_HOST_ENTRY = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
-
-
 def _sandbox_path(value: str) -> str:
     if "\0" in value:
         raise ValueError("a path cannot contain NUL")
@@ -185,9 +181,10 @@ class Sandbox(_Section):
     @classmethod
     def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
         if isinstance(value, tuple):
+            from peon.approval.network_allowlist import parse_entry  # the grammar the egress proxy applies
+
             for item in value:
-                if not _HOST_ENTRY.fullmatch(item):
-                    raise ValueError(f"{item!r} is not a host name, *.domain, or host:port")
+                parse_entry(item)  # raises ValueError naming the rule
         return value
 
     @field_validator("protected")
