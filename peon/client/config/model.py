@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from peon.approval.policy import Action, check_command_prefix, check_path_prefix
+from peon.core.agent_control import AGENT_CONTROL_PATHS, check_entry
 from peon.core.environment import ENV_NAME
 from peon.core.tool import ToolRisk
 
@@ -169,7 +170,7 @@ class Sandbox(_Section):
     network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
     isolate_signals: bool
     isolate_abstract_sockets: bool
-    protected: tuple[str, ...] = ()
+    protected: tuple[str, ...] = AGENT_CONTROL_PATHS  # the one agent-control list (peon/core/agent_control.py)
     caches: SandboxCaches = "session"
 
     @field_validator("writable", "readable")
@@ -191,9 +192,9 @@ class Sandbox(_Section):
     @classmethod
     def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
-            parts = item.split("/")
-            if not item or item.startswith("/") or "\0" in item or any(p in ("", ".", "..") for p in parts):
-                raise ValueError(f"{item!r} must be a relative path without '.', '..' or empty parts")
+            problem = check_entry(item)
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
 
