@@ -102,6 +102,34 @@ def test_secret_like_files_are_skipped_with_their_rule_unless_approved(open_sess
     assert request["risk"] == "filesystem" and request["details"]["include_secret_paths"] is True
 
 
+@pytest.mark.parametrize("glob", ["{*.env}", "{.env}", "*.{env}", ".{env,}", "[.]env", "**/.env", "*"])
+def test_a_secret_like_file_is_never_returned_whatever_the_glob(open_session, workspace, glob):
+    # ripgrep's glob engine and Peon's disagree on some of these ('{*.env}' names .env to ripgrep only):
+    # the secret-like files are listed without the glob and left out by Peon's own matcher.
+    (workspace / ".env").write_text("API_KEY=needle\n")
+    (workspace / "app.py").write_text("needle = 1\n")
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "ask"}}, approver=Recorder())
+    for output in ("files", "lines", "count"):
+        value = grep(session, pattern="needle", glob=glob, output=output)
+        assert ".env" not in paths(value), (glob, output, value)
+
+
+def test_a_secret_like_file_under_a_name_that_is_not_utf8_is_never_returned(open_session, workspace):
+    directory = os.path.join(os.fsencode(workspace), b"caf\xe9")
+    os.mkdir(directory)
+    with open(os.path.join(directory, b".env"), "w") as secret:
+        secret.write("API_KEY=needle\n")
+    with open(os.path.join(directory, b"notes.txt"), "w") as notes:
+        notes.write("needle\n")
+    (workspace / "b.txt").write_text("needle\n")
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "ask"}}, approver=Recorder())
+    for output in ("files", "lines", "count"):
+        value = grep(session, pattern="needle", output=output)
+        assert sorted(set(paths(value))) == ["b.txt", "caf\\xe9/notes.txt"], (output, value)
+        assert value["skipped"] == [{"path": "caf\\xe9/.env", "rule": value["skipped"][0]["rule"]}]
+    assert grep(session, pattern="needle", glob="*.env")["entries"] == []
+
+
 def test_paged_with_a_stable_order_and_bounded_lines(searching, workspace):
     for i in range(25):
         (workspace / "src" / f"m{i:02}.py").write_text("needle\n" * 3)
