@@ -19,9 +19,10 @@ Promises:
   (:func:`~peon.tools.shared.globs.ripgrep_agrees`).
 * Secret-like files (:mod:`peon.approval.secret_paths`) beneath the searched directory are never returned
   without approval: every one is listed first (ripgrep lists names without reading them), by name as
-  bytes and without the call's glob, decided by Peon's matcher, and excluded from the search by its
-  exact path (:func:`~peon.tools.shared.search.literal_glob`); a result whose path is secret-like all
-  the same (a file made between the listing and the search) is dropped. ``skipped`` reports those the
+  bytes and without the call's glob, decided by Peon's matcher, and each one ripgrep could open (any,
+  unless ripgrep filters by the glob) is excluded from the search by its exact path
+  (:func:`~peon.tools.shared.search.literal_glob`); a result whose path is secret-like all the same (a
+  file made between the listing and the search) is dropped. ``skipped`` reports those the
   call's glob names, with the rule that matched. ``include_secret_paths`` lifts all this and makes the
   call filesystem risk, so the approval policy decides.
 * A regex or glob ripgrep refuses is ``invalid_pattern`` with ripgrep's own explanation.
@@ -220,15 +221,24 @@ def _everything(path: str) -> bool:
     return True
 
 
-def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Callable[[str], bool],
-                                                                  Callable[[str], bool]]:
-    """ripgrep options for the call's ``glob`` and ``type``; the test of every path ripgrep returns (Peon's
-    glob engine decides: ripgrep filters by the glob too only where its engine agrees, and only by name, since
-    its own ``--glob`` would override ``.gitignore``); and the glob alone, which names the secret-like files
-    the answer reports."""
+@dataclass
+class Filters:
+    """What the call's ``glob`` and ``type`` make of a search."""
+
+    options: list[str]  # ripgrep's
+    accept: Callable[[str], bool]  # every path ripgrep returns: Peon's glob engine decides
+    named: Callable[[str], bool]  # the glob alone: the secret-like files the answer reports
+    opened: Callable[[str], bool]  # what ripgrep may open: the secret-like ones are left out by name
+
+
+def filters(args: Mapping[str, Any], search: SearchRoot) -> Filters:
+    """The :class:`Filters` of a call. ripgrep filters by the glob too only where its engine reads it as
+    Peon's does (:func:`ripgrep_agrees`), and only by name, since its own ``--glob`` would override
+    ``.gitignore``; then it opens no file the glob does not name, otherwise any."""
     options: list[str] = []
     accept: Callable[[str], bool] = _everything
-    in_glob: Callable[[str], bool] = _everything
+    named: Callable[[str], bool] = _everything
+    opened: Callable[[str], bool] = _everything
     glob = args.get("glob")
     if search.only is not None:
         options += ["--glob", "/" + literal_glob(search.only)]  # the one file, found by walking its directory
@@ -237,12 +247,13 @@ def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Cal
     elif glob is not None:
         matcher = compile_glob(glob)
         offset = len(search.prefix) + 1 if search.prefix else 0
-        accept = in_glob = lambda path: matcher(path[offset:])
+        accept = named = lambda path: matcher(path[offset:])
         if ripgrep_agrees(glob):  # a file type: filters like --glob but never overrides .gitignore
             options += ["--type-add", f"{TYPE_NAME}:{glob}", "--type", TYPE_NAME]
+            opened = named
     if args.get("type"):
         options += ["--type", args["type"]]
-    return options, accept, in_glob
+    return Filters(options, accept, named, opened)
 
 
 # -- the tool ----------------------------------------------------------------------------------------------------
@@ -284,7 +295,8 @@ GREP_OUTPUT_SCHEMA = {
 @dataclass
 class _Skipped:
     listed: list[dict[str, str]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)  # relative to the searched directory
+    paths: list[str] = field(default_factory=list)  # those ripgrep could open, relative to the searched directory
+    found: int = 0
 
 
 class GrepTool(Tool):
@@ -350,16 +362,17 @@ class GrepTool(Tool):
         page = Page(int(args.get("offset", 0)), int(args.get("limit", DEFAULT_LIMIT)))
         search = open_search_root(args, ctx)
         try:
-            options, accept, in_glob = filters(args, search)
+            chosen = filters(args, search)
+            accept = chosen.accept
             skipped = _Skipped()
             timed_out = False
             if not (ctx.approved.get("include_secret_paths") and args.get("include_secret_paths")):
-                timed_out = await _list_secrets(rg, search, in_glob, ctx, skipped)
+                timed_out = await _list_secrets(rg, search, chosen, ctx, skipped)
                 accept = _not_secret(accept, ctx)
-            if search.only is not None and skipped.paths:
+            if search.only is not None and skipped.found:
                 pass  # the one file searched is secret-like: nothing to search
             elif not timed_out:
-                timed_out = await _search(rg, args, output, search, options, accept, page, skipped, ctx)
+                timed_out = await _search(rg, args, output, search, chosen.options, accept, page, skipped, ctx)
         finally:
             search.close()
         return {"output": output, "entries": page.entries, "offset": page.offset,
@@ -381,13 +394,12 @@ def _not_secret(accept: Callable[[str], bool], ctx: ToolContext) -> Callable[[st
     return lambda path: accept(path) and secret(path) is None
 
 
-async def _list_secrets(rg: str, search: SearchRoot, named: Callable[[str], bool], ctx: ToolContext,
-                        skipped: _Skipped) -> bool:
+async def _list_secrets(rg: str, search: SearchRoot, chosen: Filters, ctx: ToolContext, skipped: _Skipped) -> bool:
     """Find every secret-like file beneath the searched path by name, reading none of them (``rg --files``
     lists what the search would read; the exact names, bytes that are not UTF-8 included, are decided by
-    :func:`secret_match`, never by the call's glob); those ``named`` by the call's glob are reported. True
-    if the deadline stopped the listing. ripgrep's own globs would do the matching at several times the
-    cost of the listing (docs/architecture.md, "Editing and searching")."""
+    :func:`secret_match`, never by the call's glob); those ripgrep could open are to be left out, those the
+    call's glob names are reported. True if the deadline stopped the listing. ripgrep's own globs would do
+    the matching at several times the cost of the listing (docs/architecture.md, "Editing and searching")."""
     offset = len(search.prefix) + 1 if search.prefix else 0
     secret = _secret_test(ctx)
 
@@ -395,8 +407,10 @@ async def _list_secrets(rg: str, search: SearchRoot, named: Callable[[str], bool
         match = secret(path)
         if match is None:
             return
-        skipped.paths.append(path[offset:])
-        if named(path):
+        skipped.found += 1
+        if chosen.opened(path):
+            skipped.paths.append(path[offset:])
+        if chosen.named(path):
             skipped.listed.append({"path": shown_name(path)[0], "rule": shown_name(match.reason())[0]})
 
     if search.only is not None:
