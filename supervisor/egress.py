@@ -6,15 +6,23 @@ Promises:
   private network namespace; it listens on ``127.0.0.1`` *inside* that namespace (the commands reach it
   as ``HTTP_PROXY``/``HTTPS_PROXY``) and connects out from the supervisor's own namespace;
 * it speaks HTTP/1.1 proxying: ``CONNECT host:port`` (HTTPS and any TCP) and absolute-form requests
-  (``GET http://host:port/path``) for plain HTTP. A host is let through only when :func:`allowed` says
-  so — by the host name the client asked for (an entry ``name`` allows every port, ``name:port`` one
-  port, ``*.domain`` every name beneath ``domain``); everything else is answered ``403`` with a body
-  that names the host and port and the setting, and the refusal is kept in :attr:`Proxy.refused`
-  (bounded); :func:`name_refusals` adds those made while a call ran to its result's ``sandbox.refused``
-  (a session's calls share the proxy, so a refusal is named in every call running at that moment);
+  (``GET http://host:port/path``) for plain HTTP. It decides and connects on the same thing: the host
+  must be of the grammar :func:`peon.approval.network_allowlist.parse_host` accepts (an LDH name, a
+  dotted IPv4 or a bracketed IPv6 address; anything else, userinfo included, is answered ``400`` naming
+  the rule); an entry must name it (:func:`allowed`: ``name`` every port, ``name:port`` one, ``*.domain``
+  every name beneath ``domain``, an address only itself), else ``403`` naming the host, port and setting;
+  then the proxy resolves the name itself, once, with the resolver it was given (``localhost`` and
+  literals are not resolved), keeps only the addresses
+  :func:`~peon.approval.network_allowlist.reachable` allows (no loopback, private, link-local,
+  mapped, metadata... address unless an entry names that address), answers ``403`` naming the address
+  and its class when none is left, and connects to exactly one of the addresses it kept — no second
+  resolution, so a name that resolves elsewhere a moment later (DNS rebinding) changes nothing;
+* every refusal is kept in :attr:`Proxy.refused` (bounded); :func:`name_refusals` adds those made while
+  a call ran to its result's ``sandbox.refused`` (a session's calls share the proxy, so a refusal is
+  named in every call running at that moment);
 * everything is bounded: the request head (16 KiB), the connections at once (64; one more is answered
-  ``503`` and closed), the time to send a head (30 s) and to connect out (30 s); a connection's bytes
-  go only to the one host checked for its first request;
+  ``503`` and closed), the time to send a head (30 s) and to resolve and connect out (30 s together); a
+  connection's bytes go only to the one address checked for its first request;
 * it runs on one daemon thread with its own event loop and never raises into the supervisor.
 """
 
@@ -23,12 +31,27 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ipaddress
+import re
 import socket
 import threading
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+from peon.approval.network_allowlist import (
+    Address,
+    Entry,
+    Host,
+    fixed_addresses,
+    host_allowed,
+    parse_entry,
+    parse_host,
+    parse_port,
+    reachable,
+    split_host_port,
+)
 
 HEAD_LIMIT = 16 << 10
 MAX_CONNECTIONS = 64
@@ -37,33 +60,55 @@ CONNECT_SECONDS = 30.0
 REFUSALS_KEPT = 256
 CHUNK = 64 << 10
 
+Resolver = Callable[[str, int], Awaitable[Sequence[Address]]]
+
 # -- decisions (no I/O) ------------------------------------------------------------------------------
 
 
-def allowed(host: str, port: int, entries: tuple[str, ...] | list[str]) -> bool:
-    host = host.lower().rstrip(".")
-    for entry in entries:
-        name, _, wanted = entry.lower().partition(":")
-        if wanted and int(wanted) != port:
-            continue
-        if name.startswith("*."):
-            if host.endswith(name[1:]) and host != name[2:]:
-                return True
-        elif host == name:
-            return True
-    return False
+def allowed(host: str, port: int, entries: Sequence[str]) -> bool:
+    """Whether an entry of ``entries`` names ``host`` (as a request names it) and ``port``; a host or an
+    entry outside the grammar names nothing."""
+    try:
+        return host_allowed(parse_host(host), port, [parse_entry(entry) for entry in entries])
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
 class Request:
     method: str
-    host: str
+    host: str  # a lower-cased name, or an address's canonical text (IPv6 without brackets)
     port: int
     head: bytes  # what to send to the host first (empty for CONNECT: the tunnel starts clean)
+    address: Address | None = None  # set when the request names an address
+
+    @property
+    def checked(self) -> Host:
+        return Host(self.host, self.address)
 
 
 class BadRequest(ValueError):
     pass
+
+
+_CONTROL = re.compile(r"[\x00-\x20\x7f-\xff]")
+
+
+def _authority(text: str, default_port: int | None) -> tuple[Host, int]:
+    """``host[:port]`` of a request target, by the allowlist's grammar (see the module's promises)."""
+    if "@" in text:
+        raise BadRequest(f"{text[:300]!r} carries userinfo ('@'); a proxied request names only host[:port]")
+    try:
+        host_text, port_text = split_host_port(text)
+        if port_text is not None:
+            port = parse_port(port_text)
+        elif default_port is not None:
+            port = default_port
+        else:
+            raise ValueError(f"CONNECT needs host:port, got {text[:300]!r}")
+        return parse_host(host_text), port
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def parse_head(head: bytes) -> Request:
@@ -77,41 +122,66 @@ def parse_head(head: bytes) -> Request:
     if not version.startswith("HTTP/1."):
         raise BadRequest(f"unsupported protocol {version!r}")
     if method == "CONNECT":
-        host, _, port = target.rpartition(":")
-        host = host.strip("[]")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise BadRequest(f"CONNECT needs host:port, got {target!r}")
-        return Request(method, host, int(port), b"")
-    url = urlsplit(target)
-    if url.scheme != "http" or not url.hostname:
+        host, port = _authority(target, None)
+        return Request(method, host.name, port, b"", host.address)
+    scheme, sep, remainder = target.partition("://")
+    if not sep or scheme.lower() != "http":
         raise BadRequest(f"a proxied request needs an absolute http:// URL, got {target[:200]!r}")
-    try:
-        number = url.port or 80
-    except ValueError:
-        raise BadRequest(f"bad port in {target[:200]!r}") from None
-    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    cut = min((i for i in (remainder.find(c) for c in "/?#") if i >= 0), default=len(remainder))
+    host, port = _authority(remainder[:cut], 80)
+    path = remainder[cut:].partition("#")[0] or "/"
+    if _CONTROL.search(path):
+        raise BadRequest(f"the request's path {path[:300]!r} holds a control, space or non-ASCII character")
+    if not path.startswith("/"):
+        path = "/" + path
     # Origin-form for the host; the client's other headers pass unchanged.
-    return Request(method, url.hostname, number, f"{method} {path} {version}\r\n{rest}".encode("latin-1"))
+    return Request(method, host.name, port, f"{method} {path} {version}\r\n{rest}".encode("latin-1"), host.address)
 
 
-def refusal(host: str, port: int) -> bytes:
-    body = (f"peon: {host}:{port} is not in sandbox.network (the session's egress allowlist); "
-            "the connection was refused\n").encode()
-    return (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+def _response(status: str, body: str) -> bytes:
+    data = body.encode()
+    return (f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+def refusal(shown: str) -> bytes:
+    """The answer to a request for ``shown`` (``host:port``), which no entry names."""
+    return _response("403 Forbidden", f"peon: {shown} is not in sandbox.network (the session's egress "
+                                      "allowlist); the connection was refused\n")
+
+
+def address_refusal(shown: str, refused: Sequence[tuple[Address, str]]) -> bytes:
+    """The answer to a request for ``shown``, named by an entry, whose addresses are all special."""
+    classes = "; ".join(f"{address} ({reason})" for address, reason in refused)
+    return _response("403 Forbidden", f"peon: {shown} resolves only to addresses sandbox.network does not name: "
+                                      f"{classes}; such an address is reached only when an entry names it "
+                                      "literally; the connection was refused\n")
+
+
+async def system_resolver(name: str, port: int) -> list[Address]:
+    """The addresses the supervisor's resolver gives ``name`` (what the proxy checks and connects to)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM,
+                                                         proto=socket.IPPROTO_TCP)
+    return [ipaddress.ip_address(info[4][0]) for info in infos]
 
 
 # -- the proxy -----------------------------------------------------------------------------------------
 
 
 class Proxy:
-    def __init__(self, listener: socket.socket, entries: tuple[str, ...]):
+    def __init__(self, listener: socket.socket, entries: tuple[str, ...], resolve: Resolver = system_resolver):
         self.listener, self.entries = listener, entries
+        self.rules: tuple[Entry, ...] = tuple(parse_entry(entry) for entry in entries)  # validated by the config
+        self.resolve = resolve
         host, port = listener.getsockname()[:2]
         self.address = f"http://{host}:{port}"
         self.refused: collections.deque[str] = collections.deque(maxlen=REFUSALS_KEPT)
         self.refused_at: collections.deque[tuple[float, str]] = collections.deque(maxlen=REFUSALS_KEPT)
         self._active = 0  # connections being carried (the proxy's one event loop counts them)
+
+    def _refuse(self, shown: str) -> None:
+        self.refused.append(shown)
+        self.refused_at.append((time.monotonic(), shown))
 
     def refused_since(self, moment: float) -> list[str]:
         """The hosts refused since ``moment`` (``time.monotonic()``), oldest first."""
@@ -145,21 +215,26 @@ class Proxy:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
             request = parse_head(head)
         except BadRequest as exc:
-            writer.write(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n" + f"peon: {exc}\n".encode())
+            writer.write(_response("400 Bad Request", f"peon: {exc}\n"))
             await writer.drain()
             return
-        if not allowed(request.host, request.port, self.entries):
-            self.refused.append(f"{request.host}:{request.port}")
-            self.refused_at.append((time.monotonic(), f"{request.host}:{request.port}"))
-            writer.write(refusal(request.host, request.port))
+        host = request.checked
+        shown = host.shown(request.port)
+        if not host_allowed(host, request.port, self.rules):
+            self._refuse(shown)
+            writer.write(refusal(shown))
             await writer.drain()
             return
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(request.host, request.port, limit=CHUNK), CONNECT_SECONDS)
-        except (OSError, TimeoutError) as exc:
-            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n"
-                         + f"peon: {request.host}:{request.port} cannot be reached: {exc}\n".encode())
+            async with asyncio.timeout(CONNECT_SECONDS):
+                up_reader, up_writer = await self._connect(host, request.port, shown)
+        except _Refused as refused:
+            self._refuse(shown)
+            writer.write(address_refusal(shown, refused.addresses))
+            await writer.drain()
+            return
+        except (OSError, TimeoutError, UnicodeError) as exc:
+            writer.write(_response("502 Bad Gateway", f"peon: {shown} cannot be reached: {exc or 'timed out'}\n"))
             await writer.drain()
             return
         try:
@@ -173,6 +248,38 @@ class Proxy:
                 group.create_task(_pump(up_reader, writer))
         finally:
             up_writer.close()
+
+    async def _connect(self, host: Host, port: int,
+                       shown: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to one of the addresses ``host`` resolves to that the allowlist lets through:
+        resolved once, here, and connected to by address (no resolution in between)."""
+        addresses = fixed_addresses(host)
+        if addresses is None:
+            addresses = tuple(await self.resolve(host.name, port))
+        kept, refused = reachable(addresses, port, self.rules)
+        if not kept:
+            raise _Refused(refused)
+        loop = asyncio.get_running_loop()
+        failure: OSError = OSError(f"{shown} resolves to no address")
+        for address in kept:
+            sock = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, (str(address), port))
+                return await asyncio.open_connection(sock=sock, limit=CHUNK)
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise failure
+
+
+class _Refused(Exception):
+    def __init__(self, addresses: list[tuple[Address, str]]):
+        super().__init__()
+        self.addresses = addresses
 
 
 async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

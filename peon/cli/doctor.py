@@ -108,6 +108,17 @@ def agent_facts(workspace: Path, config: Mapping[str, Any], env: Mapping[str, st
     return agents
 
 
+def agent_control_facts(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The agent-control list the session read (``sandbox.protected``): what the file tools ask about, and
+    the paths the sandbox plan covers for commands (:mod:`peon.core.agent_control`)."""
+    from peon.core.agent_control import command_paths
+
+    protected = (config.get("sandbox") or {}).get("protected")
+    if not isinstance(protected, (list, tuple)):
+        return None
+    return {"file_tools": list(protected), "commands": list(command_paths(protected))}
+
+
 def cmd_doctor(options: argparse.Namespace) -> int:
     from peon.core.errors import ConfigError, PeonError
     from peon.workers import cgroup
@@ -134,6 +145,7 @@ def cmd_doctor(options: argparse.Namespace) -> int:
         facts["containment"] = info.get("containment")
         session_layers = info.get("config_layers")
         agents = agent_facts(Path(info.get("workspace") or options.workspace), info.get("config") or {}, os.environ)
+        facts["agent_control"] = agent_control_facts(info.get("config") or {})
     except ConfigError as exc:
         facts["containment"] = {"error": f"{exc.code.value}: {exc.message}"}
         session_sandbox = {"error": f"{exc.code.value}: {exc.message}"}
@@ -207,6 +219,11 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
     tmp = facts["tempdir"]
     print(f"temp dir     {'yes' if tmp['writable'] else 'no'}: {tmp['detail']}")
     print_sandbox(facts["sandbox"])
+    control = facts.get("agent_control")
+    if control:
+        listed = ", ".join(control["file_tools"])
+        print(f"agent-control write, edit and apply_patch ask before writing beneath: {listed} "
+              "(sandbox.protected; for commands, the sandbox's lines above)")
     print("agents")
     for name, agent in facts["agents"].items():
         if agent["resolved"] is None:

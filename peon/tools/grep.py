@@ -14,10 +14,17 @@ Promises:
 * Order is stable (``--sort path``) and results are paged: ``offset``/``limit`` count entries (files,
   lines, or per-file counts), ``next_offset`` is set when there are more, and ripgrep is stopped as
   soon as one entry past the page is seen. Lines are cut at :data:`peon.tools.shared.search.MAX_LINE_CHARS`.
-* Secret-like files (:mod:`peon.approval.secret_paths`) beneath the searched directory are not read: they are
-  listed first (ripgrep lists names without reading them), excluded from the search, and returned in
-  ``skipped`` with the rule that matched — unless the call sets ``include_secret_paths``, which makes
-  it filesystem risk, so the approval policy decides.
+* The call's ``glob`` is decided by Peon's one glob engine (:func:`peon.tools.shared.globs.compile_glob`)
+  for every file returned; ripgrep filters by it first only where its own engine agrees
+  (:func:`~peon.tools.shared.globs.ripgrep_agrees`).
+* Secret-like files (:mod:`peon.approval.secret_paths`) beneath the searched directory are never returned
+  without approval: every one is listed first (ripgrep lists names without reading them), by name as
+  bytes and without the call's glob, decided by Peon's matcher, and each one ripgrep could open (any,
+  unless ripgrep filters by the glob) is excluded from the search by its exact path
+  (:func:`~peon.tools.shared.search.literal_glob`); a result whose path is secret-like all the same (a
+  file made between the listing and the search) is dropped. ``skipped`` reports those the
+  call's glob names, with the rule that matched. ``include_secret_paths`` lifts all this and makes the
+  call filesystem risk, so the approval policy decides.
 * A regex or glob ripgrep refuses is ``invalid_pattern`` with ripgrep's own explanation.
 """
 
@@ -35,7 +42,7 @@ from typing import Any
 from peon.core.cancel import CancelToken, Deadline
 from peon.core.environment import command_environment
 from peon.core.errors import ErrorCode, ToolError
-from peon.tools.shared.globs import basename_glob, compile_glob
+from peon.tools.shared.globs import compile_glob, ripgrep_agrees
 from peon.core.paths import parse_workspace_path
 from peon.tools.shared.search import (
     DEFAULT_LIMIT,
@@ -46,11 +53,13 @@ from peon.tools.shared.search import (
     Page,
     PathReader,
     SecretPrefilter,
+    literal_glob,
     looks_like_pattern_error,
     rg_base_argv,
     rg_error,
+    shown_name,
 )
-from peon.approval.secret_paths import secret_match, secret_patterns
+from peon.approval.secret_paths import SecretMatch, secret_match, secret_patterns
 from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import fs
 from peon.workers.runner import ProcessOutcome, ProcessSpec, run_process
@@ -212,29 +221,39 @@ def _everything(path: str) -> bool:
     return True
 
 
-def filters(args: Mapping[str, Any], search: SearchRoot) -> tuple[list[str], Callable[[str], bool],
-                                                                  Callable[[str], bool]]:
-    """ripgrep options for the call's ``glob`` and ``type``; the path test done here instead when the glob
-    has a ``/`` (ripgrep's own ``--glob`` would override ``.gitignore``); and the whole glob as a path
-    test (for the listing of secret-like files, which ripgrep does not filter)."""
+@dataclass
+class Filters:
+    """What the call's ``glob`` and ``type`` make of a search."""
+
+    options: list[str]  # ripgrep's
+    accept: Callable[[str], bool]  # every path ripgrep returns: Peon's glob engine decides
+    named: Callable[[str], bool]  # the glob alone: the secret-like files the answer reports
+    opened: Callable[[str], bool]  # what ripgrep may open: the secret-like ones are left out by name
+
+
+def filters(args: Mapping[str, Any], search: SearchRoot) -> Filters:
+    """The :class:`Filters` of a call. ripgrep filters by the glob too only where its engine reads it as
+    Peon's does (:func:`ripgrep_agrees`), and only by name, since its own ``--glob`` would override
+    ``.gitignore``; then it opens no file the glob does not name, otherwise any."""
     options: list[str] = []
     accept: Callable[[str], bool] = _everything
-    in_glob: Callable[[str], bool] = _everything
+    named: Callable[[str], bool] = _everything
+    opened: Callable[[str], bool] = _everything
     glob = args.get("glob")
     if search.only is not None:
-        escaped = "".join("\\" + c if c in "*?[]{}\\!" else c for c in search.only)
-        options += ["--glob", "/" + escaped]  # the one file, found by walking its directory (no symlink)
+        options += ["--glob", "/" + literal_glob(search.only)]  # the one file, found by walking its directory
+        only = f"{search.prefix}/{search.only}" if search.prefix else search.only
+        accept = lambda path: path == only  # noqa: E731
     elif glob is not None:
         matcher = compile_glob(glob)
         offset = len(search.prefix) + 1 if search.prefix else 0
-        in_glob = lambda path: matcher(path[offset:])  # noqa: E731
-        if basename_glob(glob):  # a file type: filters like --glob but never overrides .gitignore
+        accept = named = lambda path: matcher(path[offset:])
+        if ripgrep_agrees(glob):  # a file type: filters like --glob but never overrides .gitignore
             options += ["--type-add", f"{TYPE_NAME}:{glob}", "--type", TYPE_NAME]
-        else:
-            accept = in_glob
+            opened = named
     if args.get("type"):
         options += ["--type", args["type"]]
-    return options, accept, in_glob
+    return Filters(options, accept, named, opened)
 
 
 # -- the tool ----------------------------------------------------------------------------------------------------
@@ -276,7 +295,8 @@ GREP_OUTPUT_SCHEMA = {
 @dataclass
 class _Skipped:
     listed: list[dict[str, str]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)  # relative to the searched directory
+    paths: list[str] = field(default_factory=list)  # those ripgrep could open, relative to the searched directory
+    found: int = 0
 
 
 class GrepTool(Tool):
@@ -342,15 +362,17 @@ class GrepTool(Tool):
         page = Page(int(args.get("offset", 0)), int(args.get("limit", DEFAULT_LIMIT)))
         search = open_search_root(args, ctx)
         try:
-            options, accept, in_glob = filters(args, search)
+            chosen = filters(args, search)
+            accept = chosen.accept
             skipped = _Skipped()
             timed_out = False
             if not (ctx.approved.get("include_secret_paths") and args.get("include_secret_paths")):
-                timed_out = await _list_secrets(rg, search, in_glob, ctx, skipped)
-            if search.only is not None and skipped.paths:
+                timed_out = await _list_secrets(rg, search, chosen, ctx, skipped)
+                accept = _not_secret(accept, ctx)
+            if search.only is not None and skipped.found:
                 pass  # the one file searched is secret-like: nothing to search
             elif not timed_out:
-                timed_out = await _search(rg, args, output, search, options, accept, page, skipped, ctx)
+                timed_out = await _search(rg, args, output, search, chosen.options, accept, page, skipped, ctx)
         finally:
             search.close()
         return {"output": output, "entries": page.entries, "offset": page.offset,
@@ -358,27 +380,43 @@ class GrepTool(Tool):
                 "skipped": skipped.listed[:MAX_SKIPPED_LISTED], "skipped_count": len(skipped.listed)}
 
 
-async def _list_secrets(rg: str, search: SearchRoot, accept: Callable[[str], bool], ctx: ToolContext,
-                        skipped: _Skipped) -> bool:
-    """Find the secret-like files beneath the searched path by name, reading none of them (``rg --files``
-    lists what the search would read; :class:`SecretPrefilter` and :func:`secret_match` decide); True if
-    the deadline stopped the listing. ripgrep's own globs would do the matching at several times the
-    cost of the listing (docs/architecture.md, "Editing and searching")."""
-    offset = len(search.prefix) + 1 if search.prefix else 0
+def _secret_test(ctx: ToolContext) -> Callable[[str], SecretMatch | None]:
+    """What makes an exact workspace-relative path secret-like (:func:`secret_match`), or None; a
+    :class:`SecretPrefilter` spares the exact decision almost every path."""
     may_be_secret = SecretPrefilter(secret_patterns(ctx.session.env))
+    return lambda path: secret_match(tuple(path.split("/")), ctx.session.env) if may_be_secret(path) else None
 
-    def on_path(path: str, escaped: bool) -> None:
-        if not may_be_secret(path):
+
+def _not_secret(accept: Callable[[str], bool], ctx: ToolContext) -> Callable[[str], bool]:
+    """``accept``, and not secret-like: a secret-like file made after the listing is read by ripgrep, never
+    returned."""
+    secret = _secret_test(ctx)
+    return lambda path: accept(path) and secret(path) is None
+
+
+async def _list_secrets(rg: str, search: SearchRoot, chosen: Filters, ctx: ToolContext, skipped: _Skipped) -> bool:
+    """Find every secret-like file beneath the searched path by name, reading none of them (``rg --files``
+    lists what the search would read; the exact names, bytes that are not UTF-8 included, are decided by
+    :func:`secret_match`, never by the call's glob); those ripgrep could open are to be left out, those the
+    call's glob names are reported. True if the deadline stopped the listing. ripgrep's own globs would do
+    the matching at several times the cost of the listing (docs/architecture.md, "Editing and searching")."""
+    offset = len(search.prefix) + 1 if search.prefix else 0
+    secret = _secret_test(ctx)
+
+    def on_path(path: str, _: bool) -> None:
+        match = secret(path)
+        if match is None:
             return
-        match = secret_match(tuple(path.split("/")), ctx.session.env)
-        if match is not None:
-            skipped.listed.append({"path": path, "rule": match.reason()})
+        skipped.found += 1
+        if chosen.opened(path):
             skipped.paths.append(path[offset:])
+        if chosen.named(path):
+            skipped.listed.append({"path": shown_name(path)[0], "rule": shown_name(match.reason())[0]})
 
     if search.only is not None:
         on_path(f"{search.prefix}/{search.only}" if search.prefix else search.only, False)
         return False
-    reader = PathReader(search.prefix, accept, on_path)
+    reader = PathReader(search.prefix, _everything, on_path, exact=True)
     run = await run_rg([*rg_base_argv(rg), "--files", "--null", "--", "."], search, ctx, reader.records.feed)
     reader.finish()
     skipped.listed.sort(key=lambda entry: entry["path"])
@@ -387,15 +425,15 @@ async def _list_secrets(rg: str, search: SearchRoot, accept: Callable[[str], boo
 
 
 def _exclusions(skipped: _Skipped) -> list[str]:
-    """One anchored ``--glob !/path`` per secret-like file (exact names: ripgrep never opens them)."""
+    """One anchored ``--glob !/path`` per secret-like file (its exact name, byte for byte: ripgrep never opens
+    it; see :func:`literal_glob`)."""
     if sum(len(p) + 8 for p in skipped.paths) > MAX_EXCLUSION_BYTES:
         raise ToolError(ErrorCode.TOO_LARGE, f"{len(skipped.paths)} secret-like files beneath the searched path are "
                         f"too many to leave out (their names exceed {MAX_EXCLUSION_BYTES} bytes of ripgrep options); "
                         "search a narrower path, or set include_secret_paths", {"skipped": len(skipped.paths)})
     out = []
     for relative in skipped.paths:
-        escaped = "".join("\\" + c if c in "*?[]{}\\!" else c for c in relative)
-        out += ["--glob", "!/" + escaped]
+        out += ["--glob", "!/" + literal_glob(relative)]
     return out
 
 

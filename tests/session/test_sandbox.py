@@ -18,6 +18,7 @@ from helpers import ALLOW_ALL, Leftovers, living, wait_for
 from helpers.agents import Agents
 from helpers.cli import assert_clean_failure, peon as run_peon
 from peon.client.config import merge
+from peon.core.agent_control import AGENT_CONTROL_PATHS, command_paths
 from peon.core.errors import SessionError
 from helpers.sandbox import (
     Peers, open_module_session, outcomes, peer_actions, probe_command, run_unsandboxed, splice,
@@ -377,6 +378,17 @@ def test_doctor_reports_the_sandbox_and_known_fixes(leftovers, workspace, tmp_pa
     config.write_text('[sandbox]\nmode = "required"\n')
     call = run_peon(leftovers, workspace, "call", "bash", '{"command": "true"}', "--config", str(config), env=missing)
     assert_clean_failure(call, 1, 'sandbox.mode is "required" but Landlock is unavailable')
+
+
+@landlock
+def test_doctor_names_the_one_agent_control_list_the_file_tools_and_the_sandbox_read(leftovers, workspace):
+    facts = json.loads(run_peon(leftovers, workspace, "doctor", "--json").stdout)
+    commands = list(command_paths(AGENT_CONTROL_PATHS))
+    assert facts["agent_control"] == {"file_tools": list(AGENT_CONTROL_PATHS), "commands": commands}
+    assert facts["sandbox"]["session"]["plan"]["protected"] == commands
+    text = run_peon(leftovers, workspace, "doctor").stdout
+    assert "agent-control write, edit and apply_patch ask before writing beneath: **/.git, .git/hooks" in text
+    assert ".envrc" in text and "**/AGENTS.md" in text
 
 
 @landlock

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.loopback import ATTACKS, RULE, CountingServer, attack_head
 from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import namespaces
 
@@ -400,3 +401,38 @@ def test_an_allowlisted_registry_answers_and_another_is_refused_by_name(day):
     finally:
         allowed.shutdown()
         other.shutdown()
+
+
+SEND_HEADS = r"""
+import os, socket, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+for head in sys.argv[1:]:
+    with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as s:
+        s.sendall(bytes.fromhex(head))
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    print(answer.decode("latin-1").replace("\r\n", " | ").replace("\n", " | "))
+"""
+
+
+def test_the_allowlist_proxy_refuses_hosts_outside_its_grammar_before_connecting(day):
+    """``network = ["*.pythonhosted.org"]``: the NUL-byte ``CONNECT`` a sandboxed command sends to reach the
+    host's loopback, and its relatives, are answered 400 naming the rule; a loopback address or name no
+    entry names is answered 403; the loopback server they aim at never sees a connection."""
+    with CountingServer() as target:
+        session = day(network=["*.pythonhosted.org", "localhost:1"])
+        heads = [attack_head(template, target.port) for template in ATTACKS]
+        heads += [f"CONNECT {host}:{target.port} HTTP/1.1\r\n\r\n".encode() for host in ("127.0.0.1", "localhost")]
+        argv = " ".join(shlex.quote(head.hex()) for head in heads)
+        r = session.call("bash", {"command": f"{shlex.quote(sys.executable)} -c {shlex.quote(SEND_HEADS)} {argv}"})
+        assert r.ok, r.error
+        answers = r.value["output"].splitlines()
+        assert len(answers) == len(heads), r.value["output"]
+        for template, answer in zip(ATTACKS, answers[:len(ATTACKS)], strict=True):
+            assert answer.startswith("HTTP/1.1 400 "), (template, answer)
+            assert RULE in answer or "userinfo" in answer or "port" in answer, (template, answer)
+        assert answers[-2].startswith("HTTP/1.1 403 ") and f"127.0.0.1:{target.port} is not in" in answers[-2]
+        assert answers[-1].startswith("HTTP/1.1 403 ") and f"localhost:{target.port} is not in" in answers[-1]
+        assert r.value["sandbox"]["refused"] == [f"127.0.0.1:{target.port}", f"localhost:{target.port}"]
+        assert target.accepted == 0

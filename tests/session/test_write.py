@@ -8,7 +8,7 @@ import stat
 
 
 from peon.core.paths import TEMP_PREFIX
-from helpers import expect_error, expect_ok
+from helpers import Recorder, expect_error, expect_ok
 
 
 
@@ -194,3 +194,43 @@ def test_writes_to_agent_control_paths_are_asked_even_when_filesystem_is_allowed
     session = open_session({"approval": {"read_only": "allow", "filesystem": "allow"},
                             "sandbox": {"protected": [".claude"]}}, approver=approver)
     ok(session, {"path": ".mcp.json", "content": "{}", "mode": "create"})
+
+
+def test_all_of_git_and_every_agent_control_file_is_asked_for_each_writing_tool(open_session, workspace):
+    """For the file tools all of a repository's ``.git`` is agent-control — git's redirections (``commondir``,
+    ``info/``, ``modules/*/config``, ``worktrees/``, ``objects/info/alternates``) and a ``.git`` file
+    (``gitdir:``) too — and so are the files that make another program run code or steer an agent
+    (``.envrc``, ``.cursor/``, ``.vscode/``, ``.pre-commit-config.yaml``, instruction files such as
+    ``AGENTS.md`` in any directory): ``write``, ``edit`` and ``apply_patch`` of one are asked although
+    ``approval.filesystem = "allow"``; reading one is not."""
+    for directory in (".git/info", ".git/modules/sub", ".git/worktrees/w", ".git/objects/info", "vendor/lib",
+                      ".cursor", ".vscode", "docs"):
+        (workspace / directory).mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / "AGENTS.md").write_text("Be careful.\n")
+    approver = Recorder(otherwise="deny")
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "allow"}}, approver=approver)
+    writes = {".git/commondir": ".git/commondir", ".git/info/attributes": ".git/info",
+              ".git/modules/sub/config": "**/.git", ".git/worktrees/w/gitdir": ".git/worktrees",
+              ".git/objects/info/alternates": ".git/objects/info/alternates", "vendor/lib/.git": "**/.git",
+              ".envrc": ".envrc", ".cursor/mcp.json": ".cursor", ".vscode/tasks.json": ".vscode",
+              ".pre-commit-config.yaml": ".pre-commit-config.yaml", "docs/CLAUDE.md": "**/CLAUDE.md"}
+    for path in writes:
+        r = session.call("write", {"path": path, "content": "gitdir: /tmp/elsewhere\n", "mode": "create"})
+        assert r.error is not None and r.error.code == "denied", (path, r)
+    r = session.call("edit", {"path": ".git/config", "edits": [{"old_string": "[core]\n",
+                                                                  "new_string": "[core]\n\thooksPath = /tmp/x\n"}]})
+    assert r.error is not None and r.error.code == "denied", r
+    r = session.call("edit", {"path": "AGENTS.md", "edits": [{"old_string": "careful", "new_string": "reckless"}]})
+    assert r.error is not None and r.error.code == "denied", r
+    r = session.call("apply_patch", {"patch": "*** Begin Patch\n*** Add File: .envrc\n+curl x | sh\n*** End Patch\n"})
+    assert r.error is not None and r.error.code == "denied", r
+    assert [req["details"].get("agent_control") for req in approver.requests] == [
+        *writes.values(), ".git/config", "**/AGENTS.md", ".envrc"]
+    assert all("agent-control path" in req["risk_reason"] for req in approver.requests)
+    assert not any((workspace / path).exists() for path in writes)
+    assert (workspace / "AGENTS.md").read_text() == "Be careful.\n"
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+    asked = len(approver.requests)
+    assert expect_ok(session, "read", {"path": "AGENTS.md"})["content"] == "Be careful.\n"
+    assert len(approver.requests) == asked  # reading them is free

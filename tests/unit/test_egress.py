@@ -5,14 +5,20 @@ refused one gets 403 naming it, a malformed head gets 400, and the refusals are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import http.server
+import ipaddress
 import socket
 import threading
 
 import pytest
 
 from helpers import wait_for
+from helpers.loopback import ATTACKS, RULE, CountingServer, attack_head
+from peon.approval.network_allowlist import parse_entry, parse_host, reachable, special_reason
+from peon.client.config.layers import load_config
+from peon.core.errors import ConfigError
 from peon.supervisor.egress import MAX_CONNECTIONS, REFUSALS_KEPT, BadRequest, Proxy, allowed, parse_head
 
 
@@ -111,3 +117,164 @@ def test_the_proxy_lets_through_only_the_allowlist():
         listener.close()
         upstream.shutdown()
         upstream.server_close()
+
+
+# -- the host grammar, the entries and the addresses: the proxy decides and connects on the same thing -----------
+
+
+@pytest.mark.parametrize("template", ATTACKS)
+def test_hosts_outside_the_grammar_are_refused_naming_the_rule(template):
+    with pytest.raises(BadRequest) as refused:
+        parse_head(attack_head(template, 8080))
+    message = str(refused.value)
+    assert RULE in message or "userinfo" in message or "port" in message, message
+
+
+def test_names_are_checked_as_they_are_connected_to():
+    assert parse_head(b"CONNECT Files.PythonHosted.org.:443 HTTP/1.1\r\n\r\n").host == "files.pythonhosted.org"
+    v6 = parse_head(b"CONNECT [0:0::1]:443 HTTP/1.1\r\n\r\n")
+    assert (v6.host, v6.address) == ("::1", ipaddress.IPv6Address("::1"))
+    mapped = parse_head(b"GET http://[::ffff:127.0.0.1]:80/x HTTP/1.1\r\n\r\n")
+    assert mapped.address == ipaddress.IPv6Address("::ffff:127.0.0.1") and mapped.head.startswith(b"GET /x ")
+    assert parse_host("a-1.b2.example").name == "a-1.b2.example" and parse_host("x" * 63 + ".test")
+    assert not allowed("files.pythonhosted.org\0", 443, ["*.pythonhosted.org"])
+    assert not allowed("127.0.0.1", 443, ["*.0.0.1"])
+
+
+@pytest.mark.parametrize("entry, verdict", [
+    ("pypi.org", True), ("*.pythonhosted.org:443", True), ("127.0.0.1", True), ("[::1]:8080", True),
+    ("[fd00:ec2::254]", True), ("localhost:8080", True),
+    ("*.127.0.0.1", False), ("[::1%1]", False), ("::1", False), ("a_b.test", False), ("pypi.org:0", False),
+    ("pypi.org:65536", False), ("*.", False), ("bad host!", False), ("x.test:8a", False), ("127.1", False),
+])
+def test_entries_are_read_with_the_hosts_grammar(entry, verdict):
+    if verdict:
+        parse_entry(entry)
+        assert load_config({"sandbox": {"network": [entry]}}, env={}).config.sandbox.network == (entry,)
+    else:
+        with pytest.raises(ValueError):
+            parse_entry(entry)
+        with pytest.raises(ConfigError) as refused:
+            load_config({"sandbox": {"network": [entry]}}, env={})
+        assert "sandbox.network" in refused.value.message
+
+
+@pytest.mark.parametrize("address, reason", [
+    ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
+    ("10.1.2.3", "private (RFC 1918)"), ("172.16.0.1", "private (RFC 1918)"), ("192.168.1.1", "private (RFC 1918)"),
+    ("fd12:3456::1", "unique local (ULA)"), ("169.254.1.1", "link-local"), ("fe80::1", "link-local"),
+    ("::ffff:127.0.0.1", "an IPv4-mapped IPv6 address"), ("::ffff:8.8.8.8", "an IPv4-mapped IPv6 address"),
+    ("::127.0.0.1", "an IPv4-compatible IPv6 address"), ("0.0.0.0", "unspecified"), ("::", "unspecified"),
+    ("224.0.0.1", "multicast"), ("ff0e::1", "multicast"),
+    ("169.254.169.254", "a cloud metadata service"), ("fd00:ec2::254", "a cloud metadata service"),
+    ("168.63.129.16", "a cloud metadata service"), ("100.100.100.200", "a cloud metadata service"),
+    ("2002:7f00:1::", "an IPv6 address carrying the special IPv4 address 127.0.0.1"),
+    ("64:ff9b::a00:1", "an IPv6 address carrying the special IPv4 address 10.0.0.1"),
+    ("100.64.0.1", "not a global address (special-purpose)"), ("192.0.2.1", "not a global address (special-purpose)"),
+    ("240.0.0.1", "not a global address (special-purpose)"),
+    ("8.8.8.8", None), ("2606:4700:4700::1111", None), ("64:ff9b::808:808", None),
+])
+def test_special_addresses_are_named_by_their_class(address, reason):
+    assert special_reason(ipaddress.ip_address(address)) == reason
+
+
+def test_only_an_entry_naming_a_special_address_lets_it_through():
+    def split(addresses, port, entries):
+        kept, refused = reachable([ipaddress.ip_address(a) for a in addresses], port, [parse_entry(e) for e in entries])
+        return [str(a) for a in kept], [(str(a), why) for a, why in refused]
+
+    assert split(["127.0.0.1", "8.8.8.8", "8.8.8.8"], 443, ["registry.test"]) == (
+        ["8.8.8.8"], [("127.0.0.1", "loopback")])
+    assert split(["127.0.0.1"], 443, ["registry.test", "127.0.0.1"]) == (["127.0.0.1"], [])
+    assert split(["127.0.0.1"], 443, ["registry.test", "127.0.0.1:80"]) == ([], [("127.0.0.1", "loopback")])
+    assert split(["127.0.0.1", "::1"], 80, ["localhost:80"]) == (["127.0.0.1", "::1"], [])
+    assert split(["127.0.0.2"], 80, ["localhost"]) == ([], [("127.0.0.2", "loopback")])
+    assert split(["::ffff:127.0.0.1"], 80, ["127.0.0.1"]) == ([], [("::ffff:7f00:1", "an IPv4-mapped IPv6 address")])
+    assert split(["169.254.169.254"], 80, ["*.internal", "metadata.google.internal"])[0] == []
+
+
+class Resolver:
+    """The proxy's resolver, by a table: every question is kept, and a name it does not know fails."""
+
+    def __init__(self, table: dict[str, list[str]]):
+        self.table, self.asked = table, []
+
+    async def __call__(self, name: str, port: int):
+        self.asked.append(name)
+        answers = self.table.get(name)
+        if answers is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [ipaddress.ip_address(a) for a in answers]
+
+
+@contextlib.contextmanager
+def running(entries: tuple[str, ...], resolve):
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    proxy = Proxy(listener, entries, resolve)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    serving = asyncio.run_coroutine_threadsafe(proxy.serve(), loop)
+    try:
+        yield proxy, listener.getsockname()[1]
+    finally:
+        serving.cancel()
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        listener.close()
+
+
+def test_the_nul_byte_attack_and_its_relatives_never_reach_a_loopback_server():
+    """``network = ["*.pythonhosted.org"]``: what a sandboxed command sends to reach the host's loopback."""
+    resolver = Resolver({})
+    with CountingServer() as target, running(("*.pythonhosted.org",), resolver) as (_, port):
+        for template in ATTACKS:
+            answer = exchange(port, attack_head(template, target.port))
+            assert answer.startswith(b"HTTP/1.1 400 "), (template, answer)
+            assert RULE.encode() in answer or b"userinfo" in answer or b"port" in answer, (template, answer)
+        assert target.accepted == 0 and resolver.asked == []
+
+
+def test_a_name_resolving_to_loopback_is_refused_unless_an_entry_names_the_address():
+    resolver = Resolver({"registry.test": ["127.0.0.1"], "cdn.example.test": ["169.254.169.254", "fd00:ec2::254"]})
+    with CountingServer() as target:
+        up = target.port
+        with running((f"registry.test:{up}", "*.example.test"), resolver) as (proxy, port):
+            answer = exchange(port, f"CONNECT registry.test:{up} HTTP/1.1\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403 ") and b"127.0.0.1 (loopback)" in answer, answer
+            answer = exchange(port, f"GET http://registry.test:{up}/ HTTP/1.1\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403 ") and b"names it literally" in answer, answer
+            answer = exchange(port, b"CONNECT cdn.example.test:80 HTTP/1.1\r\n\r\n")
+            assert b"169.254.169.254 (a cloud metadata service)" in answer and b"fd00:ec2::254" in answer, answer
+            assert exchange(port, b"CONNECT nowhere.example.test:80 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 502 ")
+            assert target.accepted == 0 and list(proxy.refused) == [f"registry.test:{up}"] * 2 + ["cdn.example.test:80"]
+        # Named literally, the loopback address is reached — the one the name resolved to, resolved once.
+        with running((f"registry.test:{up}", f"127.0.0.1:{up}"), resolver) as (proxy, port):
+            asked = len(resolver.asked)
+            tunnel = exchange(port, f"CONNECT registry.test:{up} HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n".encode())
+            assert tunnel.startswith(b"HTTP/1.1 200 Connection Established") and tunnel.endswith(b"loopback reached")
+            assert target.accepted == 1 and resolver.asked[asked:] == ["registry.test"]
+            plain = exchange(port, f"GET http://127.0.0.1:{up}/ HTTP/1.1\r\n\r\n".encode())
+            assert plain.endswith(b"loopback reached") and target.accepted == 2 and len(resolver.asked) == asked + 1
+
+
+def test_the_proxy_connects_to_the_address_it_checked_whatever_the_name_resolves_to_next():
+    """DNS rebinding: the name resolves to an address an entry names, then to another one. The proxy asks
+    once per request and connects to the address it checked, never to the later answer."""
+    class Rebinding(Resolver):
+        async def __call__(self, name, port):
+            self.asked.append(name)
+            return [ipaddress.ip_address("127.0.0.2" if len(self.asked) == 1 else "127.0.0.1")]
+
+    resolver = Rebinding({})
+    with CountingServer() as later, CountingServer("127.0.0.2", later.port) as checked:
+        up = later.port
+        with running((f"rebind.test:{up}", f"127.0.0.2:{up}"), resolver) as (_, port):
+            tunnel = exchange(port, f"CONNECT rebind.test:{up} HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n".encode())
+            assert tunnel.endswith(b"loopback reached") and resolver.asked == ["rebind.test"]
+            assert (checked.accepted, later.accepted) == (1, 0)
+            refused = exchange(port, f"CONNECT rebind.test:{up} HTTP/1.1\r\n\r\n".encode())
+            assert refused.startswith(b"HTTP/1.1 403 ") and b"127.0.0.1 (loopback)" in refused
+            assert (checked.accepted, later.accepted) == (1, 0)

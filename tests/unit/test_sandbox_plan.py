@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from peon.client.config import load_config
+from peon.core.agent_control import AGENT_CONTROL_PATHS
 from peon.core.errors import ConfigError, ErrorCode, PeonError, ToolError
 from peon.core.tool import SessionView, ToolRisk
 from peon.tools.bash import BashTool
@@ -349,10 +350,10 @@ def test_bad_new_sandbox_settings_name_the_key(table, key):
 def test_a_project_may_narrow_the_allowlist_and_add_protected_paths(tmp_path):
     user = '[sandbox]\nnetwork = ["pypi.org", "registry.npmjs.org"]\n'
     env = {"PEON_CONFIG": str(tmp_path / "user.toml")}
+    every_default = ", ".join(f'"{entry}"' for entry in AGENT_CONTROL_PATHS)  # the user's: the defaults
     narrowed = load_config(workspace=project(tmp_path, '[sandbox]\nnetwork = ["pypi.org"]\n'
-                                             'protected = [".git/hooks", ".git/config", ".gitmodules", ".peon", '
-                                             '".claude", ".codex", ".mcp.json", ".github/workflows", ".vscode", '
-                                             '".idea", "Makefile"]\n', user), env=env).config.sandbox
+                                             f'protected = [{every_default}, "Makefile"]\n', user),
+                           env=env).config.sandbox
     assert narrowed.network == ("pypi.org",) and "Makefile" in narrowed.protected
     for text in ('[sandbox]\nnetwork = ["evil.test"]\n', '[sandbox]\nprotected = []\n'):
         shutil.rmtree(tmp_path / "ws")

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from peon.core.errors import ToolError
-from peon.tools.shared.globs import compile_glob
-from peon.tools.shared.search import MAX_RECORD_BYTES, CountReader, JsonLineReader, Page, PathReader, SecretPrefilter
+from peon.tools.shared.globs import compile_glob, ripgrep_agrees
+from peon.tools.shared.search import (MAX_RECORD_BYTES, CountReader, JsonLineReader, Page, PathReader, SecretPrefilter,
+                                      exact_name, literal_glob, shown_name)
 from peon.approval.secret_paths import classify_secret, parse_secret_patterns
 
 
@@ -37,6 +38,31 @@ def test_bad_globs_are_invalid_pattern(glob, rule):
     with pytest.raises(ToolError) as caught:
         compile_glob(glob)
     assert caught.value.code.value == "invalid_pattern" and rule in caught.value.message
+
+
+@pytest.mark.parametrize(("glob", "agrees"), [
+    ("*.py", True), ("Makefile", True), ("test_*", True), ("*.{ts,tsx}", True), ("{a,b}.txt", True),
+    ("{*.env}", False), ("*.{env}", False), (".{env,}", False), ("{a,b}{c,d}", False), ("{a,{b,c}}", False),
+    ("?.py", False), ("[.]env", False), ("[!a]b", False), ("\\*.txt", False), ("src/*.py", False),
+    ("**/*.py", False), ("**", False), ("!x", False), ("{..,a}", False),
+])
+def test_ripgrep_filters_only_by_globs_its_engine_reads_as_peon_does(glob, agrees):
+    assert ripgrep_agrees(glob) is agrees
+
+
+def test_names_are_kept_byte_for_byte_and_named_exactly():
+    exact = exact_name(b"d/caf\xe9/.env")
+    assert exact == "d/caf\udce9/.env" and exact.encode("utf-8", "surrogateescape") == b"d/caf\xe9/.env"
+    assert shown_name(exact) == ("d/caf\\xe9/.env", True) and shown_name("plain") == ("plain", False)
+    assert literal_glob(exact) == "d/caf?/.env"  # ripgrep's '?' is one byte
+    assert literal_glob("a*b/[x]{y}!\\z?") == "a\\*b/\\[x\\]\\{y\\}\\!\\\\z\\?"
+    given: list[str] = []
+    seen: list[tuple[str, bool]] = []
+    reader = PathReader("", lambda p: given.append(p) is None, lambda p, escaped: seen.append((p, escaped)),
+                        exact=True)
+    reader.records.feed(b"./caf\xe9/.env\0")
+    reader.finish()
+    assert given == ["caf\udce9/.env"] and seen == [("caf\udce9/.env", False)]
 
 
 def test_page_keeps_one_page_and_knows_there_is_more():

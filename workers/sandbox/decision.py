@@ -27,6 +27,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from peon.core import agent_control
 from peon.core.config_view import SandboxView
 from peon.core.errors import ErrorCode, PeonError
 
@@ -149,7 +150,7 @@ def session_status(section: SandboxView, workspace: str, env: Mapping[str, str],
     options: dict[str, Any] = {"network": network, "isolate_signals": section.isolate_signals,
                                "isolate_abstract_sockets": section.isolate_abstract_sockets}
     notes = [f"skipped writable or readable path {entry}" for entry in skipped]
-    protected = tuple(section.protected)
+    protected = agent_control.command_paths(section.protected)  # the file tools' list, as commands get it
     seccomp_problem = f"reported unavailable ({SIMULATE_ENV})" if simulate.no_seccomp else syscall_filter.available()
     kind = section.kind
     if kind == "bwrap":

@@ -44,12 +44,6 @@ DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/uran
 
 MIN_FS_ABI = 3  # truncate(2) is a write; below ABI 3 Landlock does not see it
 
-# The files that steer the next agent, the next git command or the editor: read-only inside the writable
-# roots (sandbox.protected), and elevated to ask when the write tool targets them.
-PROTECTED_DEFAULT = (".git/hooks", ".git/config", ".gitmodules", ".peon", ".claude", ".codex", ".mcp.json",
-                     ".github/workflows", ".vscode", ".idea")
-
-
 @dataclass(frozen=True)
 class SandboxPlan:
     kind: Kind

@@ -11,12 +11,12 @@ is :mod:`peon.client.config.messages`'. The supervisor and its workers read the 
 from __future__ import annotations
 
 import math
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from peon.approval.policy import Action, check_command_prefix, check_path_prefix
+from peon.core.agent_control import AGENT_CONTROL_PATHS, check_entry
 from peon.core.environment import ENV_NAME
 from peon.core.tool import ToolRisk
 
@@ -152,9 +152,6 @@ class Runtime(_Section):
     containment: ContainmentMode
 
 
-_HOST_ENTRY = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
-
-
 def _sandbox_path(value: str) -> str:
     if "\0" in value:
         raise ValueError("a path cannot contain NUL")
@@ -173,7 +170,7 @@ class Sandbox(_Section):
     network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
     isolate_signals: bool
     isolate_abstract_sockets: bool
-    protected: tuple[str, ...] = ()
+    protected: tuple[str, ...] = AGENT_CONTROL_PATHS  # the one agent-control list (peon/core/agent_control.py)
     caches: SandboxCaches = "session"
 
     @field_validator("writable", "readable")
@@ -185,18 +182,19 @@ class Sandbox(_Section):
     @classmethod
     def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
         if isinstance(value, tuple):
+            from peon.approval.network_allowlist import parse_entry  # the grammar the egress proxy applies
+
             for item in value:
-                if not _HOST_ENTRY.fullmatch(item):
-                    raise ValueError(f"{item!r} is not a host name, *.domain, or host:port")
+                parse_entry(item)  # raises ValueError naming the rule
         return value
 
     @field_validator("protected")
     @classmethod
     def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
-            parts = item.split("/")
-            if not item or item.startswith("/") or "\0" in item or any(p in ("", ".", "..") for p in parts):
-                raise ValueError(f"{item!r} must be a relative path without '.', '..' or empty parts")
+            problem = check_entry(item)
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
 

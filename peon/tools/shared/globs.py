@@ -8,10 +8,17 @@ maintained implementation of shell globbing): ``*`` any run of characters within
 escapes the next character; case-sensitive. A pattern without ``/`` matches at any depth (``*.py`` is
 ``**/*.py``), as in ``.gitignore`` and ripgrep; one with a ``/`` is matched from the searched directory
 (``src/*.py`` only directly inside ``src``). Absolute patterns and ``..`` components are refused.
+
+This is Peon's one glob engine for the file tools: whatever ripgrep is given, the paths a call returns are
+the ones :func:`compile_glob` matches. :func:`ripgrep_agrees` names the globs on which ripgrep's own engine
+matches the same file names, so that ripgrep may skip the others unread; on any other glob (``?`` is a byte
+to ripgrep and a character here, ``{a}`` an alternative to ripgrep and literal here, classes differ)
+ripgrep filters nothing and this module decides alone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from peon.core.errors import ErrorCode, ToolError
@@ -45,6 +52,20 @@ def compile_glob(pattern: str) -> Callable[[str], bool]:
     return matcher.match
 
 
-def basename_glob(pattern: str) -> bool:
-    """Whether ``pattern`` matches on the file name alone (no ``/``): ripgrep can then filter by it."""
-    return "/" not in pattern and "\\" not in pattern
+_LITERAL = r"[^*?\[\]{}\\!,/]"  # a character both engines take as itself
+_AGREED = re.compile(rf"(?:{_LITERAL}|\*(?!\*))*")  # literal characters and single stars
+_ALTERNATIVES = re.compile(r"(?P<head>[^{}]*)\{(?P<inside>[^{}]*)\}(?P<tail>[^{}]*)")
+
+
+def ripgrep_agrees(pattern: str) -> bool:
+    """Whether ripgrep's glob engine matches file names exactly as :func:`compile_glob` does for ``pattern``:
+    a name glob (no ``/``) of literal characters and ``*`` (never ``**``), with at most one ``{a,b}`` group
+    of such alternatives (at least two, none empty, no ``..``, no nesting)."""
+    if _AGREED.fullmatch(pattern):
+        return True
+    group = _ALTERNATIVES.fullmatch(pattern)
+    if group is None or "**" in pattern:
+        return False
+    alternatives = group["inside"].split(",")
+    return (len(alternatives) > 1 and all(a and ".." not in a and _AGREED.fullmatch(a) for a in alternatives)
+            and bool(_AGREED.fullmatch(group["head"])) and bool(_AGREED.fullmatch(group["tail"])))

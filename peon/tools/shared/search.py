@@ -9,8 +9,12 @@ Promises:
 * The readers (:class:`PathReader`, :class:`CountReader`, :class:`JsonLineReader`) take ripgrep's
   output in arbitrary chunks and turn it into entries; a record longer than :data:`MAX_RECORD_BYTES`
   is dropped and counted, never held whole, so memory is bounded whatever ripgrep prints. Paths are
-  made workspace-relative (``prefix`` joined, ``./`` removed); a name that is not UTF-8 is shown with
-  its bytes escaped (``\\xNN``) and flagged.
+  made workspace-relative (``prefix`` joined, ``./`` removed). Names are decided as bytes: a reader's
+  ``accept`` test gets the exact path (:func:`exact_name`: each byte that is not UTF-8 one character,
+  U+DC80..U+DCFF, which encodes back to that byte), the entry shows it with those bytes escaped
+  (``\\xNN``, :func:`shown_name`) and flagged. :func:`literal_glob` is a ripgrep glob that names one
+  exact path, byte for byte (a byte that is not UTF-8, which ripgrep cannot take in a glob, as ``?``:
+  one byte to ripgrep).
 * :class:`Page` keeps only the entries of one page (``offset``, ``limit``) in arrival order, counts
   every entry offered, and says when it has seen one entry past the page (``full``): the caller may
   then stop ripgrep, and ``next_offset`` is set. Lines of text are cut at :data:`MAX_LINE_CHARS`.
@@ -41,12 +45,41 @@ def rg_base_argv(rg: str, *, respect_ignore: bool = True) -> list[str]:
     return argv
 
 
+def exact_name(raw: bytes) -> str:
+    """A name as ripgrep printed it, every byte kept: one that is not UTF-8 becomes one lone surrogate."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def shown_name(exact: str) -> tuple[str, bool]:
+    """An exact name (or any text holding one) as shown: bytes that are not UTF-8 escaped (``\\xNN``), and
+    whether there were any."""
+    try:
+        exact.encode("utf-8")
+        return exact, False
+    except UnicodeEncodeError:
+        return exact.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"), True
+
+
 def show_name(raw: bytes) -> tuple[str, bool]:
     """(the name as text, whether it was not UTF-8 and had bytes escaped)."""
-    try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "backslashreplace"), True
+    return shown_name(exact_name(raw))
+
+
+_GLOB_SPECIAL = frozenset("*?[]{}\\!")
+
+
+def literal_glob(exact: str) -> str:
+    """A ripgrep glob that matches the exact path ``exact`` (relative, ``/``-separated) and, where it holds
+    bytes that are not UTF-8, only paths that differ from it in those bytes."""
+    out = []
+    for char in exact:
+        if "\udc80" <= char <= "\udcff":
+            out.append("?")
+        elif char in _GLOB_SPECIAL:
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def workspace_path(prefix: str, shown: str) -> str:
@@ -148,20 +181,24 @@ class _RecordReader:
 
 
 class PathReader(_RecordReader):
-    """``rg --files --null`` / ``--files-with-matches --null``: one path per NUL-terminated record."""
+    """``rg --files --null`` / ``--files-with-matches --null``: one path per NUL-terminated record, given to
+    ``on_path`` as shown (or, with ``exact``, as the exact name)."""
 
-    def __init__(self, prefix: str, accept: Callable[[str], bool], on_path: Callable[[str, bool], None]) -> None:
-        self.prefix, self.accept, self.on_path = prefix, accept, on_path
+    def __init__(self, prefix: str, accept: Callable[[str], bool], on_path: Callable[[str, bool], None],
+                 *, exact: bool = False) -> None:
+        self.prefix, self.accept, self.on_path, self.exact = prefix, accept, on_path, exact
         self.records = _Records(b"\0", self._record)
         self.errors = []
 
     def _record(self, raw: bytes) -> None:
         if not raw:
             return
-        name, escaped = show_name(raw)
-        path = workspace_path(self.prefix, name)
+        path = workspace_path(self.prefix, exact_name(raw))
         if self.accept(path):
-            self.on_path(path, escaped)
+            if self.exact:
+                self.on_path(path, False)
+            else:
+                self.on_path(*shown_name(path))
 
 
 class CountReader(_RecordReader):
@@ -177,13 +214,14 @@ class CountReader(_RecordReader):
         if not sep or not count.isdigit():
             self.errors.append(show_name(raw[:300])[0])
             return
-        path = workspace_path(self.prefix, show_name(name)[0])
+        path = workspace_path(self.prefix, exact_name(name))
         if self.accept(path):
-            self.on_count(path, int(count))
+            self.on_count(shown_name(path)[0], int(count))
 
 
-def _text(value: Any) -> tuple[str, bool]:
-    """A JSON "arbitrary data" object of ripgrep's ({"text"} or {"bytes": base64}) as text."""
+def _text(value: Any, *, exact: bool = False) -> tuple[str, bool]:
+    """A JSON "arbitrary data" object of ripgrep's ({"text"} or {"bytes": base64}) as text: shown, or with
+    ``exact`` every byte kept (:func:`exact_name`)."""
     if not isinstance(value, dict):
         return "", False
     if isinstance(value.get("text"), str):
@@ -191,9 +229,10 @@ def _text(value: Any) -> tuple[str, bool]:
     import base64
 
     try:
-        return show_name(base64.b64decode(value.get("bytes", ""), validate=False))[0], True
+        raw = base64.b64decode(value.get("bytes", ""), validate=False)
     except ValueError:
         return "", True
+    return (exact_name(raw) if exact else show_name(raw)[0]), True
 
 
 class JsonLineReader:
@@ -220,14 +259,15 @@ class JsonLineReader:
         if kind not in ("match", "context"):
             return
         data = event.get("data") or {}
-        name, _ = _text(data.get("path"))
+        name, _ = _text(data.get("path"), exact=True)
         path = workspace_path(self.prefix, name)
         if not self.accept(path):
             return
         text, not_utf8 = _text(data.get("lines"))
         line, cut = cut_line(text)
         self.cut_lines += cut
-        entry: dict[str, Any] = {"path": path, "line": data.get("line_number"), "kind": kind, "text": line}
+        entry: dict[str, Any] = {"path": shown_name(path)[0], "line": data.get("line_number"), "kind": kind,
+                                 "text": line}
         if cut:
             entry["text_truncated"] = True
         if not_utf8:

@@ -11,10 +11,12 @@ Promises:
   fails here, before anyone is asked. A tool's ``prepare`` resolves each path once and rates and shows
   that one :class:`Target`, so the risk the policy rates is the risk of the path the approver is shown.
 * a ``create`` or ``replace`` whose typed **or** resolved path is, or is beneath, an agent-control path
-  (``sandbox.protected``: ``.git/hooks``, ``.git/config``, ``.claude``, ``.mcp.json``...; the same list
-  the sandbox makes read-only, whatever ``sandbox.mode``) carries ``agent_control`` (the entry) in its
-  details, and the approval policy asks about it at least (:data:`peon.approval.policy.AGENT_CONTROL`): every
-  tool that writes through this module inherits that;
+  (``sandbox.protected``, by default :data:`peon.core.agent_control.AGENT_CONTROL_PATHS`: anything in a
+  repository's ``.git`` or a ``.git`` file, ``.claude``, ``.mcp.json``, ``.vscode``, ``.envrc``, instruction
+  files such as ``AGENTS.md``...; the list the sandbox plan reads too, whatever ``sandbox.mode``) carries
+  ``agent_control`` (the entry, :func:`peon.core.agent_control.entry_for`) in its details, and the approval
+  policy asks about it at least (:data:`peon.approval.policy.AGENT_CONTROL`): every tool that writes
+  through this module inherits that;
 * :meth:`Target.details` is what the approval request shows and what the worker receives as approved:
   ``path`` is the resolved workspace-relative path (what ``path_prefix`` approval rules match),
   ``typed_path`` the path as typed, only when it resolves elsewhere, and ``file_id`` /
@@ -27,10 +29,11 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from peon.core.agent_control import entry_for
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import WorkspacePath
 from peon.approval.policy import AGENT_CONTROL
@@ -79,7 +82,7 @@ class Target:
         if self.agent_control is None:
             return None
         return (f"it writes beneath the agent-control path {self.agent_control!r} (sandbox.protected), which steers "
-                "later agents, git or the editor")
+                "later agents, git, the editor, the shell or CI")
 
 
 def risk_note(target: Target) -> str:
@@ -89,15 +92,6 @@ def risk_note(target: Target) -> str:
     secret = target.secret_reason()  # names the resolved path itself when only that one matched
     note = secret if target.secret_on_resolved_only else "; ".join(filter(None, (target.where(), secret)))
     return "; ".join(filter(None, (note, target.agent_control_reason())))
-
-
-def agent_control_entry(parts: tuple[str, ...], protected: Iterable[str]) -> str | None:
-    """The first ``protected`` entry that ``parts`` (a workspace-relative path) is, or is beneath."""
-    for entry in protected:
-        prefix = tuple(entry.split("/"))
-        if parts[:len(prefix)] == prefix:
-            return entry
-    return None
 
 
 def resolve_for(root: int, typed: WorkspacePath, access: Access) -> fs.Resolution:
@@ -122,7 +116,7 @@ def resolve_target(typed: WorkspacePath, access: Access, session: SessionView) -
     control = None
     if access != "read":
         protected = session.config.sandbox.protected
-        control = agent_control_entry(typed.parts, protected) or agent_control_entry(resolved_parts, protected)
+        control = entry_for(typed.parts, protected) or entry_for(resolved_parts, protected)
     return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None,
                   control)
 
