@@ -68,18 +68,6 @@ CHECK_SECONDS = 0.5  # while jobs run, how often the host looks for a process in
 REMOVE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)
 
 
-def _cgroup_of(pid: int) -> str | None:
-    """The cgroup v2 path of ``pid`` (as in ``/proc/<pid>/cgroup``), None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].rstrip("\n")
-    except OSError:
-        return None
-    return None
-
-
 class _MembersProbe(TreeProbe):
     """The watchdog's sample of a job where the kernel does not enforce a limit: its cgroup's members."""
 
@@ -188,10 +176,10 @@ class JobScope:
         """The child the spawn made: not a child before it, and in the job's cgroup, where the host is
         now (an orphan of another job reparented to the host meanwhile is in its own job's)."""
         assert self.job is not None
-        own = _cgroup_of(os.getpid())
+        own = cgroup.process_cgroup(os.getpid())
         for pid in set(proctree.children(os.getpid())) - before:
             found = proctree.process_stat(pid)
-            if found is not None and own is not None and _cgroup_of(pid) == own:
+            if found is not None and own is not None and cgroup.process_cgroup(pid) == own:
                 self.job.leaders.add((pid, found.start))
 
 
@@ -297,7 +285,7 @@ class Host:
         it is; remember which job each other process is of. A process outside every job's cgroup is
         left to :meth:`sweep_strays`, when a job ends."""
         me = os.getpid()
-        home = _cgroup_of(me)
+        home = cgroup.process_cgroup(me)
         if home is None or not self.running:
             self.seen.clear()
             return
@@ -312,7 +300,7 @@ class Host:
             found = stats[pid]
             if found is None or found.state in "ZX":
                 continue
-            where = _cgroup_of(pid)
+            where = cgroup.process_cgroup(pid)
             if where is None:
                 continue
             holder = next((job_id for job_id, path in cgroups.items()
@@ -339,7 +327,7 @@ class Host:
 
     def sweep_strays(self) -> None:
         """Kill what lives below the host outside every running job's cgroup (it left its own)."""
-        home = _cgroup_of(os.getpid())
+        home = cgroup.process_cgroup(os.getpid())
         if home is None:
             return
         parent = home.rpartition("/")[0]
@@ -348,7 +336,7 @@ class Host:
             fields = proctree.stat_fields(pid)
             if fields is None or fields[0] in "ZX":
                 continue
-            where = _cgroup_of(pid)
+            where = cgroup.process_cgroup(pid)
             if where is not None and any(where == path or where.startswith(path + "/") for path in allowed):
                 continue
             print(f"peon-worker jobs: killing process {pid}, outside the cgroup of every running job ({where})",
