@@ -198,3 +198,26 @@ def test_a_stopped_supervisor_whose_client_died_is_ended_with_its_session(tmp_pa
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@needs_cgroups
+def test_doctor_clean_ends_what_a_session_whose_supervisor_is_gone_left_running(tmp_path, leftovers, workspace,
+                                                                              own_parent):
+    """A command left in its session's cgroup after its supervisor, forkserver and client were all killed
+    runs for no one: ``peon doctor --clean`` kills it and removes the cgroup."""
+    left = own_parent / f"peon-{os.urandom(8).hex()}-{_dead_pid()}"
+    os.mkdir(left)
+    os.mkdir(left / "workers")
+    command = subprocess.Popen(["sleep", "1000"], env=leftovers.env(), preexec_fn=_joining(left / "workers"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "peon.cli", "doctor", "--clean", "--json", "-w", str(workspace)],
+                              capture_output=True, text=True, env=leftovers.env(), timeout=120,
+                              preexec_fn=_joining(own_parent))
+        facts = json.loads(done.stdout)
+        assert left.name in facts["leftover_cgroups"]["ended"], facts["leftover_cgroups"]
+        assert command.wait(timeout=10) == -signal.SIGKILL
+        assert not left.exists()
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
