@@ -10,9 +10,12 @@ A protocol break, the host's death, a stop (seen within :data:`JOB_HOST_WATCH_SE
 jobs) or a job left unanswered past its deadline + grace end it (:meth:`JobHostLink.fail`): it is killed
 with its whole tree and every running job's cgroup, and each job it ran ends failed with a stable code
 and the reason (``details.reason`` ``protocol``, ``job_host``, ``job_host_stopped``,
-``job_host_hung``); the next background job gets a new host. It is retired (its channel closed: it
-exits) :data:`JOB_HOST_LINGER_SECONDS` after its last job ended. In OTP terms it is a ``temporary``
-child that supervises its jobs: never restarted, and its failure is each job's, never the session's.
+``job_host_hung``); the next background job gets a new host. A job is never handed to a host that is
+stopped or gone (:meth:`JobHostLink.unfit`, looked at as the job is given): such a host is ended as
+above, and the job goes to a new one, as a stopped standby is replaced before it takes a call. It is
+retired (its channel closed: it exits) :data:`JOB_HOST_LINGER_SECONDS` after its last job ended. In
+OTP terms it is a ``temporary`` child that supervises its jobs: never restarted, and its failure is
+each job's, never the session's.
 """
 
 from __future__ import annotations
@@ -160,6 +163,30 @@ class JobHostLink:
                           "with every job it ran, and the next background job gets a new job host",
                           {"reason": "job_host_stopped"})
                 return
+
+    def unfit(self) -> str | None:
+        """Why no job may be handed to the host now — stopped (by another process) or gone — or None.
+        One ``pread`` of its ``stat`` file."""
+        state = self.worker.watch.state() if self.worker.watch is not None else None
+        if self.worker.exited.done() or state in (None, "Z", "X", "x"):
+            return "exited"
+        if state in ("T", "t"):
+            return "stopped"
+        return None
+
+    def end_unfit(self, why: str) -> None:
+        """The host was found ``why`` (:meth:`unfit`) as a job was to be given to it: it is killed with
+        its whole tree like a failed host, and whatever jobs it still ran end with the reason; the job
+        that was to be given goes to a new host (it never reached this one)."""
+        if why == "stopped":
+            self.fail(ErrorCode.WORKER_HUNG,
+                      "the job host was stopped (by another process) while it ran this job; it was killed "
+                      "with every job it ran, and the next background job gets a new job host",
+                      {"reason": "job_host_stopped"})
+        else:
+            self.fail(ErrorCode.WORKER_CRASHED,
+                      "the job host (the worker running the session's background jobs) exited; the job did "
+                      "not complete, and the next background job gets a new job host", {"reason": "job_host"})
 
     def fail(self, code: ErrorCode, message: str, details: dict[str, Any]) -> None:
         """Kill the host with its whole tree and every running job's cgroup; every job it ran ends

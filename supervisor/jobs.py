@@ -21,7 +21,9 @@ Promises:
   once (a call beyond is ``job_limit_reached``, checked before anyone is asked to approve it); each is
   killed at its deadline (``jobs.max_lifetime_seconds`` unless its ``timeout_seconds`` is shorter);
 * a background job whose command started gets a ``job_started`` audit line as it starts and a
-  ``job_ended`` line when it ends, in that order, through the audit callable the table was given;
+  ``job_ended`` line when it ends, in that order, through the audit callable the table was given (the
+  session's audit log keeps either line when it cannot take it then, and writes it once it can:
+  :data:`peon.supervisor.approval.audit.KEPT_EVENTS`);
 * :meth:`JobTable.stop` cancels through the pool's own cancel path (``cancel`` naming the job: TERM to
   its group, 2 s, KILL, every other process of the job), and :meth:`JobTable.close` does so for every
   running job and returns when they have all been answered; the pool's close kills whatever is left. A

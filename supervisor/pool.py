@@ -375,11 +375,21 @@ class WorkerPool:
         return await host.run(call, deadline, cancelled, on_event)
 
     async def _job_host(self, until: float) -> JobHostLink:
-        while self.job_host is None or self.job_host.gone:
+        """The session's job host, fit for a job: one found stopped or gone as a job comes (an idle host
+        stopped by a command, say) is ended and replaced, as a stopped standby is before it takes a call."""
+        while True:
+            host = self.job_host
+            if host is not None and not host.gone:
+                why = host.unfit()
+                if why is None:
+                    return host
+                print(f"peon-supervisor: the job host (pid {host.worker.pid}) {why} before a job was given to it; "
+                      "it is killed and replaced", file=sys.stderr)
+                host.end_unfit(why)
+                continue
             if self._host_start is None or self._host_start.done():
                 self._host_start = asyncio.get_running_loop().create_task(self._start_job_host(until))
             await asyncio.shield(self._host_start)
-        return self.job_host
 
     async def _start_job_host(self, until: float) -> JobHostLink:
         """A standby becomes the job host (no start-up of its own); the next standby is started."""

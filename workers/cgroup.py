@@ -7,16 +7,21 @@ ones created while the kill runs. :meth:`Cgroup.kill_and_remove` returns only wh
 empty and removed, or says it could not within its timeout; it may run from several threads or
 processes at once on the same tree (a cgroup that vanishes meanwhile counts as removed).
 
-:func:`remove_leftovers` removes the empty cgroups of Peon sessions whose supervisor is gone (a
-supervisor killed together with its client leaves its cgroup behind), on evidence only: the
-supervisor's pid is in the cgroup's name, and it is gone when no process has that pid, the process
-is a zombie, or the process that has it started after the cgroup was made (a reused pid). A cgroup
-whose supervisor may be alive, or that still holds a process, is not removed: removing only empty
-cgroups, with ``rmdir``, cannot end anything. One case is ended: a session abandoned for good — its
-supervisor is stopped (``SIGSTOP``) and was orphaned (its parent is now init: a supervisor's parent
-is its client, which died). Such a supervisor can never answer anyone, and continued it would see
-its client's end closed and exit; it is killed with everything below it and its cgroup, as its
-client would have done. :func:`judge_leftover` is the decision, pure.
+:func:`remove_leftovers` cleans up after Peon sessions whose supervisor is gone (a supervisor killed
+together with its client leaves its cgroup behind, and what a command kept alive in it), on evidence
+only: the supervisor's pid is in the cgroup's name, and it is gone when no process has that pid, the
+process is a zombie, or the process that has it started after the cgroup was made (a reused pid).
+Such a cgroup is removed when empty; when it still holds processes, nothing of its session may run
+any more — no supervisor answers for them — so each member is killed with everything below it (a
+descendant may have moved itself to another cgroup), signalled through a pidfd opened while it was
+in the cgroup (never a pid reused since), then the cgroup's ``cgroup.kill``, and the cgroup removed.
+Unless its members are all in another pid namespace, where the pid in the name means another
+process: that cgroup is kept. A cgroup whose supervisor may be alive is never touched. A session
+abandoned for good is ended too — its supervisor is stopped (``SIGSTOP``) and was orphaned (its
+parent is now init: a supervisor's parent is its client, which died). Such a supervisor can never
+answer anyone, and continued it would see its client's end closed and exit; it is killed with
+everything below it and its cgroup, as its client would have done. :func:`judge_leftover` is the
+decision, pure.
 """
 
 from __future__ import annotations
@@ -239,8 +244,9 @@ _PROBE_NAME = re.compile(r"^peon-probe-(?P<pid>[0-9]+)-[0-9]+$")
 START_TIME_SLACK_SECONDS = 2.0
 
 Owner = Literal["gone", "alive", "reused", "abandoned"]
-Verdict = Literal["remove", "end: its supervisor is stopped and its client is gone",
-                  "keep: its supervisor may be alive", "keep: it holds processes", "not Peon's"]
+Verdict = Literal["remove", "end: its supervisor is stopped and its client is gone", "end: its supervisor is gone",
+                  "keep: its supervisor may be alive", "keep: it holds processes",
+                  "keep: its processes are in another pid namespace", "not Peon's"]
 
 
 def owner_pid(name: str) -> int | None:
@@ -250,18 +256,20 @@ def owner_pid(name: str) -> int | None:
     return int(match["pid"]) if match else None
 
 
-def judge_leftover(name: str, owner: Owner, populated: bool) -> Verdict:
-    """What to do with the cgroup ``name``: removed only when it is Peon's, empty, and the process
-    that made it is gone (or its pid now names a process started after the cgroup was made)."""
+def judge_leftover(name: str, owner: Owner, populated: bool, visible: bool = True) -> Verdict:
+    """What to do with the cgroup ``name``: only when it is Peon's and the process that made it is gone
+    (or its pid now names a process started after the cgroup was made), removed when empty and ended
+    (its processes killed, then removed) when not — unless ``visible`` is false: none of its members
+    is in this process's pid namespace, whose numbers the name's pid is not known to be in."""
     if owner_pid(name) is None:
         return "not Peon's"
     if owner == "abandoned" and _SESSION_NAME.match(name) and not _PROBE_NAME.match(name):
         return "end: its supervisor is stopped and its client is gone"
-    if populated:
-        return "keep: it holds processes"
     if owner == "alive":
-        return "keep: its supervisor may be alive"
-    return "remove"
+        return "keep: it holds processes" if populated else "keep: its supervisor may be alive"
+    if not populated:
+        return "remove"
+    return "end: its supervisor is gone" if visible else "keep: its processes are in another pid namespace"
 
 
 def owner_state(pid: int, cgroup_made_at: float) -> Owner:
@@ -287,17 +295,89 @@ def owner_state(pid: int, cgroup_made_at: float) -> Owner:
     return "alive"
 
 
+def in_own_pid_namespace(pids: list[int]) -> bool:
+    """Whether one of ``pids`` (a cgroup's members as this process reads them: 0 for one it cannot see)
+    is in this process's pid namespace."""
+    try:
+        own = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
+    for pid in pids:
+        if pid <= 0:
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == own:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def kill_members(group: Cgroup) -> None:
+    """Kill every member of ``group`` (and of the cgroups below it) with everything below it, each
+    signalled first through a pidfd opened while it was in the group (a pid reused since is never
+    signalled), then ``cgroup.kill`` for what joined meanwhile."""
+    import signal
+
+    from peon.workers import proctree
+
+    root = _named(group.path)
+    for pid in group.all_pids():
+        if root is None:
+            break
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            where = process_cgroup(pid)
+            if where is None or not (where == root or where.startswith(root.rstrip("/") + "/")):
+                continue  # it left (or its pid names another process now)
+            signal.pidfd_send_signal(pidfd, signal.SIGSTOP)  # held: its pid stays its own while it is killed
+            proctree.kill_tree(pid, include_root=True, timeout=5.0)
+        except OSError:
+            continue
+        finally:
+            os.close(pidfd)
+    group.kill()
+
+
+def process_cgroup(pid: int) -> str | None:
+    """The cgroup v2 path of ``pid`` as ``/proc/<pid>/cgroup`` names it (from the root of the hierarchy
+    this process sees), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].rstrip("\n")
+    except OSError:
+        return None
+    return None
+
+
+def _named(path: Path) -> str | None:
+    """``path``, a cgroup directory, as :func:`process_cgroup` names it."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return None
+    try:
+        return "/" + str(path.relative_to(mount)).removeprefix(".").strip("/")
+    except ValueError:
+        return None
+
+
 @dataclass
 class LeftoverReport:
     removed: list[str] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)  # abandoned sessions killed, then removed
+    ended: list[str] = field(default_factory=list)  # sessions abandoned or whose supervisor is gone: killed, removed
     kept: dict[str, str] = field(default_factory=dict)  # name -> why
     failed: dict[str, str] = field(default_factory=dict)  # name -> the error
 
 
 def remove_leftovers(parent: Path) -> LeftoverReport:
-    """Remove the empty cgroups below ``parent`` that Peon sessions (or probes) left when their
-    supervisor died; say what was kept and why. Never kills a process."""
+    """Clean up the cgroups below ``parent`` that Peon sessions (or probes) left when their supervisor
+    died: remove the empty ones, end the populated ones (:func:`kill_members`) and the abandoned
+    sessions; say what was kept and why. Kills no process of a session whose supervisor may be alive."""
     report = LeftoverReport()
     try:
         names = sorted(entry.name for entry in os.scandir(parent) if entry.is_dir(follow_symlinks=False)
@@ -312,15 +392,19 @@ def remove_leftovers(parent: Path) -> LeftoverReport:
         group = Cgroup(parent / name)
         try:
             made_at = os.stat(group.path).st_ctime  # cgroupfs: set when the directory is made
-            verdict = judge_leftover(name, owner_state(pid, made_at), group.populated())  # below it too
+            owner, populated = owner_state(pid, made_at), group.populated()  # populated: below it too
+            visible = not populated or in_own_pid_namespace(group.all_pids())
+            verdict = judge_leftover(name, owner, populated, visible)
             if verdict.startswith("end:"):
-                from peon.workers import proctree
+                if owner == "abandoned":
+                    from peon.workers import proctree
 
-                proctree.kill_tree(pid, include_root=True, timeout=5.0)
+                    proctree.kill_tree(pid, include_root=True, timeout=5.0)
+                kill_members(group)
                 if group.kill_and_remove():
                     report.ended.append(name)
                 else:
-                    report.failed[name] = "its abandoned session was killed but its cgroup did not empty"
+                    report.failed[name] = "its session was killed but its cgroup did not empty"
             elif verdict != "remove":
                 report.kept[name] = verdict
             elif group._remove_tree():

@@ -18,9 +18,14 @@ module *in that process* makes it Peon's, and :func:`main` serves the supervisor
   ``multiprocessing.forkserver._serve_one`` (the ``Process`` / ``Popen`` / sentinel protocol of
   ``multiprocessing`` is unchanged: workers are ``multiprocessing.Process`` es);
 
-* it dies with its supervisor (parent-death ``SIGKILL``, armed before anything else, then a check
-  that the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
-  processes of the same user; its workers inherit that);
+* it dies with its supervisor (a parent-death signal, armed before anything else, then a check that
+  the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
+  processes of the same user; its workers inherit that). Dying, it leaves nothing of the session
+  (:func:`end_session`): each worker is told (``SIGTERM``, ``SIGCONT`` for one a command stopped) and
+  kills its own tree, and once they are gone (or :data:`WORKERS_END_SECONDS` passed) the session's
+  cgroup gets ``cgroup.kill``, which ends what a worker killed earlier left in it. Stopped when its
+  supervisor dies, it still does so: it is in a process group of its own, which the supervisor's
+  death orphans, so the kernel continues it (``SIGHUP``, then ``SIGCONT``);
 * the descriptors it receives for each worker (``SCM_RIGHTS``) arrive close-on-exec
   (``MSG_CMSG_CLOEXEC``), and a forked child closes the channel before anything else runs;
 * in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
@@ -50,8 +55,9 @@ import signal
 import socket
 import struct
 import sys
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import multiprocessing.popen_forkserver  # noqa: F401  (unpickling a Process in a worker needs it: load it once here)
 from multiprocessing import forkserver as mp_forkserver
@@ -60,7 +66,7 @@ from setproctitle import setproctitle
 
 from peon.core.tool import SessionView, Tool
 
-from peon.workers import linux, worker
+from peon.workers import linux, proctree, worker
 from peon.workers.messages import WAKE_SIGNAL
 from peon.workers.runner import audit_descriptors
 from peon.workers.worker import load_tools, session_from_wire
@@ -68,6 +74,9 @@ from peon.workers.worker import load_tools, session_from_wire
 ENV = "PEON_FORKSERVER"
 ARMED = False
 SUPERVISOR_PID: int | None = None  # the supervisor that started this forkserver: the only one it serves
+OWN_PID = 0  # this forkserver (its children inherit its handlers until they set their own)
+SESSION_CGROUP: str | None = None  # the session's cgroup (the workers' one's parent), in cgroup containment
+WORKERS_END_SECONDS = 6.0  # once its supervisor is gone, how long its workers have to kill their trees
 # The channel's wire format. A request is REQUEST with the worker's descriptors (SCM_RIGHTS): the
 # status pipe's read end for the child, its write end for the forkserver, then what the child gets
 # (the alive pipe, the resource tracker's descriptor, the Process's own). An answer is the child's
@@ -90,14 +99,20 @@ def _become_forkserver() -> None:
     if spec is None:
         return
     info = json.loads(spec)
+    global OWN_PID, SESSION_CGROUP
+    OWN_PID, SUPERVISOR_PID = os.getpid(), int(info["supervisor"])
+    SESSION_CGROUP = os.path.dirname(info["cgroup"]) if info.get("cgroup") else None
     linux.unblock_signals()
     # Ignored until a worker sets its handler: a wake that reaches a worker still preparing is lost,
     # not fatal. Nothing but the warm-up's /bin/true is started from here with it ignored.
     signal.signal(WAKE_SIGNAL, signal.SIG_IGN)
-    linux.set_parent_death_signal(signal.SIGKILL)
-    if os.getppid() != info["supervisor"]:  # the supervisor died before the death signal was armed
-        os._exit(1)
-    SUPERVISOR_PID = int(info["supervisor"])
+    # Its own process group: orphaned by the supervisor's death, so the kernel continues it if stopped.
+    os.setpgid(0, 0)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_ending_signal)
+    linux.set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != SUPERVISOR_PID:  # the supervisor died before the death signal was armed
+        end_session()
     linux.set_dumpable(False)
     if info.get("cgroup"):  # every worker is forked into it: one migration for the session, none per call
         try:
@@ -123,6 +138,46 @@ def _become_forkserver() -> None:
     ARMED = True
     _warm_up()
     gc.freeze()
+
+
+def _on_ending_signal(signum: int, frame: Any) -> None:
+    """``SIGTERM`` (its parent-death signal, or the supervisor closing the session) or ``SIGHUP`` (the
+    kernel's, to a stopped process its parent's death orphaned): with the supervisor gone, end the
+    session (:func:`end_session`); from a live supervisor, exit as the default action would."""
+    if os.getpid() != OWN_PID:  # a worker not yet past its own set-up: it ends as it always did
+        os._exit(128 + signum)
+    if os.getppid() != SUPERVISOR_PID:
+        end_session()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def end_session() -> NoReturn:
+    """The supervisor is gone: leave nothing of its session, then exit. Each worker gets ``SIGTERM`` (its
+    parent-death handler kills its tree) and ``SIGCONT`` (a command may have stopped it); once they are
+    gone, or after :data:`WORKERS_END_SECONDS`, what is left below this process is killed, and in cgroup
+    containment the session's cgroup gets ``cgroup.kill`` (this process is in it too): what a worker
+    killed earlier left behind, reparented to init, is still in it."""
+    try:
+        workers = proctree.children(os.getpid())
+        for pid in workers:
+            for sig in (signal.SIGTERM, signal.SIGCONT):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        until = time.monotonic() + WORKERS_END_SECONDS
+        while proctree.alive(proctree.children(os.getpid())) and time.monotonic() < until:
+            proctree.reap_all()
+            time.sleep(0.01)
+        proctree.kill_tree(os.getpid(), reap=proctree.reap_all, timeout=2.0)
+        if SESSION_CGROUP is not None:
+            with open(os.path.join(SESSION_CGROUP, "cgroup.kill"), "w") as f:
+                f.write("1")
+    except BaseException:  # nothing may keep it alive: it exits whatever failed
+        pass
+    finally:
+        os._exit(1)
 
 
 @dataclass

@@ -19,6 +19,15 @@ Promise:
   cgroup is removed once empty;
 * below the host nothing lives outside a running job's cgroup: a process that moved itself out of
   its job's cgroup (a root command can) is killed when a job ends;
+* a process is a job's by evidence, not by the cgroup it is found in (a root command, or one of the
+  user owning a delegated subtree, can write itself into any job's cgroup): it is the job's when it
+  descends from the job's command (ancestry up to the host, each ancestor named by pid and start
+  time), is in that command's session (the command started one: its number cannot be reused while
+  a member lives), or was seen in the job's cgroup by an earlier check; otherwise it is the job's
+  whose cgroup holds it, unless it started before that job's command. A process found in the cgroup
+  of a job it is not of belongs to neither and is killed (:meth:`Host.check`: as each job starts and
+  ends, and every :data:`CHECK_SECONDS` while jobs run), and a job's end kills its processes
+  wherever they are before its result is sent;
 * the end of its channel (the supervisor retires the host or died) or a message that is not the
   supervisor's ends the host, and every job's processes are killed before it exits.
 
@@ -36,7 +45,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
@@ -55,19 +64,8 @@ from peon.workers.reaper import REAPER
 # What a job id looks like (the supervisor's JobTable names them); it names the job's cgroup too.
 JOB_ID = re.compile(r"^job-[0-9]{1,12}$")
 KILL_WAIT_SECONDS = 10.0  # after cgroup.kill, how long the job's cgroup may take to empty
+CHECK_SECONDS = 0.5  # while jobs run, how often the host looks for a process in a cgroup not its job's
 REMOVE_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.0)
-
-
-def _cgroup_of(pid: int) -> str | None:
-    """The cgroup v2 path of ``pid`` (as in ``/proc/<pid>/cgroup``), None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].rstrip("\n")
-    except OSError:
-        return None
-    return None
 
 
 class _MembersProbe(TreeProbe):
@@ -82,11 +80,27 @@ class _MembersProbe(TreeProbe):
 
 
 @dataclass
+class RunningJob:
+    """A job the host runs: its cancel, its cgroup once made, and the commands it started — each by pid
+    and start time (clock ticks after boot), the evidence of which processes are the job's."""
+
+    token: CancelToken
+    group: cgroup.Cgroup | None = None
+    leaders: set[tuple[int, int]] = field(default_factory=set)
+
+    @property
+    def started(self) -> int | None:
+        """When its first command started (clock ticks after boot); None before it started one."""
+        return min((start for _, start in self.leaders), default=None)
+
+
+@dataclass
 class JobScope:
     """A job's processes: the members of its cgroup (:class:`peon.workers.runner.ProcessScope`)."""
 
     group: cgroup.Cgroup
     home: cgroup.Cgroup  # the host's own cgroup, where it returns after each spawn
+    job: RunningJob | None = None  # told of each command it starts
 
     def members(self) -> list[int]:
         alive = []
@@ -141,10 +155,14 @@ class JobScope:
 
     @contextlib.contextmanager
     def spawning(self) -> Iterator[None]:
-        """The command is born in the job's cgroup: the host is in it while it starts the command."""
+        """The command is born in the job's cgroup: the host is in it while it starts the command, and
+        records it (the new child of the host born in the job's cgroup) as the job's command."""
+        before = set(proctree.children(os.getpid()))
         self.group.add(0)
         try:
             yield
+            if self.job is not None:
+                self._record_command(before)
         finally:
             try:
                 self.home.add(0)
@@ -152,6 +170,17 @@ class JobScope:
                 print(f"peon-worker jobs: cannot return to {self.home.path} ({exc}); exiting", file=sys.stderr)
                 _kill_everything()
                 os._exit(EXIT_INTERNAL_ERROR)
+
+
+    def _record_command(self, before: set[int]) -> None:
+        """The child the spawn made: not a child before it, and in the job's cgroup, where the host is
+        now (an orphan of another job reparented to the host meanwhile is in its own job's)."""
+        assert self.job is not None
+        own = cgroup.process_cgroup(os.getpid())
+        for pid in set(proctree.children(os.getpid())) - before:
+            found = proctree.process_stat(pid)
+            if found is not None and own is not None and cgroup.process_cgroup(pid) == own:
+                self.job.leaders.add((pid, found.start))
 
 
 def _make_job_cgroup(home: cgroup.Cgroup, job_id: str, limits: ResourceLimits) -> cgroup.Cgroup:
@@ -185,14 +214,16 @@ def _kill_everything() -> None:
 
 
 class Host:
-    """The jobs this host runs, by id."""
+    """The jobs this host runs, by id, and what each has been seen to own."""
 
     def __init__(self, channel: FrameChannel, session: SessionView, tools: dict[str, Tool], home: cgroup.Cgroup):
         self.channel = channel
         self.session = session
         self.tools = tools
         self.home = home
-        self.running: dict[str, tuple[CancelToken, cgroup.Cgroup | None]] = {}
+        self.running: dict[str, RunningJob] = {}
+        # (pid, start ticks) -> the job each living process below the host was last seen to be of.
+        self.seen: dict[tuple[int, int], str] = {}
         limits = session.config.limits
         self.limits = ResourceLimits(int(limits.memory_max_bytes), int(limits.max_processes))
 
@@ -201,13 +232,13 @@ class Host:
         if not isinstance(job_id, str) or not JOB_ID.match(job_id) or job_id in self.running:
             return None  # not the supervisor's: the host ends
         token = CancelToken()
-        self.running[job_id] = (token, None)
+        self.running[job_id] = RunningJob(token)
         return asyncio.get_running_loop().create_task(self._run(message, job_id, token))
 
     def cancel(self, job_id: object, reason: str) -> None:
         entry = self.running.get(job_id) if isinstance(job_id, str) else None
         if entry is not None:  # a job already ended: a cancel that crossed its result
-            entry[0].cancel(reason)
+            entry.token.cancel(reason)
 
     async def _run(self, message: CallMessage, job_id: str, token: CancelToken) -> None:
         tool_name = str(message.get("tool"))
@@ -215,19 +246,19 @@ class Host:
         output = OutputStream(self.channel, job_id, None)
         ctx.output = output
         tool = self.tools.get(tool_name)
-        group: cgroup.Cgroup | None = None
+        job = self.running[job_id]
         try:
             if tool is None:
                 reply = error_result(job_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
             else:
                 try:
-                    group = _make_job_cgroup(self.home, job_id, self.limits)
+                    job.group = _make_job_cgroup(self.home, job_id, self.limits)
                 except OSError as exc:
                     reply = error_result(job_id, ErrorCode.TOOL_FAILED,
                                          f"the job's cgroup could not be made ({exc.strerror}); nothing was started")
                 else:
-                    self.running[job_id] = (token, group)
-                    scope = JobScope(group, self.home)
+                    self.check()  # what runs now is seen where it is, before a new cgroup may receive it
+                    scope = JobScope(job.group, self.home, job)
                     runner.SCOPE.set(scope)  # this task's (and the tool's) context only
                     reply = await execute(tool, message["args"], ctx)
                     if scope.members():  # whatever the tool did, nothing of the job outlives it
@@ -235,6 +266,7 @@ class Host:
                         if scope.members():
                             reply = error_result(job_id, ErrorCode.TOOL_FAILED,
                                                  f"some processes {tool_name} started could not be killed")
+                    self.check(ending=job_id)  # the job's processes found in another job's cgroup
             await output.flush()  # every output message precedes the result
             await self.channel.send(encode_result(reply, tool_name, job_id))
         except OSError:
@@ -242,14 +274,60 @@ class Host:
         finally:
             del self.running[job_id]
             self.sweep_strays()
-            if group is not None:
-                await _remove(group)
+            if job.group is not None:
+                await _remove(job.group)
             if not self.running:
                 setproctitle("peon-worker jobs")
 
+    def check(self, ending: str | None = None) -> None:
+        """Kill each process below the host found in the cgroup of a job it is not of (the module's
+        rules of evidence), and each one of the job ``ending`` (whose own cgroup was killed) wherever
+        it is; remember which job each other process is of. A process outside every job's cgroup is
+        left to :meth:`sweep_strays`, when a job ends."""
+        me = os.getpid()
+        home = cgroup.process_cgroup(me)
+        if home is None or not self.running:
+            self.seen.clear()
+            return
+        parent = home.rpartition("/")[0]
+        cgroups = {job_id: f"{parent}/{job_id}" for job_id in self.running if job_id != ending}
+        leaders = {leader: job_id for job_id, job in self.running.items() for leader in job.leaders}
+        sessions = {pid: job_id for (pid, _), job_id in leaders.items()}
+        below = proctree.descendants(me)
+        stats = {pid: proctree.process_stat(pid) for pid in below}
+        seen: dict[tuple[int, int], str] = {}
+        for pid in below:
+            found = stats[pid]
+            if found is None or found.state in "ZX":
+                continue
+            where = cgroup.process_cgroup(pid)
+            if where is None:
+                continue
+            holder = next((job_id for job_id, path in cgroups.items()
+                           if where == path or where.startswith(path + "/")), None)
+            owner = _owner(pid, stats, leaders, sessions, me) or self.seen.get((pid, found.start))
+            if owner is None and holder is not None:
+                begun = self.running[holder].started
+                if begun is not None and found.start < begun:
+                    owner = "none"  # in the job's cgroup, but older than the job's command: not the job's
+            if owner is not None and owner != holder and (holder is not None or owner == ending):
+                if owner == "none":
+                    why = f"it is in the cgroup of {holder} but started before that job's command"
+                elif holder is not None:
+                    why = f"a process of {owner} found in the cgroup of {holder}: it belongs to neither"
+                else:
+                    why = f"a process of {owner}, which ended, found in {where}"
+                print(f"peon-worker jobs: killing process {pid}: {why}", file=sys.stderr)
+                proctree.kill_tree(pid, include_root=True, reap=REAPER.reap, timeout=5.0)
+                continue
+            if holder is not None or owner is not None:
+                seen[(pid, found.start)] = owner or holder or ""
+        self.seen = seen
+        REAPER.reap()
+
     def sweep_strays(self) -> None:
         """Kill what lives below the host outside every running job's cgroup (it left its own)."""
-        home = _cgroup_of(os.getpid())
+        home = cgroup.process_cgroup(os.getpid())
         if home is None:
             return
         parent = home.rpartition("/")[0]
@@ -258,13 +336,38 @@ class Host:
             fields = proctree.stat_fields(pid)
             if fields is None or fields[0] in "ZX":
                 continue
-            where = _cgroup_of(pid)
+            where = cgroup.process_cgroup(pid)
             if where is not None and any(where == path or where.startswith(path + "/") for path in allowed):
                 continue
             print(f"peon-worker jobs: killing process {pid}, outside the cgroup of every running job ({where})",
                   file=sys.stderr)
             proctree.kill_tree(pid, include_root=True, reap=REAPER.reap, timeout=5.0)
         REAPER.reap()
+
+
+def _owner(pid: int, stats: dict[int, proctree.ProcessStat | None], leaders: dict[tuple[int, int], str],
+           sessions: dict[int, str], host: int) -> str | None:
+    """The job ``pid`` is of by evidence: one of its ancestors up to the host (or itself) is the job's
+    command, or it is in that command's session; None when neither says."""
+    current = pid
+    while current != host:
+        found = stats.get(current) or proctree.process_stat(current)
+        if found is None:
+            break
+        job_id = leaders.get((current, found.start))
+        if job_id is not None:
+            return job_id
+        current = found.ppid
+    found = stats.get(pid)
+    return sessions.get(found.sid) if found is not None else None
+
+
+async def _check_while_running(host: Host) -> None:
+    """Every :data:`CHECK_SECONDS` while jobs run: :meth:`Host.check`."""
+    while True:
+        await asyncio.sleep(CHECK_SECONDS)
+        if host.running:
+            host.check()
 
 
 async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str, Tool]) -> int:
@@ -279,6 +382,7 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
     tasks: set[asyncio.Task[None]] = set()
     # Reap orphans of the jobs as they die, between the jobs' own ends.
     asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, REAPER.reap)
+    checker = asyncio.get_running_loop().create_task(_check_while_running(host))
     try:
         while True:
             data = await channel.recv_or_end()
@@ -300,12 +404,13 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
             else:
                 break
     finally:
-        for token, _ in list(host.running.values()):
-            token.cancel("the job host is ending")
+        checker.cancel()
+        for job in list(host.running.values()):
+            job.token.cancel("the job host is ending")
         _kill_everything()
-        for _, group in list(host.running.values()):
-            if group is not None:
-                group.kill()
+        for job in list(host.running.values()):
+            if job.group is not None:
+                job.group.kill()
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
         channel.close()

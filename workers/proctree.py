@@ -25,7 +25,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import psutil
@@ -50,6 +50,38 @@ def stat_fields(pid: int) -> tuple[str, int, int] | None:
     if len(after_comm) < 3:
         return None
     return after_comm[0], int(after_comm[1]), int(after_comm[2])
+
+
+class ProcessStat(NamedTuple):
+    """What ``/proc/<pid>/stat`` says of a process that identifies it and places it: its state, parent,
+    process group and session, and its start time in clock ticks after boot (``start``: with the pid,
+    it names one process — a reused pid starts later)."""
+
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start: int
+
+
+def process_stat(pid: int) -> ProcessStat | None:
+    """:class:`ProcessStat` of ``pid``, or None if it is gone."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    after_comm = text.rpartition(")")[2].split()
+    try:  # the fields after the name: state (3), ppid, pgrp, session ... starttime (22)
+        return ProcessStat(after_comm[0], int(after_comm[1]), int(after_comm[2]), int(after_comm[3]),
+                           int(after_comm[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (exact, unlike a time in seconds computed from
+    the boot time); None if it is gone."""
+    found = process_stat(pid)
+    return found.start if found is not None else None
 
 
 class StateWatch:

@@ -12,7 +12,10 @@ Promise:
   and it is not dumpable, so processes of the same user can neither ptrace it nor take its
   descriptors (``pidfd_getfd``);
 * if its forkserver dies (it does when the supervisor dies) it gets a parent-death ``SIGTERM``, kills
-  its whole tree and exits (:data:`~peon.workers.exit_codes.EXIT_PARENT_GONE`);
+  its whole tree and exits (:data:`~peon.workers.exit_codes.EXIT_PARENT_GONE`) — stopped too: it is
+  in a process group of its own, which its forkserver's and supervisor's deaths leave orphaned, so
+  the kernel continues it (``SIGHUP``, then ``SIGCONT``), and a ``SIGHUP`` once its parent is gone
+  does the same;
 * it never serves a call sent after a result that did not let it serve again: it exits instead, and
   the supervisor reports that call; it does not offer to serve again once its limits, priority,
   scheduling, umask or signal handlers differ from its start (:mod:`peon.workers.process_state`).
@@ -105,6 +108,19 @@ def _on_parent_gone(signum: int, frame: Any) -> None:
     os._exit(EXIT_PARENT_GONE)
 
 
+_FORKSERVER_PID = 0  # this worker's parent while it lives
+
+
+def _on_hangup(signum: int, frame: Any) -> None:
+    """The kernel's ``SIGHUP`` (then ``SIGCONT``) to a stopped process of a group that its parent's
+    death orphaned: its forkserver and supervisor are gone, and this worker must end with its tree even
+    though a command stopped it. With its parent alive, a ``SIGHUP`` ends it as it always did."""
+    if os.getppid() != _FORKSERVER_PID:
+        _on_parent_gone(signum, frame)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGHUP)
+
+
 def serve(start: WorkerStart) -> NoReturn:
     """The worker process's whole life; never returns."""
     code = EXIT_NOT_STARTED
@@ -121,10 +137,15 @@ def serve(start: WorkerStart) -> NoReturn:
 def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.AbstractEventLoop]:
     linux.set_dumpable(False)
     linux.unblock_signals()  # its forkserver's mask, whatever that was: SIGTERM must reach _on_parent_gone
+    global _FORKSERVER_PID
+    _FORKSERVER_PID = start.forkserver_pid
     signal.signal(signal.SIGTERM, _on_parent_gone)
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, _on_hangup)
     signal.signal(WAKE_SIGNAL, _on_wake)
+    # A process group of its own in the supervisor's session: when the forkserver and the supervisor die,
+    # the group is orphaned, and the kernel continues it if a command stopped it (SIGHUP, SIGCONT).
+    os.setpgid(0, 0)
     linux.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != start.forkserver_pid:  # the forkserver died before the death signal was armed
         os._exit(EXIT_PARENT_GONE)

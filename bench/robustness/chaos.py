@@ -1,15 +1,18 @@
 """Chaos: N sessions under random faults of every kind, every invariant checked.
 
 Each session runs in a client process of its own (this script with ``--runner``), so a client can
-die like any other process. Its workload is a mix of checked calls — reads of known files, writes
-then reads, ``bash`` with known output, timeouts, background jobs and their output — and of calls
-whose commands attack Peon from inside: a command that stops or kills its worker, stops the
-forkserver or kills the supervisor, a fork loop past ``limits.max_processes``, a memory hog past
-``limits.memory_max_bytes``. From outside, this process injects at random times (``--fault-every``
-seconds apart on average): ``SIGKILL``, ``SIGSTOP`` (continued later, or never) and ``SIGTERM`` to a
-random process of a session (supervisor, forkserver, standby or running worker, command), a full
-disk under the session's state directory (a tmpfs per session, filled for a few seconds), an
-immutable audit log (``chattr +i``) and the death of a client (``SIGKILL``, then a new client).
+die like any other process. Its workload (``chaos_calls.py``) is a mix of checked calls — reads of
+known files, writes then reads, ``bash`` with known output, timeouts, background jobs and their
+output, a job sent after the idle job host was stopped, a job that writes itself into a sibling job's
+cgroup and must still end with its ``job_stop`` — and of calls whose commands attack Peon from
+inside: a command that stops or kills its worker, stops the forkserver or the job host, kills the
+supervisor, stops its worker and kills its supervisor and its client (the client is replaced), a fork
+loop past ``limits.max_processes``, a memory hog past ``limits.memory_max_bytes``. From outside,
+this process injects at random times (``--fault-every`` seconds apart on average): ``SIGKILL``,
+``SIGSTOP`` (continued later, or never) and ``SIGTERM`` to a random process of a session
+(supervisor, forkserver, standby or running worker, command), a full disk under the session's state
+directory (a tmpfs per session, filled for a few seconds), an immutable audit log (``chattr +i``)
+and the death of a client (``SIGKILL``, then a new client).
 
 Invariants, each violation printed:
 
@@ -21,7 +24,9 @@ Invariants, each violation printed:
   session is alive (found by a tag in their environment) and, in cgroup mode, its cgroup is gone by
   the end of the run (a later session removes a dead supervisor's);
 * every executed call audited: each call answered ``ok`` has its decision line in the audit log,
-  and every line of every audit file is whole JSON;
+  and every line of every audit file is whole JSON; every job of a session that closed (its
+  supervisor never died) has its ``job_ended`` line, or a ``lost`` line counts it, even when a full
+  disk or an immutable log refused it when the job ended;
 * the session recovers: after each fault, the session (or its replacement client) answers a checked
   call ``ok`` within ``--recovery`` seconds of the fault's end.
 
@@ -52,9 +57,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
-ROOT = Path(__file__).resolve().parents[2]
+from bench.robustness.chaos_calls import KNOWN_FILES, ROOT, check, next_call
+
 FORK_LOOP = (ROOT / "tests" / "fixtures" / "forkloop.py").read_text()
-KNOWN_FILES = {f"known-{k}.txt": f"known file {k}\n" * (k + 1) for k in range(5)}
 TAG = "PEON_CHAOS_TAG"
 ANSWER_SLACK_SECONDS = 5.0  # a loaded machine: the client's own check runs once a second
 SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM)
@@ -77,49 +82,6 @@ def session_config(containment: str) -> dict[str, Any]:
 
 
 # -- the runner: one client process, one session ----------------------------------------------------
-
-@dataclass
-class Call:
-    kind: str
-    tool: str
-    args: dict[str, Any]
-    timeout: float  # the call's own timeout (what its bound adds to the start bound)
-    expect: str | None = None  # the exact output of a clean run (exit 0, no signal)
-    checked: bool = True  # False: a fault call, only its bound is checked
-
-
-def next_call(rng: random.Random, n: int) -> Call:
-    roll = rng.random()
-    if roll < 0.22:
-        name = rng.choice(sorted(KNOWN_FILES))
-        return Call("read", "read", {"path": name}, 30.0, KNOWN_FILES[name])
-    if roll < 0.38:
-        return Call("write", "write", {"path": f"w-{n}.txt", "content": f"written {n}\n", "mode": "create"}, 30.0,
-                    f"written {n}\n")
-    if roll < 0.66:
-        return Call("bash", "bash", {"command": f"echo chaos-{n}", "timeout_seconds": 10}, 10.0, f"chaos-{n}\n")
-    if roll < 0.74:
-        return Call("timeout", "bash", {"command": "sleep 5", "timeout_seconds": 0.3}, 0.3)
-    if roll < 0.86:
-        return Call("job", "bash", {"command": f"printf job-{n}; sleep 0.2", "background": True,
-                                    "timeout_seconds": 10}, 10.0, f"job-{n}")
-    # The command's parent is its worker, the worker's the forkserver, the forkserver's the supervisor
-    # (a process title may hold spaces: the parent pid is the second field after the ")").
-    ppid = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "
-    attacks = {
-        "stop_worker": "kill -STOP $PPID; sleep 5",
-        "kill_worker": "kill -KILL $PPID; sleep 5",
-        "stop_forkserver": ppid + "kill -STOP $(ppid $PPID); sleep 1",
-        "kill_supervisor": ppid + "kill -KILL $(ppid $(ppid $PPID)); sleep 5",
-        # The worker cannot act on its parent's death while stopped: the command must not outlive it.
-        "stop_worker_kill_supervisor": ppid + "kill -STOP $PPID; kill -KILL $(ppid $(ppid $PPID)); sleep 300",
-        "fork_loop": f"exec {sys.executable} forkloop.py 150",
-        "memory_hog": (f"exec {sys.executable} -c 'import time\nb=[]\nfor _ in range(40):\n"
-                       f"    b.append(bytearray(16 << 20)); time.sleep(0.02)\ntime.sleep(5)'"),
-    }
-    kind = rng.choice(sorted(attacks))
-    return Call(kind, "bash", {"command": attacks[kind], "timeout_seconds": 3}, 3.0, checked=False)
-
 
 def emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
@@ -167,7 +129,7 @@ def run_session(options: argparse.Namespace) -> None:
             session.close()  # a hung session is replaced, like a client would
             session = _open(peon, workspace, config, env, state, options)
             continue
-        wrong = check(session, call, result) if result.ok and call.checked else None
+        wrong = check(session, call, result, workspace) if result.ok and call.checked else None
         emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
               "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
               "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
@@ -206,38 +168,6 @@ def _restart(peon: Any, session: Any, workspace: Path, config: dict, env: dict, 
     emit({"op": "ready", "t": time.time(), "supervisor": session.supervisor_pid,
           "cgroup": (session.info.get("containment") or {}).get("cgroup")})
     return session
-
-
-def check(session: Any, call: Call, result: Any) -> str | None:
-    """Why an ``ok`` answer is wrong, or None. A command killed by an injected fault is not wrong."""
-    value = result.value or {}
-    if call.kind == "read":
-        return None if value.get("content") == call.expect else f"read {value.get('content')!r}"
-    if call.kind == "write":
-        back = session.call("read", {"path": call.args["path"]})
-        if back.ok and back.value.get("content") != call.expect:
-            return f"wrote {call.expect!r}, read back {back.value.get('content')!r}"
-        return None
-    if call.kind == "timeout":
-        return None if value.get("timed_out") or value.get("signal") else f"not timed out: {value}"
-    if call.kind == "job":
-        return check_job(session, call, value)
-    if value.get("exit_code") == 0 and not value.get("timed_out"):
-        return None if value.get("output") == call.expect else f"output {value.get('output')!r}"
-    return None
-
-
-def check_job(session: Any, call: Call, value: Mapping[str, Any]) -> str | None:
-    job_id = value.get("job_id")
-    for _ in range(3):
-        out = session.call("job_output", {"job_id": job_id, "wait_seconds": 5})
-        if not out.ok:
-            return None  # the job went with a fault (its answer is checked by its own bound)
-        if out.value["state"] != "running":
-            if out.value["state"] == "exited" and out.value.get("exit_code") == 0:
-                return None if out.value["output"] == call.expect else f"job output {out.value['output']!r}"
-            return None
-    return None
 
 
 # -- the invariants (pure) ------------------------------------------------------------------------
@@ -292,6 +222,7 @@ def violations(instances: Iterable[Instance], faults: Iterable[Fault], audit: Ma
                 found.append(f"{what}: ran ({event['code'] or 'ok'}) with no decision line in the audit log")
             if event["ok"] and event["checked"]:
                 ok_calls.setdefault(inst.slot, []).append(event["t"])
+        found += unended_jobs(inst, logged)
         found += [f"slot {inst.slot} ({inst.containment}): left alive after its client "
                   f"{'died' if inst.killed else 'closed'}: {pid}" for pid in inst.leftovers]
     for fault in faults:
@@ -300,6 +231,18 @@ def violations(instances: Iterable[Instance], faults: Iterable[Fault], audit: Ma
         if not any(fault.end <= t <= fault.end + recovery for t in ok_calls.get(fault.slot, [])):
             found.append(f"slot {fault.slot}: no ok call within {recovery:g} s after {fault.kind} ({fault.target})")
     return found
+
+
+def unended_jobs(inst: Instance, logged: Mapping[str, Any]) -> list[str]:
+    """A session that closed with its supervisor never dead audits every job's end: its ``job_ended``
+    line, or a ``lost`` line that counts it (a full or immutable log at the job's end delays the line)."""
+    closed = any(event["op"] == "closed" for event in inst.events)
+    died = any(event["op"] == "call" and event["code"] in ("supervisor_died", "unanswered") for event in inst.events)
+    unended = sorted(logged.get("unended", ()))
+    if inst.killed or not closed or died or len(unended) <= logged.get("lost", 0):
+        return []
+    return [f"slot {inst.slot} ({inst.containment}): job {job} started with no job_ended line in the audit log"
+            for job in unended]
 
 
 # -- the orchestrator -----------------------------------------------------------------------------
@@ -494,6 +437,8 @@ def _send(pidfd: int, sig: int) -> None:
 def read_audit(state: Path) -> dict[str, Any]:
     decided: set[str] = set()
     broken: list[str] = []
+    jobs: dict[str, set[str]] = {"job_started": set(), "job_ended": set()}
+    lost = 0
     if state.is_dir():
         for name in os.listdir(state):
             if not name.startswith("audit.jsonl"):
@@ -507,7 +452,11 @@ def read_audit(state: Path) -> dict[str, Any]:
                     continue
                 if entry.get("event") == "decision":
                     decided.add(entry.get("call_id"))
-    return {"decided": decided, "broken": broken}
+                elif entry.get("event") in jobs:
+                    jobs[entry["event"]].add(str(entry.get("job_id")))
+                elif entry.get("event") == "lost":
+                    lost += int(entry.get("events", {}).get("job_ended", 0))
+    return {"decided": decided, "broken": broken, "unended": jobs["job_started"] - jobs["job_ended"], "lost": lost}
 
 
 def orchestrate(options: argparse.Namespace) -> int:
@@ -545,6 +494,7 @@ def orchestrate(options: argparse.Namespace) -> int:
             deadline = time.time() + pause
             while time.time() < deadline:
                 _run_due(later)
+                _replace_dead_clients(slots, until)
                 time.sleep(min(0.1, max(deadline - time.time(), 0)))
             if time.time() >= until - 1:
                 break
@@ -614,6 +564,13 @@ def orchestrate(options: argparse.Namespace) -> int:
                 shutil.rmtree(slot.root, ignore_errors=True)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _replace_dead_clients(slots: list[Slot], until: float) -> None:
+    """A client a command of its own killed (with its supervisor) is replaced, as after a client death."""
+    for slot in slots:
+        if slot.process is not None and slot.process.poll() is not None and time.time() < until - 5:
+            slot.finish(killed=True, replace=True)
 
 
 def _run_due(later: list[tuple[float, Any]]) -> None:

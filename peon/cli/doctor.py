@@ -179,7 +179,8 @@ def client_facts(workspace: Path) -> list[dict[str, Any]]:
 
 
 def clean_leftover_cgroups(support: Any) -> dict[str, Any]:
-    """``peon doctor --clean``: remove the empty cgroups of sessions whose supervisor is gone."""
+    """``peon doctor --clean``: remove the empty cgroups of sessions whose supervisor is gone, and end (kill,
+    then remove) those still holding processes and those of sessions abandoned for good."""
     from peon.workers import cgroup
 
     if support.parent is None:
@@ -208,7 +209,8 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         else:
             print(f"clean        removed {len(left['removed'])} leftover cgroup(s) in {left['parent']}"
                   + "".join(f"\n  removed    {name}" for name in left["removed"])
-                  + "".join(f"\n  ended      {name} (supervisor stopped, client gone)" for name in left["ended"])
+                  + "".join(f"\n  ended      {name} (its processes killed: no supervisor answers for them)"
+                            for name in left["ended"])
                   + "".join(f"\n  kept       {name} ({why})" for name, why in left["kept"].items())
                   + "".join(f"\n  failed     {name}: {why}" for name, why in left["failed"].items()))
     sub = facts["subreaper"]

@@ -30,6 +30,13 @@ Promises:
 * the log stays open between lines while ``audit.jsonl`` is the file it opened (same device and
   inode, checked with one ``lstat`` before each line); a file moved, replaced or rotated away is
   reopened by path;
+* a line that says what has already happened and cannot be refused — a job's ``job_started`` and
+  ``job_ended`` (:data:`KEPT_EVENTS`) — and that the log cannot take when it is written (a full disk,
+  an immutable or read-only log) is kept, in order, and written before the next line the log takes,
+  at the latest when the session closes; past :data:`MAX_KEPT_LINES` lines or :data:`MAX_KEPT_BYTES`
+  kept, a further one is counted instead and a ``"event": "lost"`` line says how many of each were
+  lost; lines still kept when the log is closed are reported lost on stderr, in one line. None is
+  lost silently;
 * a failure to write a result line is reported on stderr and does not fail the call it describes
   (the call has already run); a decision line that cannot be written refuses the call. Anything but a
   regular file at ``audit.jsonl`` (a FIFO, a device, a symbolic link) is such a failure, found without
@@ -45,6 +52,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter, deque
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
@@ -66,6 +74,11 @@ RECORDED_INPUT_FIELDS = frozenset({"command", "path", "name", "mode", "offset", 
                                    "expected_sha256", "job_id", "background", "cwd", "yield_seconds", "wait_seconds",
                                    "raw"})
 MAX_FIELD_CHARS = 1000
+# Lines of what has already happened and cannot be refused: kept when the log cannot take them, and
+# written once it can (a decision line is never kept: its call is refused instead).
+KEPT_EVENTS = frozenset({"job_started", "job_ended"})
+MAX_KEPT_LINES = 1024
+MAX_KEPT_BYTES = 1 << 20
 # Outcome facts copied from a tool's result value when present (never its output).
 OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated", "job_id", "state")
 
@@ -150,23 +163,64 @@ class AuditLog:
         self.fsync = fsync
         self._fd = -1  # audit.jsonl as last opened, and its (device, inode)
         self._open_id: tuple[int, int] | None = None
+        # Lines of KEPT_EVENTS the log could not take yet (the line, its event, its job), oldest first;
+        # and how many of each event were dropped past the bound.
+        self._kept: deque[tuple[bytes, str, str]] = deque()
+        self._kept_bytes = 0
+        self._lost: Counter[str] = Counter()
 
     def commit(self, entry: Mapping[str, Any]) -> None:
         """Write ``entry`` before acting on it: one ``write(2)`` of the whole line (``fdatasync`` too
-        when ``audit.fsync`` is on). Raises ``OSError`` (or ``ValueError``) if the line is not written
-        whole; the caller must then not act."""
+        when ``audit.fsync`` is on), after the kept lines the log could not take before. Raises
+        ``OSError`` (or ``ValueError``) if the line is not written whole; the caller must then not act."""
         line = _encode(entry)
+        self._write_kept()
+        self._write(line)
+
+    @property
+    def kept(self) -> int:
+        """How many lines wait to be written (the log could not take them yet)."""
+        return len(self._kept)
+
+    def _write_kept(self) -> None:
+        """Write the kept lines in order, then the line that says how many were lost past the bound;
+        ``OSError`` at the first the log cannot take (it and those after it stay kept)."""
+        while self._kept:
+            line, _, _ = self._kept[0]
+            self._write(line)
+            self._kept.popleft()
+            self._kept_bytes -= len(line)
+        if self._lost:
+            self._write(_encode({"event": "lost", "time": _timestamp(time.time()), "count": sum(self._lost.values()),
+                                 "events": dict(sorted(self._lost.items())),
+                                 "reason": f"the audit log could not take them, and {MAX_KEPT_LINES} lines or "
+                                           f"{MAX_KEPT_BYTES} bytes were already kept for it"}))
+            self._lost.clear()
+
+    def _keep(self, entry: Mapping[str, Any]) -> bool:
+        """Keep ``entry`` (one of :data:`KEPT_EVENTS`) for when the log can take it; False when the
+        bound is reached (it is then counted as lost)."""
+        line = _encode(entry)
+        event = str(entry.get("event"))
+        if len(self._kept) >= MAX_KEPT_LINES or self._kept_bytes + len(line) > MAX_KEPT_BYTES:
+            self._lost[event] += 1
+            return False
+        self._kept.append((line, event, str(entry.get("job_id"))))
+        self._kept_bytes += len(line)
+        return True
+
+    def _write(self, line: bytes) -> None:
         try:
             # Never opened unless a regular file (a FIFO planted here must not block the supervisor).
             info = regular_status(self.path)
         except RefusedFile as exc:
-            self.close()
+            self._close_fd()
             raise OSError(str(exc)) from None
         if info is not None and info.st_size and info.st_size + len(line) > self.max_bytes:
             self._rotate()
             info = None
         if info is None or (info.st_dev, info.st_ino) != self._open_id:
-            self.close()
+            self._close_fd()
             try:
                 fd = open_for_append(self.path)
             except RefusedFile as exc:
@@ -191,7 +245,7 @@ class AuditLog:
             try:
                 os.ftruncate(fd, before)
             except OSError as cut:  # reopened and repaired before the next line
-                self.close()
+                self._close_fd()
                 raise OSError(exc.errno, f"{exc.strerror or exc}; and the part written could not be "
                                          f"cut back ({cut.strerror}): it is cut when the log is next opened") from exc
             raise
@@ -229,16 +283,38 @@ class AuditLog:
                                         "to its last complete line"}))
 
     def close(self) -> None:
+        """The session's end: the kept lines are written if the log takes them now, else reported lost
+        on stderr in one line; then the file is closed."""
+        if self._kept or self._lost:
+            try:
+                self._write_kept()
+            except (OSError, ValueError) as exc:
+                lines = [f"{event} {job}" for _, event, job in self._kept]
+                lost = len(lines) + sum(self._lost.values())
+                shown = ", ".join(lines[:20]) + (f", and {lost - 20} more" if lost > 20 else "")
+                print(f"peon-supervisor: {lost} audit line(s) the log {self.path} could not take are lost "
+                      f"({exc}): {shown or 'counted past the bound'}", file=sys.stderr)
+                self._kept.clear()
+                self._kept_bytes = 0
+                self._lost.clear()
+        self._close_fd()
+
+    def _close_fd(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._open_id = -1, None
 
     def record(self, entry: Mapping[str, Any]) -> bool:
-        """Best effort: write ``entry``; a failure is reported on stderr. Returns whether it was written."""
+        """Best effort: write ``entry``; a failure is reported on stderr, and a line of
+        :data:`KEPT_EVENTS` is kept to be written once the log can take it. Returns whether it was
+        written now."""
         try:
             self.commit(entry)
         except (OSError, ValueError) as exc:
-            print(f"peon-supervisor: cannot write the audit log {self.path}: {exc}", file=sys.stderr)
+            kept = entry.get("event") in KEPT_EVENTS and self._keep(entry)
+            then = ("; it is kept and written once the log can take it" if kept
+                    else "; it is counted as lost" if entry.get("event") in KEPT_EVENTS else "")
+            print(f"peon-supervisor: cannot write the audit log {self.path}: {exc}{then}", file=sys.stderr)
             return False
         return True
 
@@ -248,7 +324,7 @@ class AuditLog:
     def _rotate(self) -> None:
         """All or nothing: every rename goes to a free name (the oldest backup first moved aside), and
         one that fails undoes those before it; the oldest is removed only once all succeeded."""
-        self.close()
+        self._close_fd()
         if self.backups == 0:
             os.unlink(self.path)
             return

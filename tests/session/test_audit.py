@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from helpers import jsonl_entries, running_command, wait_for
+from helpers import jsonl_entries, running_command, stderr_until, wait_for
 from peon.supervisor.approval.audit import AuditLog
 
 DEFAULT_APPROVAL = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
@@ -284,3 +284,89 @@ def test_a_short_write_on_a_full_disk_leaves_the_log_as_it_was(tmp_path):
         log.close()
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+# -- a job's end, when the log cannot take it -------------------------------------------------------
+
+
+def _break_log(how: str, mount, state) -> None:
+    if how == "full":
+        # A tmpfs takes a write into the log's last page even when full: the log is first padded (with a
+        # whole line) to a page's end, so that the next line needs a page the file system no longer has.
+        log = state / "audit.jsonl"
+        head, tail = b'{"event":"padding","x":"', b'"}\n'
+        pad = -os.stat(log).st_size % 4096
+        pad += 4096 if pad < len(head) + len(tail) else 0
+        with open(log, "ab") as f:
+            f.write(head + b"x" * (pad - len(head) - len(tail)) + tail)
+        assert os.stat(log).st_size % 4096 == 0
+        _fill(mount)
+    else:
+        subprocess.run(["chattr", "+i", str(state / "audit.jsonl")], check=True)
+
+
+def _mend_log(how: str, mount, state) -> None:
+    if how == "full":
+        os.unlink(mount / "filler")
+    else:
+        subprocess.run(["chattr", "-i", str(state / "audit.jsonl")], check=True)
+
+
+def _log_fs(how: str, tmp_path):
+    """A file system for the state directory: a small tmpfs to fill, or one where ``chattr +i`` works."""
+    mount = tmp_path / "audit-fs"
+    if how == "full":
+        _mount_tmpfs(mount, "256k")
+    else:
+        mount.mkdir()
+        probe = mount / "probe"
+        probe.write_text("")
+        if subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not supported on this file system")
+        subprocess.run(["chattr", "-i", str(probe)], check=True)
+    return mount, mount / "state"
+
+
+@pytest.mark.parametrize("how", ["full", "immutable"])
+def test_a_jobs_end_is_audited_once_the_log_can_take_it(open_session, env, tmp_path, workspace, capfd, how):
+    mount, state = _log_fs(how, tmp_path)
+    try:
+        session = open_session({"approval": {"process": "allow"}}, env=env, state_dir=state)
+        r = session.call("bash", {"command": "while [ ! -e go ]; do sleep 0.05; done; echo ended",
+                                  "background": True})
+        assert r.ok, r.error
+        job = r.value["job_id"]
+        _break_log(how, mount, state)
+        (workspace / "go").touch()  # the job ends while the log can take nothing
+        text = stderr_until(capfd, "is kept and written once the log can take it", timeout=20)
+        assert "cannot write the audit log" in text, text
+        assert [e["job_id"] for e in read_log(state, "job_ended")] == []
+        _mend_log(how, mount, state)
+        assert session.call("bash", {"command": "echo next"}).ok  # the next line the log takes
+        events = [(e["event"], e.get("job_id") or e.get("call_id")) for e in read_log(state, None)]
+        ended = events.index(("job_ended", job))
+        assert events[ended - 1][0] != "job_ended" and ("job_started", job) in events[:ended], events
+        next_decision = [i for i, (event, _) in enumerate(events) if event == "decision"][-1]
+        assert ended < next_decision, events  # written before the line that found the log able again
+        assert read_log(state, "job_ended")[0]["outcome"]["state"] == "exited"
+        session.close()
+    finally:
+        subprocess.run(["chattr", "-i", str(state / "audit.jsonl")], capture_output=True)
+        if how == "full":
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_jobs_end_the_log_never_takes_is_reported_lost_at_close(open_session, env, tmp_path, workspace, capfd):
+    mount, state = _log_fs("immutable", tmp_path)
+    try:
+        session = open_session({"approval": {"process": "allow"}}, env=env, state_dir=state)
+        r = session.call("bash", {"command": "while [ ! -e go ]; do sleep 0.05; done", "background": True})
+        assert r.ok, r.error
+        _break_log("immutable", mount, state)
+        (workspace / "go").touch()
+        stderr_until(capfd, "is kept and written once the log can take it", timeout=20)
+        session.close()
+        text = stderr_until(capfd, "are lost", timeout=20)
+        assert f"job_ended {r.value['job_id']}" in text, text
+    finally:
+        subprocess.run(["chattr", "-i", str(state / "audit.jsonl")], capture_output=True)

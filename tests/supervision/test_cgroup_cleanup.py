@@ -57,27 +57,33 @@ def _dead_pid() -> int:
 
 
 @needs_cgroups
-def test_leftovers_are_removed_and_live_or_busy_ones_kept():
-    parent = CGROUP_SUPPORT.parent
-    assert parent is not None
+def test_leftovers_are_removed_or_ended_and_live_ones_kept(own_parent):
+    parent = own_parent  # its own: a session another test opens meanwhile sweeps the shared parent
     tag = os.urandom(4).hex()
-    dead, busy = parent / f"peon-{tag}dead-{_dead_pid()}", parent / f"peon-{tag}busy-{_dead_pid()}"
-    live, foreign = parent / f"peon-{tag}live-{os.getpid()}", parent / f"other-{tag}-{_dead_pid()}"
-    for path in (dead, busy, live, foreign):
+    dead, left = parent / f"peon-{tag}dead-{_dead_pid()}", parent / f"peon-{tag}left-{_dead_pid()}"
+    live, busy = parent / f"peon-{tag}live-{os.getpid()}", parent / f"peon-{tag}busy-{os.getpid()}"
+    foreign = parent / f"other-{tag}-{_dead_pid()}"
+    for path in (dead, left, live, busy, foreign):
         os.mkdir(path)
     os.mkdir(dead / "workers")
-    sleeper = subprocess.Popen(["sleep", "60"])
+    os.mkdir(left / "workers")
+    kept, orphan = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
     try:
-        cgroup.Cgroup(busy).add(sleeper.pid)
+        cgroup.Cgroup(busy).add(kept.pid)
+        cgroup.Cgroup(left / "workers").add(orphan.pid)
         report = remove_leftovers(parent)
         assert dead.name in report.removed and not dead.exists()
         assert report.kept[busy.name] == "keep: it holds processes" and busy.exists()
         assert report.kept[live.name] == "keep: its supervisor may be alive" and live.exists()
         assert foreign.exists() and foreign.name not in report.kept
-        assert sleeper.poll() is None  # nothing is killed
+        assert kept.poll() is None  # nothing of a session whose supervisor may be alive is killed
+        # Its supervisor gone, what its cgroup still holds runs for no one: killed, the cgroup removed.
+        assert left.name in report.ended and not left.exists(), report
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        for process in (kept, orphan):
+            process.kill()
+            process.wait()
         for path in (busy, live, foreign):
             cgroup.Cgroup(path).kill_and_remove()
 
@@ -192,3 +198,26 @@ def test_a_stopped_supervisor_whose_client_died_is_ended_with_its_session(tmp_pa
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@needs_cgroups
+def test_doctor_clean_ends_what_a_session_whose_supervisor_is_gone_left_running(tmp_path, leftovers, workspace,
+                                                                              own_parent):
+    """A command left in its session's cgroup after its supervisor, forkserver and client were all killed
+    runs for no one: ``peon doctor --clean`` kills it and removes the cgroup."""
+    left = own_parent / f"peon-{os.urandom(8).hex()}-{_dead_pid()}"
+    os.mkdir(left)
+    os.mkdir(left / "workers")
+    command = subprocess.Popen(["sleep", "1000"], env=leftovers.env(), preexec_fn=_joining(left / "workers"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "peon.cli", "doctor", "--clean", "--json", "-w", str(workspace)],
+                              capture_output=True, text=True, env=leftovers.env(), timeout=120,
+                              preexec_fn=_joining(own_parent))
+        facts = json.loads(done.stdout)
+        assert left.name in facts["leftover_cgroups"]["ended"], facts["leftover_cgroups"]
+        assert command.wait(timeout=10) == -signal.SIGKILL
+        assert not left.exists()
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()

@@ -1,10 +1,21 @@
-"""Process-tree containment (no cgroup): a command that stops its own worker and kills the supervisor
-does not outlive its session. The worker, stopped, never runs its parent-death handler; the client,
-told of every worker (pid and start time) by the supervisor, kills that worker's tree itself."""
+"""A command that stops its own worker and kills the supervisor does not outlive its session. With its
+client alive (process-tree containment), the client, told of every worker (pid and start time) by the
+supervisor, kills that worker's tree itself; with the client killed too (both containments), the
+session's own processes do: the forkserver ends every worker's tree, and the kernel continues a stopped
+worker (and forkserver) whose process group the deaths orphaned."""
 
 from __future__ import annotations
 
-from helpers import living, wait_for
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import ALLOW_ALL, living, wait_for
+from peon.workers import proctree
 
 PPID = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "  # the parent of a pid (titles have spaces)
 
@@ -45,3 +56,48 @@ def test_a_pid_whose_start_time_differs_is_never_killed(open_session, leftovers)
     finally:
         bystander.kill()
         bystander.wait()
+
+
+CLIENT = textwrap.dedent("""\
+    import json, sys
+    import peon
+    config = json.loads(sys.argv[3])
+    session = peon.Session(sys.argv[1], config, state_dir=sys.argv[2])
+    session.call("bash", {"command": sys.argv[4], "timeout_seconds": 120})
+""")
+
+
+# Each stop has taken effect before the kills (STOPPED): a worker whose stop is still pending when the
+# last of its forkserver, supervisor and client dies misses the kernel's continue (docs/security.md).
+STOPPED = "until [ $(sed 's/.*) //' /proc/$W/stat | cut -d' ' -f1) = T ]; do :; done; "
+
+
+@pytest.mark.parametrize("attack", ["kill -STOP $W; " + STOPPED + "kill -KILL $S $C",
+                                    "kill -STOP $W $F; " + STOPPED + "kill -KILL $S $C",
+                                    "kill -STOP $W; " + STOPPED + "kill -KILL $F $S $C"],
+                         ids=["stop-worker", "stop-worker-and-forkserver", "stop-worker-kill-forkserver"])
+def test_nothing_of_a_session_outlives_its_client_and_supervisor_killed_by_a_command_that_stopped_its_worker(
+        attack, containment, workspace, tmp_path, leftovers):
+    """No client is left to kill the recorded workers: the session's own processes end it — the stopped
+    worker (and forkserver) included, with the command and what it left in the background (a daemon that
+    setsid-ed too)."""
+    config = {**ALLOW_ALL, "runtime": {"containment": containment}, "sandbox": {"mode": "off"}}
+    command = (PPID + "W=$PPID; F=$(ppid $W); S=$(ppid $F); C=$(ppid $S); echo $W > worker.pid; echo $$ > shell.pid; "
+               "echo $S > supervisor.pid; echo $C > client.pid; sleep 1000 & echo $! > bg.pid; "
+               "(setsid sleep 1000 & echo $! > daemon.pid); echo $F > forkserver.pid; " + attack + "; sleep 1000")
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    client = subprocess.Popen([sys.executable, str(script), str(workspace), str(tmp_path / "state"),
+                               json.dumps(config), command], env=leftovers.env())
+    try:
+        assert client.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert int((workspace / "client.pid").read_text()) == client.pid
+    names = ("supervisor.pid", "forkserver.pid", "worker.pid", "shell.pid", "bg.pid", "daemon.pid")
+    pids = [int((workspace / name).read_text()) for name in names]
+    states = lambda: dict(zip(names, [proctree.state(pid) for pid in pids], strict=True))  # noqa: E731
+    assert wait_for(lambda: living(pids) == [], 20), states()
+    assert leftovers.alive() == []

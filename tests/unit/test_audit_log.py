@@ -206,3 +206,67 @@ def test_a_partial_tail_that_cannot_be_cut_is_ended_with_a_newline(tmp_path, cap
     assert lines[1] == b'{"call_id":"c2","to' and json.loads(lines[2]) == {"call_id": "c3"}
     assert "cannot be cut (Operation not permitted): it was ended with a newline" in capsys.readouterr().err
 
+
+
+# -- a job's lines, when the log cannot take them ----------------------------------------------------
+
+
+def _job_line(event: str, job: str) -> dict:
+    return {"event": event, "job_id": job, "call_id": f"call-{job}"}
+
+
+def _events(path) -> list[tuple[str, str | None]]:
+    return [(entry["event"], entry.get("job_id") or entry.get("call_id")) for entry in jsonl_entries(path)]
+
+
+def test_a_job_line_the_log_cannot_take_is_kept_and_written_before_the_next_line(tmp_path, capsys):
+    state = tmp_path / "state"  # missing: no line can be written
+    log = AuditLog(state, max_bytes=1 << 20, backups=1)
+    assert not log.record(_job_line("job_started", "job-1"))
+    assert not log.record(_job_line("job_ended", "job-1"))
+    assert not log.record({"event": "result", "call_id": "c1"})  # a result line is not kept: reported only
+    err = capsys.readouterr().err
+    assert err.count("it is kept and written once the log can take it") == 2, err
+    assert log.kept == 2
+    state.mkdir()
+    log.commit({"event": "decision", "call_id": "c2"})
+    assert _events(state / "audit.jsonl") == [("job_started", "job-1"), ("job_ended", "job-1"), ("decision", "c2")]
+    assert log.kept == 0
+    log.close()
+
+
+def test_job_lines_past_the_bound_are_counted_and_said_lost(tmp_path, capsys, monkeypatch):
+    from peon.supervisor.approval import audit
+
+    monkeypatch.setattr(audit, "MAX_KEPT_LINES", 2)
+    state = tmp_path / "state"
+    log = AuditLog(state, max_bytes=1 << 20, backups=1)
+    for n in range(1, 5):
+        log.record(_job_line("job_ended", f"job-{n}"))
+    assert log.kept == 2 and "it is counted as lost" in capsys.readouterr().err
+    state.mkdir()
+    log.record({"event": "result", "call_id": "c1"})
+    entries = jsonl_entries(state / "audit.jsonl")
+    assert [e.get("job_id") for e in entries[:2]] == ["job-1", "job-2"]
+    assert entries[2]["event"] == "lost" and entries[2]["count"] == 2 and entries[2]["events"] == {"job_ended": 2}
+    assert entries[3] == {"event": "result", "call_id": "c1"}
+    log.close()
+
+
+def test_kept_lines_are_written_at_close_or_reported_lost_in_one_line(tmp_path, capsys):
+    state = tmp_path / "state"
+    log = AuditLog(state, max_bytes=1 << 20, backups=1)
+    log.record(_job_line("job_ended", "job-7"))
+    state.mkdir()
+    log.close()  # the log can take it now
+    assert _events(state / "audit.jsonl") == [("job_ended", "job-7")]
+    capsys.readouterr()
+    gone = AuditLog(tmp_path / "never", max_bytes=1 << 20, backups=1)
+    gone.record(_job_line("job_started", "job-8"))
+    gone.record(_job_line("job_ended", "job-8"))
+    capsys.readouterr()
+    gone.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "2 audit line(s)" in lines[0] and "are lost" in lines[0], lines
+    assert "job_started job-8, job_ended job-8" in lines[0]
+    assert gone.kept == 0

@@ -21,12 +21,23 @@ def test_the_owner_is_read_from_peon_names_only():
     ("gone", False, "remove"),
     ("reused", False, "remove"),
     ("alive", False, "keep: its supervisor may be alive"),
-    ("gone", True, "keep: it holds processes"),
+    ("gone", True, "end: its supervisor is gone"),
+    ("reused", True, "end: its supervisor is gone"),
     ("alive", True, "keep: it holds processes"),
 ])
 def test_only_an_empty_cgroup_of_a_gone_supervisor_is_removed(owner, populated, verdict):
+    """Removed when empty; when it still holds processes, no supervisor answers for them any more: ended."""
     assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", owner, populated) == verdict
     assert judge_leftover("user-service", owner, populated) == "not Peon's"
+
+
+@pytest.mark.parametrize("owner", ["gone", "reused"])
+def test_processes_of_another_pid_namespace_are_kept(owner):
+    """The pid in the name is one of the pid namespace the supervisor ran in: when no member is in this
+    one, its being gone here proves nothing."""
+    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", owner, True, visible=False) == (
+        "keep: its processes are in another pid namespace")
+    assert judge_leftover("peon-4c1e9a0b2f3d4e5f-4242", owner, False, visible=False) == "remove"
 
 
 @pytest.mark.parametrize("populated", [False, True])

@@ -54,3 +54,17 @@ def test_each_broken_invariant_is_found(chaos):
     assert "no ok call within 30 s after full_disk" in text
     assert "client_death" not in text  # too close to the end to judge
     assert len(found) == 9
+
+
+def test_a_job_of_a_closed_session_with_no_job_ended_line_is_found(chaos):
+    closed = [_call("a", 1.0), {"op": "closed", "t": 2.0}]
+    audit = {"/s": {"decided": {"a"}, "broken": [], "unended": {"j1", "j2"}, "lost": 1}}
+    found = chaos.violations([chaos.Instance(0, "cgroup", "tag", Path("/s"), closed)], [], audit, 100.0, 30.0)
+    assert found == ["slot 0 (cgroup): job j1 started with no job_ended line in the audit log",
+                     "slot 0 (cgroup): job j2 started with no job_ended line in the audit log"]
+    # Counted by a lost line, or its session's supervisor died (its lines died with it): not a violation.
+    audit["/s"]["lost"] = 2
+    assert chaos.violations([chaos.Instance(0, "cgroup", "tag", Path("/s"), closed)], [], audit, 100.0, 30.0) == []
+    audit["/s"]["lost"] = 0
+    died = [_call("a", 1.0, ok=False, code="supervisor_died"), {"op": "closed", "t": 2.0}]
+    assert chaos.violations([chaos.Instance(0, "cgroup", "tag", Path("/s"), died)], [], audit, 100.0, 30.0) == []
