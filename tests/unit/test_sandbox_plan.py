@@ -19,8 +19,8 @@ from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
 from peon.core.environment import CACHE_VARIABLES, cache_environment
 from peon.workers.sandbox.plan import (
-    QUIET_PROFILE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits, landlock_rules, layers,
-    protected_paths, quiet_profile, seccomp_rules, unenforced,
+    QUIET_PROFILE, RUN_NEXT_LINE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits,
+    landlock_rules, layers, protected_paths, quiet_profile, seccomp_rules, unenforced,
 )
 
 PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
@@ -324,8 +324,12 @@ def test_the_new_plan_fields_round_trip_and_are_checked():
 
 
 def test_a_login_profile_is_silenced_and_the_command_keeps_its_stderr():
-    assert quiet_profile(["/bin/bash", "-lc", "make"]) == ["/bin/bash", "-c", QUIET_PROFILE + "make"]
+    assert quiet_profile(["/bin/bash", "-lc", "make"]) == [
+        "/bin/bash", "-c", QUIET_PROFILE.removesuffix("\n") + RUN_NEXT_LINE + "make"]
     assert QUIET_PROFILE.endswith("} 2>/dev/null\n")
+    first_line = quiet_profile(["/bin/bash", "-lc", "make"])[2].split("\n")[0]  # eval runs what follows it
+    assert first_line.endswith('eval -- "${BASH_EXECUTION_STRING#*[[:cntrl:]]}"; exit')
+    assert not any(ch < " " for ch in first_line)  # the first control character is the newline
     assert quiet_profile(["/usr/bin/claude", "-p", "x"]) == ["/usr/bin/claude", "-p", "x"]
 
 
