@@ -78,7 +78,8 @@ def _target(path: WorkspacePath, args: Mapping[str, Any], session: SessionView) 
     try:
         return access, resolve_target(path, access, session)
     except ToolError as exc:
-        if mode == "replace" and exc.code is ErrorCode.NOT_FOUND and (exc.details or {}).get("at") != path.normalized:
+        missing = (exc.details or {}).get("at")  # the component that is not there (None: the file itself)
+        if mode == "replace" and exc.code is ErrorCode.NOT_FOUND and missing not in (None, path.normalized):
             raise ToolError(exc.code, f"{exc.message} (mode 'replace' does not create directories; mode 'create' "
                             "does)", exc.details) from None
         raise
