@@ -150,7 +150,7 @@ def test_paths_expand_home_of_the_session():
 def test_sandbox_is_on_by_default_where_the_kernel_allows():
     config = load_config(env={}).config
     assert config.sandbox.mode == "auto" and config.sandbox.kind == "landlock"
-    assert ".git/hooks" in config.sandbox.protected and config.sandbox.caches == "session"
+    assert ".git/hooks" in config.sandbox.protected and config.sandbox.caches == "workspace"
     assert config.sandbox.readable == ("/",) and config.sandbox.network is True
     assert config.agents.claude.sandbox is False
 
@@ -378,6 +378,24 @@ def test_a_session_cache_directory_planted_in_the_temp_dir_is_not_used(tmp_path)
     assert cache_dir(SimpleNamespace(caches="off"), {"TMPDIR": str(tmp_path)}, "s3") is None
     user = cache_dir(SimpleNamespace(caches="user"), {"HOME": str(tmp_path / "home")}, "s4")
     assert user == str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox")
+
+
+def test_a_workspaces_sessions_share_one_cache_directory_outside_it(tmp_path):
+    """caches = "workspace" (the default): one directory per workspace beneath the user's cache directory,
+    the same for each of its sessions, another for another workspace, never inside the workspace."""
+    from peon.workers.sandbox import cache_dir
+
+    section = SimpleNamespace(caches="workspace")
+    env = {"HOME": str(tmp_path / "home")}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = cache_dir(section, env, "s1", str(tmp_path / "a"))
+    assert first == cache_dir(section, env, "s2", str(tmp_path / "a"))
+    assert first != cache_dir(section, env, "s3", str(tmp_path / "b"))
+    assert first is not None and first.startswith(str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox"))
+    assert os.stat(first).st_mode & 0o777 == 0o700 and not first.startswith(str(tmp_path / "a"))
+    assert cache_dir(section, {"XDG_CACHE_HOME": str(tmp_path / "xdg")}, "s4", str(tmp_path / "a")).startswith(
+        str(tmp_path.resolve() / "xdg" / "peon" / "sandbox" / "workspaces"))
 
 
 def test_the_environment_follows_the_sandbox_network():

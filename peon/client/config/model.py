@@ -54,7 +54,7 @@ Policy = Action  # allow / ask / deny, as peon.approval.policy decides them
 ContainmentMode = Literal["auto", "cgroup", "process-tree"]
 SandboxMode = Literal["off", "auto", "required"]
 SandboxKind = Literal["landlock", "bwrap"]
-SandboxCaches = Literal["session", "user", "off"]
+SandboxCaches = Literal["workspace", "session", "user", "off"]
 # A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
 RiskName = Annotated[ToolRisk, Field(strict=False)]
 
@@ -174,7 +174,7 @@ class Sandbox(_Section):
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...] = ()
-    caches: SandboxCaches = "session"
+    caches: SandboxCaches = "workspace"
 
     @field_validator("writable", "readable")
     @classmethod
