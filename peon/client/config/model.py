@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from peon.approval.policy import Action, check_command_prefix, check_path_prefix
-from peon.core.environment import ENV_NAME
+from peon.core.environment import ENV_NAME, LOGIN_PROFILE
 from peon.core.tool import ToolRisk
 
 
@@ -145,7 +145,21 @@ def _environment_names(table: dict[str, Any]) -> dict[str, Any]:
     return table
 
 
-Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment_names)]
+def _login_profile_setting(table: Any) -> Any:
+    """``login_profile`` is a setting, not a variable: a boolean; ``true`` (the default) is kept as its
+    absence, ``false`` as the one false value the variables' rule accepts."""
+    if isinstance(table, dict) and LOGIN_PROFILE in table:
+        value = table[LOGIN_PROFILE]
+        if not isinstance(value, bool):
+            raise ValueError(f"{LOGIN_PROFILE} must be true (commands read the login profile: bash -lc) or false "
+                             f"(bash -c with Peon's own clean profile), got {value!r}")
+        if value:
+            table = {name: v for name, v in table.items() if name != LOGIN_PROFILE}
+    return table
+
+
+Environment = Annotated[dict[str, EnvironmentValue], BeforeValidator(_login_profile_setting),
+                        AfterValidator(_environment_names)]
 
 
 class Runtime(_Section):
