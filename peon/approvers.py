@@ -13,7 +13,11 @@ Promises:
   it was told to, and denies everything else with a reason;
 * :class:`TerminalApprover` shows the whole request on a terminal with control and bidirectional
   characters made visible (a command cannot repaint or reorder the prompt), and returns exactly the
-  answer typed; end of input, no terminal, or repeated nonsense is a denial.
+  answer typed; end of input, no terminal, or repeated nonsense is a denial;
+* the request reads top down: the action in one line, the command as typed (words Peon cannot resolve
+  are shown as written, never as ``?``), what it touches, the sandbox in one line
+  (:func:`peon.core.sandbox_words.call_sandbox_line`, never the plan's raw JSON), the other details, and
+  the exact input.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import unicodedata
 from typing import Any, TextIO
 from collections.abc import Callable, Iterable, Mapping
 
+from peon.core.sandbox_words import call_sandbox_line
 from peon.core.tool import RISK_NAMES
 from peon.core.text import shorten_counted
 
@@ -64,6 +69,8 @@ MAX_SHOWN_CHARS = 4000
 MAX_SEGMENTS_SHOWN = 50
 MAX_ATTEMPTS = 5
 ALIASES = {"y": "o", "n": "d"}  # "yes" allows once, "no" denies
+SHOWN_APART = ("sandbox", "segments")  # details with a line of their own, not dumped as JSON
+TOUCHED = (("path", ""), ("paths", ""), ("destination", "to "), ("create_directories", "makes "))
 
 
 def visible(text: str) -> str:
@@ -96,19 +103,63 @@ def request_facts(request: Mapping[str, Any]) -> list[str]:
         f"  risk:    {visible(risk)} ({bounded(str(request.get('risk_reason', '')), 500)})",
         f"  action:  {bounded(str(request.get('summary', '')))}",
     ]
+    given = request.get("details")
+    details: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    command = typed_command(request.get("canonical_input"))
+    if command is not None:
+        lines.append(f"  command: {bounded(command, 1000)}")
+    touched = touches(details)
+    if touched:
+        lines.append(f"  touches: {bounded(touched, 1000)}")
+    sandbox = details.get("sandbox")
     if request.get("sandboxed"):
-        lines.append("  sandbox: the call runs inside the OS sandbox")
-    details = request.get("details") or {}
-    if isinstance(details, Mapping) and details:
+        said = f": {call_sandbox_line(sandbox)}" if isinstance(sandbox, Mapping) and sandbox.get("active") else ""
+        lines.append(f"  sandbox: the call runs inside the OS sandbox{bounded(said, 1000)}")
+    elif isinstance(sandbox, Mapping):
+        lines.append(f"  sandbox: {bounded(call_sandbox_line(sandbox), 1000)}")
+    rest = {key: value for key, value in details.items() if key not in SHOWN_APART and value is not None}
+    segments = details.get("segments")
+    if rest or isinstance(segments, list):
         lines.append("  details:")
-        for key, value in details.items():
-            if key == "segments" and isinstance(value, list):
-                lines.extend(render_segments(value))
-                continue
+        if isinstance(segments, list):
+            lines.extend(render_segments(segments))
+        for key, value in rest.items():
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"    {visible(str(key))}: {bounded(shown, 1000)}")
     lines.append(f"  input:   {bounded(str(request.get('canonical_input', '')))}")
     return lines
+
+
+def typed_command(canonical_input: Any) -> str | None:
+    """The command line of a call whose input has one (``bash``'s ``command``), exactly as typed."""
+    if not isinstance(canonical_input, str) or '"command"' not in canonical_input:
+        return None
+    try:
+        given = json.loads(canonical_input)
+    except ValueError:
+        return None
+    command = given.get("command") if isinstance(given, dict) else None
+    return command if isinstance(command, str) else None
+
+
+def touches(details: Mapping[str, Any]) -> str:
+    """The paths a call names in its details — the file, the directories it makes, the destination, and
+    for a command its working directory and where its redirections write — in one line."""
+    parts: list[str] = []
+    for key, prefix in TOUCHED:
+        value = details.get(key)
+        if isinstance(value, str) and value:
+            parts.append(prefix + value)
+        elif isinstance(value, list) and value:
+            parts.append(prefix + ", ".join(str(v) for v in value))
+    if isinstance(details.get("cwd"), str):
+        parts.append(f"runs in {details['cwd']}")
+    targets = [str(target).lstrip(">&|") for segment in details.get("segments") or () if isinstance(segment, dict)
+               for target in segment.get("redirects") or () if str(target).startswith((">", "&>"))]
+    writes = [target for target in targets if target and not target.rstrip("-").isdigit() and target != "-"]
+    if writes:
+        parts.append("writes " + ", ".join(writes))
+    return "; ".join(parts)
 
 
 def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple[str, dict[str, dict[str, Any]]]:

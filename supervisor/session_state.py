@@ -18,6 +18,7 @@ from typing import Any
 from peon.core.config_view import ConfigView, ResolvedConfig
 from peon.core.environment import build_environment
 from peon.core.errors import ConfigError, PeonError
+from peon.core.session_record import RECORD_NAME, write_record
 from peon.approval.policy import ApprovalPolicy
 from peon.core.registry import Registry, build_registry
 from peon.core.tool import SessionView, Tool
@@ -91,6 +92,10 @@ class SessionState:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise ConfigError(f"cannot create the session state directory {state_dir}: {exc.strerror}") from None
+        try:  # the evidence `peon sessions prune` decides liveness by: this process, and when it started
+            write_record(state_dir, session_id, str(workspace), os.getpid())
+        except OSError as exc:
+            raise ConfigError(f"cannot write {state_dir / RECORD_NAME}: {exc.strerror}") from None
         view = SessionView(workspace=workspace, config=loaded.config, env=env, session_id=session_id,
                            skills=skills.available, sandbox=sandbox_status, root_fd=root_fd,
                            spill_dir=state_dir.resolve())

@@ -389,7 +389,8 @@ def sandbox_readable(request: ApprovalRequest) -> tuple[str, ...] | None:
 
 
 def _show_segment(segment: Segment) -> str:
-    text = " ".join("?" if w is None else (shlex.quote(w) if w else "''") for w in segment.words)
+    text = " ".join(segment.as_written(i) if w is None else (shlex.quote(w) if w else "''")
+                    for i, w in enumerate(segment.words))
     return f"`{text[:200]}`"
 
 

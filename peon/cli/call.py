@@ -27,7 +27,7 @@ import types
 from typing import Any
 from collections.abc import Callable, Mapping
 
-from peon.cli.common import UsageError, open_session
+from peon.cli.common import UsageError, one_shot, open_session
 
 
 def has_controlling_terminal() -> bool:
@@ -136,7 +136,7 @@ def cmd_call(options: argparse.Namespace) -> int:
     progress = ProgressLine(options.tool, sys.stderr.isatty())
     with DeferredInterrupt() as starting:
         session = open_session(options, approver=terminal_approver())
-    with session:
+    with one_shot(session, options):
         if starting.interrupted:
             return 130
         handle = session.submit(options.tool, arguments, on_progress=progress.update)

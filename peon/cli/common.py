@@ -10,6 +10,9 @@ session: ``peon mcp`` starts its supervisor before anything else is imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +28,15 @@ class UsageError(Exception):
     """Bad input from the person at the command line (exit status 2)."""
 
 
-def add_session_arguments(sub: argparse.ArgumentParser, allow: bool = False) -> None:
-    """The options of a command that opens a session; ``allow``: it offers ``--allow RISK`` too."""
+def add_session_arguments(sub: argparse.ArgumentParser, allow: bool = False, one_shot: bool = False) -> None:
+    """The options of a command that opens a session; ``allow``: it offers ``--allow RISK`` too;
+    ``one_shot``: its session ends with the command and leaves no state unless ``--keep-state``."""
     sub.add_argument("--workspace", "-w", default=".", metavar="DIR", help="the workspace directory (default: .)")
+    if one_shot:
+        sub.add_argument("--keep-state", action="store_true", help="keep the session's state directory (its audit "
+                         "log) when the command ends; by default a one-shot command leaves nothing behind")
+    else:
+        sub.set_defaults(keep_state=True)
     sub.add_argument("--config", metavar="PATH", help="a TOML configuration file applied over the defaults")
     if allow:
         sub.add_argument("--allow", action="append", choices=RISK_NAMES, metavar="RISK",
@@ -57,6 +66,26 @@ def open_session(options: argparse.Namespace, **kwargs: Any) -> Session:
     if not workspace.is_dir():
         raise UsageError(f"workspace {workspace} is not an existing directory")
     return peon.Session(workspace, config_argument(options.config, options.allow), **kwargs)
+
+
+@contextlib.contextmanager
+def one_shot(session: Session, options: argparse.Namespace) -> Iterator[Session]:
+    """``session`` for one command: closed at the end and, unless ``--keep-state``, its state directory
+    (which only this command's session used: the default one named by its id) removed."""
+    try:
+        yield session
+    finally:
+        session.close()
+        if not getattr(options, "keep_state", True):
+            forget_state(session)
+
+
+def forget_state(session: Session) -> None:
+    from peon.client.session import default_state_root
+
+    state_dir = Path(session.state_dir)
+    if state_dir.parent == default_state_root() and state_dir.name == session.session_id:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def describe_os_error(exc: OSError) -> str:

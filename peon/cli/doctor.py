@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
-from peon.cli.common import USAGE_ERROR, config_argument, describe_os_error, open_session
+from peon.cli.common import USAGE_ERROR, config_argument, describe_os_error, one_shot, open_session
 
 
 def probe_subreaper() -> dict[str, Any]:
@@ -139,7 +139,7 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     session_sandbox: dict[str, Any] | None = None
     code = 0
     try:
-        with open_session(options) as session:
+        with one_shot(open_session(options), options) as session:
             info = session.info
         session_sandbox = info.get("sandbox")
         facts["containment"] = info.get("containment")

@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from peon.cli import call, doctor, mcp, serve, setup, skills, tools
+from peon.cli import call, doctor, mcp, serve, sessions, setup, skills, tools
 from peon.cli.common import USAGE_ERROR, UsageError, add_session_arguments, describe_os_error
 
 
@@ -47,30 +47,33 @@ def build_parser() -> argparse.ArgumentParser:
     call_parser.add_argument("tool", help="the tool name (see `peon tools`)")
     call_parser.add_argument("input", help="the tool input as a JSON object, or - to read it from stdin")
     call_parser.add_argument("--json", action="store_true", help="print the result as JSON, also on a terminal")
-    add_session_arguments(call_parser, allow=True)
+    add_session_arguments(call_parser, allow=True, one_shot=True)
     call_parser.set_defaults(run=call.cmd_call)
 
     tools_parser = commands.add_parser("tools", help="list the tools, their risks and descriptions")
     tools_parser.add_argument("--json", action="store_true", help="print every tool with its schemas as JSON")
-    add_session_arguments(tools_parser)
+    add_session_arguments(tools_parser, one_shot=True)
     tools_parser.set_defaults(run=tools.cmd_tools)
 
     skills_parser = commands.add_parser("skills", help="list discovered skills and why others were skipped")
     skills_parser.add_argument("--json", action="store_true", help="print the session's skill report as JSON")
-    add_session_arguments(skills_parser)
+    add_session_arguments(skills_parser, one_shot=True)
     skills_parser.set_defaults(run=skills.cmd_skills)
 
     doctor_parser = commands.add_parser("doctor", help="show the facts about this machine that matter to Peon")
     doctor_parser.add_argument("--json", action="store_true", help="print the facts as JSON")
     doctor_parser.add_argument("--clean", action="store_true",
                                help="first remove the empty cgroups of Peon sessions whose supervisor is gone")
-    add_session_arguments(doctor_parser)
+    add_session_arguments(doctor_parser, one_shot=True)
     doctor_parser.set_defaults(run=doctor.cmd_doctor)
 
     setup_parser = commands.add_parser("setup", help="register Peon with an agent client (Claude Code, Codex, "
                                        "Cursor, VS Code) and turn off the client's own file and shell tools")
     setup.add_arguments(setup_parser)
     setup_parser.set_defaults(run=setup.cmd_setup)
+    sessions_parser = commands.add_parser("sessions", help="list the sessions' state; `prune` removes ended ones'")
+    sessions.add_arguments(sessions_parser)
+    sessions_parser.set_defaults(run=sessions.cmd_sessions)
     return parser
 
 

@@ -21,16 +21,14 @@ def cmd_mcp(options: argparse.Namespace) -> int:
     early = launch(workspace) if workspace.is_dir() else None
     try:
         import peon
+        from peon.mcp.instructions import server_instructions
         from peon.mcp.protocol import ServerIdentity
         from peon.mcp.stdio import serve
 
-        identity = ServerIdentity(
-            name="peon", version=peon.__version__, title="Peon",
-            instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
-                          "and approved, runs in its own worker with bounded time and output, and everything it "
-                          "started is killed when it ends. Process tools are not sandboxed unless the session's "
-                          "OS sandbox is on (their approval details and results say so)."),
-        )
+        # initialize is answered before the session has started (peon.mcp.stdio): the instructions say
+        # where each result tells the sandbox, rather than guess it.
+        identity = ServerIdentity(name="peon", version=peon.__version__, title="Peon",
+                                  instructions=server_instructions(str(workspace), None))
         return serve(lambda approver: open_session(options, approver=approver, launch=early), identity)
     finally:
         if early is not None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from peon.cli.common import open_session
+from peon.cli.common import one_shot, open_session
 
 
 def cmd_skills(options: argparse.Namespace) -> int:
-    with open_session(options) as session:
+    with one_shot(open_session(options), options) as session:
         skills = session.info.get("skills") or {"available": [], "skipped": []}
     if options.json:
         print(json.dumps(skills, indent=2))

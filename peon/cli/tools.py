@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from peon.cli.common import open_session
+from peon.cli.common import one_shot, open_session
 
 
 def first_sentence(text: str) -> str:
@@ -14,7 +14,7 @@ def first_sentence(text: str) -> str:
 
 
 def cmd_tools(options: argparse.Namespace) -> int:
-    with open_session(options) as session:
+    with one_shot(open_session(options), options) as session:
         tools = session.tools()
     if options.json:
         print(json.dumps(tools, indent=2, ensure_ascii=False))

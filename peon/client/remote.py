@@ -15,6 +15,9 @@ Promises:
   server's tool failures keep their code (``denied``, ``not_found``, …); an unknown tool is
   ``unknown_tool``; a server that cannot be reached, or a connection that breaks, is retried and then
   reported as ``connection_lost`` — a caller never waits forever on a dead server;
+* a server that answers 503 "not ready" (its session is still starting, or its supervisor is being
+  replaced) is asked again after its ``Retry-After`` for up to ``ready_timeout`` seconds, then reported
+  as ``connection_lost`` naming why it was not ready;
 * each call carries a fresh ``peon/idempotencyKey``, reused by its retries, so a call the server
   already ran is answered from the server's store and never runs twice;
 * approval requests reach ``approver`` exactly as a local session's approver sees them (the server
@@ -39,6 +42,7 @@ from typing import Any
 
 from peon.core.errors import ErrorCode, SessionError, ToolError
 from peon.mcp.elicitation import APPROVAL_META_KEY, MAX_REASON_CHARS
+from peon.mcp.jsonrpc import NOT_READY
 from peon.mcp.tools import ERROR_META_KEY, IDEMPOTENCY_KEY, RISK_META_KEY
 from peon.client.result import PendingResult, ToolResult, new_call_id
 from peon.core.tool import RISK_NAMES
@@ -55,6 +59,14 @@ _OUTPUT_BYTES = re.compile(r"(\d+) bytes of output")
 
 class _TransportFailure(Exception):
     """The request did not get an answer from the server (unreachable, reset, stream cut)."""
+
+
+class _NotReady(_TransportFailure):
+    """The server answered 503 "not ready": ask again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def _sdk() -> Any:
@@ -204,7 +216,7 @@ class AsyncRemoteSession:
     def __init__(self, url: str, *, token: str | None = None, approver: Approver | None = None,
                  protocol: str = "auto", retries: int = 2, connect_timeout: float = 10.0,
                  read_timeout: float | None = 90.0, headers: Mapping[str, str] | None = None,
-                 token_header: str = "Authorization"):
+                 token_header: str = "Authorization", ready_timeout: float = 60.0):
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if retries < 0:
@@ -213,6 +225,7 @@ class AsyncRemoteSession:
         self.approver = approver
         self.protocol = protocol
         self.retries = retries
+        self.ready_timeout = ready_timeout  # how long a server that answers "not ready" is waited for
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout  # the server sends keep-alives every 15 s while a call runs
         self._headers = dict(headers or {})
@@ -266,7 +279,19 @@ class AsyncRemoteSession:
         return not self._closed and self._connection is not None and not self._connection.dead.is_set()
 
     async def _connect(self) -> _Connection:
-        """The current connection, or a new one when there is none or it broke."""
+        """The current connection, or a new one when there is none or it broke; a server still starting is
+        asked again after its ``Retry-After`` until ``ready_timeout``."""
+        deadline = asyncio.get_running_loop().time() + self.ready_timeout
+        while True:
+            try:
+                return await self._connect_once()
+            except _NotReady as exc:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise
+                await asyncio.sleep(min(max(exc.retry_after, 0.05), 2.0, left))
+
+    async def _connect_once(self) -> _Connection:
         assert self._connect_lock is not None, "start the session first"
         async with self._connect_lock:
             if self._closed:
@@ -295,6 +320,9 @@ class AsyncRemoteSession:
                 data = leaf.error.data
                 if isinstance(data, Mapping) and data.get("code") == ErrorCode.UNAUTHORIZED.value:
                     return ToolError(ErrorCode.UNAUTHORIZED, f"{self.url} refused the session: {leaf.error.message}")
+                if isinstance(data, Mapping) and data.get("code") == NOT_READY:
+                    wait = data.get("retry_after_seconds")
+                    return _NotReady(leaf.error.message, float(wait) if isinstance(wait, (int, float)) else 1.0)
         return _TransportFailure(_describe(exc))
 
     # -- calls --------------------------------------------------------------------------------------
@@ -430,10 +458,10 @@ class RemoteSession:
     def __init__(self, url: str, *, token: str | None = None, approver: Approver | None = None,
                  protocol: str = "auto", retries: int = 2, connect_timeout: float = 10.0,
                  read_timeout: float | None = 90.0, headers: Mapping[str, str] | None = None,
-                 token_header: str = "Authorization"):
+                 token_header: str = "Authorization", ready_timeout: float = 60.0):
         self._async = AsyncRemoteSession(url, token=token, approver=approver, protocol=protocol, retries=retries,
                                          connect_timeout=connect_timeout, read_timeout=read_timeout, headers=headers,
-                                         token_header=token_header)
+                                         token_header=token_header, ready_timeout=ready_timeout)
         self.url = url
         self._loop = asyncio.new_event_loop()
         self._thread = helper_thread(self._loop.run_forever, name="peon-remote")

@@ -13,6 +13,8 @@ Promises:
   system opens ``.GIT/config`` as ``.git/config``). ``write``, ``edit`` and ``apply_patch`` carry it as
   ``agent_control`` in their details and are asked whatever ``approval.filesystem`` says; reading any
   of these paths is free.
+* :func:`created_entry` is the same decision for the directories a create makes: one that is an entry,
+  is beneath one, or would hold one (a new ``.git`` holds ``.git/hooks``) is agent-control.
 * :func:`command_paths` is the sandbox plan's reading of the same entries: each at the root of a
   writable directory (``**/`` dropped: the mount view covers what exists, it does not search the tree),
   without the git directory as a whole — git writes its objects, index and refs there on every commit,
@@ -90,6 +92,28 @@ def entry_for(parts: tuple[str, ...], protected: Iterable[str]) -> str | None:
         if any(folded[start:start + length] == pattern for start in starts):
             best, best_length = entry, length
     return best
+
+
+def created_entry(directories: Iterable[str], protected: Iterable[str]) -> tuple[str, str] | None:
+    """(the entry, the directory) for the first directory to be created that is an entry, is beneath one,
+    or holds one (making ``.git`` makes the place of ``.git/hooks``), or None."""
+    entries = tuple(protected)
+    for directory in directories:
+        parts = tuple(directory.split("/"))
+        entry = entry_for(parts, entries) or _held_by(tuple(part.lower() for part in parts), entries)
+        if entry is not None:
+            return entry, directory
+    return None
+
+
+def _held_by(folded: tuple[str, ...], entries: tuple[str, ...]) -> str | None:
+    for entry in entries:
+        anywhere, pattern = _pattern(entry)
+        tails = range(len(folded)) if anywhere else range(1)
+        if any(len(folded) - start < len(pattern) and folded[start:] == pattern[:len(folded) - start]
+               for start in tails):
+            return entry
+    return None
 
 
 def command_paths(protected: Iterable[str]) -> tuple[str, ...]:

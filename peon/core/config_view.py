@@ -132,7 +132,7 @@ class SandboxView:
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...]
-    caches: Literal["session", "user", "off"]
+    caches: Literal["workspace", "session", "user", "off"]
 
 
 @dataclass(frozen=True, slots=True)

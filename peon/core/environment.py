@@ -23,7 +23,11 @@ Promises:
   neither the session's environment nor ``[environment]`` names it already; with an egress allowlist
   (``sandbox.network = [hosts...]``), ``HTTP(S)_PROXY`` name the session's proxy and ``NO_PROXY`` the
   command's own loopback, whatever the session had; with ``sandbox.network = false``, package managers
-  are put in their offline modes (:data:`OFFLINE`) unless the session set those variables.
+  are put in their offline modes (:data:`OFFLINE`) unless the session set those variables;
+* ``login_profile`` in ``[environment]`` is a setting, never a variable: ``true`` (the default) runs
+  commands with ``bash -lc`` (the user's login profile is read first), ``false`` with ``bash -c`` and
+  Peon's own clean profile — this environment, with no file sourced: ``BASH_ENV`` and ``ENV`` are dropped
+  unless ``[environment]`` sets them (:func:`shell_flag`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ if TYPE_CHECKING:
     from peon.core.tool import SessionView
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+LOGIN_PROFILE = "login_profile"  # the [environment] key that is a setting (a boolean), not a variable
+STARTUP_FILES = ("BASH_ENV", "ENV")  # what a non-login bash -c (or sh) would source
+
+
+def login_profile(settings: Mapping[str, str | bool]) -> bool:
+    """Whether commands read the user's login profile (``[environment] login_profile``, true by default)."""
+    return settings.get(LOGIN_PROFILE) is not False
+
+
+def shell_flag(settings: Mapping[str, str | bool]) -> str:
+    """``-lc`` (a login shell: the profile is read), or ``-c`` when ``login_profile = false``."""
+    return "-lc" if login_profile(settings) else "-c"
 
 
 def split_search_path(path: str) -> tuple[list[str], list[str]]:
@@ -51,8 +67,11 @@ def split_search_path(path: str) -> tuple[list[str], list[str]]:
 def build_environment(inherited: Mapping[str, str], settings: Mapping[str, str | bool]) -> dict[str, str]:
     """``inherited`` with ``settings`` applied (a string sets, ``False`` keeps) and ``PATH`` made absolute."""
     env = dict(inherited)
+    if not login_profile(settings):  # Peon's clean profile: no startup file unless [environment] names one
+        for name in STARTUP_FILES:
+            env.pop(name, None)
     for name, value in settings.items():
-        if isinstance(value, str):
+        if isinstance(value, str) and name != LOGIN_PROFILE:
             env[name] = value
     # No PATH, or none that is absolute, would leave the search to the program: bash's built-in
     # default ends with ".", the workspace. The POSIX default is used instead.

@@ -28,6 +28,9 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# error.data.code of a server whose session has not started yet: the client waits error.data.retry_after_seconds
+# (the HTTP Retry-After) and sends the request again.
+NOT_READY = "not_ready"
 
 RequestId = str | int
 

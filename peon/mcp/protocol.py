@@ -46,6 +46,7 @@ from peon.mcp.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    NOT_READY,
     PARSE_ERROR,
     Malformed,
     Message,
@@ -85,7 +86,8 @@ from peon.mcp.tools import ERROR_META_KEY, annotations_for, call_result, render_
 
 __all__ = [
     "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR",
-    "INVALID_PARAMS", "INVALID_REQUEST", "LATEST_HANDSHAKE", "METHOD_NOT_FOUND", "MODERN_VERSIONS", "PARSE_ERROR",
+    "INVALID_PARAMS", "INVALID_REQUEST", "LATEST_HANDSHAKE", "METHOD_NOT_FOUND", "MODERN_VERSIONS", "NOT_READY",
+    "PARSE_ERROR",
     "PROTOCOL_VERSION_KEY", "RESOURCE_NOT_FOUND", "SCOPES", "SERVER_INFO_KEY", "UNSUPPORTED_PROTOCOL_VERSION",
     "Answer", "CancelRequest", "Catalog", "ClientReply", "Connection", "Era", "Event", "Feature", "Ignored",
     "JobUri", "LogFeed", "Malformed", "Message", "Notification", "Plan", "Refused", "Reply", "Request", "RequestId",

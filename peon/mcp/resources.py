@@ -9,6 +9,9 @@ Promises:
   the next offset, the job's state and whether it ended) and ``file:///<path>`` (``read``: a path under
   the workspace's absolute path, or else taken as relative to the workspace; the tool decides on the
   resolved path, its secret-path rule and its risk);
+* a ``file:`` path outside the workspace that names a system location (its first component is one of
+  :data:`SYSTEM_ROOTS`: ``file:///etc/passwd``, ``file:///home/…``) is refused, saying it is outside the
+  workspace — never quietly read as ``etc/passwd`` in the workspace;
 * anything else is :class:`ResourceProblem` (``-32602`` naming the URI and the rule), never a read;
 * ``resources/list`` lists the skills and the jobs; the templates describe every job and file URI.
 """
@@ -33,6 +36,10 @@ _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SKILL_TEMPLATE = "skill://{name}"
 JOB_TEMPLATE = "job://{id}/output"
 FILE_TEMPLATE = "file:///{path}"
+# The top-level directories of a Linux filesystem: a file URI beginning with one outside the workspace means
+# that absolute path, not a workspace-relative one (decided without I/O).
+SYSTEM_ROOTS = frozenset({"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "media", "mnt",
+                          "nix", "opt", "proc", "root", "run", "sbin", "snap", "srv", "sys", "tmp", "usr", "var"})
 
 
 class ResourceProblem(ValueError):
@@ -98,6 +105,10 @@ def parse_uri(uri: Any, workspace: str) -> Target:
         root = workspace.rstrip("/")
         if root and (path == root or path.startswith(root + "/")):
             path = path[len(root):]
+        elif path.lstrip("/").split("/", 1)[0] in SYSTEM_ROOTS:
+            raise ResourceProblem(f"{shown(uri)} names {shown(path)}, outside the workspace: file resources serve "
+                                  f"the workspace's files only (file://{root}/<path>, or file:///<path> relative to "
+                                  "the workspace)")
         relative = path.lstrip("/")
         if not relative or posixpath.normpath(relative) == ".":
             raise ResourceProblem(f"{shown(uri)} names the workspace itself, not a file in it")

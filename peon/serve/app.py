@@ -307,8 +307,9 @@ class McpEndpoint:
             return
         router = state.router
         if router is None:
-            reason = state.readiness() or "starting"
-            await send_json(send, 503, rpc_error(p.INTERNAL_ERROR, f"not ready: {reason}"), {"Retry-After": "1"})
+            reason = state.readiness() or "starting"  # data.code lets a client (RemoteSession) wait and retry
+            await send_json(send, 503, p.error_response(None, p.INTERNAL_ERROR, f"not ready: {reason}", {
+                "code": p.NOT_READY, "retry_after_seconds": 1}), {"Retry-After": "1"})
             return
         wants_json, wants_sse = wire.accepts(headers.get("accept"))
         if not (wants_json and wants_sse):

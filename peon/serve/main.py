@@ -8,7 +8,11 @@ Promises:
 * the token is read from a file or an environment variable and removed from the environment the
   session — and so every command a tool runs — inherits;
 * ``/healthz`` answers as soon as the socket listens; the session starts behind it (``/readyz`` says
-  when it is ready);
+  when it is ready), and until it has started ``/mcp`` answers 503 with ``Retry-After``;
+* ``--port-file`` is written (atomically) only once the session has started and ``/mcp`` serves it: a
+  client that connects the moment the file appears is served, never told "not ready"; a server whose
+  session cannot start writes none;
+* the instructions ``initialize`` returns name the session's real sandbox (:mod:`peon.mcp.instructions`);
 * on ``SIGTERM`` or ``SIGINT`` it drains: ``/readyz`` turns 503 and new requests get 503, running
   calls get up to ``--drain-seconds`` to finish, then the session closes — the running call is
   cancelled (TERM → 2 s → KILL), queued ones fail ``session_closed``, the supervisor flushes and closes
@@ -34,6 +38,7 @@ import uvicorn
 
 from peon import otel
 from peon.mcp import protocol as p
+from peon.mcp.instructions import server_instructions
 
 from peon.serve import logs
 from peon.serve.app import ServeOptions, ServeState, build_app
@@ -153,8 +158,20 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
         if state.draining:
             await asyncio.to_thread(session.close)
             return
-        state.attach(session, loop)
         info = session.info
+        if not identity.instructions:  # before /mcp answers anyone: the sandbox this session really has
+            identity.instructions = server_instructions(str(info.get("workspace") or workspace), info.get("sandbox"))
+        state.attach(session, loop)
+        if config.port_file:  # only now: a client that reads it is served at once
+            try:
+                write_port_file(config.port_file, port)
+            except OSError as exc:
+                log.error("cannot write the port file %s: %s", config.port_file, exc.strerror,
+                          extra={"fields": {"event": "startup_failed"}})
+                exit_code[0] = 1
+                if not draining:  # the session closes with everything it started, then the server exits
+                    draining.append(asyncio.create_task(drain()))
+                return
         log.info("session ready", extra={"fields": {
             "event": "ready", "workspace": info.get("workspace"), "supervisor_pid": info.get("pid"),
             "containment": (info.get("containment") or {}).get("kind"), "tools": len(session.tools()),
@@ -234,10 +251,6 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     log.info("listening on http://%s:%d/mcp", shown_host, port,
              extra={"fields": {"event": "listening", "host": host, "port": port, "workspace": str(workspace),
                                "token": config.token is not None}})
-    if config.port_file:
-        tmp = Path(config.port_file + ".tmp")
-        tmp.write_text(f"{port}\n")
-        tmp.replace(config.port_file)
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(server.serve(sockets=[sock]))
@@ -249,6 +262,13 @@ def run(workspace: Path, session_factory: Callable[..., Any], identity: p.Server
     if state.startup_error is not None:
         return exit_code[0] or 1
     return exit_code[0]
+
+
+def write_port_file(path: str, port: int) -> None:
+    """``port`` in ``path``, replaced atomically: a reader sees the whole number or no file."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(f"{port}\n")
+    tmp.replace(path)
 
 
 def environment_without(name: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "other than a loopback address needs a token)")
     net.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the TCP port (default: {DEFAULT_PORT}; 0 picks "
                      "a free one, see --port-file)")
-    net.add_argument("--port-file", metavar="PATH", help="write the port here once listening")
+    net.add_argument("--port-file", metavar="PATH", help="write the port here once the session has started and "
+                     "/mcp serves it")
     net.add_argument("--token-file", metavar="PATH", help="read the bearer token clients must send from this file")
     net.add_argument("--token-env", metavar="NAME", default="PEON_SERVE_TOKEN",
                      help="read the bearer token from this environment variable when set (default: PEON_SERVE_TOKEN);"
@@ -121,12 +122,8 @@ def command(options: argparse.Namespace) -> int:
         return peon.Session(workspace, config, approver=approver, env=env, state_dir=options.state_dir,
                             session_id=options.session_id)
 
-    identity = ServerIdentity(
-        name="peon", version=peon.__version__, title="Peon",
-        instructions=(f"Peon runs these tools in the workspace {workspace}. Every call is validated, risk-rated "
-                      "and approved, runs in its own worker with bounded time and output, and everything it "
-                      "started is killed when it ends. Process tools are not sandboxed."),
-    )
+    # The instructions name the session's real sandbox once it is up (peon.serve.main), before /mcp answers.
+    identity = ServerIdentity(name="peon", version=peon.__version__, title="Peon")
     serve_options = ServeOptions(
         keepalive_seconds=options.keepalive_seconds, max_body_bytes=max_body, max_sessions=options.max_sessions,
         idempotency_window_seconds=options.idempotency_window, max_requests=options.max_connections,

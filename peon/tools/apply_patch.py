@@ -8,8 +8,10 @@ every resolved file with its action. In the worker each file is resolved again a
 approved one (else ``changed_since_approval``); the updates are computed in memory from the files as
 read, and :func:`peon.workers.fs.apply_changes` installs all of them or none: nothing is written
 until every new content is staged and every check passed, and an install that fails puts back the
-files already changed. A file that changed between its read and the install is ``stale``. The
-result lists each file with its action and new ``sha256``.
+files already changed. A file that changed between its read and the install is ``stale``. An added
+file or a move's destination gets the directories of its path that do not exist, as ``write``'s create
+makes them (shown in each file's ``create_directories``). The result lists each file with its action
+and new ``sha256``, and the directories made.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ APPLY_PATCH_OUTPUT_SCHEMA = {
         },
         "fuzzy_hunks": {"type": "integer", "minimum": 0,
                         "description": "Hunks whose lines matched only with surrounding whitespace ignored."},
+        "created_directories": {"type": "array", "items": {"type": "string"},
+                                "description": "The directories made for added and moved files, outermost "
+                                               "first (only when it made any)."},
     },
     "required": ["files", "fuzzy_hunks"],
 }
@@ -129,8 +134,8 @@ class ApplyPatchTool(Tool):
         "*** Begin Patch\n*** Add File: path\n+line\n*** Update File: path\n*** Move to: new/path (optional)\n"
         "@@ optional line to find first\n context line\n-removed line\n+added line\n*** Delete File: path\n"
         "*** End Patch\n"
-        "Paths are workspace-relative. Each hunk gives about 3 lines of unchanged context around its changes. "
-        "Returns each file's new sha256."
+        "Paths are workspace-relative; an added or moved file's missing directories are created. Each hunk gives "
+        "about 3 lines of unchanged context around its changes. Returns each file's new sha256."
     )
     risk = ToolRisk.FILESYSTEM
     input_schema = {
@@ -182,7 +187,7 @@ class ApplyPatchTool(Tool):
                     window = _read_whole(root, op.path, resolver, source.file)
                     if op.action == "update":
                         updated = apply_hunks(decode_utf8(window.data, f"path {op.path.shown}"), op.hunks,
-                                              op.path.shown)
+                                              op.path.normalized)
                         fuzzy += updated.fuzzy_hunks
                         data = updated.text.encode("utf-8")
                     if op.move_to is not None:
@@ -196,8 +201,9 @@ class ApplyPatchTool(Tool):
                 results.append({"path": op.path.normalized, "action": _action(op),
                                 "move_to": None if op.move_to is None else op.move_to.normalized,
                                 "sha256": None if data is None else hashlib.sha256(data).hexdigest()})
-            fs.apply_changes(root, changes, resolver)
-        return {"files": results, "fuzzy_hunks": fuzzy}
+            made: list[str] = []
+            fs.apply_changes(root, changes, resolver, made=made)
+        return {"files": results, "fuzzy_hunks": fuzzy, **({"created_directories": made} if made else {})}
 
 
 def _read_whole(root: int, path: WorkspacePath, resolver: fs.Resolver, expected: fs.FileId | None) -> fs.Window:

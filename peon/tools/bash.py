@@ -38,7 +38,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from peon.core.environment import command_environment
+from peon.core.environment import command_environment, shell_flag
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import parse_workspace_path
 from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
@@ -110,7 +110,8 @@ class BashTool(Tool):
         from peon.approval.shell import analyze  # here: only the supervisor parses; workers never load the grammar
 
         timeout = call_timeout(args, session)
-        details = {"argv": [BASH, "-lc", args["command"]], **_resolve_cwd(args, session), "timeout_seconds": timeout}
+        flag = shell_flag(session.config.environment)  # -c with [environment] login_profile = false
+        details = {"argv": [BASH, flag, args["command"]], **_resolve_cwd(args, session), "timeout_seconds": timeout}
         analysis = analyze(args["command"])
         details.update(analysis.to_dict())
         if args.get("background"):
@@ -120,7 +121,7 @@ class BashTool(Tool):
             details["sandbox"] = confinement
         sandboxed = bool(session.sandbox.get("active"))
         reason = self.declared_risk_reason() + (", inside the OS sandbox" if sandboxed else "")
-        return Prepared(self.risk, reason, f"run in /bin/bash -lc: {args['command']}", details, timeout,
+        return Prepared(self.risk, reason, f"run in /bin/bash {flag}: {args['command']}", details, timeout,
                         sandboxed=sandboxed, command_analysis=analysis)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -131,7 +132,7 @@ class BashTool(Tool):
             # just-checked path, never the typed one.
             confinement.cwd = str(ctx.workspace / str(ctx.approved["cwd_path"]))
         try:
-            spec = ProcessSpec([BASH, "-lc", args["command"]], str(ctx.workspace),
+            spec = ProcessSpec([BASH, shell_flag(ctx.session.config.environment), args["command"]], str(ctx.workspace),
                                command_environment(ctx.session, ctx.trace),
                                sandbox=confinement, cwd_fd=cwd_fd)
             outcome = await run_process(spec, ctx)

@@ -382,3 +382,19 @@ def test_ctrl_c_while_the_session_starts_exits_cleanly(leftovers, workspace, tmp
     assert "Traceback" not in child.before and "Error" not in child.before
     assert not (workspace / "ran").exists()  # the call was never submitted
     assert wait_for(lambda: not living([supervisor]), 10), "the supervisor outlived the command"
+
+
+def test_one_shot_commands_leave_no_state_unless_asked_and_prune_removes_ended_sessions(leftovers, workspace):
+    sessions = workspace.parent / "home" / ".local" / "state" / "peon" / "sessions"
+    for args in (["tools"], ["call", "read", '{"path": "missing.txt"}'], ["doctor", "--json"]):
+        peon(leftovers, workspace, *args)
+        assert not sessions.exists() or list(sessions.iterdir()) == [], args
+    assert peon(leftovers, workspace, "tools", "--keep-state").returncode == 0
+    (kept,) = sessions.iterdir()
+    listed = json.loads(peon(leftovers, workspace, "sessions", "--json").stdout)
+    assert [(s["session_id"], s["state"], s["workspace"]) for s in listed] == [
+        (kept.name, "ended", str(workspace.resolve()))]
+    assert "would remove" in peon(leftovers, workspace, "sessions", "prune", "--dry-run").stdout and kept.exists()
+    assert peon(leftovers, workspace, "sessions", "prune", "--older-than", "1d").returncode == 0 and kept.exists()
+    pruned = peon(leftovers, workspace, "sessions", "prune")
+    assert pruned.returncode == 0 and "removed 1 session directory" in pruned.stdout and not kept.exists()

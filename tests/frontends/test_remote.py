@@ -276,6 +276,20 @@ def test_a_restarted_server_is_reconnected(env, workspace, tmp_path):
             second.stop()
 
 
+def test_a_client_connecting_the_moment_the_port_file_appears_is_served(env, workspace, tmp_path):
+    serve = ServeProcess(workspace, env, tmp_path, "--allow", "process", wait=False)
+    try:
+        assert wait_until(serve.port_file.exists, 60), serve.log()
+        serve.port = int(serve.port_file.read_text())
+        with peon.RemoteSession(serve.url, ready_timeout=0) as session:  # no waiting: it must be ready already
+            result = session.call("bash", {"command": "echo at once"})
+            assert result.ok and result.value["output"] == "at once\n", result
+            said = session.info["instructions"]  # the session's real sandbox, never the old fixed sentence
+            assert "bash commands run in the OS sandbox" in said or "bash commands are not sandboxed (" in said, said
+    finally:
+        serve.stop()
+
+
 def test_a_dead_server_is_connection_lost_not_a_hang(env, workspace, tmp_path):
     serve = ServeProcess(workspace, env, tmp_path, "--allow", "process")
     pid_file = workspace / "pid"

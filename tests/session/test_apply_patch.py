@@ -60,8 +60,25 @@ def test_a_patch_failing_on_its_third_file_changes_nothing(fs_session, workspace
         "*** Delete File: b.txt",
         "*** Update File: c.txt", "-not in the file", "+c2",
         "*** Add File: d.txt", "+d")}, "not_found")
-    assert error.details["path"] == "'c.txt'" and error.details["rule"] == "context"
+    assert error.details["path"] == "c.txt" and error.details["rule"] == "context"
     assert snapshot(workspace) == before
+
+
+def test_added_and_moved_files_get_their_missing_directories(fs_session, workspace):
+    """`*** Add File: pkg/sub/mod.py` in an empty workspace succeeds; a move into a new directory too; each
+    directory made is reported once, and a patch that fails makes none."""
+    value = expect_ok(fs_session, "apply_patch", {"patch": patch(
+        "*** Add File: pkg/sub/mod.py", "+A = 1", "*** Add File: pkg/sub/__init__.py", "+")})
+    assert value["created_directories"] == ["pkg", "pkg/sub"]
+    assert (workspace / "pkg" / "sub" / "mod.py").read_text() == "A = 1\n"
+    value = expect_ok(fs_session, "apply_patch", {"patch": patch(
+        "*** Update File: pkg/sub/mod.py", "*** Move to: lib/core/mod.py", "-A = 1", "+A = 2")})
+    assert value["created_directories"] == ["lib", "lib/core"] and not (workspace / "pkg" / "sub" / "mod.py").exists()
+    before = snapshot(workspace)
+    expect_error(fs_session, "apply_patch", {"patch": patch(
+        "*** Add File: fresh/dir/a.py", "+a", "*** Update File: lib/core/mod.py", "-not in the file", "+x")},
+        "not_found")
+    assert snapshot(workspace) == before and not (workspace / "fresh").exists()
 
 
 def test_an_install_failing_midway_puts_back_the_files_already_changed(fs_session, workspace):

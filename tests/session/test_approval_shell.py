@@ -211,7 +211,7 @@ def test_the_approval_request_shows_the_parsed_segments(approving):
          "notes": ["it sets FOO for the command (which can change what it runs)"]},
         {"words": ["make"], "redirects": [">out", ">&1"]},
         {"words": ["date"], "origin": "command substitution"},
-        {"words": ["echo", "?"]},
+        {"words": ["echo", "$(date)"]},  # a word computed at run time, shown as written
     ]
     assert details["dynamic"] == ["it uses command substitution ($(date))"]
     assert request["sandboxed"] is bool(session.info["sandbox"].get("active"))  # on by default where it can be

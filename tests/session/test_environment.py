@@ -163,3 +163,21 @@ def test_an_empty_environment_stays_empty(workspace, tmp_path):
         assert names - table <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD"}, r.value["output"]
     finally:
         session.close()
+
+
+def test_login_profile_false_runs_bash_c_without_the_profile(open_session, tmp_path):
+    """[environment] login_profile = false: bash -c, no profile read; the default reads it (bash -lc)."""
+    home = tmp_path / "profile-home"
+    home.mkdir()
+    (home / ".bash_profile").write_text("export FROM_PROFILE=read\n")
+    xdg = tmp_path / "xdg-login"
+    (xdg / "peon").mkdir(parents=True)
+    (xdg / "peon" / "config.toml").write_text("[environment]\nlogin_profile = false\n")
+    command = 'echo "${FROM_PROFILE:-unread} ${BASH_ENV:-none}"'
+    env = {"HOME": str(home), "BASH_ENV": str(home / ".bash_profile")}
+    clean = open_session(env={**env, "XDG_CONFIG_HOME": str(xdg)})
+    r = clean.call("bash", {"command": command})
+    assert r.ok and r.value["output"] == "unread none\n", r.value
+    login = open_session(env={**env, "XDG_CONFIG_HOME": str(tmp_path / "none")})
+    r = login.call("bash", {"command": command})
+    assert r.ok and r.value["output"].startswith("read "), r.value

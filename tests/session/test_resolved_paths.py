@@ -114,7 +114,7 @@ def test_what_the_approver_is_shown(asking, workspace, tmp_path):
     expect_error(session, "read", {"path": "fifo"}, "not_a_regular_file")
     expect_error(session, "write", {"path": "missing", "content": "x", "mode": "replace"}, "not_found")
     expect_error(session, "write", {"path": "a.txt", "content": "x", "mode": "create"}, "already_exists")
-    expect_error(session, "write", {"path": "nodir/x", "content": "x", "mode": "create"}, "not_found")
+    expect_error(session, "write", {"path": "nodir/x", "content": "x", "mode": "replace"}, "not_found")
     expect_error(session, "write", {"path": "out/x", "content": "x", "mode": "create"}, "outside_workspace")
     assert approver.requests == []
     assert os.listdir(tmp_path / "outside") == []

@@ -109,6 +109,18 @@ def test_reads_and_the_shell_still_work(box):
     assert r.value["output"] == "hi\n1\n"
 
 
+def test_errors_name_the_commands_own_lines(box):
+    """The login profile is read before the command, yet bash numbers the command's lines from 1 and
+    parses it after the profile ran; $0 and the positional parameters are bash -c's."""
+    r = box.call("nosuch_command_x")
+    assert r.value["exit_code"] == 127 and "line 1: nosuch_command_x: command not found" in r.value["output"], r.value
+    assert "line 2" not in r.value["output"]
+    r = box.call("echo (")
+    assert r.value["exit_code"] == 2 and "line 1: `echo ('" in r.value["output"] and "profile" not in r.value["output"]
+    r = box.call('echo "$LINENO $# $0"\necho $LINENO\nexit 3')
+    assert r.value["exit_code"] == 3 and r.value["output"] == "1 0 /bin/bash\n2\n", r.value
+
+
 @needs[4]
 def test_tcp_to_a_loopback_listener_is_refused_with_network_false(box):
     actions = peer_actions(box.peers)

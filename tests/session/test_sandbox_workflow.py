@@ -233,6 +233,22 @@ def test_a_day_of_work_under_the_default_sandbox(day, workspace, tmp_path, lefto
     assert len(list((cache / "xdg" / "build").iterdir())) == 200
     assert not (leftovers.home / ".profile-cache").exists()
     session.close()
+    # The default cache directory is the workspace's, outside it: it outlives the session, and the next
+    # session of the workspace finds what this one's package managers put there.
+    assert cache.is_dir() and not cache.is_relative_to(workspace.resolve())
+    again = day()
+    assert again.info["sandbox"]["cache_dir"] == str(cache)
+    assert run(again, "ls \"$XDG_CACHE_HOME/build\" | wc -l").split() == ["200"]
+    again.close()
+
+
+def test_a_session_cache_directory_goes_with_its_session(day):
+    session = day(caches="session")
+    cache = Path(session.info["sandbox"]["cache_dir"])
+    assert cache.name == f"peon-cache-{session.session_id}"
+    run(session, "mkdir -p \"$XDG_CACHE_HOME/build\" && echo x > \"$XDG_CACHE_HOME/build/obj.o\"")
+    assert (cache / "xdg" / "build" / "obj.o").exists()
+    session.close()
     assert not cache.exists()  # a session's cache directory goes with it
 
 

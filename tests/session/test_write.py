@@ -77,7 +77,7 @@ def test_stale_expected_sha256_carries_the_actual_hash(fs_session, workspace):
 
 
 def test_schema_rules(fs_session):
-    for args, rule in (({"path": "a", "content": "x"}, "required"),
+    for args, rule in (({"path": "a", "mode": "create"}, "required"),  # mode is optional, content is not
                        ({"path": "a", "content": "x", "mode": "append"}, "enum"),
                        ({"path": "a", "content": 1, "mode": "create"}, "type"),
                        ({"path": "a", "content": "x", "mode": "create", "force": True}, "additionalProperties")):
@@ -92,10 +92,65 @@ def test_replace_keeps_permission_bits(fs_session, workspace):
     assert stat.S_IMODE(target.stat().st_mode) == 0o754 and target.read_text().endswith("echo hi\n")
 
 
-def test_missing_parent_directory_is_not_created(fs_session, workspace):
-    e = err(fs_session, {"path": "new/dir/file.txt", "content": "x", "mode": "create"}, "not_found")
+def test_a_replace_never_creates_its_missing_parent_directory(fs_session, workspace):
+    e = err(fs_session, {"path": "new/dir/file.txt", "content": "x", "mode": "replace"}, "not_found")
     assert "there is no 'new'" in e.message and "does not create directories" in e.message
     assert not (workspace / "new").exists()
+
+
+def test_a_create_makes_its_missing_parent_directories_and_reports_each(fs_session, workspace):
+    (workspace / "pkg").mkdir()
+    v = ok(fs_session, {"path": "pkg/sub/deeper/mod.py", "content": "x = 1\n", "mode": "create"})
+    assert v["created"] is True and v["created_directories"] == ["pkg/sub", "pkg/sub/deeper"]
+    assert (workspace / "pkg" / "sub" / "deeper" / "mod.py").read_text() == "x = 1\n"
+    v = ok(fs_session, {"path": "pkg/sub/other.py", "content": "", "mode": "create"})
+    assert "created_directories" not in v  # it made none
+    assert temps(workspace / "pkg" / "sub") == [] and temps(workspace / "pkg") == []
+
+
+def test_without_mode_a_write_creates_or_replaces(fs_session, workspace):
+    """The call a model makes first, {path, content}: it creates the file (and its directories), and the
+    same call again replaces it; the mode is decided when it is approved."""
+    v = ok(fs_session, {"path": "src/app.py", "content": "one\n"})
+    assert v["created"] is True and v["created_directories"] == ["src"]
+    v = ok(fs_session, {"path": "src/app.py", "content": "two\n"})
+    assert v["created"] is False and (workspace / "src" / "app.py").read_text() == "two\n"
+    e = err(fs_session, {"path": "src/app.py", "content": "three\n", "expected_sha256": sha(b"one\n")}, "stale")
+    assert e.details["actual_sha256"] == sha(b"two\n")
+    (workspace / "src" / "dir").mkdir()
+    err(fs_session, {"path": "src/dir", "content": "x"}, "not_a_regular_file")
+    e = err(fs_session, {"path": "src/app.py", "content": "x", "mode": "overwrite"}, "invalid_input")
+    assert "'create'" in e.message and "'replace'" in e.message  # the allowed values
+
+
+def test_directories_are_never_made_through_a_symlink(fs_session, workspace, tmp_path):
+    """A missing directory a symlink leads to is not made (inside or out); a link that leaves is refused
+    before anything is made; nothing lands outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink("missing-target", workspace / "dangling")
+    os.symlink("../outside", workspace / "out")
+    e = err(fs_session, {"path": "dangling/x.py", "content": "x", "mode": "create"}, "not_found")
+    assert "there is no 'missing-target'" in e.message and "does not create directories" not in e.message
+    err(fs_session, {"path": "out/new/x.py", "content": "x", "mode": "create"}, "outside_workspace")
+    assert not (workspace / "missing-target").exists() and os.listdir(outside) == []
+
+
+def test_a_new_agent_control_directory_is_asked_as_agent_control(open_session, workspace):
+    """Making .git (which holds .git/hooks) or .claude is asked although approval.filesystem = "allow", and
+    a denied call makes no directory."""
+    approver = []
+    session = open_session({"approval": {"read_only": "allow", "filesystem": "allow"}},
+                           approver=lambda request: approver.append(request) or "deny")
+    for path, entry in ((".git/info/exclude", ".git/hooks"), (".claude/agents/x.md", ".claude")):
+        assert session.call("write", {"path": path, "content": "x"}).error.code == "denied"
+        assert approver[-1]["details"]["agent_control"] == entry, approver[-1]
+        assert approver[-1]["details"]["create_directories"][0] == path.split("/")[0]
+    assert "creates the directory '.git'" in approver[0]["risk_reason"]
+    assert not (workspace / ".git").exists() and not (workspace / ".claude").exists()
+    assert expect_ok(session, "write", {"path": "docs/new/page.md", "content": "x"})["created_directories"] == [
+        "docs", "docs/new"]
+    assert len(approver) == 2
 
 
 def test_symlinks_out_refused_and_nothing_lands_outside(fs_session, workspace, tmp_path):

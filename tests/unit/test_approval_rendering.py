@@ -72,3 +72,45 @@ def test_the_terminal_and_an_mcp_client_show_the_same_facts():
     assert any("2. head" in line for line in facts) and any("input:" in line for line in facts)
     for line in facts:
         assert line in terminal.splitlines() and line in form.splitlines(), line
+
+
+# -- what the prompt says first ---------------------------------------------------------------------------
+
+
+SANDBOX = {"active": True, "kind": "landlock", "abi": 7, "writable": ["/work", "/tmp", "/dev/null"], "readable": ["/"],
+           "network": True, "mount_view": True, "seccomp": True, "netns": "", "not_enforced": [],
+           "protected": [".git/hooks"], "hidden": ["/state"]}
+
+
+def test_the_prompt_shows_the_command_what_it_touches_and_the_sandbox_in_one_line():
+    request = {"tool": "bash", "risk": "process", "risk_reason": "declared risk of bash", "sandboxed": True,
+               "summary": "run in /bin/bash -lc: ls ~/ > out.txt 2>&1", "scopes": ["call"],
+               "canonical_input": '{"command":"ls ~/ > out.txt 2>&1"}',
+               "details": {"argv": ["/bin/bash", "-lc", "ls ~/ > out.txt 2>&1"], "cwd": "/work",
+                           "segments": [{"words": ["ls", "~/"], "redirects": [">out.txt", ">&1"]}],
+                           "sandbox": SANDBOX}}
+    text = render_request(request)[0]
+    assert "  command: ls ~/ > out.txt 2>&1" in text.splitlines()
+    assert "  touches: runs in /work; writes out.txt" in text.splitlines()
+    (sandbox,) = [line for line in text.splitlines() if line.startswith("  sandbox:")]
+    assert sandbox == ("  sandbox: the call runs inside the OS sandbox: landlock ABI 7 + mount view + seccomp; "
+                       "writes only /work, /tmp; reads everything; network on")
+    assert '"writable"' not in text and "{" not in text.replace('{"command"', "")  # no raw JSON of the plan
+    assert "1. ls ~/" in text
+
+
+def test_a_file_call_shows_the_directories_it_makes():
+    request = {"tool": "write", "risk": "filesystem", "summary": "create 'pkg/sub/a.py'", "scopes": ["call"],
+               "details": {"path": "pkg/sub/a.py", "create_directories": ["pkg", "pkg/sub"], "expected_sha256": None}}
+    text = render_request(request)[0]
+    assert "  touches: pkg/sub/a.py; makes pkg, pkg/sub" in text.splitlines()
+    assert "command:" not in text and "sandbox:" not in text and "expected_sha256" not in text
+
+
+def test_words_bash_computes_are_shown_as_written():
+    from peon.approval.shell import analyze
+
+    segments = analyze('ls ~/ "$HOME"/x; env A=1 cat $(pwd)/f').to_dict()["segments"]
+    shown = [segment["words"] for segment in segments]
+    assert ["ls", "~/", '"$HOME"/x'] in shown and ["cat", "$(pwd)/f"] in shown and ["pwd"] in shown
+    assert all("?" not in words for words in shown)

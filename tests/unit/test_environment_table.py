@@ -85,3 +85,23 @@ def test_bad_environment_settings_are_config_invalid(table, needle):
         load_config({"environment": table}, env={})
     assert needle in raised.value.message and raised.value.message.startswith("invalid configuration in overrides")
 
+
+
+# -- login_profile -----------------------------------------------------------------------------------------
+
+
+def test_login_profile_is_a_setting_not_a_variable():
+    from peon.core.environment import shell_flag
+
+    assert shell_flag(load_config(env={}).config.environment) == "-lc"  # the default: bash -lc
+    assert shell_flag(load_config({"environment": {"login_profile": True}}, env={}).config.environment) == "-lc"
+    environment = load_config({"environment": {"login_profile": False}}, env={}).config.environment
+    assert shell_flag(environment) == "-c"
+    inherited = {"PATH": "/bin", "BASH_ENV": "/home/u/.bashenv", "ENV": "/home/u/.shrc", "login_profile": "x"}
+    env = build_environment(inherited, environment)
+    assert "BASH_ENV" not in env and "ENV" not in env and env["login_profile"] == "x"  # nothing sourced
+    kept = build_environment(inherited, {"login_profile": False, "BASH_ENV": "/etc/peon-env"})
+    assert kept["BASH_ENV"] == "/etc/peon-env"  # unless [environment] names one itself
+    assert build_environment(inherited, {})["BASH_ENV"] == "/home/u/.bashenv"  # a login shell's environment
+    with pytest.raises(ConfigError, match=r"login_profile must be true .* or false"):
+        load_config({"environment": {"login_profile": "no"}}, env={})

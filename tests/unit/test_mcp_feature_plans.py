@@ -48,6 +48,16 @@ def test_resource_uris_are_parsed_purely():
             parse_uri(bad, "/ws")
 
 
+def test_a_system_path_outside_the_workspace_is_refused_not_read_as_relative():
+    from peon.mcp.resources import FileUri, ResourceProblem, parse_uri
+
+    for uri in ("file:///etc/passwd", "file:///home/me/.ssh/id_rsa", "file://localhost/proc/self/environ"):
+        with pytest.raises(ResourceProblem, match="outside the workspace: file resources serve the workspace's"):
+            parse_uri(uri, "/tmp/ws")
+    assert parse_uri("file:///tmp/ws/etc/passwd", "/tmp/ws") == FileUri("etc/passwd")  # in the workspace
+    assert parse_uri("file:///notes.txt", "/tmp/ws") == FileUri("notes.txt")
+
+
 def test_feature_requests_are_planned_without_io():
     from peon.mcp import protocol as p
     from peon.client.result import ToolResult

@@ -20,8 +20,8 @@ from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import Simulation, call_details, confinement_for, expand, result_summary
 from peon.core.environment import CACHE_VARIABLES, cache_environment
 from peon.workers.sandbox.plan import (
-    QUIET_PROFILE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits, landlock_rules, layers,
-    protected_paths, quiet_profile, seccomp_rules, unenforced,
+    QUIET_PROFILE, RUN_NEXT_LINE, SandboxPlan, bwrap_argv, enforced, hideable, host_socket_paths, kind_limits,
+    landlock_rules, layers, protected_paths, quiet_profile, seccomp_rules, unenforced,
 )
 
 PLAN = SandboxPlan("landlock", ("/ws", "/tmp", "/dev/null"), ("/",), False, True, True, abi=6)
@@ -151,7 +151,7 @@ def test_paths_expand_home_of_the_session():
 def test_sandbox_is_on_by_default_where_the_kernel_allows():
     config = load_config(env={}).config
     assert config.sandbox.mode == "auto" and config.sandbox.kind == "landlock"
-    assert ".git/hooks" in config.sandbox.protected and config.sandbox.caches == "session"
+    assert ".git/hooks" in config.sandbox.protected and config.sandbox.caches == "workspace"
     assert config.sandbox.readable == ("/",) and config.sandbox.network is True
     assert config.agents.claude.sandbox is False
 
@@ -325,8 +325,12 @@ def test_the_new_plan_fields_round_trip_and_are_checked():
 
 
 def test_a_login_profile_is_silenced_and_the_command_keeps_its_stderr():
-    assert quiet_profile(["/bin/bash", "-lc", "make"]) == ["/bin/bash", "-c", QUIET_PROFILE + "make"]
+    assert quiet_profile(["/bin/bash", "-lc", "make"]) == [
+        "/bin/bash", "-c", QUIET_PROFILE.removesuffix("\n") + RUN_NEXT_LINE + "make"]
     assert QUIET_PROFILE.endswith("} 2>/dev/null\n")
+    first_line = quiet_profile(["/bin/bash", "-lc", "make"])[2].split("\n")[0]  # eval runs what follows it
+    assert first_line.endswith('eval -- "${BASH_EXECUTION_STRING#*[[:cntrl:]]}"; exit')
+    assert not any(ch < " " for ch in first_line)  # the first control character is the newline
     assert quiet_profile(["/usr/bin/claude", "-p", "x"]) == ["/usr/bin/claude", "-p", "x"]
 
 
@@ -375,6 +379,24 @@ def test_a_session_cache_directory_planted_in_the_temp_dir_is_not_used(tmp_path)
     assert cache_dir(SimpleNamespace(caches="off"), {"TMPDIR": str(tmp_path)}, "s3") is None
     user = cache_dir(SimpleNamespace(caches="user"), {"HOME": str(tmp_path / "home")}, "s4")
     assert user == str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox")
+
+
+def test_a_workspaces_sessions_share_one_cache_directory_outside_it(tmp_path):
+    """caches = "workspace" (the default): one directory per workspace beneath the user's cache directory,
+    the same for each of its sessions, another for another workspace, never inside the workspace."""
+    from peon.workers.sandbox import cache_dir
+
+    section = SimpleNamespace(caches="workspace")
+    env = {"HOME": str(tmp_path / "home")}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = cache_dir(section, env, "s1", str(tmp_path / "a"))
+    assert first == cache_dir(section, env, "s2", str(tmp_path / "a"))
+    assert first != cache_dir(section, env, "s3", str(tmp_path / "b"))
+    assert first is not None and first.startswith(str(tmp_path.resolve() / "home" / ".cache" / "peon" / "sandbox"))
+    assert os.stat(first).st_mode & 0o777 == 0o700 and not first.startswith(str(tmp_path / "a"))
+    assert cache_dir(section, {"XDG_CACHE_HOME": str(tmp_path / "xdg")}, "s4", str(tmp_path / "a")).startswith(
+        str(tmp_path.resolve() / "xdg" / "peon" / "sandbox" / "workspaces"))
 
 
 def test_the_environment_follows_the_sandbox_network():

@@ -10,7 +10,8 @@ Promises (each module states its own in full):
 * :func:`read_window` reads only regular files, a range and the whole file's SHA-256 from one pass
   (:mod:`~peon.workers.fs.read`);
 * :func:`write_file` installs one file crash-atomically (:mod:`~peon.workers.fs.write`), through
-  temporary files locked while their writer lives (:mod:`~peon.workers.fs.temps`);
+  temporary files locked while their writer lives (:mod:`~peon.workers.fs.temps`), and makes the
+  directories a create was approved to make, beneath the approved one (:mod:`~peon.workers.fs.parents`);
 * :func:`apply_changes` installs several files all or nothing (:mod:`~peon.workers.fs.change`);
 * every failure is a ``ToolError`` with a stable code (:mod:`~peon.workers.fs.errors`).
 

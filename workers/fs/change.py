@@ -5,8 +5,9 @@ every precondition (the approved objects, the expected hashes, no clobber for ne
 first destination changes; then the files are installed in order, each crash-atomically
 (:mod:`peon.workers.fs.write`), the replaced and deleted ones kept as locked temporary links until the
 end. When an install fails, those already done are undone (replaced and deleted files put back, new
-files removed) and the error is raised: all or nothing, except across a crash, after which each file
-holds its old or its new content.
+files removed, the directories made for them removed) and the error is raised: all or nothing, except
+across a crash, after which each file holds its old or its new content. A new file whose approval lists
+directories to make has them made while it is staged (:mod:`peon.workers.fs.parents`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from peon.core.paths import WorkspacePath
 
 from peon.workers.fs.errors import os_errors
 from peon.workers.fs.identity import Expected, check_expected
-from peon.workers.fs.resolver import Resolver, open_parent
+from peon.workers.fs.parents import Parents
+from peon.workers.fs.resolver import Resolver
 from peon.workers.fs.temps import create_temp, remove_stale_temps, temp_name, try_lock
-from peon.workers.fs.write import fill_temp, install_new, installable_target, observed_sha256
+from peon.workers.fs.write import fill_temp, install_new, installable_target, observed_sha256, open_destination
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class _Staged:
     backup: str | None = None  # the old file, linked aside while the change is undoable
     backup_fd: int = -1
     done: bool = False
+    parents: Parents | None = None  # the directories made for a new file (they hold ``dirfd``)
 
 
 def _backup_link(staged: _Staged, *, move: bool) -> None:
@@ -75,8 +78,8 @@ def _backup_link(staged: _Staged, *, move: bool) -> None:
 
 def _prepare(root: int, change: Change, resolver: Resolver) -> _Staged:
     path = change.path
-    dirfd, name = open_parent(root, path, resolver, follow_final=not change.create)
-    staged = _Staged(change, dirfd, name)
+    dirfd, name, parents = open_destination(root, path, resolver, change.create, change.expected)
+    staged = _Staged(change, dirfd, name, parents=parents)
     try:
         existing = installable_target(dirfd, name, path, change.create)
         if change.expected is not None:
@@ -94,7 +97,7 @@ def _prepare(root: int, change: Change, resolver: Resolver) -> _Staged:
             fill_temp(staged.temp_fd, change.data, existing)
         return staged
     except BaseException:
-        _discard(staged)
+        _discard(staged, undo_directories=True)
         raise
 
 
@@ -125,8 +128,9 @@ def _undo(staged: _Staged) -> None:
         os.fsync(dirfd)
 
 
-def _discard(staged: _Staged) -> None:
-    """Remove what is left aside and close every descriptor."""
+def _discard(staged: _Staged, *, undo_directories: bool = False) -> None:
+    """Remove what is left aside (and, when the change is given up, the directories made for it) and close
+    every descriptor."""
     for name in (staged.temp, staged.backup):
         if name is not None:
             with suppress(OSError):
@@ -136,13 +140,26 @@ def _discard(staged: _Staged) -> None:
             os.close(fd)
     staged.temp = staged.backup = None
     staged.temp_fd = staged.backup_fd = -1
-    os.close(staged.dirfd)
+    if staged.parents is None:
+        os.close(staged.dirfd)
+        return
+    if undo_directories:
+        staged.parents.undo()
+    staged.parents.close()
 
 
-def apply_changes(root: int, changes: list[Change], resolver: Resolver, *, use_link: bool = False) -> list[str | None]:
+def made_directories(staged: list[_Staged]) -> list[str]:
+    """The directories made for the staged changes, each once, in the order they were made."""
+    made = [path for item in staged if item.parents is not None for path in item.parents.made()]
+    return list(dict.fromkeys(made))
+
+
+def apply_changes(root: int, changes: list[Change], resolver: Resolver, *, use_link: bool = False,
+                  made: list[str] | None = None) -> list[str | None]:
     """Install ``changes`` all or nothing (see the module's promises); the SHA-256 of each new content
-    (None for a deletion), in order."""
+    (None for a deletion), in order. ``made``, when given, receives the directories made for new files."""
     staged: list[_Staged] = []
+    installed = False
     try:
         for change in changes:
             with os_errors(change.path):
@@ -159,7 +176,10 @@ def apply_changes(root: int, changes: list[Change], resolver: Resolver, *, use_l
         for item in staged:
             with suppress(OSError):
                 os.fsync(item.dirfd)
+        installed = True
+        if made is not None:
+            made.extend(made_directories(staged))
     finally:
-        for item in staged:
-            _discard(item)
+        for item in reversed(staged):  # the innermost changes first: a directory is removed once empty
+            _discard(item, undo_directories=not installed)
     return [None if c.data is None else hashlib.sha256(c.data).hexdigest() for c in changes]

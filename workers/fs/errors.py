@@ -29,7 +29,7 @@ def os_error(exc: OSError, path: WorkspacePath, where: str, *, creating: bool = 
     if exc.errno == errno.ENOENT:
         if where == path.normalized:
             return ToolError(ErrorCode.NOT_FOUND, f"path {shown} does not exist", details)
-        tail = " (write does not create directories)" if creating else ""
+        tail = " (this call does not create directories)" if creating else ""
         return ToolError(ErrorCode.NOT_FOUND, f"path {shown} does not exist: there is no {where!r}{tail}", details)
     if exc.errno == errno.ENOTDIR:
         return ToolError(ErrorCode.NOT_A_DIRECTORY, f"path {shown}: {where!r} is not a directory", details)

@@ -51,16 +51,19 @@ def changed_since_approval(path: WorkspacePath, what: str) -> ToolError:
 class Expected:
     """What a call was approved to open: checked against the object actually opened, at the moment of use."""
 
-    directory: FileId  # the directory holding the last component
+    directory: FileId  # the directory holding the last component; with ``parents``, the one they go in
     name: str  # the last component's name in it
     file: FileId | None  # the file itself; None: nothing may exist there (a create)
+    parents: tuple[str, ...] = ()  # directories approved to be created below ``directory``, outermost first
+    ancestor: str = ""  # with ``parents``: ``directory``'s resolved workspace-relative path ("" the root)
 
 
 def check_expected(path: WorkspacePath, expected: Expected, directory: os.stat_result, name: str,
                    existing: os.stat_result | None) -> None:
     """The directory written into, the name in it and what is there now (``existing``, None: nothing) must be
-    the approved ones, else :func:`changed_since_approval`."""
-    if FileId.of(directory) != expected.directory or name != expected.name:
+    the approved ones, else :func:`changed_since_approval`. A directory made by the call itself
+    (``expected.parents``) was checked where it was made (:mod:`peon.workers.fs.parents`)."""
+    if (not expected.parents and FileId.of(directory) != expected.directory) or name != expected.name:
         raise changed_since_approval(path, "the directory it leads to is not the approved one")
     found = None if existing is None else FileId.of(existing)
     if found != expected.file:

@@ -16,7 +16,10 @@ Promises:
 * :func:`resolve` says where a path leads (the resolved workspace-relative path, and the device and
   inode of the file and of its directory) by the same rules, opening nothing for reading, so the
   supervisor can rate and show a call by what it will touch. A resolved name that is not UTF-8 is
-  ``invalid_path``; error details never carry undecodable names (they are shown escaped).
+  ``invalid_path``; error details never carry undecodable names (they are shown escaped). Asked for a
+  file that may be created with its directories (``create_parents``), it stops at the first directory
+  of the typed path that does not exist and names the directories to create — only names typed in the
+  path, never a symlink's target: a missing directory reached through a symlink is ``not_found``.
 
 Runs in the worker (every read and write of a workspace file) and in the supervisor (:func:`resolve`,
 :func:`workspace_root` for project skills).
@@ -160,11 +163,14 @@ def _outside(path: WorkspacePath, link: str, target: str, why: str) -> ToolError
 class _Walk:
     """Resolve components one at a time beneath ``root``; owns every descriptor it opens."""
 
-    def __init__(self, root: int, path: WorkspacePath):
+    def __init__(self, root: int, path: WorkspacePath, *, creating: bool = False, create_parents: bool = False):
         self.path = path
         self.stack = [root]  # directory descriptors we descended through; [0] is not ours
         self.trail: list[str] = []  # the names of those directories, for messages
         self.hops = 0
+        self.creating = creating  # a missing directory's message says this call does not create it
+        self.create_parents = create_parents  # a missing typed directory ends the walk (see run)
+        self.missing: tuple[str, ...] = ()  # with create_parents: the typed directories that do not exist
 
     def close(self) -> None:
         for fd in self.stack[1:]:
@@ -226,7 +232,13 @@ class _Walk:
             try:
                 fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
             except OSError as exc:
-                raise os_error(exc, self.path, self.where(name), creating=parent) from None
+                rest = [part for part, _ in pending if part not in ("", ".")]
+                if exc.errno == errno.ENOENT and self.create_parents and origin is None and rest:
+                    # A directory typed in the path is missing: it and the rest (all typed, since a
+                    # symlink's target is spliced in front and consumed first) are to be created.
+                    self.missing = (name, *rest[:-1])
+                    return os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=here), rest[-1]
+                raise os_error(exc, self.path, self.where(name), creating=self.creating) from None
             mode = os.fstat(fd).st_mode
             if stat.S_ISLNK(mode):
                 self.follow(fd, name, pending)
@@ -282,7 +294,7 @@ def _walk_open(root: int, path: WorkspacePath, flags: int) -> int:
 
 
 def _walk_parent(root: int, path: WorkspacePath, follow_final: bool) -> tuple[int, str]:
-    walk = _Walk(root, path)
+    walk = _Walk(root, path, creating=not follow_final)
 
     def final(dirfd: int, name: str) -> int | None:
         if follow_final:
@@ -371,26 +383,38 @@ class Resolution:
     """Where a workspace path leads, beneath the root, at the moment it was resolved."""
 
     path: str  # the resolved workspace-relative path, normal form, every symlink followed that was asked
-    directory: FileId  # the directory holding the last component
+    directory: FileId  # the directory holding the last component; with ``missing``, the one they go in
     file: FileId | None  # the last component (a symlink itself when not followed); None when absent
     kind: str | None  # what the last component is ("regular file", "directory", ...); None when absent
+    missing: tuple[str, ...] = ()  # the directories to create, outermost first (``create_parents``)
 
     @property
     def name(self) -> str:
         return self.path.rpartition("/")[2]
 
+    @property
+    def created_directories(self) -> list[str]:
+        """The resolved workspace-relative path of each directory to create, outermost first."""
+        parts = self.path.split("/")[:-1]
+        first = len(parts) - len(self.missing)
+        return ["/".join(parts[:end]) for end in range(first + 1, len(parts) + 1)]
 
-def resolve(root: int, path: WorkspacePath, *, follow_final: bool, must_exist: bool) -> Resolution:
+
+def resolve(root: int, path: WorkspacePath, *, follow_final: bool, must_exist: bool,
+            create_parents: bool = False) -> Resolution:
     """Resolve ``path`` beneath ``root`` by the component walk, opening nothing for reading.
 
     The rules are those of :func:`open_beneath` / :func:`open_parent`: symlinks that stay beneath the
     root are followed (the last component only with ``follow_final``), everything else is refused
     with the same codes. A missing last component is ``not_found`` when ``must_exist``, else a
-    :class:`Resolution` whose ``file`` is None (a ``create``). A resolved path that is not valid UTF-8
-    (reached through a symlink; a typed path never is) is ``invalid_path``: Peon's paths are UTF-8 —
-    except an absent last component, which is ``not_found`` to whoever needs it to exist.
+    :class:`Resolution` whose ``file`` is None (a ``create``). With ``create_parents``, a missing
+    directory typed in the path ends the walk: the resolution's ``missing`` names it and the typed
+    directories below it, and its ``directory`` is the one they would be created in. A resolved path
+    that is not valid UTF-8 (reached through a symlink; a typed path never is) is ``invalid_path``:
+    Peon's paths are UTF-8 — except an absent last component, which is ``not_found`` to whoever needs
+    it to exist.
     """
-    walk = _Walk(root, path)
+    walk = _Walk(root, path, create_parents=create_parents)
     seen: list[os.stat_result | None] = []
 
     def final(dirfd: int, name: str) -> int | None:
@@ -413,6 +437,9 @@ def resolve(root: int, path: WorkspacePath, *, follow_final: bool, must_exist: b
             os.close(dirfd)
     finally:
         walk.close()
+    if walk.missing:
+        where = "/".join([*walk.trail, *walk.missing, name])
+        seen.append(None)
     st = seen[-1]
     if st is None and must_exist:
         raise os_error(OSError(errno.ENOENT, "absent"), path, where)
@@ -422,5 +449,5 @@ def resolve(root: int, path: WorkspacePath, *, follow_final: bool, must_exist: b
                         "not valid UTF-8; Peon's paths are UTF-8",
                         {"rule": "resolved_utf8", "resolved": printable(where)})
     return Resolution(where, directory, None if st is None else FileId.of(st),
-                      None if st is None else file_kind(st.st_mode))
+                      None if st is None else file_kind(st.st_mode), walk.missing)
 

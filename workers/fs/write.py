@@ -10,7 +10,8 @@ Promises:
 * Given an :class:`~peon.workers.fs.identity.Expected`, the directory written into, the name and the
   file replaced (or its absence, for a create) must be the approved ones, else
   ``changed_since_approval`` and nothing is written; given an expected SHA-256, the file replaced must
-  still have it, else ``stale``.
+  still have it, else ``stale``. A create whose approval lists directories to make has them made
+  first (:mod:`peon.workers.fs.parents`), and removed again when the file is not installed after all.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from peon.core.paths import WorkspacePath, is_temp_name
 
 from peon.workers.fs.errors import file_kind, os_error, os_errors
 from peon.workers.fs.identity import Expected, check_expected
+from peon.workers.fs.parents import Parents, make_parents
 from peon.workers.fs.read import sha256_of
 from peon.workers.fs.resolver import Resolver, open_parent
 from peon.workers.fs.temps import create_temp, remove_stale_temps
@@ -42,6 +44,7 @@ class WriteOutcome:
     bytes_written: int
     sha256: str
     removed_temps: tuple[str, ...] = ()
+    created_directories: tuple[str, ...] = ()  # workspace-relative, outermost first
 
 
 def fill_temp(fd: int, data: bytes, existing: os.stat_result | None) -> None:
@@ -136,16 +139,28 @@ def installable_target(dirfd: int, name: str, path: WorkspacePath, create: bool)
     return existing
 
 
+def open_destination(root: int, path: WorkspacePath, resolver: Resolver, create: bool,
+                     expected: Expected | None) -> tuple[int, str, Parents | None]:
+    """(the directory to install in, the name in it, the directories made for it): its approved
+    directories made first when a create's approval lists them; the caller closes the directory (through
+    the :class:`Parents` when there are any)."""
+    if create and expected is not None and expected.parents:
+        parents = make_parents(root, path, expected, resolver)
+        return parents.dirfd, path.parts[-1], parents
+    dirfd, name = open_parent(root, path, resolver, follow_final=not create)
+    return dirfd, name, None
+
+
 def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expected_sha256: str | None,
                 resolver: Resolver, use_link: bool, expected: Expected | None) -> WriteOutcome:
-    dirfd, name = open_parent(root, path, resolver, follow_final=not create)
+    dirfd, name, parents = open_destination(root, path, resolver, create, expected)
+    installed = False
     try:
         existing = installable_target(dirfd, name, path, create)
         if expected is not None:
             check_expected(path, expected, os.fstat(dirfd), name, existing)
         removed = remove_stale_temps(dirfd)
         fd, temp = create_temp(dirfd, 0o666 if create else 0o600)
-        installed = False
         try:
             fill_temp(fd, data, existing)
             if create:
@@ -168,7 +183,13 @@ def _write_file(root: int, path: WorkspacePath, data: bytes, create: bool, expec
                 with suppress(OSError):
                     os.unlink(temp, dir_fd=dirfd)
             os.close(fd)  # only now: the lock tells cleaners this temp file is alive
-        return WriteOutcome(create, len(data), hashlib.sha256(data).hexdigest(), tuple(removed))
+        made = tuple(parents.made()) if parents is not None else ()
+        return WriteOutcome(create, len(data), hashlib.sha256(data).hexdigest(), tuple(removed), made)
     finally:
-        os.close(dirfd)
+        if parents is None:
+            os.close(dirfd)
+        else:
+            if not installed:
+                parents.undo()
+            parents.close()
 

@@ -21,6 +21,7 @@ assessed, :func:`remove_session_cache` as the session ends.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -89,12 +90,14 @@ def _namespaces(simulate: Simulation, network: bool,
         return False, None
 
 
-def cache_dir(section: SandboxView, env: Mapping[str, str], session_id: str) -> str | None:
-    """The sandbox's cache directory (created 0700), or None (``caches = "off"``, or it cannot be)."""
+def cache_dir(section: SandboxView, env: Mapping[str, str], session_id: str, workspace: str = "") -> str | None:
+    """The sandbox's cache directory (created 0700), or None (``caches = "off"``, or it cannot be).
+    ``workspace``: beneath the user's cache directory, one per workspace (named by a hash of its path), so
+    a workspace's sessions share what their package managers downloaded; ``user``: one for all of them."""
     caches = section.caches
     if caches == "session":
         path = os.path.join(temp_dir(env), f"peon-cache-{session_id or os.getpid()}")
-    elif caches == "user":
+    elif caches in ("user", "workspace"):
         base = env.get("XDG_CACHE_HOME") or ""
         if not os.path.isabs(base):
             home = env.get("HOME") or ""
@@ -102,6 +105,9 @@ def cache_dir(section: SandboxView, env: Mapping[str, str], session_id: str) -> 
                 return None
             base = os.path.join(home, ".cache")
         path = os.path.join(base, "peon", "sandbox")
+        if caches == "workspace":
+            digest = hashlib.sha256(os.path.realpath(workspace or ".").encode("utf-8", "surrogateescape"))
+            path = os.path.join(path, "workspaces", digest.hexdigest()[:24])
     else:
         return None
     try:
@@ -139,7 +145,7 @@ def session_status(section: SandboxView, workspace: str, env: Mapping[str, str],
     status: dict[str, Any] = {"mode": mode, "active": False, "configured_kind": section.kind,
                               "landlock": landlock.to_dict()}
     skipped: list[str] = []
-    caches = cache_dir(section, env, session_id)
+    caches = cache_dir(section, env, session_id, workspace)
     extra = [caches] if caches else []
     writable = _resolve_paths([workspace, temp_dir(env), *DEVICE_FILES, *section.writable, *extra], env, skipped)
     readable = _resolve_paths(section.readable, env, skipped)

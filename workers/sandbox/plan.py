@@ -390,16 +390,20 @@ def hideable(candidates: Iterable[str], keep: Iterable[str]) -> tuple[str, ...]:
 # A login shell's profile runs with stderr to /dev/null inside the sandbox: profiles that write beneath
 # the home directory (pyenv rehash, nvm, completions caches) fail there, and their complaints would head
 # every result. The files bash -l reads are sourced, in its order, by the same shell with only their stderr
-# silenced (a second shell to redirect around `bash -l` costs 1.1 ms of CPU per call); the command follows
-# on the next line, so a syntax error in it is still reported, one line later than written.
+# silenced (a second shell to redirect around `bash -l` costs 1.1 ms of CPU per call).
 QUIET_PROFILE = ("{ if [ -r /etc/profile ]; then . /etc/profile; fi; "
                  "if [ -r ~/.bash_profile ]; then . ~/.bash_profile; elif [ -r ~/.bash_login ]; then . ~/.bash_login; "
                  "elif [ -r ~/.profile ]; then . ~/.profile; fi; } 2>/dev/null\n")
+# The command follows on the next line of the -c string, and is run from there by eval (the text after the
+# first newline, which QUIET_PROFILE ends with and which holds no other control character): bash numbers its
+# lines from 1, as `bash -lc` would (a one-line command's error never says "line 2"), and parses it after
+# the profile ran, as a login shell does. $0 and the positional parameters stay bash -c's.
+RUN_NEXT_LINE = '; eval -- "${BASH_EXECUTION_STRING#*[[:cntrl:]]}"; exit\n'
 
 
 def quiet_profile(argv: Sequence[str]) -> list[str]:
     """``[bash, -lc, command]`` as a shell that reads the login profile silently, then runs ``command``;
     any other argv unchanged."""
     if len(argv) == 3 and argv[1] == "-lc" and os.path.basename(argv[0]) == "bash":
-        return [argv[0], "-c", QUIET_PROFILE + argv[2]]
+        return [argv[0], "-c", QUIET_PROFILE.removesuffix("\n") + RUN_NEXT_LINE + argv[2]]
     return list(argv)

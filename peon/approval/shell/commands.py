@@ -193,7 +193,9 @@ def check_name_builtin(state: State, words: tuple[str | None, ...]) -> None:
 
 
 def add_segment(state: State, words: tuple[str | None, ...], source: str, assignments: tuple[str, ...],
-                 redirects: tuple[Redirect, ...], origin: str) -> None:
+                 redirects: tuple[Redirect, ...], origin: str, *, written: tuple[str, ...] = ()) -> None:
+    """``written`` holds each of ``words`` as typed; it is kept for the words the segment runs (a suffix of
+    ``words`` once wrappers are removed) so an approver sees a computed word as written."""
     notes: list[str] = []
     if assignments:
         notes.append(f"it sets {', '.join(assignments)} for the command (which can change what it runs)")
@@ -245,8 +247,10 @@ def add_segment(state: State, words: tuple[str | None, ...], source: str, assign
     for name in wrappers:
         if WRAPPERS[name].note:
             notes.append(WRAPPERS[name].note)
+    kept = len(rest)
+    shown = written[-kept:] if len(written) == len(words) and tuple(words[-kept:]) == tuple(rest) else ()
     segment = Segment(tuple(rest), source, tuple(wrappers), assignments, redirects, origin, tuple(state.cwds),
-                      tuple(dict.fromkeys(notes)))
+                      tuple(dict.fromkeys(notes)), written=shown)
     state.segments.append(segment)
     _follow(state, segment)
 

@@ -9,7 +9,7 @@ Owns the result types and how they are shown; how they are found is :mod:`peon.a
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from peon.core.text import shorten, shorten_counted
@@ -40,6 +40,7 @@ class Segment:
     origin: str = ""  # "", "command substitution", "find -exec", "xargs", "bash -c", ...
     cwds: tuple[str | None, ...] = (".",)  # where it may run, workspace-relative; None = unknown
     notes: tuple[str, ...] = ()  # why this segment alone can never be allowed by rules
+    written: tuple[str, ...] = field(default=(), compare=False)  # each word as typed, when known (for display)
 
     @property
     def program(self) -> str | None:
@@ -47,8 +48,14 @@ class Segment:
         first = self.words[0] if self.words else None
         return None if first is None else posixpath.basename(first) or first
 
+    def as_written(self, index: int) -> str:
+        """Word ``index`` as typed (a word computed at run time is shown so, never evaluated); ``?`` when
+        the text is not known."""
+        return _shown(self.written[index]) if len(self.written) == len(self.words) else "?"
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"words": ["?" if w is None else _shown(w) for w in self.words]}
+        out: dict[str, Any] = {"words": [_shown(w) if w is not None else self.as_written(i)
+                                         for i, w in enumerate(self.words)]}
         for key in ("wrappers", "assignments", "notes"):
             if getattr(self, key):
                 out[key] = list(getattr(self, key))

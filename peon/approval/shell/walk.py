@@ -18,7 +18,7 @@ from peon.approval.shell.commands import SUBSCRIPTED_NAME, add_segment, check_as
 from peon.approval.shell.grammar import descendants, first_error, node_text, parse_tree
 from peon.approval.shell.result import Redirect, Segment, ShellAnalysis, Write, one_line
 from peon.approval.shell.state import State
-from peon.approval.shell.words import joined_words, literal
+from peon.approval.shell.words import joined_words, literal, written_words
 
 MAX_SEGMENTS = 500  # a command line with more simple commands than this is opaque (bounded work)
 MAX_COMMAND_BYTES = 256 * 1024  # longer command lines are not parsed at all: opaque
@@ -353,7 +353,8 @@ def _command(state: State, node: Any, origin: str, outer_redirects: Any) -> None
     for word in word_nodes:
         _words(state, _Holder(word), origin)
     words = tuple(joined_words(word_nodes))
-    add_segment(state, words, _snippet(state, node), tuple(assignments), tuple(redirects), origin)
+    add_segment(state, words, _snippet(state, node), tuple(assignments), tuple(redirects), origin,
+                written=tuple(written_words(word_nodes)))
 
 
 class _Holder:

@@ -130,6 +130,21 @@ def joined_words(nodes: list[Any]) -> list[str | None]:
     return words
 
 
+def written_words(nodes: list[Any]) -> list[str]:
+    """Each word of :func:`joined_words` as it is written in the command line (before expansion), so a
+    word computed at run time can be shown as typed (``~/``, ``$HOME``) rather than as unknown."""
+    written: list[str] = []
+    previous_end = -1
+    for node in nodes:
+        text = node.text.decode("utf-8", "surrogateescape")
+        if node.start_byte == previous_end and written:
+            written[-1] += text
+        else:
+            written.append(text)
+        previous_end = node.end_byte
+    return written
+
+
 def heredoc_delimiter(word: str) -> str | None:
     if "$" in word or "`" in word:
         return None

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from peon.approval.policy import Action, check_command_prefix, check_path_prefix
 from peon.core.agent_control import AGENT_CONTROL_PATHS, check_entry
-from peon.core.environment import ENV_NAME
+from peon.core.environment import ENV_NAME, LOGIN_PROFILE
 from peon.core.tool import ToolRisk
 
 
@@ -54,7 +54,7 @@ Policy = Action  # allow / ask / deny, as peon.approval.policy decides them
 ContainmentMode = Literal["auto", "cgroup", "process-tree"]
 SandboxMode = Literal["off", "auto", "required"]
 SandboxKind = Literal["landlock", "bwrap"]
-SandboxCaches = Literal["session", "user", "off"]
+SandboxCaches = Literal["workspace", "session", "user", "off"]
 # A risk name is a ToolRisk value; TOML gives a string, so the enum is validated by value.
 RiskName = Annotated[ToolRisk, Field(strict=False)]
 
@@ -145,7 +145,21 @@ def _environment_names(table: dict[str, Any]) -> dict[str, Any]:
     return table
 
 
-Environment = Annotated[dict[str, EnvironmentValue], AfterValidator(_environment_names)]
+def _login_profile_setting(table: Any) -> Any:
+    """``login_profile`` is a setting, not a variable: a boolean; ``true`` (the default) is kept as its
+    absence, ``false`` as the one false value the variables' rule accepts."""
+    if isinstance(table, dict) and LOGIN_PROFILE in table:
+        value = table[LOGIN_PROFILE]
+        if not isinstance(value, bool):
+            raise ValueError(f"{LOGIN_PROFILE} must be true (commands read the login profile: bash -lc) or false "
+                             f"(bash -c with Peon's own clean profile), got {value!r}")
+        if value:
+            table = {name: v for name, v in table.items() if name != LOGIN_PROFILE}
+    return table
+
+
+Environment = Annotated[dict[str, EnvironmentValue], BeforeValidator(_login_profile_setting),
+                        AfterValidator(_environment_names)]
 
 
 class Runtime(_Section):
@@ -171,7 +185,7 @@ class Sandbox(_Section):
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...] = AGENT_CONTROL_PATHS  # the one agent-control list (peon/core/agent_control.py)
-    caches: SandboxCaches = "session"
+    caches: SandboxCaches = "workspace"
 
     @field_validator("writable", "readable")
     @classmethod

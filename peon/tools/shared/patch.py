@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from peon.core.errors import ErrorCode, ToolError
-from peon.core.paths import WorkspacePath, parse_file_path
+from peon.core.paths import WorkspacePath, display, parse_file_path
 from peon.tools.shared.text_edit import line_ending_of
 
 BEGIN, END = "*** Begin Patch", "*** End Patch"
@@ -210,7 +210,10 @@ class Updated:
     fuzzy_hunks: int  # hunks found only with whitespace ignored
 
 
-def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> Updated:
+def apply_hunks(text: str, hunks: Sequence[Hunk], path: str) -> Updated:
+    """``text`` with ``hunks`` applied (see the module's promises); a hunk not found is ``not_found``, its
+    message quoting ``path`` (the file's workspace-relative path) and its details naming it as it is."""
+    shown = display(path)
     ending = line_ending_of(text)
     lines = (text.replace("\r\n", "\n") if ending == "crlf" else text).split("\n")
     if lines and lines[-1] == "":
@@ -223,7 +226,7 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> Updated:
             if found is None:
                 raise ToolError(ErrorCode.NOT_FOUND, f"{shown}: hunk {number} (patch line {hunk.line}): its '@@ "
                                 f"{hunk.header}' line was not found after line {cursor}",
-                                {"path": shown, "hunk": number, "line": hunk.line, "rule": "header"})
+                                {"path": path, "hunk": number, "line": hunk.line, "rule": "header"})
             cursor = found[0] + 1
         old, kinds = list(hunk.old), hunk.kinds
         found = _seek(lines, old, cursor, hunk.end_of_file)
@@ -234,7 +237,7 @@ def apply_hunks(text: str, hunks: Sequence[Hunk], shown: str) -> Updated:
             first = next((line for line in old if line.strip()), old[0] if old else "")
             raise ToolError(ErrorCode.NOT_FOUND, f"{shown}: hunk {number} (patch line {hunk.line}) does not match "
                             f"the file after line {cursor}: its lines starting {first[:80]!r} were not found",
-                            {"path": shown, "hunk": number, "line": hunk.line, "rule": "context"})
+                            {"path": path, "hunk": number, "line": hunk.line, "rule": "context"})
         index, fuzz = found
         fuzzy += fuzz > 0
         # Context lines keep the file's own text (they may differ in whitespace when fuzzy).
