@@ -137,20 +137,21 @@ def test_directories_are_never_made_through_a_symlink(fs_session, workspace, tmp
 
 
 def test_a_new_agent_control_directory_is_asked_as_agent_control(open_session, workspace):
-    """Making .git (which holds .git/hooks) or .claude is asked although approval.filesystem = "allow", and
-    a denied call makes no directory."""
+    """Writing beneath a new .git or .claude, or making .github (which holds agent-control paths), is asked
+    although approval.filesystem = "allow", and a denied call makes no directory."""
     approver = []
     session = open_session({"approval": {"read_only": "allow", "filesystem": "allow"}},
                            approver=lambda request: approver.append(request) or "deny")
-    for path, entry in ((".git/info/exclude", ".git/hooks"), (".claude/agents/x.md", ".claude")):
+    for path, entry in ((".git/info/exclude", ".git/info"), (".claude/agents/x.md", ".claude"),
+                        (".github/notes.md", ".github/copilot-instructions.md")):
         assert session.call("write", {"path": path, "content": "x"}).error.code == "denied"
         assert approver[-1]["details"]["agent_control"] == entry, approver[-1]
         assert approver[-1]["details"]["create_directories"][0] == path.split("/")[0]
-    assert "creates the directory '.git'" in approver[0]["risk_reason"]
-    assert not (workspace / ".git").exists() and not (workspace / ".claude").exists()
+    assert "creates the directory '.github', which is or holds" in approver[2]["risk_reason"]
+    assert not any((workspace / name).exists() for name in (".git", ".claude", ".github"))
     assert expect_ok(session, "write", {"path": "docs/new/page.md", "content": "x"})["created_directories"] == [
         "docs", "docs/new"]
-    assert len(approver) == 2
+    assert len(approver) == 3
 
 
 def test_symlinks_out_refused_and_nothing_lands_outside(fs_session, workspace, tmp_path):
