@@ -24,10 +24,20 @@ def stat_cpu(pid: int) -> tuple[float, float]:
 
 
 def children(pid: int) -> list[int]:
+    """The children of ``pid``, from each of its threads' ``/proc/<pid>/task/<tid>/children``: a few small
+    reads, where ``psutil.Process.children`` reads every process of the machine. A sample of 64
+    sessions' trees took seconds that way, the agents' event loop waiting on it."""
+    found: list[int] = []
     try:
-        return [child.pid for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            found += [int(x) for x in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def tree_cpu(pid: int) -> float:
