@@ -69,6 +69,7 @@ from peon.workers.call import serve_call
 from peon.workers.channel import FrameChannel, socket_of
 from peon.workers.exit_codes import EXIT_INTERNAL_ERROR, EXIT_NOT_STARTED, EXIT_PARENT_GONE
 from peon.workers.messages import HOST_MESSAGE, WAKE_SIGNAL
+from peon.workers.sandbox import call_details, confine
 
 LINGER_SECONDS = 10.0  # after its result, how long a worker waits for the supervisor to close the channel
 STANDBY_WARM_UP_ROUNDS = 1
@@ -167,6 +168,8 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
         limits.CGROUP = Path(start.cgroup)
     # Its own copy of the pages its call will write, made now; no process started for it.
     warm_up(loop, session, tools.values(), STANDBY_WARM_UP_ROUNDS, processes=False)
+    if session.sandbox.get("active"):  # what its first sandboxed call would build, built while it waits
+        confine.prepare(call_details(session.sandbox))
     setproctitle("peon-worker standby")
     gc.freeze()  # what the forkserver and the preparation made is never collected here
     process_state.record()  # what every call it serves must leave as it was (peon.workers.process_state)

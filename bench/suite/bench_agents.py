@@ -1,32 +1,42 @@
-"""Agents per host: the agent mix by N concurrent agents, CPU per call by process, p50/p99 and the knee.
+"""Agents per host: the agent mix by N concurrent agents in steady state, CPU per call by process, p50/p99.
 
 Each agent owns a workspace (a git repository with a 4 KiB file) and its own server, and repeats the
 agent mix — ``read`` 4 KiB x5, ``git status --short`` x2, ``ls``, ``write`` 2 KiB x2, interleaved —
 one call at a time, either *paced* (a think time drawn uniformly from 50-500 ms after each answer,
-seeded) or *back to back*. For N = 1…64 agents it prints, per front end:
+seeded) or *back to back*. For each N (default 1, 16, 64) it measures every front in **steady state**:
+all N agents are open and calling, every one of them has had a call answered, and then a window of
+``--window`` seconds (15; 5 back to back) is measured — the calls answered in it, their latencies, and
+the CPU the processes used from its start to its end. It prints, per front:
 
 * p50 and p99 of a call's latency as the agent sees it, and the calls per second all agents got;
 * CPU time per call (user + system, from ``/proc``) by process: the client (this process: the agents'
   event loop and the clients' threads), and the server's processes — for Peon the front end (``peon
   mcp``), the supervisors, the forkservers, and the workers together with the commands they ran (the
   ones still alive and the ones reaped); for the peers the two servers and the commands they ran;
-* the knee: the first N whose p99 passes 100 ms (paced).
+* the knee: the first N whose paced p99 passes 100 ms;
+* beside the window's figures, the same run measured the way this benchmark used to (every call from
+  the first agent's first call to the last agent's last call, each agent making ``--calls`` calls from a
+  staggered start): the ramp-up and the ramp-down, when fewer than N agents call, make that figure
+  lower than what N agents meet in steady state, and the CPU per call it gave came from a few dozen calls
+  in clock ticks.
 
 Front ends: ``embedded`` (a ``peon.AsyncSession`` per agent, all in this process), ``peon mcp`` (a
 ``peon mcp`` process per agent, through the official MCP client over stdio), ``peon serve`` (one
 ``peon serve`` on 127.0.0.1, a free port it picks, shared by all agents: each a ``peon.AsyncRemoteSession``
 — the official MCP SDK's Streamable HTTP client — working in a directory of its own in the server's one
-workspace, since a ``peon serve`` holds one session; its calls queue in that session), and the peers an agent
-needs for the same tools — ``@modelcontextprotocol/server-filesystem`` (``read_text_file``,
-``write_file``) plus ``mcp-shell-server`` (``shell_execute``), two servers per agent — when
-``bench/install_peers`` installed them; each absent peer is named and skipped. The fronts run one
-after the other for each N, alternating their order, so they see the same machine.
+workspace, since a ``peon serve`` holds one session), and the peers an agent needs for the same tools —
+``@modelcontextprotocol/server-filesystem`` (``read_text_file``, ``write_file``) plus ``mcp-shell-server``
+(``shell_execute``), two servers per agent — when ``bench/install_peers`` installed them; each absent peer
+is named and skipped. The fronts run one after the other for each N, alternating their order, so they
+see the same machine; every ratio is against the peers measured in the same run.
 
-Figures go to ``bench/targets.py`` through :mod:`bench.lib.figures` (``agents.*``). ``--quick`` runs N = 1, 4, 8
-with few calls: a smoke check, not a figure.
+Figures go to ``bench/targets.py`` through :mod:`bench.lib.figures` (``agents.*``): at the largest N, each
+front's calls per second and p99 against the peers'; the server CPU per call (median over the steady
+windows) against the peers'; the knee. ``--quick`` runs N = 1, 4 with 2 s windows: a smoke check, not a
+figure.
 
-Run: ``python bench/suite/bench_agents.py [--quick] [--agents 1,4,8,...,64] [--calls 20]
-[--fronts embedded,mcp,serve,peers]``
+Run: ``python bench/suite/bench_agents.py [--quick] [--agents 1,16,64] [--window 15] [--calls 20]
+[--fronts embedded,mcp,serve,peers] [--rhythms paced,back-to-back]``
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ import peon
 from bench.lib import mcp_servers
 from bench.lib.figures import record
 from bench.lib.mcp_servers import FILESYSTEM, PEON, SERVER_LOG, SHELL_SERVER
+from bench.lib.process_cpu import PeonCpu, TreeCpu, children, client_cpu, cmdline
 
 SERVE_START_SECONDS = 60.0
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "allow"}}
@@ -64,84 +75,8 @@ Kind = Literal["read", "status", "ls", "write"]
 MIX: tuple[Kind, ...] = ("read", "status", "read", "write", "read", "ls", "read", "status", "read", "write")
 THINK_SECONDS = (0.05, 0.5)
 KNEE_MS = 100.0
+PEERS = "fs+shell peers"  # the front of the peer MCP servers, which every ratio is against
 Rhythm = Literal["paced", "back to back"]
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# -- CPU accounting ------------------------------------------------------------------------------------
-
-
-def _stat_cpu(pid: int) -> tuple[float, float]:
-    """(own CPU, CPU of the children it reaped) of ``pid``, in seconds; (0, 0) once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    utime, stime, cutime, cstime = (int(x) / TICKS for x in fields[11:15])
-    return utime + stime, cutime + cstime
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []
-
-
-def _tree_cpu(pid: int) -> float:
-    """CPU of ``pid`` and everything below it, alive or reaped by a member (a process reaped by one
-    that is gone is in that one's parent's count)."""
-    own, reaped = _stat_cpu(pid)
-    return own + reaped + sum(_tree_cpu(child) for child in _children(pid))
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return []
-
-
-class PeonCpu:
-    """CPU by role for Peon's processes: front ends, supervisors (alone), forkservers (alone), workers
-    with their commands (every child of a forkserver, alive or reaped)."""
-
-    def __init__(self, fronts: list[int], supervisors: list[int]):
-        self.fronts = fronts
-        self.supervisors = supervisors
-
-    @property
-    def forkservers(self) -> list[int]:
-        """Looked up at each sample: a session starts its forkserver after it answered ``ready``."""
-        return [child for sup in self.supervisors for child in _children(sup)
-                if "forkserver" in " ".join(_cmdline(child))]
-
-    def sample(self) -> dict[str, float]:
-        figures = {"front end": sum(_stat_cpu(pid)[0] for pid in self.fronts) if self.fronts else 0.0,
-                   "supervisors": sum(_stat_cpu(pid)[0] for pid in self.supervisors),
-                   "forkservers": 0.0, "workers": 0.0}
-        for forkserver in self.forkservers:
-            own, reaped = _stat_cpu(forkserver)
-            figures["forkservers"] += own
-            figures["workers"] += reaped + sum(_tree_cpu(worker) for worker in _children(forkserver))
-        if not self.fronts:
-            del figures["front end"]
-        return figures
-
-
-class TreeCpu:
-    """CPU of whole process trees under one role each (the peers: a server and what it started)."""
-
-    def __init__(self, roles: dict[str, list[int]]):
-        self.roles = roles
-
-    def sample(self) -> dict[str, float]:
-        return {role: sum(_tree_cpu(pid) for pid in pids) for role, pids in self.roles.items()}
-
-
-def client_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 # -- front ends --------------------------------------------------------------------------------------
@@ -256,8 +191,8 @@ async def start_mcp(workspaces: list[Path], env: dict[str, str], stack: contextl
     for client in clients:
         agents.append(McpAgent({kind: (client, *PEON_CALLS[kind]) for kind in PEON_CALLS}))
     fronts = [child.pid for child in psutil.Process().children() if child.pid not in before]
-    supervisors = [pid for front in fronts for pid in _children(front)
-                   if "supervisor" in " ".join(_cmdline(pid)) or "peon-supervisor" in " ".join(_cmdline(pid))]
+    supervisors = [pid for front in fronts for pid in children(front)
+                   if "supervisor" in " ".join(cmdline(pid)) or "peon-supervisor" in " ".join(cmdline(pid))]
     return Started(agents, PeonCpu(fronts, supervisors))
 
 
@@ -313,7 +248,7 @@ async def start_serve(workspaces: list[Path], env: dict[str, str], stack: contex
     for ws in workspaces:
         session = await stack.enter_async_context(peon.AsyncRemoteSession(url, protocol="2026-07-28"))
         agents.append(RemoteAgent(session, ws.name))
-    supervisors = [pid for pid in _children(server.pid) if "supervisor" in " ".join(_cmdline(pid))]
+    supervisors = [pid for pid in children(server.pid) if "supervisor" in " ".join(cmdline(pid))]
     return Started(agents, PeonCpu([server.pid], supervisors))
 
 
@@ -343,7 +278,7 @@ async def start_peers(workspaces: list[Path], env: dict[str, str], stack: contex
 
 
 FRONTS: dict[str, Callable[..., Any]] = {"embedded": start_embedded, "peon mcp": start_mcp, "peon serve": start_serve,
-                                         "fs+shell peers": start_peers}
+                                         PEERS: start_peers}
 
 
 # -- one run -------------------------------------------------------------------------------------------
@@ -354,13 +289,19 @@ class Outcome:
     front: str
     agents: int
     rhythm: Rhythm
-    latencies: list[float]
-    wall: float
+    latencies: list[float]  # seconds, of the calls answered in the window
+    wall: float  # the window's length, in seconds
     cpu: dict[str, float]  # seconds per call, by role
+    former: Outcome | None = None  # the same agents measured as this benchmark used to (see the module's docstring)
 
     @property
     def calls(self) -> int:
         return len(self.latencies)
+
+    @property
+    def rate(self) -> float:
+        """Calls per second all agents got."""
+        return self.calls / self.wall if self.wall else 0.0
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -393,6 +334,63 @@ async def drive(agents: list[Agent], calls: int, rhythm: Rhythm, seed: int) -> l
     return latencies
 
 
+Sample = Callable[[], dict[str, float]]
+
+
+@dataclass
+class Window:
+    """What :func:`steady` measured: the calls answered in the window and the CPU used over it."""
+
+    latencies: list[float]
+    seconds: float
+    cpu: dict[str, float]  # seconds, by role, from the window's start to its end
+
+
+async def steady(agents: list[Agent], rhythm: Rhythm, seed: int, window: float, sample: Sample) -> Window:
+    """Every agent calls the mix (from its own place in it, paced or back to back) until the window is
+    over. The window opens once every agent has had a call answered — all N are open and calling — and
+    lasts ``window`` seconds; its calls are those answered in it. ``sample`` (CPU by role) is taken at its
+    start and at its end, in a thread, so that the agents go on meanwhile."""
+    answered: list[tuple[float, float]] = []  # (when the call was made, when it was answered)
+    have_called: set[int] = set()
+    everyone = asyncio.Event()
+    over = asyncio.Event()
+
+    async def one(index: int, agent: Agent) -> None:
+        rng = random.Random(seed * 1000 + index)
+        if rhythm == "paced":  # agents do not all start at once
+            await asyncio.sleep(rng.uniform(0, THINK_SECONDS[1]))
+        i = 0
+        while not over.is_set():
+            kind = MIX[(index + i) % len(MIX)]
+            i += 1
+            started = time.perf_counter()
+            await agent.call(kind)
+            answered.append((started, time.perf_counter()))
+            if index not in have_called:
+                have_called.add(index)
+                if len(have_called) == len(agents):
+                    everyone.set()
+            if rhythm == "paced" and not over.is_set():
+                await asyncio.sleep(rng.uniform(*THINK_SECONDS))
+
+    async def timed_sample() -> tuple[float, dict[str, float]]:
+        before = time.perf_counter()
+        figures = await asyncio.to_thread(sample)
+        return (before + time.perf_counter()) / 2, figures  # the sample's middle: when it stands
+
+    async with asyncio.TaskGroup() as group:
+        for index, agent in enumerate(agents):
+            group.create_task(one(index, agent))
+        await everyone.wait()
+        opened, first = await timed_sample()
+        await asyncio.sleep(max(0.0, opened + window - time.perf_counter()))
+        closed, last = await timed_sample()
+        over.set()
+    latencies = [end - began for began, end in answered if opened <= end < closed]
+    return Window(latencies, closed - opened, {role: last[role] - first.get(role, 0.0) for role in last})
+
+
 def make_workspaces(root: Path, count: int) -> list[Path]:
     workspaces = []
     for i in range(count):
@@ -410,35 +408,65 @@ def make_workspaces(root: Path, count: int) -> list[Path]:
     return workspaces
 
 
-async def measure(front: str, workspaces: list[Path], env: dict[str, str], calls: int,
-                  rhythms: Iterable[Rhythm], least: int = 60) -> list[Outcome]:
-    """Each rhythm's run of the agents' calls (``calls`` per agent, at least ``least`` in all)."""
+@dataclass(frozen=True)
+class Plan:
+    """How long each rhythm's window lasts, and whether the former measurement is taken too."""
+
+    windows: dict[Rhythm, float]
+    former_calls: int = 0  # calls per agent of the former measurement (0: not taken)
+
+
+async def measure(front: str, workspaces: list[Path], env: dict[str, str], rhythms: Iterable[Rhythm],
+                  plan: Plan) -> list[Outcome]:
+    """Each rhythm's steady-state window of the agents' calls (and the former measurement, if planned)."""
     outcomes = []
     async with contextlib.AsyncExitStack() as stack:
         started: Started = await FRONTS[front](workspaces, env, stack)
         await drive(started.agents, 3, "back to back", seed=0)  # warm-up: standbys, caches
+
+        def sample() -> dict[str, float]:
+            return {"client": client_cpu(), **started.cpu.sample()}
+
         for rhythm in rhythms:
             await asyncio.sleep(0.3)  # let what the last calls left settle
-            cpu_before, client_before = started.cpu.sample(), client_cpu()
-            begun = time.perf_counter()
-            # Enough calls a run (60, unless a smoke check): CPU times come in clock ticks (10 ms).
-            latencies = await drive(started.agents, max(calls, -(-least // len(workspaces))), rhythm,
-                                    seed=len(workspaces))
-            wall = time.perf_counter() - begun
-            await asyncio.sleep(0.05)  # a retired worker's exit lands in its forkserver's count
-            cpu_after, client_after = started.cpu.sample(), client_cpu()
-            count = len(latencies)
-            cpu = {"client": (client_after - client_before) / count,
-                   **{role: (cpu_after[role] - cpu_before.get(role, 0.0)) / count for role in cpu_after}}
-            outcomes.append(Outcome(front, len(workspaces), rhythm, latencies, wall, cpu))
+            window = await steady(started.agents, rhythm, len(workspaces), plan.windows[rhythm], sample)
+            count = max(1, len(window.latencies))
+            outcome = Outcome(front, len(workspaces), rhythm, window.latencies, window.seconds,
+                              {role: used / count for role, used in window.cpu.items()})
+            if plan.former_calls:
+                outcome.former = await former(started, front, len(workspaces), rhythm, plan.former_calls)
+            outcomes.append(outcome)
     return outcomes
+
+
+async def former(started: Started, front: str, agents: int, rhythm: Rhythm, calls: int) -> Outcome:
+    """The measurement this benchmark used to take: each agent makes ``calls`` calls from a staggered
+    start, and every call counts, from the first agent's first call to the last agent's last one."""
+    await asyncio.sleep(0.3)
+    cpu_before, client_before = started.cpu.sample(), client_cpu()
+    begun = time.perf_counter()
+    latencies = await drive(started.agents, calls, rhythm, seed=agents)
+    wall = time.perf_counter() - begun
+    await asyncio.sleep(0.05)
+    cpu_after, client_after = started.cpu.sample(), client_cpu()
+    count = len(latencies)
+    cpu = {"client": (client_after - client_before) / count,
+           **{role: (cpu_after[role] - cpu_before.get(role, 0.0)) / count for role in cpu_after}}
+    return Outcome(front, agents, rhythm, latencies, wall, cpu)
 
 
 def show(outcome: Outcome) -> None:
     roles = ", ".join(f"{role} {value * 1000:.2f}" for role, value in outcome.cpu.items())
     print(f"  {outcome.front:<15} N={outcome.agents:<3} {outcome.rhythm:<13} p50 {outcome.percentile(0.5):7.2f} ms  "
-          f"p99 {outcome.percentile(0.99):7.2f} ms  {outcome.calls / outcome.wall:7.1f} calls/s  "
-          f"server CPU/call {outcome.server_cpu_ms:6.2f} ms ({roles})", flush=True)
+          f"p99 {outcome.percentile(0.99):7.2f} ms  {outcome.rate:7.1f} calls/s  "
+          f"server CPU/call {outcome.server_cpu_ms:6.2f} ms ({roles}; {outcome.calls} calls in {outcome.wall:.1f} s)",
+          flush=True)
+    if outcome.former is not None:
+        was = outcome.former
+        print(f"  {'':<15} {'':<5} {'formerly':<13} p50 {was.percentile(0.5):7.2f} ms  "
+              f"p99 {was.percentile(0.99):7.2f} ms  {was.rate:7.1f} calls/s  "
+              f"server CPU/call {was.server_cpu_ms:6.2f} ms ({was.calls} calls in {was.wall:.1f} s, "
+              "ramp-up and ramp-down included)", flush=True)
 
 
 def knee(outcomes: list[Outcome], front: str) -> int | None:
@@ -450,8 +478,7 @@ def knee(outcomes: list[Outcome], front: str) -> int | None:
 
 
 def summary(outcomes: list[Outcome], fronts: list[str], sizes: list[int]) -> None:
-    print(f"\nsummary (the knee: first N whose paced p99 > {KNEE_MS:g} ms; measured N: {sizes})")
-    peer = "fs+shell peers"
+    print(f"\nsummary (steady state; the knee: first N whose paced p99 > {KNEE_MS:g} ms; measured N: {sizes})")
     cpu: dict[str, float] = {}
     for front in fronts:
         mine = [o for o in outcomes if o.front == front]
@@ -460,7 +487,7 @@ def summary(outcomes: list[Outcome], fronts: list[str], sizes: list[int]) -> Non
         found = knee(outcomes, front)
         per_call = statistics.median(o.server_cpu_ms for o in mine)
         cpu[front] = per_call
-        capacity = max((o.calls / o.wall for o in mine if o.rhythm == "back to back"), default=0.0)
+        capacity = max((o.rate for o in mine if o.rhythm == "back to back"), default=0.0)
         print(f"  {front:<15} knee {'none up to ' + str(max(sizes)) if found is None else 'N=' + str(found):<16} "
               f"server CPU per call (median over runs) {per_call:6.2f} ms; capacity back to back "
               f"{capacity:6.1f} calls/s")
@@ -468,12 +495,25 @@ def summary(outcomes: list[Outcome], fronts: list[str], sizes: list[int]) -> Non
         record(f"agents.agents.{_key(front)}", float(max(below, default=0)), "agents",
                measured_up_to=max(sizes), knee=found or 0)
         record(f"agents.capacity.{_key(front)}", capacity, "calls/s")
+    most = max(sizes)
+    at_most = {o.front: o for o in outcomes if o.agents == most and o.rhythm == "paced"}
+    peer = at_most.get(PEERS)
     for front in fronts:
-        if front == peer or front not in cpu:
+        if front == PEERS or front not in cpu:
             continue
-        record(f"agents.cpu.{_key(front)}", cpu[front], "ms", baseline=cpu.get(peer), against=peer)
-        if peer in cpu:
-            print(f"  server CPU per call, {front} / {peer}: {cpu[front] / cpu[peer]:.2f}x (target <= 1.5x)")
+        record(f"agents.cpu.{_key(front)}", cpu[front], "ms", baseline=cpu.get(PEERS), against=PEERS)
+        if PEERS in cpu:
+            print(f"  server CPU per call, {front} / {PEERS}: {cpu[front] / cpu[PEERS]:.2f}x (target <= 1.0x)")
+        largest = at_most.get(front)
+        if largest is None:
+            continue
+        record(f"agents.rate.{_key(front)}", largest.rate, "calls/s", baseline=peer.rate if peer else None,
+               against=PEERS, agents=most)
+        record(f"agents.p99.{_key(front)}", largest.percentile(0.99), "ms",
+               baseline=peer.percentile(0.99) if peer else None, against=PEERS, agents=most)
+        if peer is not None:
+            print(f"  {most} agents paced, {front} / {PEERS}: calls/s {largest.rate / peer.rate:.2f}x "
+                  f"(target >= 0.9x), p99 {largest.percentile(0.99) / peer.percentile(0.99):.2f}x (target <= 1.2x)")
 
 
 # -- at rest: memory of an idle session, and what a background job adds -------------------------------
@@ -522,7 +562,7 @@ async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
         pids = sorted({pid for root_pid in roots for pid in _tree(root_pid)})
         idle = pss_mib(pids)
         print(f"  {front:<15} idle session: PSS {idle:.1f} MiB in {len(pids)} processes", flush=True)
-        if front != "fs+shell peers":
+        if front != PEERS:
             record(f"idle_pss.{_key(front)}", idle, "MiB", processes=len(pids))
         if front != "embedded":
             return
@@ -540,7 +580,7 @@ async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
             await asyncio.sleep(1.0)
             with_job = sorted({pid for root_pid in roots for pid in _tree(root_pid)})
             added = [pid for pid in with_job if pid not in before]
-            sleeps = [pid for pid in added if _cmdline(pid)[:1] == ["sleep"]]
+            sleeps = [pid for pid in added if cmdline(pid)[:1] == ["sleep"]]
             extra, extra_python = len(added) - len(sleeps), python_processes(added)
             with_pss = pss_mib(with_job)
             grown = with_pss - before_pss
@@ -555,29 +595,33 @@ async def at_rest(front: str, root: Path, env: dict[str, str]) -> None:
 
 
 def _key(front: str) -> str:
-    return {"embedded": "embedded", "peon mcp": "mcp", "peon serve": "serve", "fs+shell peers": "peers"}[front]
+    return {"embedded": "embedded", "peon mcp": "mcp", "peon serve": "serve", PEERS: "peers"}[front]
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="N = 1, 4, 8, 10 calls per agent and at least 30 a run: a smoke check")
-    parser.add_argument("--agents", help="comma-separated N (default 1,4,8,16,32,48,64)")
-    parser.add_argument("--calls", type=int, help="calls per agent per run (default 20; 10 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="N = 1, 4 and 2 s windows: a smoke check")
+    parser.add_argument("--agents", help="comma-separated N (default 1,16,64)")
+    parser.add_argument("--window", type=float, help="seconds of a paced steady-state window (default 15; 2 with "
+                                                      "--quick); back to back, a third of it (at least 2 s)")
+    parser.add_argument("--calls", type=int, default=0,
+                        help="also measure the former way, each agent making this many calls (default: not)")
     parser.add_argument("--fronts", default="embedded,mcp,serve,peers", help="which of embedded, mcp, serve, peers")
     parser.add_argument("--rhythms", default="paced,back-to-back", help="paced and/or back-to-back")
     args = parser.parse_args()
-    sizes = [int(n) for n in (args.agents or ("1,4,8" if args.quick else "1,4,8,16,32,48,64")).split(",")]
-    calls = args.calls or (10 if args.quick else 20)
-    names = {"embedded": "embedded", "mcp": "peon mcp", "serve": "peon serve", "peers": "fs+shell peers"}
+    sizes = [int(n) for n in (args.agents or ("1,4" if args.quick else "1,16,64")).split(",")]
+    window = args.window or (2.0 if args.quick else 15.0)
+    plan = Plan({"paced": window, "back to back": max(2.0, window / 3)}, args.calls)
+    names = {"embedded": "embedded", "mcp": "peon mcp", "serve": "peon serve", "peers": PEERS}
     fronts = [names[name.strip()] for name in args.fronts.split(",")]
     rhythms: list[Rhythm] = ["paced" if r.strip() == "paced" else "back to back" for r in args.rhythms.split(",")]
     available, missing = peers_available()
-    if "fs+shell peers" in fronts and not available:
+    if PEERS in fronts and not available:
         print(f"peers: absent: {missing} — skipped")
-        fronts.remove("fs+shell peers")
+        fronts.remove(PEERS)
     print(f"peon {peon.__version__}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; "
-          f"N = {sizes}; {calls} calls per agent per run; fronts: {', '.join(fronts)}")
+          f"N = {sizes}; steady windows of {window:g} s paced, {plan.windows['back to back']:g} s back to back; "
+          f"fronts: {', '.join(fronts)}")
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="peon-bench-agents-") as tmp:
         home = Path(tmp) / "home"
@@ -589,7 +633,7 @@ async def main() -> None:
                 order = fronts if round_no % 2 == 0 else fronts[::-1]
                 for front in order:
                     workspaces = make_workspaces(Path(tmp) / f"{_key(front)}-{size}", size)
-                    for outcome in await measure(front, workspaces, env, calls, rhythms, 30 if args.quick else 60):
+                    for outcome in await measure(front, workspaces, env, rhythms, plan):
                         show(outcome)
                         outcomes.append(outcome)
                     shutil.rmtree(workspaces[0].parent, ignore_errors=True)

@@ -21,8 +21,13 @@
    RSS < 64 MiB.
 4. Idle CPU: CPU time used by the client, the supervisor, the forkserver and the standby workers of a
    session with no calls, over a few seconds. Target: 0 (nothing polls).
+5. First call: a new session's first ``bash true`` issued as soon as the session is open (in the sandbox
+   this machine allows, as a session gets by default), against the same call once the session is warm
+   (100 ms apart), median over a few new sessions. Target: ratio <= 1.5. Beside it, the first call
+   issued once the session's first standby waits: what the first call costs besides waiting for the
+   forkserver and the first worker to start.
 
-Run: ``python bench/suite/bench_core.py [--calls N] [--deadline-runs N] [--idle-seconds S]``
+Run: ``python bench/suite/bench_core.py [--calls N] [--deadline-runs N] [--idle-seconds S] [--first-runs N]``
 """
 
 from __future__ import annotations
@@ -191,12 +196,54 @@ def bench_idle(session: peon.Session, seconds: float) -> None:
     record("idle_cpu", session_ms + reader_ms, "ms", seconds=seconds)
 
 
+def _standby_ready(supervisor: int, timeout: float = 30.0) -> None:
+    """Wait until a worker below ``supervisor`` waits as a standby (it has prepared)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in psutil.Process(supervisor).children(recursive=True):
+            try:
+                if "peon-worker standby" in " ".join(process.cmdline()):
+                    return
+            except psutil.Error:
+                continue
+        time.sleep(0.01)
+
+
+def bench_first_call(workspace: Path, state: Path, env: dict, runs: int) -> None:
+    """Each run opens two new sessions (the default sandbox) and times the first call of each: one
+    issued as soon as the session is open, one once its first standby waits; then warm calls."""
+    firsts, readied, warms = [], [], []
+    for run in range(runs):
+        for when, into in (("open", firsts), ("standby", readied)):
+            with peon.Session(workspace, ALLOW, env=env, state_dir=state / f"first-{when}-{run}") as session:
+                if when == "standby":
+                    _standby_ready(session.supervisor_pid)
+                started = time.perf_counter()
+                assert session.call("bash", {"command": "true"}).ok
+                into.append(time.perf_counter() - started)
+                for _ in range(5 if when == "open" else 0):
+                    time.sleep(0.1)
+                    started = time.perf_counter()
+                    assert session.call("bash", {"command": "true"}).ok
+                    warms.append(time.perf_counter() - started)
+                sandbox = session.info.get("sandbox") or {}
+    first, ready, warm = (statistics.median(times) * 1000 for times in (firsts, readied, warms))
+    kind = sandbox.get("kind", "off") if sandbox.get("active") else "off"
+    print(f"first call of a new session (sandbox {kind}, {runs} sessions each): bash true issued as soon as the "
+          f"session is open: median {first:.2f} ms (max {max(firsts) * 1000:.2f}), {first / warm:.2f}x a warm call "
+          f"({warm:.2f} ms, 100 ms apart; target <= 1.5); issued once its first standby waits: {ready:.2f} ms, "
+          f"{ready / warm:.2f}x")
+    record("first_call", first, "ms", baseline=warm, against="a warm call, 100 ms apart", runs=runs,
+           max=max(firsts) * 1000, once_standby_waits=ready)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--deadline-runs", type=int, default=5)
     parser.add_argument("--apart-calls", type=int, default=50, help="calls 100 ms apart (default 50)")
     parser.add_argument("--idle-seconds", type=float, default=3.0)
+    parser.add_argument("--first-runs", type=int, default=5, help="new sessions whose first call is timed")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workspace, home = Path(tmp) / "ws", Path(tmp) / "home"
@@ -218,6 +265,7 @@ def main() -> None:
             bench_deadline(session, workspace, options.deadline_runs)
             bench_flood(session)
             bench_idle(session, options.idle_seconds)
+        bench_first_call(workspace, Path(tmp), env, options.first_runs)
         if session.info["containment"]["kind"] != "process-tree":  # the fallback, measured too
             fallback = {**ALLOW, "runtime": {"containment": "process-tree"}}
             with peon.Session(workspace, fallback, env=env, state_dir=Path(tmp) / "state") as session:

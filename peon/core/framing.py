@@ -164,10 +164,14 @@ def encode(message: Any) -> bytes:
     return encode_json(message) + b"\n"
 
 
+# What ``json.dumps`` with these options would build for every message, built once (its encode is the same).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(message: Any) -> bytes:
     """``message`` as compact UTF-8 JSON (no trailing newline); ``ValueError`` if JSON cannot carry it."""
     try:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(message)
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"a string contains a lone surrogate (position {exc.start}) and is not valid Unicode") \

@@ -2,8 +2,9 @@
 seccomp program — and that nothing a call or the host does in between weakens the next call: a protected
 path made, replaced or renamed on the host between calls is read-only again, a host socket bound in
 between is covered, a writable directory replaced on the host gets a view built afresh, and a call can
-leave neither a mount nor a listener behind. Real sessions, real processes, real namespaces (root). What is
-kept, checked without a process, is tests/unit/test_sandbox_kept_state.py."""
+leave neither a mount nor a listener behind; a standby builds its view before its first call. Real
+sessions, real processes, real namespaces (root). What is kept, checked without a process, is
+tests/unit/test_sandbox_kept_state.py."""
 
 from __future__ import annotations
 
@@ -185,3 +186,41 @@ def test_a_writable_directory_under_dev_is_writable_in_the_view(box):
         "python3 -c 'import multiprocessing; multiprocessing.Lock(); print(\"lock-ok\")'; echo x > /dev/null")})
     assert r.ok and r.value["exit_code"] == 0, r
     assert r.value["output"].split() == ["shm-ok", "lock-ok"], r.value["output"]
+
+
+def _standby_below(supervisor: int, timeout: float = 60.0) -> int:
+    """The pid of a worker of the session waiting for its first call, once it has prepared."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in psutil.Process(supervisor).children(recursive=True):
+            try:
+                if "peon-worker standby" in " ".join(process.cmdline()):
+                    return process.pid
+            except psutil.Error:
+                continue
+        time.sleep(0.02)
+    raise AssertionError("no standby worker came up")
+
+
+@needs_view
+def test_a_standby_builds_its_mount_view_before_its_first_call(tmp_path):
+    """A new worker's first sandboxed call enters the mount view its standby built while it waited (the
+    view's namespace is among the standby's descriptors before any call reaches it)."""
+    guard = Leftovers(tmp_path / "home")
+    (tmp_path / "ws").mkdir()
+    session = open_module_session(tmp_path / "ws", tmp_path / "state", guard, {"mode": "required", "network": False})
+    try:
+        standby = _standby_below(session.supervisor_pid)
+        held = {os.readlink(f"/proc/{standby}/fd/{fd}") for fd in os.listdir(f"/proc/{standby}/fd")}
+        result = session.call("bash", {"command": WHERE})
+        assert result.ok, result
+        namespace, worker = result.value["output"].split("\n")[:2]
+        assert int(worker) == standby  # the call ran on that standby
+        assert namespace != os.readlink("/proc/self/ns/mnt") and namespace in held, (namespace, held)
+    finally:
+        session.close()
+    assert guard.kill_all() == []

@@ -12,12 +12,13 @@ Promises:
   thread drops every capability and sets ``no_new_privs``, so ``execve`` gives none back (not even to
   a command run by root), and the worker makes itself non-dumpable, so nothing in the domain can
   ptrace the worker through the spawning thread during its last microseconds;
-* what does not depend on the call is built by a worker's first sandboxed call and kept for its next
-  ones, never weaker than a fresh build: the Landlock ruleset (built again when a directory of the plan
-  leads to another inode), the compiled seccomp program (:mod:`peon.workers.sandbox.syscall_filter`),
-  and the mount view (checked against the host and completed before each call,
-  :mod:`peon.workers.sandbox.namespaces`); each call still gets its own thread, Landlock domain and
-  seccomp filter; a process forked from the worker keeps none of them;
+* what does not depend on the call is built while the worker waits as a standby (:func:`prepare`, from
+  the session's plan), else by its first sandboxed call, and kept for its next ones, never weaker than a
+  fresh build: the Landlock ruleset (built again when a directory of the plan leads to another inode),
+  the compiled seccomp program (:mod:`peon.workers.sandbox.syscall_filter`), and the mount view (checked
+  against the host and completed before each call, :mod:`peon.workers.sandbox.namespaces`); each call
+  still gets its own thread, Landlock domain and seccomp filter; a process forked from the worker keeps
+  none of them;
 * a :class:`BwrapConfinement` starts ``bwrap`` with the plan's options around the command
   (:func:`~peon.workers.sandbox.plan.bwrap_argv`); the runner's process group, cancel grace, deadline
   and sweep apply to bwrap and everything in its namespaces exactly as to an unsandboxed command;
@@ -172,19 +173,12 @@ class LandlockConfinement(Confinement):
         close_descriptors_on_exec()
         plan = self.plan
         try:
-            ruleset, identities = prepared_ruleset(plan)
-            # Read before the thread joins the session's network: the host's sockets, not the session's.
-            sockets = (host_socket_paths(namespaces.host_sockets_text())
-                       if plan.mount_view and not plan.network else [])
             # The agent-control paths as they are now: read-only in the mount view, their directories bound to
             # themselves; without it, Landlock cannot stop writes there, so settle() judges changes too.
-            ledger = self.take_ledger(deep=not plan.mount_view)
-            protected = ledger.read_only() if ledger is not None and plan.mount_view else []
-            containers = ledger.containers() if ledger is not None and plan.mount_view else []
-            syscalls = syscall_filter.build(seccomp_rules(plan)) if plan.seccomp else None
-            host_mounts = namespaces.host_mount_namespace() if plan.mount_view else -1
+            built = _Materials.build(plan, self.take_ledger(deep=not plan.mount_view))
         except (OSError, ValueError, RuntimeError) as exc:
             raise _unavailable(f"the Landlock sandbox could not be built: {exc}") from None
+        ruleset, syscalls = built.ruleset, built.syscalls
         outcome: list[Any] = []
         done = _thread.allocate_lock()
         done.acquire()
@@ -192,15 +186,7 @@ class LandlockConfinement(Confinement):
         def confined() -> None:  # on the dedicated thread: only it, and what it starts, enters the domain
             try:
                 try:
-                    if plan.mount_view or plan.netns:
-                        kept = worker.views.get(plan)
-                        view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode,
-                                                mount_view=plan.mount_view, writable=plan.writable,
-                                                protected=protected, hidden=plan.hidden, sockets=sockets,
-                                                view=kept, host_mounts=host_mounts, host=identities,
-                                                containers=containers)
-                        if view is not None and view is not kept:
-                            worker.keep_view(plan, view)
+                    built.enter_view(worker)
                     drop_capabilities()
                     ruleset.restrict_current_thread()
                     if syscalls is not None:
@@ -222,6 +208,73 @@ class LandlockConfinement(Confinement):
         if isinstance(result, BaseException):
             raise result
         return int(result)
+
+
+class _Materials:
+    """What one sandboxed start needs besides its thread, built (or taken from what this worker keeps,
+    checked as :func:`prepared_ruleset` checks it) on the worker's own thread."""
+
+    def __init__(self, plan: SandboxPlan, ruleset: ll.Ruleset, identities: Identities, sockets: list[str],
+                 protected: list[str], containers: list[str], syscalls: syscall_filter.Filter | None,
+                 host_mounts: int):
+        self.plan, self.ruleset, self.identities, self.sockets = plan, ruleset, identities, sockets
+        self.protected, self.containers, self.syscalls, self.host_mounts = protected, containers, syscalls, host_mounts
+
+    @classmethod
+    def build(cls, plan: SandboxPlan, ledger: Ledger | None) -> _Materials:
+        """``ledger``: the agent-control paths as a call found them (None in a standby: it binds none; each
+        call's own are bound when it enters the view)."""
+        ruleset, identities = prepared_ruleset(plan)
+        # Read before the thread joins the session's network: the host's sockets, not the session's.
+        sockets = host_socket_paths(namespaces.host_sockets_text()) if plan.mount_view and not plan.network else []
+        protected = ledger.read_only() if ledger is not None and plan.mount_view else []
+        containers = ledger.containers() if ledger is not None and plan.mount_view else []
+        syscalls = syscall_filter.build(seccomp_rules(plan)) if plan.seccomp else None
+        host_mounts = namespaces.host_mount_namespace() if plan.mount_view else -1
+        return cls(plan, ruleset, identities, sockets, protected, containers, syscalls, host_mounts)
+
+    def enter_view(self, worker: _WorkerSandbox) -> None:
+        """On the calling thread (never the worker's own): the session's network and the mount view, the
+        one this worker keeps when it still holds (else a new one, kept for the next calls)."""
+        plan = self.plan
+        if not (plan.mount_view or plan.netns):
+            return
+        kept = worker.views.get(plan)
+        view = namespaces.enter(netns=plan.netns, netns_inode=plan.netns_inode, mount_view=plan.mount_view,
+                                writable=plan.writable, protected=self.protected, hidden=plan.hidden,
+                                sockets=self.sockets, view=kept, host_mounts=self.host_mounts, host=self.identities,
+                                containers=self.containers)
+        if view is not None and view is not kept:
+            worker.keep_view(plan, view)
+
+
+def prepare(details: Mapping[str, Any] | None) -> None:
+    """In a standby, before its first call: build what a sandboxed start of the session's plan
+    (``details``: a call's ``"sandbox"`` approval details) needs and this worker keeps between calls —
+    the Landlock ruleset, the seccomp program, the mount view (entered on a throwaway thread, which ends
+    without confining anything) — so that a worker's first sandboxed call costs what its later ones
+    do. Nothing is weaker for it: a call uses each piece only as it uses one kept from an earlier call,
+    after the same checks. A failure here costs speed only (the call builds again, and reports)."""
+    if not isinstance(details, Mapping) or details.get("active") is not True or details.get("kind") != "landlock":
+        return
+    try:
+        built = _Materials.build(plan_of(details), None)
+    except (OSError, ValueError, RuntimeError):
+        return
+    worker = _worker.mine()
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def view() -> None:
+        try:
+            built.enter_view(worker)
+        except Exception:  # a failure costs speed only: the call builds again, and reports
+            pass
+        finally:
+            done.release()
+
+    _thread.start_new_thread(view, ())
+    done.acquire()
 
 
 class _WorkerSandbox:
