@@ -359,7 +359,7 @@ class WorkerPool:
         attributes every process of a job to it (a daemon that left its process group too). In
         process-tree containment an orphan cannot be attributed to one of several jobs, so each job
         keeps a worker of its own there."""
-        return self.containment.workers_cgroup is not None
+        return self.containment.forkserver_cgroup is not None
 
     async def _run_hosted(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
                           on_event: Callable[[WorkerMessage], None]) -> dict[str, Any]:
