@@ -3,7 +3,8 @@
 Each session runs in a client process of its own (this script with ``--runner``), so a client can
 die like any other process. Its workload is a mix of checked calls — reads of known files, writes
 then reads, ``bash`` with known output, timeouts, background jobs and their output — and of calls
-whose commands attack Peon from inside: a command that stops or kills its worker, stops the
+whose commands attack Peon from inside (now and then several submitted at once, which the session runs
+side by side, each checked alike): a command that stops or kills its worker, stops the
 forkserver or kills the supervisor, a fork loop past ``limits.max_processes``, a memory hog past
 ``limits.memory_max_bytes``. From outside, this process injects at random times (``--fault-every``
 seconds apart on average): ``SIGKILL``, ``SIGSTOP`` (continued later, or never) and ``SIGTERM`` to a
@@ -61,6 +62,8 @@ SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM)
 # Answers that say the call was handed to a worker: its decision line must be in the audit log.
 RAN = frozenset({"worker_crashed", "worker_hung", "worker_oom", "limit_exceeded"})
 OUTSIDE_FAULTS = ("signal", "full_disk", "immutable_log", "client_death")
+PARALLEL_SHARE = 0.3  # of the rounds that submit several calls at once, up to PARALLEL_MAX
+PARALLEL_MAX = 4
 
 
 def session_config(containment: str) -> dict[str, Any]:
@@ -154,28 +157,38 @@ def run_session(options: argparse.Namespace) -> None:
     session = _open(peon, workspace, config, env, state, options)
     n = 0
     while time.time() < options.until:
-        n += 1
-        call = next_call(rng, n)
-        started = time.time()
-        bound = session._watchdog.start_bound() + call.timeout + float(config["limits"]["worker_grace_seconds"]) + 5.0
-        handle = session.submit(call.tool, call.args)
-        try:
-            result = handle.result(timeout=bound + ANSWER_SLACK_SECONDS)
-        except TimeoutError:
-            emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started, "took": None,
-                  "bound": bound, "ok": False, "code": "unanswered", "wrong": None, "checked": call.checked})
+        # Now and then several calls at once (the session runs them side by side), each checked alike.
+        batch = 1 + (rng.randint(1, PARALLEL_MAX - 1) if rng.random() < PARALLEL_SHARE else 0)
+        calls = []
+        for _ in range(batch):
+            n += 1
+            calls.append(next_call(rng, n))
+        grace = float(config["limits"]["worker_grace_seconds"])
+        submitted = [(call, time.time(), session._watchdog.start_bound() + call.timeout + grace + 5.0,
+                      session.submit(call.tool, call.args)) for call in calls]
+        replace = restart = False
+        for call, started, bound, handle in submitted:
+            try:
+                result = handle.result(timeout=max(0.0, started + bound + ANSWER_SLACK_SECONDS - time.time()))
+            except TimeoutError:
+                emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started, "took": None,
+                      "bound": bound, "ok": False, "code": "unanswered", "wrong": None, "checked": call.checked,
+                      "batch": batch})
+                replace = True
+                continue
+            wrong = check(session, call, result) if result.ok and call.checked and not replace else None
+            emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
+                  "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
+                  "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
+                  "message": None if result.ok else result.error.message[:300], "batch": batch})
+            restart = restart or (not result.ok and result.error.code == "supervisor_died")
+            if not result.ok and result.error.code == "audit_failed":
+                time.sleep(0.05)  # as a client would: not a busy loop while the disk is full
+        if replace:
             session.close()  # a hung session is replaced, like a client would
             session = _open(peon, workspace, config, env, state, options)
-            continue
-        wrong = check(session, call, result) if result.ok and call.checked else None
-        emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
-              "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
-              "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
-              "message": None if result.ok else result.error.message[:300]})
-        if not result.ok and result.error.code == "supervisor_died":
+        elif restart:
             session = _restart(peon, session, workspace, config, env, state, options)
-        elif not result.ok and result.error.code == "audit_failed":
-            time.sleep(0.05)  # as a client would: not a busy loop while the disk is full
     session.close()
     emit({"op": "closed", "t": time.time()})
 
