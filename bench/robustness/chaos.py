@@ -370,7 +370,7 @@ class Slot:
     def audit_log(self) -> Path:
         return self.current.state / "audit.jsonl"
 
-    def finish(self, killed: bool = False, replace: bool = False) -> None:
+    def finish(self, killed: bool = False, replace: bool = False, meanwhile: Any = None) -> None:
         """After its client exited (or was killed): what of its session is still alive. ``replace``: a
         new client starts first, as after a crash (its session cleans up what a dead one left)."""
         assert self.process is not None and self.reader is not None
@@ -380,7 +380,7 @@ class Slot:
         inst.killed = killed
         if replace:
             self.start()
-        inst.leftovers = wait_gone(inst, 15.0)
+        inst.leftovers = wait_gone(inst, 15.0, meanwhile)
 
     def sample(self) -> None:
         """Remember the processes of the current session's tree (for the leftover check)."""
@@ -418,12 +418,14 @@ def alive_of(inst: Instance) -> list[int]:
     return sorted(found)
 
 
-def wait_gone(inst: Instance, timeout: float) -> list[str]:
+def wait_gone(inst: Instance, timeout: float, meanwhile: Any = None) -> list[str]:
     """The processes of a session still alive ``timeout`` after its client ended (then killed)."""
     from peon.workers import proctree
 
     until = time.monotonic() + timeout
     while (alive := alive_of(inst)) and time.monotonic() < until:
+        if meanwhile is not None:  # the faults that end meanwhile end on time (a stopped process continued)
+            meanwhile()
         time.sleep(0.2)
     left = [f"{pid} {proctree.cmdline(pid)!r} (state {proctree.state(pid)}, "
             f"parent {(proctree.stat_fields(pid) or '??')[1]})" for pid in alive]
@@ -492,7 +494,7 @@ def inject(rng: random.Random, slot: Slot, kind: str, later: list[tuple[float, A
         assert slot.process is not None
         dead = slot.process.pid
         slot.process.kill()
-        slot.finish(killed=True, replace=True)
+        slot.finish(killed=True, replace=True, meanwhile=lambda: _run_due(later))
         return Fault(slot.index, "client_death", now, time.time(), f"client {dead}")
     raise ValueError(kind)
 
