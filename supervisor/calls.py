@@ -1,26 +1,41 @@
-"""One call's life in the supervisor: admitted, its approval settled, its decision audited, run, and
-answered exactly once.
+"""One call's life in the supervisor: admitted, its approval settled, its turn to run taken, its decision
+audited, run, and answered exactly once.
 
-Promise: :meth:`CallServer.serve` takes one call through the pure pipeline
-(:func:`peon.approval.admission.admit`: validated, risk-assessed, judged by the policy), settles its
-approval (:class:`peon.supervisor.approval.gate.ApprovalGate`: the policy's verdict, a grant or the
-approver), writes the decision to the audit log and only then runs it — a call is never handed to a
-worker before its decision line is in the log; if that line cannot be written it is answered
-``audit_failed`` and never runs. It then runs in a worker of the pool; as a job of its own when its tool
-keeps its output, or started as a background job (:class:`peon.supervisor.jobs.JobTable`, which owns
-every job, checked against ``jobs.max_running`` before anyone is asked); or, for the job tools
-(``Tool.served_by_supervisor``), here on the supervisor's loop from a task of their own, so that a
-``job_output`` that waits never holds whatever is served next, ended by a cancel or their deadline. A
-call still running :data:`STARTED_NOTICE_SECONDS` after its worker took it is announced to a client that
-watches running calls (``started``, with the time by which it must be answered).
+Promise: :meth:`CallServer.serve` (or :meth:`CallServer.start`, which does the same beside the calls
+already started) takes one call through the pure pipeline (:func:`peon.approval.admission.admit`:
+validated, risk-assessed, judged by the policy), settles its approval
+(:class:`peon.supervisor.approval.gate.ApprovalGate`: the policy's verdict, a grant or the approver —
+questions one at a time, in the order calls reach it), takes its turns to run, writes the decision to
+the audit log and only then runs it — a call is never handed to a worker before its decision line is in
+the log (durable, with ``audit.fsync``: :meth:`~peon.supervisor.approval.audit.AuditLog.commit_grouped`,
+one ``fdatasync`` for the lines written together); if that line cannot be written it is answered
+``audit_failed`` and never runs. Everything before the approval line is synchronous, so calls started in
+arrival order are asked in arrival order.
+
+Its turns (:class:`~peon.supervisor.turns.Turns`, first come first served, a cancel ends the wait): a
+slot of ``limits.max_parallel_calls``, held from the decision line to the answer, so at most that many
+calls run at once, each in a worker of its own; and, first, for a tool that changes workspace files
+without starting a process (declared risk ``filesystem``, ``starts_processes`` False: ``write``,
+``edit``, ``apply_patch``), the session's one file-changing turn — such calls run one at a time, so
+the second of two calls changing the same file sees the first's content (or fails ``stale``: their
+checks of what was read and shown never race another call of the session). A call waiting for a turn,
+or in the approval line, holds no slot: a question pending never holds a call that needs none.
+
+It then runs in a worker of the pool; as a job of its own when its tool keeps its output, or started as
+a background job (:class:`peon.supervisor.jobs.JobTable`, which owns every job, checked against
+``jobs.max_running`` before anyone is asked, and again as it starts); or, for the job tools
+(``Tool.served_by_supervisor``), here on the supervisor's loop from a task of their own, without a slot,
+so that a ``job_output`` that waits never holds whatever is served next, ended by a cancel or their
+deadline. A call still running :data:`STARTED_NOTICE_SECONDS` after its worker took it is announced to a
+client that watches running calls (``started``, with the time by which it must be answered).
 
 Every reply of the session goes through :meth:`CallServer.answer` — the queue's refusals too — so
 each call gets exactly one ``result`` message, its ``result`` line written to the audit log just
 before. The supervisor owns and decides every call; a worker that runs one may crash, and the call
 is answered all the same, with a stable error code.
 
-It serves the call it is given and knows nothing of a queue: whoever calls :meth:`CallServer.serve`
-decides what runs when (:mod:`peon.supervisor.service`: one at a time, in arrival order).
+It serves the calls it is given and knows nothing of a queue: whoever calls :meth:`CallServer.serve`
+or :meth:`CallServer.start` decides what is admitted when (:mod:`peon.supervisor.service`).
 """
 
 from __future__ import annotations
@@ -37,7 +52,7 @@ from peon.approval.admission import admit
 from peon.approval.policy import ApprovalRequest, Decision
 from peon.core.cancel import CancelToken, Deadline
 from peon.core.errors import ErrorCode, PeonError, ToolError, error_reply as _error
-from peon.core.tool import OutputLimits, Tool, ToolContext
+from peon.core.tool import OutputLimits, Tool, ToolContext, ToolRisk
 
 from peon.supervisor import egress
 from peon.supervisor.approval.audit import audit_entry, decision_entry
@@ -45,6 +60,7 @@ from peon.supervisor.approval.facts import gather
 from peon.supervisor.jobs import JobTable
 from peon.supervisor.session_state import SessionState
 from peon.supervisor.tasks import HeldTasks, first
+from peon.supervisor.turns import Turn, Turns
 
 if TYPE_CHECKING:
     from peon.supervisor.pool import WorkerPool
@@ -72,7 +88,8 @@ class PendingCall:
 
 @dataclass
 class CallServer:
-    """Serves the session's calls one by one as it is given them, and answers each.
+    """Serves the session's calls as it is given them, at most ``max_parallel`` running at once, and
+    answers each.
 
     ``send`` writes a message to the client; ``notify_started`` sends one without waiting (None: the
     client does not watch running calls); ``on_answered`` is told of each call as it is answered,
@@ -84,30 +101,56 @@ class CallServer:
     send: Callable[[dict[str, Any]], Awaitable[None]]
     notify_started: Callable[[dict[str, Any]], None] | None
     on_answered: Callable[[PendingCall], None]
+    max_parallel: int = 1
     _beside: HeldTasks = field(default_factory=HeldTasks, init=False)  # job-tool calls, answered from their own task
+    _started: HeldTasks = field(default_factory=HeldTasks, init=False)  # calls served beside the others
+    _slots: Turns = field(init=False)  # a call runs while it holds one
+    _file_changes: Turns = field(init=False)  # held by the one call that changes files without a process
+
+    def __post_init__(self) -> None:
+        self._slots = Turns(self.max_parallel)
+        self._file_changes = Turns(1)
 
     async def serve(self, call: PendingCall) -> None:
         """Run ``call`` and answer it; a job-tool call is answered later, from a task of its own."""
         call.started, call.started_at = True, time.monotonic()
         await self._answer_from(call, self._run(call))
 
+    def start(self, call: PendingCall) -> None:
+        """:meth:`serve` ``call`` from a task of its own, beside the calls already started; it is
+        admitted (up to its place in the approval line) before any call started after it."""
+        call.started, call.started_at = True, time.monotonic()
+        self._started.start(self._answer_from(call, self._run(call)))
+
+    async def wait_all(self) -> None:
+        """Return once every call started here (and every job-tool call) has been answered."""
+        await self._started.wait_all()
+        await self._beside.wait_all()
+
+    @property
+    def running(self) -> int:
+        """Calls holding a slot: running, or about to (their decision line being written)."""
+        return self._slots.held
+
     async def answer(self, call: PendingCall, reply: dict[str, Any]) -> None:
         """The one reply to ``call``: its ``result`` line in the audit log, then its ``result`` message."""
         reply = egress.name_refusals(reply, call.started_at)  # the egress allowlist's refusals during the call
         self.on_answered(call)
-        call.finished.set()
         state = self.state
-        try:  # recorded before the client sees the result; a failure here must not lose the reply
-            state.audit.record(audit_entry(
-                session_id=state.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
-                request=call.request, decision=call.decision, reply=reply, received_at=call.received_at,
-                duration_ms=int((time.monotonic() - call.started_at) * 1000)))
-        except Exception:
-            traceback.print_exc(file=sys.stderr)
         try:
-            await self.send({**reply, "op": "result", "id": call.id})
-        except OSError:
-            pass  # the client is gone; shutdown follows from its EOF
+            try:  # recorded before the client sees the result; a failure here must not lose the reply
+                await state.audit.record_grouped(audit_entry(
+                    session_id=state.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
+                    request=call.request, decision=call.decision, reply=reply, received_at=call.received_at,
+                    duration_ms=int((time.monotonic() - call.started_at) * 1000)))
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
+            try:
+                await self.send({**reply, "op": "result", "id": call.id})
+            except OSError:
+                pass  # the client is gone; shutdown follows from its EOF
+        finally:
+            call.finished.set()
 
     async def _answer_from(self, call: PendingCall, running: Awaitable[dict[str, Any] | None]) -> None:
         try:
@@ -146,32 +189,71 @@ class CallServer:
                 f"was denied by {decision.by}: {decision.rule}",
                 {"risk": request.risk.value, "by": decision.by, "rule": decision.rule},
             )
-        try:  # audit before acting: no line, no call
-            state.audit.commit(decision_entry(session_id=view.session_id, call_id=call.id, tool=call.tool,
-                                              args=call.args, request=request, decision=decision,
-                                              received_at=call.received_at))
-        except (OSError, ValueError) as exc:
-            return _error(ErrorCode.AUDIT_FAILED,
-                          f"{tool.name} was not run: its decision could not be written to the audit log "
-                          f"{state.audit.path} ({exc}); Peon runs no call it cannot audit",
-                          {"audit_log": str(state.audit.path)})
-        if not tool.served_by_supervisor and not self.pool.started:
-            # A call made as the session starts: its time starts with its worker.
-            await first(self.pool.wait_started(), call.cancelled.wait())
-            if call.cancelled.is_set():
-                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
-        deadline = Deadline.after(admission.timeout_seconds)
-        if tool.served_by_supervisor:
+        if tool.served_by_supervisor:  # beside the slots: a job_output that waits holds none
+            refused = await self._audit_decision(call, tool)
+            if refused is not None:
+                return refused
+            deadline = Deadline.after(admission.timeout_seconds)
             if self.notify_started is not None:  # the client bounds it by its deadline, not by the queue's bound
                 self.notify_started(self._started_notice(call, deadline))
             self._beside.start(self._answer_from(call, self._serve_here(tool, admission.args, call, deadline,
                                                                         request.details)))
             return None
-        record = {"id": call.id, "tool": tool.name, "args": admission.args, "progress": call.progress,
-                  "approved": request.details, **({"trace": call.trace} if call.trace else {})}
-        if background:
-            return await self.jobs.start_background(record, deadline, call.cancelled)
-        return await self._run_in_worker(tool, record, call, deadline)
+        turns = await self._take_turns(tool, call)
+        if turns is None:
+            return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+        try:
+            refused = await self._audit_decision(call, tool)
+            if refused is not None:
+                return refused
+            if not self.pool.started:
+                # A call made as the session starts: its time starts with its worker.
+                await first(self.pool.wait_started(), call.cancelled.wait())
+                if call.cancelled.is_set():
+                    return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+            deadline = Deadline.after(admission.timeout_seconds)
+            record = {"id": call.id, "tool": tool.name, "args": admission.args, "progress": call.progress,
+                      "approved": request.details, **({"trace": call.trace} if call.trace else {})}
+            if background:
+                try:  # again, now: calls started beside this one may have started jobs meanwhile
+                    self.jobs.check_capacity()
+                except ToolError as exc:
+                    return {"ok": False, "error": exc.to_dict()}
+                return await self.jobs.start_background(record, deadline, call.cancelled)
+            return await self._run_in_worker(tool, record, call, deadline)
+        finally:
+            for turn in turns:
+                turn.release()
+
+    async def _take_turns(self, tool: Tool, call: PendingCall) -> list[Turn] | None:
+        """The turns ``call`` runs with (see the module's promise), held once this returns; None when it
+        was cancelled first (then it holds none)."""
+        turns: list[Turn] = []
+        lines = [self._file_changes] if changes_files(tool) else []
+        for line in (*lines, self._slots):
+            turn = line.join()
+            turns.append(turn)
+            if not await turn.wait(call.cancelled):
+                for held in turns:
+                    held.release()
+                return None
+        return turns
+
+    async def _audit_decision(self, call: PendingCall, tool: Tool) -> dict[str, Any] | None:
+        """Write the call's decision line (durable with ``audit.fsync``) before it is acted on; the
+        refusal to answer it with when the line cannot be written, else None."""
+        state = self.state
+        assert call.request is not None and call.decision is not None, "an approved call has both"
+        try:  # audit before acting: no line, no call
+            await state.audit.commit_grouped(decision_entry(
+                session_id=state.view.session_id, call_id=call.id, tool=call.tool, args=call.args,
+                request=call.request, decision=call.decision, received_at=call.received_at))
+        except (OSError, ValueError) as exc:
+            return _error(ErrorCode.AUDIT_FAILED,
+                          f"{tool.name} was not run: its decision could not be written to the audit log "
+                          f"{state.audit.path} ({exc}); Peon runs no call it cannot audit",
+                          {"audit_log": str(state.audit.path)})
+        return None
 
     def _started_notice(self, call: PendingCall, deadline: Deadline) -> dict[str, Any]:
         return {"op": "started", "id": call.id,
@@ -233,3 +315,10 @@ class CallServer:
         except PeonError as exc:
             return {"ok": False, "error": exc.to_dict()}
         return {"ok": True, "value": value}
+
+
+def changes_files(tool: Tool) -> bool:
+    """Whether calls of ``tool`` take the session's file-changing turn: it changes workspace files
+    (declared risk ``filesystem``) without starting a process, so its own checks (``stale``, what was
+    approved) are the only ones between two calls of the session that change the same file."""
+    return tool.risk == ToolRisk.FILESYSTEM and not tool.starts_processes and not tool.served_by_supervisor

@@ -3,29 +3,33 @@
 Promise: after :meth:`Containment.kill_tree` no process of that worker's tree is running — not one
 that was forking while the kill ran, not one that moved itself out of the worker's cgroup (a root
 command can write its pid into any cgroup) — because both mechanisms are used: the cgroup, and the
-process tree, which holds every descendant since workers are child subreapers. :meth:`Containment.release`
-leaves nothing of the worker behind (no process, no cgroup); it never waits, so it never stalls the
-supervisor's event loop (:func:`retry_release` tries again, on the loop, while a cgroup is still
-emptying). Two implementations, chosen once per session:
+process tree, which holds every descendant since workers are child subreapers. A kill reaches one
+worker's tree and nothing of another's: calls run side by side, each in a worker of its own, and a
+runaway in one (a fork loop, a memory hog, a kill at its deadline) neither kills nor limits another.
+:meth:`Containment.release` leaves nothing of the worker behind (no process, no cgroup); it never
+waits, so it never stalls the supervisor's event loop (:func:`retry_release` tries again, on the loop,
+while a cgroup is still emptying). Two implementations, chosen once per session:
 
-* :class:`CgroupContainment` — the process-tree sweep, plus a per-session cgroup v2: the workers are
-  born in its ``workers`` cgroup (the kernel's limits and OOM accounting for the running call; one
-  ``cgroup.kill`` for the whole session when it ends, or when its supervisor died);
+* :class:`CgroupContainment` — the process-tree sweep, plus a per-session cgroup v2 in which each
+  worker has a cgroup of its own, ``worker-<n>``, made as the worker starts (:meth:`Containment.prepare`,
+  on the forker thread) and removed once it is gone: the kernel's limits (``memory.max``, ``pids.max``:
+  the configured ones plus a small reserve for the worker itself), its OOM accounting and its
+  ``cgroup.kill`` are one worker's, so one call's. The forkserver lives in ``forkserver`` beside them; a
+  worker it forks moves itself into its own cgroup first thing, before it serves anything
+  (:mod:`peon.workers.worker`), and fails to start rather than serve from elsewhere. One ``cgroup.kill``
+  of the session's cgroup ends the whole session when it ends, or when its supervisor died;
 * :class:`ProcessTreeContainment` — the fallback: the process-tree sweep alone (process groups killed
-  whole, listed again until nothing below the worker is alive).
+  whole, listed again until nothing below the worker is alive), which is per worker already.
 
 A session in cgroup mode also removes, once, as its first worker starts (off the event loop, after
 ``ready``), the empty cgroups that sessions whose supervisor is gone left beside its own, and ends
 sessions abandoned for good (supervisor stopped, client gone) (:func:`peon.workers.cgroup.remove_leftovers`:
 on evidence, never a live session's), and says so on stderr.
 
-Workers share one cgroup rather than one each because every placement of a process in a cgroup is
-a migration, and a migration waits for an RCU grace period: 8 ms on the idle 2-core development
-machine, 11 ms (and 10-67 ms measured inside a starting worker) under load, on the path of every
-call's worker. The forkserver joins ``workers`` once, and every worker is forked into it (fork keeps
-the cgroup): no migration per call. Calls run one at a time, so the cgroup's limits (the configured
-ones plus a small reserve for the forkserver and the standbys) and its OOM counter are the running
-call's.
+Each worker moves into its cgroup once, as it starts, not per call: every placement of a process in a
+cgroup is a migration, which waits for an RCU grace period (8 ms on the idle 2-core development machine,
+11 ms and more under load), and a standby makes it while it waits for its first call. The commands a
+call starts are born in their worker's cgroup (fork keeps the cgroup): no migration on a call's path.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ class WorkerSlot:
     """Where one worker is contained."""
 
     name: str
-    oom_base: int = 0  # the OOM-kill counter of the workers' cgroup when its call began
+    oom_base: int = 0  # the OOM-kill counter of its cgroup when its call began
+    cgroup: Path | None = None  # the worker's own cgroup (cgroup containment)
 
 
 class Containment:
@@ -76,8 +81,9 @@ class Containment:
         return True
 
     @property
-    def workers_cgroup(self) -> str | None:
-        """The cgroup the forkserver joins and forks every worker into, when there is one."""
+    def forkserver_cgroup(self) -> str | None:
+        """The cgroup the forkserver joins (and forks every worker into, which then leaves it for its
+        own), when there is one."""
         return None
 
     def begin_call(self, slot: WorkerSlot) -> None:
@@ -112,34 +118,43 @@ class ProcessTreeContainment(Containment):
 
 class CgroupContainment(Containment):
     kind = "cgroup"
-    # Beyond the configured limits, for what else lives in the workers' cgroup: the forkserver, the
-    # standbys and a worker still exiting after its result.
+    # Beyond the configured limits, for the worker itself in its cgroup: its interpreter and what a file
+    # tool holds (an edit keeps a large file in memory several times over), its threads.
     RESERVE_PROCESSES = 8
     RESERVE_MEMORY_BYTES = 256 << 20
 
     def __init__(self, parent: Path, name: str, limits: ResourceLimits):
         super().__init__()
+        self.limits = limits
         self.session = cgroup.Cgroup.create(parent / name)
         try:
             self.controllers = self.session.enable_controllers(("memory", "pids"))
-            self.workers = self.session.child("workers")
-            if "memory" in self.controllers:
-                self.workers.write("memory.max", str(limits.memory_bytes + self.RESERVE_MEMORY_BYTES))
-                self.workers.write("memory.swap.max", "0", missing_ok=True)
-            if "pids" in self.controllers:
-                self.workers.write("pids.max", str(limits.processes + self.RESERVE_PROCESSES))
+            self.forkserver = self.session.child("forkserver")
         except BaseException:
             self.session.kill_and_remove()
             raise
-        self.description = (f"cgroup v2 with cgroup.kill, the workers in {self.workers.path}, "
-                            "and process-tree sweeps")
+        self.description = (f"cgroup v2 with cgroup.kill, each worker in a cgroup of its own below "
+                            f"{self.session.path}, and process-tree sweeps")
         self._leftovers_swept = False
 
     def prepare(self) -> WorkerSlot:
+        """The worker's own cgroup, made with its limits (on the forker thread, as the worker starts)."""
         if not self._leftovers_swept:  # the first worker start: after ready, on the forker thread
             self._leftovers_swept = True
             self.remove_leftovers()
-        return super().prepare()
+        slot = super().prepare()
+        group = cgroup.Cgroup.create(self.session.path / slot.name)
+        try:
+            if "memory" in self.controllers:
+                group.write("memory.max", str(self.limits.memory_bytes + self.RESERVE_MEMORY_BYTES))
+                group.write("memory.swap.max", "0", missing_ok=True)
+            if "pids" in self.controllers:
+                group.write("pids.max", str(self.limits.processes + self.RESERVE_PROCESSES))
+        except BaseException:
+            os.rmdir(group.path)
+            raise
+        slot.cgroup = group.path
+        return slot
 
     def remove_leftovers(self) -> cgroup.LeftoverReport:
         """Remove the empty cgroups of sessions whose supervisor is gone beside this session's own."""
@@ -155,12 +170,36 @@ class CgroupContainment(Containment):
         return report
 
     @property
-    def workers_cgroup(self) -> str | None:
-        return str(self.workers.path)
+    def forkserver_cgroup(self) -> str | None:
+        return str(self.forkserver.path)
 
-    def _oom_kills(self) -> int:
+    def kill_tree(self, pid: int, slot: WorkerSlot | None = None) -> list[int]:
+        """The process tree first (the worker stopped, so a descendant that left the cgroup stays
+        below it), then ``cgroup.kill`` of the worker's own cgroup, for anything still in it."""
+        survivors = super().kill_tree(pid, slot)
+        if slot is not None and slot.cgroup is not None:
+            try:
+                cgroup.Cgroup(slot.cgroup).kill()
+            except OSError as exc:
+                print(f"peon-supervisor: cannot kill the cgroup {slot.cgroup}: {exc.strerror}", file=sys.stderr)
+        return survivors
+
+    def release(self, slot: WorkerSlot) -> bool:
+        """Remove the worker's cgroup once it is empty (what is still in it is killed first)."""
+        if slot.cgroup is None:
+            return True
         try:
-            with open(self.workers.path / "memory.events") as f:
+            return cgroup.Cgroup(slot.cgroup).remove_now()
+        except OSError as exc:
+            print(f"peon-supervisor: cannot remove the cgroup {slot.cgroup}: {exc.strerror}", file=sys.stderr)
+            return False
+
+    @staticmethod
+    def _oom_kills(slot: WorkerSlot) -> int:
+        if slot.cgroup is None:
+            return 0
+        try:
+            with open(slot.cgroup / "memory.events") as f:
                 for line in f:
                     key, _, value = line.partition(" ")
                     if key == "oom_kill":
@@ -171,10 +210,10 @@ class CgroupContainment(Containment):
 
     def begin_call(self, slot: WorkerSlot) -> None:
         if "memory" in self.controllers:
-            slot.oom_base = self._oom_kills()
+            slot.oom_base = self._oom_kills(slot)
 
     def oom_killed(self, slot: WorkerSlot | None) -> bool:
-        return slot is not None and "memory" in self.controllers and self._oom_kills() > slot.oom_base
+        return slot is not None and "memory" in self.controllers and self._oom_kills(slot) > slot.oom_base
 
     def close(self) -> None:
         self.session.kill_and_remove()

@@ -274,7 +274,7 @@ class Forker:
         session = dict(session)
         self.root_fd: int = int(session.pop("root_fd", -1))
         self.start_seconds = float(session.pop("start_seconds", START_TIMEOUT_SECONDS))
-        self.workers_cgroup: str | None = session.pop("workers_cgroup", None)
+        self.forkserver_cgroup: str | None = session.pop("forkserver_cgroup", None)
         session.pop("runtime_dir", None)  # no forkserver socket, so no directory for it
         self.workspace = str(session["workspace"])
         self.session_json = encode_json(session)
@@ -361,7 +361,7 @@ class Forker:
     def _ensure_running_locked(self) -> int:
         modules = sorted({path.partition(":")[0] for path in self.tool_paths})
         spec: dict[str, Any] = {"supervisor": os.getpid(), "title": f"peon-forkserver {self.workspace}",
-                                "modules": modules, "cgroup": self.workers_cgroup}
+                                "modules": modules, "cgroup": self.forkserver_cgroup}
         if self.session_in_env:
             spec.update(session=self.session_json.decode(), tools=list(self.tool_paths))
         # Read (and removed) by the forkserver as it imports peon.workers.forkserver.
@@ -375,7 +375,8 @@ class Forker:
         return pid
 
     def _start(self, slot: WorkerSlot) -> tuple[int, StartedWorker]:
-        """(Forker thread.) Fork one worker (into the forkserver's cgroup); and the forkserver's pid.
+        """(Forker thread.) Fork one worker (into the forkserver's cgroup, which it leaves for ``slot``'s
+        first thing); and the forkserver's pid.
         A forkserver found dead on the way (it closed its channel: it died or was killed) is replaced once."""
         for attempt in range(2):
             forkserver_pid = self._ensure_running()
@@ -383,7 +384,7 @@ class Forker:
             channel = socket_of(ours)
             try:
                 start = WorkerStart(theirs, None if self.session_in_env else self.session_json, self.tool_paths,
-                                    forkserver_pid, self.workers_cgroup,
+                                    forkserver_pid, str(slot.cgroup) if slot.cgroup is not None else None,
                                     InheritedFd(self.root_fd) if self.root_fd >= 0 else None)
                 process = WorkerProcess(target=serve, args=(start,), name="peon-worker")
                 process.start()

@@ -226,8 +226,8 @@ class JobHostLink:
     # -- the jobs' cgroups ---------------------------------------------------------------------------
 
     def _job_cgroups(self, job_ids: list[str]) -> list[cgroup.Cgroup]:
-        workers = self.containment.workers_cgroup
-        return [cgroup.Cgroup(cgroup.job_cgroup_path(Path(workers), job_id)) for job_id in job_ids] if workers else []
+        beside = self.containment.forkserver_cgroup  # a job's cgroup is beside the workers' and the forkserver's
+        return [cgroup.Cgroup(cgroup.job_cgroup_path(Path(beside), job_id)) for job_id in job_ids] if beside else []
 
     def _kill_job_cgroups(self, job_ids: list[str]) -> None:
         """``cgroup.kill`` of these jobs' cgroups: what of them left the host's tree dies too."""

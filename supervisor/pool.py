@@ -13,8 +13,13 @@ error, the worker and its whole tree are already dead. When it returns a worker'
 either waits for its next call (it offered to, and :func:`peon.workers.reuse.serves_again` agrees; at
 most ``limits.worker_max_calls`` calls, never after a cancel) or is retired: it exits once its
 channel is closed; that, its containment's release and the next standby's start happen right after
-the reply, off the call's path. One standby is kept while the session is idle, a second while calls
-use workers up. :meth:`WorkerPool.close` kills every worker the pool started and stops the forkserver.
+the reply, off the call's path. Calls may run at once, each in a worker of its own: a call takes the first
+worker ready (a standby, or one another call put back), else the first one still starting, else starts
+one. One standby is kept while the session is idle, a second while calls use workers up
+or run side by side; the workers put back after calls that ran at once are kept (at most ``max_ready``
+wait at a time: a further one is retired) until no call took or returned a worker for
+:data:`BUSY_STANDBY_SECONDS`, then retired down to the idle standby. :meth:`WorkerPool.close` kills
+every worker the pool started and stops the forkserver.
 
 :meth:`WorkerPool.run_job` is the one entry point of a background job, which its caller asks for by
 name: in cgroup containment it runs in the session's job host (:class:`~peon.supervisor.job_host.JobHostLink`:
@@ -60,11 +65,13 @@ from peon.supervisor.tasks import HeldTasks
 from peon.supervisor.worker_handle import STATUS_WAIT_SECONDS, WorkerHandle
 
 # Workers kept ready: one while the session is idle; two once calls use workers up (a call of a tool
-# that starts processes, or one that fails), so back-to-back calls never wait for a start-up, and
-# back to one after BUSY_STANDBY_SECONDS without such a call.
+# that starts processes, or one that fails) or run side by side, so back-to-back calls never wait for a
+# start-up, and back to one after BUSY_STANDBY_SECONDS without such a call. Workers put back after calls
+# that ran at once wait too, until BUSY_STANDBY_SECONDS pass without a call taking or returning one.
 IDLE_STANDBYS = 1
 BUSY_STANDBYS = 2
 BUSY_STANDBY_SECONDS = 1.0
+MAX_READY = 16  # workers waiting at once, unless the session says otherwise (limits.max_parallel_calls + 2)
 # A call of a tool that starts processes still running this long after it took its worker has the next
 # standby started meanwhile (a quick one may leave its worker for the next call, or have the standby
 # started after its reply; started during every call slower than a few ms, standbys fed on the CPU a
@@ -79,7 +86,8 @@ WAKE_AFTER_IDLE_SECONDS = 0.01
 class WorkerPool:
     def __init__(self, spawn_forker: Callable[[], Forker], containment: Containment, grace_seconds: float,
                  max_calls: int = MAX_CALLS_PER_WORKER, idle_standbys: int = IDLE_STANDBYS,
-                 busy_standbys: int = BUSY_STANDBYS, on_worker: Callable[[dict[str, Any]], None] | None = None):
+                 busy_standbys: int = BUSY_STANDBYS, on_worker: Callable[[dict[str, Any]], None] | None = None,
+                 max_ready: int = MAX_READY):
         self.spawn_forker = spawn_forker
         # Told of each worker as it starts and once it is gone (pid and start time): whoever outlives the
         # supervisor (its client) can then kill the trees of workers that could not kill their own.
@@ -90,6 +98,8 @@ class WorkerPool:
         self.idle_standbys = idle_standbys
         self.busy_standbys = max(busy_standbys, idle_standbys)
         self.standbys = idle_standbys  # how many are kept ready now
+        self.max_ready = max(max_ready, self.busy_standbys)  # workers put back beyond it are retired
+        self.in_flight = 0  # workers serving a call now
         self.forker: Forker | None = None
         self.live: dict[int, WorkerHandle] = {}  # every worker not yet released
         # Workers ready for a call, the next first: standbys being started or waiting, and workers that
@@ -170,11 +180,8 @@ class WorkerPool:
 
     def _used_up(self) -> None:
         """A call used a worker up: keep a second standby ready until calls stop doing so."""
-        loop = asyncio.get_running_loop()
         self.standbys = self.busy_standbys
-        if self._calm is not None:
-            self._calm.cancel()
-        self._calm = loop.call_later(BUSY_STANDBY_SECONDS, self._back_to_idle)
+        self._arm_calm()
 
     def _back_to_idle(self) -> None:
         """No call used a worker up for a while: retire the standbys past ``idle_standbys`` (the newest
@@ -188,11 +195,31 @@ class WorkerPool:
                 self._ready.remove(task)
                 self._after_call(task.result())
 
-    def _put_back(self, worker: WorkerHandle) -> None:
-        """A worker that served a call and may serve another: the next call takes it."""
+    def _put_back(self, worker: WorkerHandle) -> bool:
+        """A worker that served a call and may serve another: the next call takes it (False: enough
+        wait already, it is not kept). Past the idle standby, the extras are retired once calls pause."""
+        if len(self._ready) >= self.max_ready:
+            return False
         ready = asyncio.get_running_loop().create_future()
         ready.set_result(worker)
         self._ready.appendleft(ready)
+        if len(self._ready) > self.idle_standbys:
+            self._arm_calm()
+        return True
+
+    def _arm_calm(self) -> None:
+        """Back to :attr:`idle_standbys` ready workers after :data:`BUSY_STANDBY_SECONDS` of no such activity."""
+        if self._calm is not None:
+            self._calm.cancel()
+        self._calm = asyncio.get_running_loop().call_later(BUSY_STANDBY_SECONDS, self._back_to_idle)
+
+    def _next_ready(self) -> asyncio.Future[WorkerHandle]:
+        """The first worker ready to take a call, else the first one still starting (the next call's)."""
+        for index, task in enumerate(self._ready):
+            if task.done() and not task.cancelled() and task.exception() is None:
+                del self._ready[index]
+                return task
+        return self._ready.popleft()
 
     async def take(self, until: float) -> WorkerHandle:
         """A worker that waits for a call (a standby, or one put back after a call, when one is
@@ -203,7 +230,7 @@ class WorkerPool:
         while True:
             task: asyncio.Future[WorkerHandle]
             if self._ready:
-                task = self._ready.popleft()
+                task = self._next_ready()
             elif fresh_starts < 2:
                 fresh_starts += 1
                 task = loop.create_task(self._start_one())
@@ -243,8 +270,9 @@ class WorkerPool:
         if now - self._last_activity < WAKE_AFTER_IDLE_SECONDS or not self._ready:
             return
         self._last_activity = now
-        task = self._ready[0]
-        if not task.done() or task.cancelled() or task.exception() is not None:
+        task = next((ready for ready in self._ready
+                     if ready.done() and not ready.cancelled() and ready.exception() is None), None)
+        if task is None:
             return
         worker = task.result()
         if worker.calls:  # between two calls it waits on its channel, not for wakes: its pages are its own
@@ -287,14 +315,15 @@ class WorkerPool:
         promise as :meth:`run`: one outcome by the deadline + grace (+ the cancel grace)."""
         if self.hosts_jobs:
             return await self._run_hosted(call, deadline, cancelled, on_event)
-        return await self._serve(call, deadline, cancelled, _no_progress, on_event, None, refill_after=0.0)
+        return await self._serve(call, deadline, cancelled, _no_progress, on_event, None, refill_after=0.0, job=True)
 
     async def _serve(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
                      on_progress: Callable[[dict[str, Any]], Awaitable[None]],
                      on_event: Callable[[WorkerMessage], None] | None, on_taken: Callable[[], None] | None,
-                     refill_after: float | None) -> dict[str, Any]:
+                     refill_after: float | None, job: bool = False) -> dict[str, Any]:
         """One call in one worker, taken and then served again, retired or killed (see :meth:`run`);
-        the next standby is started ``refill_after`` seconds into the call (None: not during it)."""
+        the next standby is started ``refill_after`` seconds into the call (None: not during it). A
+        background ``job`` is not counted among the calls in flight (it has its standby already)."""
         loop = asyncio.get_running_loop()
         tool = call["tool"]
         start_seconds = self.start_seconds
@@ -315,6 +344,12 @@ class WorkerPool:
         worker.call_id = str(call["id"])
         self.containment.begin_call(worker.slot)
         self._last_activity = loop.time()
+        calls = 0 if job else 1
+        self.in_flight += calls
+        if self.in_flight > 1 and calls:  # calls side by side: the next one finds a worker waiting too
+            self._used_up()
+            if len(self._ready) < self.standbys:
+                loop.call_soon(self._replenish)
         refill = loop.call_later(refill_after, self._refill) if refill_after is not None else None
         try:
             reply = await converse(worker, call, deadline, cancelled, on_progress, on_event,
@@ -325,6 +360,7 @@ class WorkerPool:
             self._background.start(self.reap(worker))
             raise
         finally:
+            self.in_flight -= calls
             self._last_activity = loop.time()
             if refill is not None:
                 refill.cancel()
@@ -332,9 +368,8 @@ class WorkerPool:
             worker.calls += 1
             offered = reply.pop("reuse", None) is True
             if (offered and worker.calls < self.max_calls and not cancelled.is_set() and not self._closing
-                    and serves_again(reply)):
+                    and serves_again(reply) and self._put_back(worker)):
                 worker.call_id = None
-                self._put_back(worker)
                 loop.call_soon(self._check_forkserver)
                 return reply
             self._used_up()
@@ -359,7 +394,7 @@ class WorkerPool:
         attributes every process of a job to it (a daemon that left its process group too). In
         process-tree containment an orphan cannot be attributed to one of several jobs, so each job
         keeps a worker of its own there."""
-        return self.containment.workers_cgroup is not None
+        return self.containment.forkserver_cgroup is not None
 
     async def _run_hosted(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
                           on_event: Callable[[WorkerMessage], None]) -> dict[str, Any]:

@@ -1,15 +1,21 @@
 """The supervisor process: the session's single owner of calls, approval state, jobs and workers.
 
 Promise: the supervisor opens the session from the client's ``start`` (``ready``, or ``fatal`` saying
-why and leaving nothing behind), then reads the client's messages until the session ends. Calls run
-one at a time in the order they arrived (:class:`peon.supervisor.calls.CallServer` serves each: admitted,
-approved, audited, run, answered exactly once) — except the job tools, which are admitted, approved and
-audited in that order and then answered from their own task. At most ``limits.max_queued_calls`` calls
-holding at most ``limits.max_queued_bytes`` of input are held at once; a call beyond that is answered
-``busy`` at once and dropped, and so is a call whose id names a call still held. A call cancelled while
-queued is answered ``cancelled`` at once and never starts. When the client closes the session, its
+why and leaving nothing behind), then reads the client's messages until the session ends. Calls are
+taken from the queue in the order they arrived and served by :class:`peon.supervisor.calls.CallServer`
+(admitted, approved, audited, run, answered exactly once). With ``limits.max_parallel_calls`` = 1 each
+is served to its answer before the next is taken: calls run one at a time in arrival order, a question
+to the approver holding the session — except the job tools, which are admitted, approved and audited
+in that order and then answered from their own task. Above 1, each call is taken as it arrives and
+served beside the others: admitted and put in the approval line in arrival order, and run as soon as
+it is allowed and one of the ``max_parallel_calls`` slots is free (calls that change files without a
+process one at a time), each in a worker of its own; each is answered as it ends, whatever the order.
+At most ``limits.max_queued_calls`` calls holding at most ``limits.max_queued_bytes`` of input are held
+at once (queued, waiting for the approver or a slot, and running alike); a call beyond that is answered
+``busy`` at once and dropped, and so is a call whose id names a call still held. A call cancelled before
+it runs is answered ``cancelled`` at once and never starts. When the client closes the session, its
 channel reaches EOF, or the supervisor gets ``SIGTERM`` (``SIGINT``, ``SIGHUP``), queued calls fail with
-``session_closed``, the running call and every background job (:mod:`peon.supervisor.jobs`) are
+``session_closed``, the calls taken and every background job (:mod:`peon.supervisor.jobs`) are
 cancelled like any cancel (TERM, grace, KILL) and waited for, every worker tree is killed and the
 supervisor exits — after a signal with 128 + its number. Nothing it started outlives it.
 
@@ -112,7 +118,8 @@ class Supervisor:
             self.jobs = JobTable(state.config.jobs, limits.worker_grace_seconds, state.view.spill_dir,
                                  pool=self.pool, audit=_job_audit(state), output_limit=int(limits.max_output_bytes))
             self.server = CallServer(state, self.pool, self.jobs, self.client.send,
-                                     self._notify if self.started_notices else None, self._let_go)
+                                     self._notify if self.started_notices else None, self._let_go,
+                                     max_parallel=int(limits.max_parallel_calls))
             load_validator(state.schemas.values())  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
@@ -200,14 +207,20 @@ class Supervisor:
             del self.calls[call.id]
             self.held_bytes -= call.size
 
-    # -- the serial executor ------------------------------------------------------------------------
+    # -- the executor -------------------------------------------------------------------------------
 
     async def _execute_calls(self) -> None:
+        """Take each call in arrival order: one at a time to its answer (``max_parallel_calls`` = 1), or
+        started beside the others at once (the server's slots bound how many run)."""
+        serial = self.server.max_parallel == 1
         while True:
             call = await self.queue.get()
             if call.cancelled.is_set():
                 continue  # already answered
-            await self.server.serve(call)
+            if serial:
+                await self.server.serve(call)
+            else:
+                self.server.start(call)
 
     def _notify(self, message: dict) -> None:
         async def send() -> None:
@@ -234,6 +247,7 @@ class Supervisor:
                 group.create_task(call.finished.wait())
             group.create_task(self.jobs.close())  # background jobs too, through the same cancel path
         executor.cancel()
+        await self.server.wait_all()  # every answer sent before the pool goes
 
 
 def _job_audit(state: SessionState) -> JobAudit:
@@ -271,11 +285,12 @@ async def _begin_pool(state: SessionState,
     """The session's worker pool, begun. Its machinery (``multiprocessing``, psutil, the worker's own
     modules) is imported here, once the client has ``ready``, not before: answering it sooner."""
     from peon.supervisor.forker import Forker
-    from peon.supervisor.pool import WorkerPool
+    from peon.supervisor.pool import BUSY_STANDBYS, WorkerPool
 
+    limits = state.config.limits
     pool = WorkerPool(lambda: Forker.spawn(state.worker_session(), state.registry.import_paths()),
-                      state.containment, state.config.limits.worker_grace_seconds,
-                      max_calls=int(state.config.limits.worker_max_calls), on_worker=on_worker)
+                      state.containment, limits.worker_grace_seconds, max_calls=int(limits.worker_max_calls),
+                      on_worker=on_worker, max_ready=int(limits.max_parallel_calls) + BUSY_STANDBYS)
     await pool.begin()
     return pool
 

@@ -142,7 +142,7 @@ class SessionState:
             "spill_dir": str(self.view.spill_dir) if self.view.spill_dir is not None else None,
             "root_fd": self.view.root_fd,  # handed to each worker with SCM_RIGHTS, not as a number
             "start_seconds": float(self.config.limits.worker_start_seconds),
-            "workers_cgroup": self.containment.workers_cgroup,  # the forkserver joins it, workers are born in it
+            "forkserver_cgroup": self.containment.forkserver_cgroup,  # the forkserver joins it
             "runtime_dir": self.runtime_dir,
         }
 

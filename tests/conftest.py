@@ -78,6 +78,12 @@ def session(open_session, containment):
     return open_session({"runtime": {"containment": containment}})
 
 
+@pytest.fixture
+def serial_session(open_session, containment):
+    """A session that runs its calls one at a time, in arrival order (limits.max_parallel_calls = 1)."""
+    return open_session({"runtime": {"containment": containment}, "limits": {"max_parallel_calls": 1}})
+
+
 # -- directories the file and skill tests share, in the unit tier and with real sessions -------------------
 
 

@@ -112,9 +112,10 @@ def session_cgroup_path(session_id: str, supervisor_pid: int) -> Path | None:
     return mount / own.lstrip("/") / session_cgroup_name(session_id, supervisor_pid)
 
 
-def job_cgroup_path(workers_cgroup: Path, job_id: str) -> Path:
-    """The cgroup of a background job run by the session's job host: beside the ``workers`` cgroup."""
-    return workers_cgroup.parent / job_id
+def job_cgroup_path(beside: Path, job_id: str) -> Path:
+    """The cgroup of a background job run by the session's job host: in the session's cgroup, beside
+    ``beside`` (the job host's own cgroup, or any other of the session's workers or its forkserver)."""
+    return beside.parent / job_id
 
 
 class Cgroup:

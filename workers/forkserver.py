@@ -28,7 +28,8 @@ module *in that process* makes it Peon's, and :func:`main` serves the supervisor
   death orphans, so the kernel continues it (``SIGHUP``, then ``SIGCONT``);
 * the descriptors it receives for each worker (``SCM_RIGHTS``) arrive close-on-exec
   (``MSG_CMSG_CLOEXEC``), and a forked child closes the channel before anything else runs;
-* in cgroup mode it joins the session's ``workers`` cgroup first, so every worker is born there;
+* in cgroup mode it joins the session's ``forkserver`` cgroup first, so every worker is born there (and
+  then moves into a cgroup of its own, :mod:`peon.workers.worker`);
 * it is lean: it loads the worker, the runtime and the session's tool modules, and no validation,
   approval or configuration code (no pydantic, no jsonschema, nothing of the supervisor's:
   ``tests/project/test_layers.py`` checks it), so workers forked from it are small and quick to start; then
@@ -119,7 +120,8 @@ def _become_forkserver() -> None:
             with open(os.path.join(info["cgroup"], "cgroup.procs"), "w") as f:
                 f.write("0")
         except OSError as exc:
-            print(f"peon-forkserver: cannot join the workers' cgroup {info['cgroup']}: {exc.strerror}", file=sys.stderr)
+            print(f"peon-forkserver: cannot join the forkserver's cgroup {info['cgroup']}: {exc.strerror}",
+                  file=sys.stderr)
             os._exit(1)
     setproctitle(str(info["title"]))
     for name in info.get("modules", ()):

@@ -10,7 +10,7 @@ Promise:
   spawn path, same sandbox plan) in a task of its own, and sends the job's ``spawned``, ``output``
   (live) and one ``result``, each tagged with the job's id; a ``cancel`` naming a job cancels that
   job only (TERM to its group, the grace, KILL);
-* each job's command is born in a cgroup of its own, ``job-<n>`` beside ``workers`` in the session's
+* each job's command is born in a cgroup of its own, ``job-<n>`` beside the workers' in the session's
   cgroup, with the limits a worker's call has (``memory.max``, ``pids.max``): the host moves itself
   into that cgroup around the ``posix_spawn`` and back (a child is created in its parent's cgroup, so
   no process of the job is ever outside it: no race). "The job's processes" are that cgroup's
@@ -374,7 +374,7 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
     """Run the session's background jobs until the supervisor closes the channel; 0 then, after every
     job's processes were killed."""
     setproctitle("peon-worker jobs")
-    home_path = limits.CGROUP  # the session's workers cgroup, where the host serves
+    home_path = limits.CGROUP  # the host's own cgroup (the worker's it was), where it serves
     if home_path is None:
         channel.close()
         return EXIT_NOT_STARTED  # a job host exists only in cgroup containment

@@ -5,7 +5,9 @@ next one; after any other call it exits.
 
 Promise:
 
-* it is a child subreaper, so everything a call starts stays below it;
+* it is a child subreaper, so everything a call starts stays below it; in cgroup containment it moves
+  into a cgroup of its own before anything else (its limits, its OOM count and its ``cgroup.kill``
+  are then its calls' alone, and everything it starts is born there), or exits without serving;
 * no descriptor of Peon's reaches a process it starts: it keeps only 0, 1, 2, its channel and the
   pinned workspace root, all close-on-exec (and the runner audits the table before every spawn), and
   while a foreground call's kept output is past 1 MiB, the unnamed file holding it (close-on-exec);
@@ -100,7 +102,7 @@ class WorkerStart:
     session: bytes | None  # the session as JSON (SessionState.worker_session), None: the forkserver has it
     tools: tuple[str, ...]  # import paths of the session's tools
     forkserver_pid: int  # its parent; when that dies, so does the worker
-    cgroup: str | None  # the cgroup v2 directory the worker was forked into (its limits)
+    cgroup: str | None  # the cgroup v2 directory of this worker alone (its limits), which it joins first
     root: InheritedFd | None  # the workspace, pinned by the supervisor (O_PATH)
 
 
@@ -154,6 +156,8 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     if not getattr(forkserver, "ARMED", False):
         raise RuntimeError("this worker's forkserver did not arm its parent-death signal; refusing to serve")
     linux.set_child_subreaper()
+    if start.cgroup:  # its own cgroup, before anything it runs: else it would serve outside its limits
+        _join_cgroup(start.cgroup)
     root_fd = start.root.fd if start.root is not None else -1
     _keep_only_own_descriptors({start.connection.fileno(), root_fd})
     if start.session is None and forkserver.SESSION is not None:  # built once, by the forkserver
@@ -174,6 +178,16 @@ def _prepare(start: WorkerStart) -> tuple[SessionView, dict[str, Tool], asyncio.
     gc.freeze()  # what the forkserver and the preparation made is never collected here
     process_state.record()  # what every call it serves must leave as it was (peon.workers.process_state)
     return session, tools, loop
+
+
+def _join_cgroup(path: str) -> None:
+    """Move this process into the cgroup ``path`` (made for it by the supervisor); exit if it cannot."""
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError as exc:
+        print(f"peon-worker: cannot join its cgroup {path}: {exc.strerror}; not serving", file=sys.stderr)
+        os._exit(EXIT_NOT_STARTED)
 
 
 def _keep_only_own_descriptors(keep: set[int]) -> None:

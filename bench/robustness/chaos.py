@@ -1,18 +1,19 @@
 """Chaos: N sessions under random faults of every kind, every invariant checked.
 
-Each session runs in a client process of its own (this script with ``--runner``), so a client can
-die like any other process. Its workload (``chaos_calls.py``) is a mix of checked calls — reads of
-known files, writes then reads, ``bash`` with known output, timeouts, background jobs and their
-output, a job sent after the idle job host was stopped, a job that writes itself into a sibling job's
-cgroup and must still end with its ``job_stop`` — and of calls whose commands attack Peon from
-inside: a command that stops or kills its worker, stops the forkserver or the job host, kills the
-supervisor, stops its worker and kills its supervisor and its client (the client is replaced), a fork
-loop past ``limits.max_processes``, a memory hog past ``limits.memory_max_bytes``. From outside,
-this process injects at random times (``--fault-every`` seconds apart on average): ``SIGKILL``,
-``SIGSTOP`` (continued later, or never) and ``SIGTERM`` to a random process of a session
-(supervisor, forkserver, standby or running worker, command), a full disk under the session's state
-directory (a tmpfs per session, filled for a few seconds), an immutable audit log (``chattr +i``)
-and the death of a client (``SIGKILL``, then a new client).
+Each session runs in a client process of its own (this script with ``--runner``), so a client can die
+like any other process. Its workload (``chaos_calls.py``) is a mix of checked calls — reads of known
+files, writes then reads, ``bash`` with known output, timeouts, background jobs and their output, a job
+sent after the idle job host was stopped, a job that writes itself into a sibling job's cgroup and must
+still end with its ``job_stop`` — and of calls whose commands attack Peon from inside (now and then
+several submitted at once, which the session runs side by side, each checked alike): a command that
+stops or kills its worker, stops the forkserver or the job host, kills the supervisor, stops its worker
+and kills its supervisor and its client (the client is replaced), a fork loop past
+``limits.max_processes``, a memory hog past ``limits.memory_max_bytes``. From outside, this process
+injects at random times (``--fault-every`` seconds apart on average): ``SIGKILL``, ``SIGSTOP``
+(continued later, or never) and ``SIGTERM`` to a random process of a session (supervisor, forkserver,
+standby or running worker, command), a full disk under the session's state directory (a tmpfs per
+session, filled for a few seconds), an immutable audit log (``chattr +i``) and the death of a client
+(``SIGKILL``, then a new client).
 
 Invariants, each violation printed:
 
@@ -66,6 +67,8 @@ SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM)
 # Answers that say the call was handed to a worker: its decision line must be in the audit log.
 RAN = frozenset({"worker_crashed", "worker_hung", "worker_oom", "limit_exceeded"})
 OUTSIDE_FAULTS = ("signal", "full_disk", "immutable_log", "client_death")
+PARALLEL_SHARE = 0.3  # of the rounds that submit several calls at once, up to PARALLEL_MAX
+PARALLEL_MAX = 4
 
 
 def session_config(containment: str) -> dict[str, Any]:
@@ -116,28 +119,38 @@ def run_session(options: argparse.Namespace) -> None:
     session = _open(peon, workspace, config, env, state, options)
     n = 0
     while time.time() < options.until:
-        n += 1
-        call = next_call(rng, n)
-        started = time.time()
-        bound = session._watchdog.start_bound() + call.timeout + float(config["limits"]["worker_grace_seconds"]) + 5.0
-        handle = session.submit(call.tool, call.args)
-        try:
-            result = handle.result(timeout=bound + ANSWER_SLACK_SECONDS)
-        except TimeoutError:
-            emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started, "took": None,
-                  "bound": bound, "ok": False, "code": "unanswered", "wrong": None, "checked": call.checked})
+        # Now and then several calls at once (the session runs them side by side), each checked alike.
+        batch = 1 + (rng.randint(1, PARALLEL_MAX - 1) if rng.random() < PARALLEL_SHARE else 0)
+        calls = []
+        for _ in range(batch):
+            n += 1
+            calls.append(next_call(rng, n))
+        grace = float(config["limits"]["worker_grace_seconds"])
+        submitted = [(call, time.time(), session._watchdog.start_bound() + call.timeout + grace + 5.0,
+                      session.submit(call.tool, call.args)) for call in calls]
+        replace = restart = False
+        for call, started, bound, handle in submitted:
+            try:
+                result = handle.result(timeout=max(0.0, started + bound + ANSWER_SLACK_SECONDS - time.time()))
+            except TimeoutError:
+                emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started, "took": None,
+                      "bound": bound, "ok": False, "code": "unanswered", "wrong": None, "checked": call.checked,
+                      "batch": batch})
+                replace = True
+                continue
+            wrong = check(session, call, result, workspace) if result.ok and call.checked and not replace else None
+            emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
+                  "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
+                  "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
+                  "message": None if result.ok else result.error.message[:300], "batch": batch})
+            restart = restart or (not result.ok and result.error.code == "supervisor_died")
+            if not result.ok and result.error.code == "audit_failed":
+                time.sleep(0.05)  # as a client would: not a busy loop while the disk is full
+        if replace:
             session.close()  # a hung session is replaced, like a client would
             session = _open(peon, workspace, config, env, state, options)
-            continue
-        wrong = check(session, call, result, workspace) if result.ok and call.checked else None
-        emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
-              "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
-              "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
-              "message": None if result.ok else result.error.message[:300]})
-        if not result.ok and result.error.code == "supervisor_died":
+        elif restart:
             session = _restart(peon, session, workspace, config, env, state, options)
-        elif not result.ok and result.error.code == "audit_failed":
-            time.sleep(0.05)  # as a client would: not a busy loop while the disk is full
     session.close()
     emit({"op": "closed", "t": time.time()})
 
@@ -300,7 +313,7 @@ class Slot:
     def audit_log(self) -> Path:
         return self.current.state / "audit.jsonl"
 
-    def finish(self, killed: bool = False, replace: bool = False) -> None:
+    def finish(self, killed: bool = False, replace: bool = False, meanwhile: Any = None) -> None:
         """After its client exited (or was killed): what of its session is still alive. ``replace``: a
         new client starts first, as after a crash (its session cleans up what a dead one left)."""
         assert self.process is not None and self.reader is not None
@@ -310,7 +323,7 @@ class Slot:
         inst.killed = killed
         if replace:
             self.start()
-        inst.leftovers = wait_gone(inst, 15.0)
+        inst.leftovers = wait_gone(inst, 15.0, meanwhile)
 
     def sample(self) -> None:
         """Remember the processes of the current session's tree (for the leftover check)."""
@@ -348,12 +361,14 @@ def alive_of(inst: Instance) -> list[int]:
     return sorted(found)
 
 
-def wait_gone(inst: Instance, timeout: float) -> list[str]:
+def wait_gone(inst: Instance, timeout: float, meanwhile: Any = None) -> list[str]:
     """The processes of a session still alive ``timeout`` after its client ended (then killed)."""
     from peon.workers import proctree
 
     until = time.monotonic() + timeout
     while (alive := alive_of(inst)) and time.monotonic() < until:
+        if meanwhile is not None:  # the faults that end meanwhile end on time (a stopped process continued)
+            meanwhile()
         time.sleep(0.2)
     left = [f"{pid} {proctree.cmdline(pid)!r} (state {proctree.state(pid)}, "
             f"parent {(proctree.stat_fields(pid) or '??')[1]})" for pid in alive]
@@ -422,7 +437,7 @@ def inject(rng: random.Random, slot: Slot, kind: str, later: list[tuple[float, A
         assert slot.process is not None
         dead = slot.process.pid
         slot.process.kill()
-        slot.finish(killed=True, replace=True)
+        slot.finish(killed=True, replace=True, meanwhile=lambda: _run_due(later))
         return Fault(slot.index, "client_death", now, time.time(), f"client {dead}")
     raise ValueError(kind)
 

@@ -22,7 +22,8 @@ Promises:
   no process the session started is alive; after a supervisor died, nothing of its session is left
   (:mod:`peon.client.rescue`).
 
-All methods are thread-safe. Calls run serially in submission order. A reader thread reads the
+All methods are thread-safe. Calls run side by side, up to ``limits.max_parallel_calls`` at once (the
+rest in submission order), and each is answered as it ends. A reader thread reads the
 supervisor's messages and answers each submitted call; while a thread waits in :meth:`Session.call`
 (without a progress callback), that thread reads the channel itself and the reader thread stands
 aside (:mod:`peon.client.reading`), so the answer wakes the caller directly instead of waking the

@@ -48,6 +48,7 @@ class LimitsView:
     approval_timeout_seconds: float
     memory_max_bytes: int
     max_processes: int
+    max_parallel_calls: int
     max_queued_calls: int
     max_queued_bytes: int
 

@@ -14,8 +14,8 @@ Promises:
 * a malformed line gets a JSON-RPC error and the server keeps serving, and so does a well-formed one
   that cannot be answered as asked (a string no UTF-8 stream can carry, an internal fault): no line from
   the client stops the server, the session or a running call;
-* calls run concurrently from the client's point of view (each ``tools/call`` is submitted at once and
-  answered when it finishes) and serially in the session;
+* calls run concurrently (each ``tools/call`` is submitted at once and answered when it finishes, out
+  of order, under its own id), up to ``limits.max_parallel_calls`` at once in the session;
 * prompts, resources and completion requests are planned by :func:`peon.mcp.features.plan`; one that
   reads something runs as a call of the tool that serves it (``read_skill``, ``job_output``, ``read``,
   ``job_list``), so it is approved and audited like that tool's calls and can be cancelled like one;

@@ -6,6 +6,15 @@ Promises:
   written with one ``write(2)`` (and ``fdatasync`` when ``audit.fsync`` is on) before the worker gets
   the call; if that line cannot be written — disk full, read-only, any error — the call does not run
   and is answered ``audit_failed``;
+* group commit (:meth:`AuditLog.commit_grouped`, :meth:`AuditLog.record_grouped`): with ``audit.fsync``
+  on, the lines of calls written at about the same time share one ``fdatasync``, run off the event
+  loop, and each waits until an ``fdatasync`` that began after its own line was written has
+  succeeded — so each line is durable before its caller goes on (the call runs, the result is sent),
+  as if each had its own. Lines are appended in the order they are written, on the event loop. When
+  that ``fdatasync`` fails, every line not yet durable is cut back (the file is truncated to what the
+  last successful one covered) and each waiting line's caller gets the error: a decision line so
+  refused refuses its call, as above. A log closed, rotated or reopened while lines wait is synced
+  first, on the spot;
 * every call that got a reply then gets exactly one ``"event": "result"`` line — allowed, denied,
   failed validation, unknown tool, cancelled while queued or closed with the session alike — saying
   when, which call and tool, the effective risk and why, whether it ran in the OS sandbox, the decision
@@ -47,12 +56,15 @@ Promises:
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
 import sys
 import time
 from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
@@ -155,6 +167,15 @@ def _common(event: str, session_id: str, call_id: str, tool: str, args: Any, req
     return entry
 
 
+@dataclass
+class _Waiting:
+    """A line written and not yet known durable, and whoever waits for it to be."""
+
+    generation: int  # which opening of the log it was written to
+    end: int  # the file's size once it was written
+    done: asyncio.Future[None]
+
+
 class AuditLog:
     def __init__(self, state_dir: Path, max_bytes: int, backups: int, fsync: bool = False):
         self.path = Path(state_dir) / FILE_NAME
@@ -168,14 +189,127 @@ class AuditLog:
         self._kept: deque[tuple[bytes, str, str]] = deque()
         self._kept_bytes = 0
         self._lost: Counter[str] = Counter()
+        # Group commit: the lines waiting for an fdatasync, what the last successful one covered.
+        self._generation = 0  # counts the openings of the log
+        self._durable = 0  # the size of the open log known to be on disk
+        self._waiting: list[_Waiting] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._sync_thread: ThreadPoolExecutor | None = None
+        self.syncs = 0  # fdatasync calls made (group commit makes one for several lines)
 
     def commit(self, entry: Mapping[str, Any]) -> None:
         """Write ``entry`` before acting on it: one ``write(2)`` of the whole line (``fdatasync`` too
-        when ``audit.fsync`` is on), after the kept lines the log could not take before. Raises
-        ``OSError`` (or ``ValueError``) if the line is not written whole; the caller must then not act."""
+        when ``audit.fsync`` is on). Raises ``OSError`` (or ``ValueError``) if the line is not written
+        whole; the caller must then not act. The kept lines the log could not take before are written
+        first."""
         line = _encode(entry)
         self._write_kept()
-        self._write(line)
+        self._write(line, self.fsync)
+
+    async def commit_grouped(self, entry: Mapping[str, Any]) -> None:
+        """:meth:`commit`, its ``fdatasync`` shared with the lines written meanwhile (group commit): the
+        line is written at once, and this returns once it is durable — an ``fdatasync`` begun after
+        it was written succeeded. Raises like :meth:`commit` (the line is then cut back, and so is every
+        line not yet durable with it); the caller must then not act."""
+        line = _encode(entry)
+        self._write_kept()
+        self._write(line, False)
+        if not self.fsync:
+            return
+        waiting = _Waiting(self._generation, os.fstat(self._fd).st_size,
+                           asyncio.get_running_loop().create_future())
+        self._waiting.append(waiting)
+        if self._flusher is None or self._flusher.done():
+            # A task, so the lines written by the calls ready to run now join this fdatasync.
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        await asyncio.shield(waiting.done)
+
+    async def record_grouped(self, entry: Mapping[str, Any]) -> bool:
+        """Best effort, like :meth:`record`, with :meth:`commit_grouped`'s shared ``fdatasync``."""
+        try:
+            await self.commit_grouped(entry)
+        except (OSError, ValueError) as exc:
+            print(f"peon-supervisor: cannot write the audit log {self.path}: {exc}", file=sys.stderr)
+            return False
+        return True
+
+    async def _flush(self) -> None:
+        """Sync the open log off the event loop until no line waits; each round covers every line
+        written before it began."""
+        loop = asyncio.get_running_loop()
+        while self._waiting:
+            generation, fd = self._generation, self._fd
+            if fd < 0:  # closed meanwhile: close() settled what waited
+                return
+            error: OSError | None = None
+            try:
+                copy = os.dup(fd)  # the log may be closed or rotated while this syncs: this one stays valid
+            except OSError as exc:  # out of descriptors, say: nothing is vouched for
+                self._cut_back(exc)
+                continue
+            try:
+                covered = os.fstat(copy).st_size
+                if self._sync_thread is None:
+                    self._sync_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="peon-audit")
+                self.syncs += 1
+                await loop.run_in_executor(self._sync_thread, os.fdatasync, copy)
+            except OSError as exc:
+                error = exc
+            finally:
+                os.close(copy)
+            if generation != self._generation:
+                continue  # closed, rotated or reopened meanwhile: close() synced and settled those lines
+            if error is None:
+                self._durable = max(self._durable, covered)
+                self._settle(lambda waiting: waiting.end <= self._durable)
+            else:
+                self._cut_back(error)
+
+    def _settle(self, durable: Any, error: OSError | None = None) -> None:
+        """Tell the lines that ``durable`` says are on disk (or all of them, failed, given ``error``)."""
+        keep = []
+        for waiting in self._waiting:
+            if error is None and not durable(waiting):
+                keep.append(waiting)
+            elif not waiting.done.done():
+                if error is None:
+                    waiting.done.set_result(None)
+                else:
+                    waiting.done.set_exception(OSError(error.errno, error.strerror or str(error)))
+        self._waiting = keep
+
+    def _cut_back(self, error: OSError) -> None:
+        """An ``fdatasync`` failed: no line past what the last successful one covered is durable. They
+        are cut back, so the log holds only lines whose callers went on, and each waiting caller
+        learns why."""
+        self._settle(None, error)  # first: closing below syncs what still waits
+        try:
+            size = os.fstat(self._fd).st_size
+            os.ftruncate(self._fd, self._durable)
+            cut = f"cut the {size - self._durable} bytes not yet on disk back"
+        except OSError as exc:  # repaired (to its last newline) when it is next opened
+            cut = f"the lines not yet on disk could not be cut back ({exc.strerror})"
+            self._close_fd()
+        print(f"peon-supervisor: syncing the audit log {self.path} failed ({error.strerror or error}): {cut}",
+              file=sys.stderr)
+
+    def _sync_now(self) -> None:
+        """Before the open log is closed: sync the lines that wait, here and now, and tell them."""
+        if not self._waiting or self._fd < 0:
+            return
+        try:
+            self.syncs += 1
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            self._settle(None, exc)
+            try:
+                os.ftruncate(self._fd, self._durable)
+            except OSError:
+                pass  # repaired (to its last newline) when it is next opened
+            print(f"peon-supervisor: syncing the audit log {self.path} failed ({exc.strerror or exc}) as it "
+                  "was closed: the lines not yet on disk were cut back", file=sys.stderr)
+            return
+        self._settle(lambda waiting: True)
 
     @property
     def kept(self) -> int:
@@ -187,14 +321,14 @@ class AuditLog:
         ``OSError`` at the first the log cannot take (it and those after it stay kept)."""
         while self._kept:
             line, _, _ = self._kept[0]
-            self._write(line)
+            self._write(line, False)  # the line after them syncs them with it
             self._kept.popleft()
             self._kept_bytes -= len(line)
         if self._lost:
             self._write(_encode({"event": "lost", "time": _timestamp(time.time()), "count": sum(self._lost.values()),
                                  "events": dict(sorted(self._lost.items())),
                                  "reason": f"the audit log could not take them, and {MAX_KEPT_LINES} lines or "
-                                           f"{MAX_KEPT_BYTES} bytes were already kept for it"}))
+                                           f"{MAX_KEPT_BYTES} bytes were already kept for it"}), False)
             self._lost.clear()
 
     def _keep(self, entry: Mapping[str, Any]) -> bool:
@@ -209,7 +343,8 @@ class AuditLog:
         self._kept_bytes += len(line)
         return True
 
-    def _write(self, line: bytes) -> None:
+    def _write(self, line: bytes, sync: bool) -> None:
+        """Append ``line`` whole (see the module's promises), opening or rotating the log as needed."""
         try:
             # Never opened unless a regular file (a FIFO planted here must not block the supervisor).
             info = regular_status(self.path)
@@ -227,20 +362,26 @@ class AuditLog:
                 raise OSError(str(exc)) from None
             opened = os.fstat(fd)
             self._fd, self._open_id = fd, (opened.st_dev, opened.st_ino)
+            self._generation += 1
             self._repair_tail(opened.st_size)
-        self._append(line)
+            self._durable = os.fstat(fd).st_size  # what was there before: not this session's to vouch for
+        self._append(line, sync)
 
-    def _append(self, line: bytes) -> None:
-        """One ``write(2)`` of ``line`` (and ``fdatasync``); on any failure the file is cut back to its
-        size before, so no fragment is left for the next line to be appended to."""
+    def _append(self, line: bytes, sync: bool | None = None) -> None:
+        """One ``write(2)`` of ``line`` (and ``fdatasync`` when ``sync``, by default ``audit.fsync``); on
+        any failure the file is cut back to its size before, so no fragment is left for the next line
+        to be appended to."""
         fd = self._fd
         before = os.fstat(fd).st_size
         try:
             written = os.write(fd, line)
             if written != len(line):  # a short write (a full disk): the line is not in the log whole
                 raise OSError(errno.ENOSPC, f"short write to {self.path} ({written} of {len(line)} bytes)")
-            if self.fsync:
+            if self.fsync if sync is None else sync:
+                self.syncs += 1
                 os.fdatasync(fd)
+                self._durable = before + written  # and every line before it, on the same file
+                self._settle(lambda waiting: waiting.generation == self._generation)
         except OSError as exc:
             try:
                 os.ftruncate(fd, before)
@@ -288,6 +429,8 @@ class AuditLog:
         if self._kept or self._lost:
             try:
                 self._write_kept()
+                if self.fsync and self._fd >= 0:
+                    os.fdatasync(self._fd)
             except (OSError, ValueError) as exc:
                 lines = [f"{event} {job}" for _, event, job in self._kept]
                 lost = len(lines) + sum(self._lost.values())
@@ -300,9 +443,12 @@ class AuditLog:
         self._close_fd()
 
     def _close_fd(self) -> None:
+        """Close the open log; the lines that wait for an ``fdatasync`` get one first."""
+        self._sync_now()
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._open_id = -1, None
+        self._generation += 1
 
     def record(self, entry: Mapping[str, Any]) -> bool:
         """Best effort: write ``entry``; a failure is reported on stderr, and a line of

@@ -5,10 +5,18 @@ Promises:
 
 * per call, in order: the policy's ``deny`` or ``allow`` (its :class:`~peon.approval.policy.Verdict`) stands;
   an ``ask`` is answered by a matching session grant, else by the session's approver;
+* the approver is asked one question at a time, in the order the calls reached :meth:`ApprovalGate.settle`
+  (the approval line, a :class:`~peon.supervisor.turns.Turns` of one, joined before the first ``await``:
+  calls settled in arrival order are asked in arrival order); the next question is sent only once the
+  one before it was answered, timed out or withdrawn. A call at the head of the line looks for a grant
+  again before it is asked (an ``allow_session`` answered meanwhile may cover it). Only calls that need
+  a question wait in the line: the policy's verdict, or a grant, settles a call at once, whatever is
+  being asked meanwhile;
 * the gate fails closed: no approver connected, the request cannot be sent, no answer within
   ``limits.approval_timeout_seconds``, or a malformed answer — each is a denial saying so
   (``by`` = ``no-approver``, ``timeout``, ``approver-error``), never a hang;
-* cancelling the call ends the wait at once (``by`` = ``cancelled``);
+* cancelling the call ends the wait at once (``by`` = ``cancelled``), in the line too: it leaves the
+  line, and the call behind it moves up;
 * an answer that arrives after its request was given up on is ignored: it cannot allow or grant
   anything, and the next request is unaffected.
 """
@@ -23,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from peon.approval.policy import SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, Verdict, parse_answer
 from peon.approval.rules import NO_FACTS, ShellFacts
 from peon.supervisor.approval.grants import GrantStore
+from peon.supervisor.turns import Turns
 
 Send = Callable[[dict], Awaitable[Any]]
 
@@ -36,6 +45,7 @@ class ApprovalGate:
         self.approver_connected = approver_connected
         self.timeout_seconds = timeout_seconds
         self._pending: dict[str, asyncio.Future] = {}
+        self.line = Turns(1)  # one question out at a time, first come first asked
 
     async def decide(self, request: ApprovalRequest, cancelled: asyncio.Event,
                      facts: ShellFacts = NO_FACTS) -> Decision:
@@ -51,7 +61,18 @@ class ApprovalGate:
             return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}", scope=grant.scope)
         if not self.approver_connected or self.send is None:
             return Decision(False, "no-approver", f"{verdict.rule}, and this session has no approver")
-        return await self._ask(self.send, request, verdict.rule, cancelled)
+        turn = self.line.join()  # before the first await: the line keeps the order calls came here in
+        try:
+            if not await turn.wait(cancelled):
+                return Decision(False, "cancelled", f"{verdict.rule}; the call was cancelled while waiting "
+                                                    "to be put to the approver")
+            grant = self.grants.find(request)  # an answer given while this call waited may cover it
+            if grant is not None:
+                return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}",
+                                scope=grant.scope)
+            return await self._ask(self.send, request, verdict.rule, cancelled)
+        finally:
+            turn.release()
 
     async def _ask(self, send: Send, request: ApprovalRequest, rule: str, cancelled: asyncio.Event) -> Decision:
         request_id = uuid.uuid4().hex

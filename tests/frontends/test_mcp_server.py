@@ -25,6 +25,7 @@ from helpers import living, pids_in, wait_for, written
 from helpers.mcp import MODES, client, error_code, isolated_env, raw_error_code, run, server_command, write_config
 
 ERA = {"legacy": "2025-11-25", "auto": "2026-07-28"}
+SERIAL = "[limits]\nmax_parallel_calls = 1\n"  # calls one at a time, in arrival order
 
 
 def alive(pid: int) -> bool:
@@ -434,8 +435,8 @@ def test_request_before_initialize(raw_server):
     assert server.initialize()["result"]["capabilities"]["tools"] == {"listChanged": False}
 
 
-def test_cancelled_requests_get_no_response_and_queued_calls_never_start(raw_server, workspace):
-    server = raw_server("--allow", "process")
+def test_cancelled_requests_get_no_response_and_queued_calls_never_start(raw_server, workspace, tmp_path):
+    server = raw_server("--allow", "process", "--config", write_config(tmp_path, SERIAL))
     server.initialize()
     pid_file = workspace / "pids"
     server.request(10, "tools/call", {"name": "bash", "arguments": {"command": f"echo $$ > {pid_file}; sleep 300"}})
@@ -453,8 +454,8 @@ def test_cancelled_requests_get_no_response_and_queued_calls_never_start(raw_ser
     assert server.recv()["id"] == 13
 
 
-def test_concurrent_calls_are_answered_as_they_finish(raw_server):
-    server = raw_server("--allow", "process")
+def test_concurrent_calls_are_answered_as_they_finish(raw_server, tmp_path):
+    server = raw_server("--allow", "process", "--config", write_config(tmp_path, SERIAL))
     server.initialize()
     server.request(1, "tools/call", {"name": "bash", "arguments": {"command": "sleep 1; echo first"}})
     server.request(2, "tools/list")  # answered while the call runs

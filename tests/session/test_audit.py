@@ -50,7 +50,8 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path, lef
              {"tool": "bash", "command_prefix": "echo policy-deny", "decision": "deny"}]
     state = tmp_path / "audited"
     session = open_session({"approval": {**DEFAULT_APPROVAL, "rules": rules},
-                            "limits": {"approval_timeout_seconds": 0.5, "max_output_bytes": 1024}},
+                            "limits": {"approval_timeout_seconds": 0.5, "max_output_bytes": 1024,
+                                       "max_parallel_calls": 1}},  # a call queued behind the running one
                            env=env, approver=approver, state_dir=state)
     ids = {}
     try:
@@ -128,7 +129,8 @@ def test_every_decision_and_outcome_is_recorded(open_session, env, tmp_path, lef
 def test_no_approver_and_session_close_are_recorded(open_session, env, tmp_path, leftovers):
     state = tmp_path / "closing"
     session = open_session({"approval": {**DEFAULT_APPROVAL, "rules": [
-        {"tool": "bash", "command_prefix": "sleep", "decision": "allow"}]}}, env=env, state_dir=state)
+        {"tool": "bash", "command_prefix": "sleep", "decision": "allow"}]},
+        "limits": {"max_parallel_calls": 1}}, env=env, state_dir=state)  # the second call stays queued
     denied = session.call("bash", {"command": "echo hi"})
     running = session.submit("bash", {"command": "sleep 30"})
     waiting = session.submit("bash", {"command": "sleep 1"})

@@ -238,8 +238,8 @@ def test_no_descriptor_of_the_host_or_of_another_job_reaches_a_job(open_session,
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root may move a process to another cgroup")
 def test_a_process_that_leaves_its_jobs_cgroup_is_killed_when_a_job_ends(open_session, workspace):
     session = open_session({**CGROUP, "sandbox": {"mode": "off"}})
-    workers_cgroup = Path(session.info["containment"]["cgroup"]) / "workers"
-    escape = (f"setsid sh -c 'echo $$ > escapee.pid; echo $$ > {workers_cgroup}/cgroup.procs; exec sleep 300' & "
+    elsewhere = Path(session.info["containment"]["cgroup"]) / "forkserver"  # a cgroup of the session's, not the job's
+    escape = (f"setsid sh -c 'echo $$ > escapee.pid; echo $$ > {elsewhere}/cgroup.procs; exec sleep 300' & "
               "sleep 0.3; echo moved; exec sleep 300")
     other = start(session, "echo pid $$; exec sleep 300")  # keeps the host running meanwhile
     job = start(session, escape)
@@ -247,7 +247,7 @@ def test_a_process_that_leaves_its_jobs_cgroup_is_killed_when_a_job_ends(open_se
     [host] = job_hosts(session)
     escapee = int((workspace / "escapee.pid").read_text())
     with open(f"/proc/{escapee}/cgroup") as f:
-        assert f.read().strip().endswith("/workers")  # out of its job's cgroup, still below the host
+        assert f.read().strip().endswith("/forkserver")  # out of its job's cgroup, still below the host
     session.call("job_stop", {"job_id": job})
     assert wait_for(lambda: not living([escapee]), timeout=10), "a process that left its job's cgroup survived"
     assert living([host]) and job_state(session, other)["state"] == "running"

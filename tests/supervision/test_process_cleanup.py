@@ -121,7 +121,8 @@ def test_cancel_reaches_a_stopped_group_member(session, workspace):
     assert_gone(recorded_pids(workspace, "m.pid"))
 
 
-def test_a_queued_call_that_is_cancelled_never_starts(session, workspace):
+def test_a_queued_call_that_is_cancelled_never_starts(serial_session, workspace):
+    session = serial_session
     first = session.submit("bash", {"command": "echo $$ > first.pid; sleep 1000"})
     second = session.submit("bash", {"command": "touch second-ran"})
     second.cancel()
@@ -134,7 +135,8 @@ def test_a_queued_call_that_is_cancelled_never_starts(session, workspace):
     assert not (workspace / "second-ran").exists()
 
 
-def test_calls_run_serially_in_submission_order(session, workspace):
+def test_calls_run_serially_in_submission_order(serial_session, workspace):
+    session = serial_session
     handles = [session.submit("bash", {"command": f"echo {i} >> order; sleep 0.0{i}"}) for i in range(8)]
     for h in handles:
         assert h.result(timeout=60).ok

@@ -94,7 +94,8 @@ class RawSupervisorClient:
 def test_the_supervisor_answers_busy_to_a_client_that_ignores_the_bound(workspace, tmp_path, leftovers):
     env = leftovers.env({"XDG_CONFIG_HOME": str(tmp_path / "none")})
     client = RawSupervisorClient(workspace, tmp_path / "state", env,
-                                 {**ALLOW, "limits": {"max_queued_calls": 2, "max_queued_bytes": 8192}})
+                                 {**ALLOW, "limits": {"max_queued_calls": 2, "max_queued_bytes": 8192,
+                                                           "max_parallel_calls": 1}})
     try:
         client.send({"op": "call", "id": "run", "tool": "bash", "args": {"command": "touch .started; sleep 30"}})
         client.send({"op": "call", "id": "held", "tool": "bash", "args": {"command": "touch held"}})
@@ -183,7 +184,7 @@ def test_a_flood_of_large_calls_through_mcp_gets_busy_and_memory_stays_flat(work
                          "XDG_STATE_HOME": str(home / "state")})
     config = tmp_path / "peon.toml"
     config.write_text('[approval]\nprocess = "allow"\nfilesystem = "allow"\n'
-                      "[limits]\nmax_queued_calls = 8\nmax_queued_bytes = 4194304\n")
+                      "[limits]\nmax_queued_calls = 8\nmax_queued_bytes = 4194304\nmax_parallel_calls = 1\n")
     server = RawMcp(workspace, env, config)
     try:
         server.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

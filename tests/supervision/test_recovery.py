@@ -11,7 +11,7 @@ from helpers import living, wait_for, written
 
 
 def test_restart_after_supervisor_death(open_session, workspace, leftovers):
-    session = open_session()
+    session = open_session({"limits": {"max_parallel_calls": 1}})  # the queued calls stay queued
     running = session.submit("bash", {"command": "echo $$ > run.pid; sleep 1000"})
     queued = [session.submit("bash", {"command": f"touch queued-{i}"}) for i in range(3)]
     assert wait_for(lambda: written(workspace / "run.pid"), 10)

@@ -122,7 +122,7 @@ def test_tool_errors_and_unexpected_exceptions(open_session):
 
 
 def test_close_cancels_the_running_call_and_fails_queued_ones(open_session, workspace, leftovers):
-    session = open_session()
+    session = open_session({"limits": {"max_parallel_calls": 1}})  # the second call stays queued
     running = session.submit("bash", {"command": "echo $$ > r.pid; sleep 1000"})
     queued = session.submit("bash", {"command": "touch never"})
     assert wait_for(lambda: written(workspace / "r.pid"), 10)

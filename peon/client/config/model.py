@@ -38,6 +38,7 @@ class Limits(_Section):
     approval_timeout_seconds: float = Field(gt=0)
     memory_max_bytes: int = Field(ge=1 << 20)
     max_processes: int = Field(ge=1)
+    max_parallel_calls: int = Field(ge=1, le=256)
     max_queued_calls: int = Field(ge=1)
     max_queued_bytes: int = Field(ge=1024)
 
