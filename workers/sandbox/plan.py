@@ -395,15 +395,30 @@ QUIET_PROFILE = ("{ if [ -r /etc/profile ]; then . /etc/profile; fi; "
                  "if [ -r ~/.bash_profile ]; then . ~/.bash_profile; elif [ -r ~/.bash_login ]; then . ~/.bash_login; "
                  "elif [ -r ~/.profile ]; then . ~/.profile; fi; } 2>/dev/null\n")
 # The command follows on the next line of the -c string, and is run from there by eval (the text after the
-# first newline, which QUIET_PROFILE ends with and which holds no other control character): bash numbers its
-# lines from 1, as `bash -lc` would (a one-line command's error never says "line 2"), and parses it after
-# the profile ran, as a login shell does. $0 and the positional parameters stay bash -c's.
-RUN_NEXT_LINE = '; eval -- "${BASH_EXECUTION_STRING#*[[:cntrl:]]}"; exit\n'
+# profile's line, cut at its known length: a pattern such as ${BASH_EXECUTION_STRING#*[[:cntrl:]]} costs
+# bash time quadratic in the command's length, 8 ms of CPU for a short line): bash numbers its lines from 1,
+# as `bash -lc` would (a one-line command's error never says "line 2"), and parses it after the profile
+# ran, as a login shell does. $0 and the positional parameters stay bash -c's. The line is ASCII, so its
+# length in characters, which bash counts, is its length in bytes in any locale.
+PROFILE_LINE = QUIET_PROFILE.removesuffix("\n")
+
+
+def _run_next_line() -> str:
+    """``; eval -- "${BASH_EXECUTION_STRING:N}"; exit`` and a newline, N the length of the whole first line."""
+    offset = 0
+    while True:
+        line = f'; eval -- "${{BASH_EXECUTION_STRING:{offset}}}"; exit\n'
+        if len(PROFILE_LINE) + len(line) == offset:
+            return line
+        offset = len(PROFILE_LINE) + len(line)
+
+
+RUN_NEXT_LINE = _run_next_line()
 
 
 def quiet_profile(argv: Sequence[str]) -> list[str]:
     """``[bash, -lc, command]`` as a shell that reads the login profile silently, then runs ``command``;
     any other argv unchanged."""
     if len(argv) == 3 and argv[1] == "-lc" and os.path.basename(argv[0]) == "bash":
-        return [argv[0], "-c", QUIET_PROFILE.removesuffix("\n") + RUN_NEXT_LINE + argv[2]]
+        return [argv[0], "-c", PROFILE_LINE + RUN_NEXT_LINE + argv[2]]
     return list(argv)
