@@ -72,6 +72,8 @@ class ApprovalRuleView:
     path_prefix: str | None
     decision: Decision
     tighten_only: bool
+    examples: tuple[str, ...]
+    not_examples: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
