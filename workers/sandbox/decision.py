@@ -214,7 +214,8 @@ def session_status(section: SandboxView, workspace: str, env: Mapping[str, str],
                        netns=netns.path if netns else "", netns_inode=netns.inode if netns else 0,
                        mount_view=mount_view, seccomp=not seccomp_problem, hidden=hidden_real, **options)
     if allowlist and netns is not None:
-        status["egress"] = {"allow": list(allowlist), "netns": netns.path, "netns_inode": netns.inode}
+        status["egress"] = {"allow": list(allowlist), "deny": list(section.network_deny), "ask": section.network_ask,
+                            "netns": netns.path, "netns_inode": netns.inode}
     return {**status, "active": True, "kind": "landlock", "plan": plan.to_dict(), "not_enforced": gaps,
             "enforced": enforced(plan), "layers": layers(plan), "notes": notes}
 

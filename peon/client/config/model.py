@@ -195,6 +195,8 @@ class Sandbox(_Section):
     writable: tuple[str, ...]
     readable: tuple[str, ...]
     network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
+    network_deny: tuple[str, ...] = ()  # entries the proxy refuses whatever allows them (same grammar)
+    network_ask: bool = False  # a host not on the allowlist is put to the approver rather than refused
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...] = AGENT_CONTROL_PATHS  # the one agent-control list (peon/core/agent_control.py)
@@ -205,7 +207,7 @@ class Sandbox(_Section):
     def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_sandbox_path(item) for item in value)
 
-    @field_validator("network")
+    @field_validator("network", "network_deny")
     @classmethod
     def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
         if isinstance(value, tuple):
