@@ -28,8 +28,8 @@ Promises:
 * every connection attempt (a head that parsed) is kept in :attr:`Proxy.attempts` (bounded): host, port,
   the address connected to, the decision, bytes each way and duration, counted as the bytes pass;
   :func:`name_refusals` puts those begun while a call ran in its result's ``sandbox.network`` (at most
-  :data:`ATTEMPTS_SHOWN`, as they stand when the call ends), and :func:`attempts_since` gives them to the
-  audit;
+  :data:`ATTEMPTS_SHOWN`, as they stand when the call ends), and each ended attempt is handed to
+  :attr:`Proxy.on_attempt` (the audit's ``network`` line, :mod:`peon.supervisor.egress_link`);
 * everything is bounded: the request head (16 KiB), the connections at once (64; one more is answered
   ``503`` and closed), the time to send a head (30 s) and to resolve and connect out (30 s together); a
   connection's bytes go only to the one address checked for its first request;
@@ -44,7 +44,9 @@ import contextlib
 import ipaddress
 import re
 import socket
+import sys
 import threading
+import traceback
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -212,6 +214,7 @@ class Proxy:
         self.policy = NetworkPolicy(self.rules, tuple(parse_entry(entry) for entry in deny), ask)
         self.resolve = resolve
         self.asker = asker  # set by the supervisor once its approval gate exists
+        self.on_attempt: Callable[[dict[str, Any]], None] | None = None  # each attempt as it ends (the audit)
         self.remembered: dict[str, bool] = {}  # the approver's session answers, by host:port
         self._asking: dict[str, asyncio.Future[tuple[str, str]]] = {}  # one question per host:port at a time
         host, port = listener.getsockname()[:2]
@@ -272,6 +275,11 @@ class Proxy:
             await self._carry(request, host, shown, attempt, reader, writer)
         finally:
             attempt.ended_at = time.monotonic()
+            if self.on_attempt is not None:
+                try:
+                    self.on_attempt(attempt.to_dict())
+                except Exception:  # the audit's trouble must not break a connection
+                    traceback.print_exc(file=sys.stderr)
 
     async def _carry(self, request: Request, host: Host, shown: str, attempt: Attempt,
                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -416,6 +424,11 @@ def name_refusals(reply: dict[str, Any], started_at: float) -> dict[str, Any]:
     if not refused and not attempts:
         return reply
     return {**reply, "value": {**value, "sandbox": box}}
+
+
+def running() -> Proxy | None:
+    """The session's proxy, once :func:`start` started it."""
+    return _running
 
 
 def attempts_since(started_at: float) -> list[dict[str, Any]]:
