@@ -271,7 +271,9 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
     layers = {"namespaces": "reported unavailable" if simulate.no_namespaces else namespaces.probe(),
               "seccomp": "reported unavailable" if simulate.no_seccomp else syscall_filter.available()}
-    return {"session": session, "landlock": sandbox.probe_landlock(simulate).to_dict(),
+    landlock = sandbox.probe_landlock(simulate).to_dict()
+    return {"session": session, "landlock": landlock,
+            "egress": egress_confinement(not layers["namespaces"], int(landlock.get("abi") or 0)),
             "bwrap": sandbox.probe_bwrap(os.environ, simulate).to_dict(),
             "namespaces": {"available": not layers["namespaces"],
                            "detail": layers["namespaces"] or "mount view and private network namespace per session",
@@ -279,6 +281,22 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
                            ["run Peon as root (CAP_SYS_ADMIN), or use sandbox.kind = \"bwrap\""]},
             "seccomp": {"available": not layers["seccomp"], "detail": layers["seccomp"] or "libseccomp loaded",
                         "fixes": [] if not layers["seccomp"] else ["install libseccomp2"]}}
+
+
+def egress_confinement(namespaces: bool, abi: int) -> dict[str, Any]:
+    """What keeps a command's connections to the egress proxy of ``sandbox.network = [hosts]`` on this machine."""
+    from peon.workers.sandbox.landlock import NET_ABI
+
+    if namespaces:
+        return {"available": True, "by": "network namespace", "fixes": [],
+                "detail": "the session's private network namespace: the proxy is the only way out, for TCP and "
+                          "for every other protocol"}
+    tcp = (f"Landlock TCP rules (ABI {abi}) could confine TCP to the proxy's port, but Peon does not use them "
+           "for the allowlist" if abi >= NET_ABI else
+           f"no Landlock TCP rules either (they need ABI {NET_ABI}, Linux 6.7; this kernel: ABI {abi})")
+    return {"available": False, "by": None, "fixes": ["run Peon as root (CAP_SYS_ADMIN) for the session's network "
+                                                      "namespace"],
+            "detail": f"no private network namespace; {tcp}: sandbox.network = [hosts] means no network at all"}
 
 
 def describe_sandbox(status: Mapping[str, Any] | None) -> str:
@@ -307,7 +325,7 @@ def print_sandbox(facts: Mapping[str, Any]) -> None:
     if facts.get("error"):
         print(f"  error: {facts['error']}")
         return
-    for name in ("landlock", "bwrap", "namespaces", "seccomp"):
+    for name in ("landlock", "bwrap", "namespaces", "seccomp", "egress"):
         probe = facts[name]
         print(f"{name:<12} {'yes' if probe['available'] else 'no'}: {probe['detail']}")
         for fix in probe["fixes"]:
