@@ -62,6 +62,25 @@ def test_deny_entries_are_read_with_the_allowlists_grammar(tmp_path):
         load_config(config, env={})
 
 
+@pytest.mark.parametrize("project, refused", [
+    ('network_deny = ["evil.example.test", "more.example.test"]', None),  # adds an entry: tighter
+    ('network_deny = ["more.example.test"]', "not remove ['evil.example.test']"),
+    ("network_ask = true", "only turn network_ask off"),
+    ("network_ask = false", None),
+])
+def test_a_project_may_only_add_deny_entries_and_turn_asking_off(tmp_path, project, refused):
+    user = tmp_path / "user.toml"
+    user.write_text('[sandbox]\nnetwork = ["*.example.test"]\nnetwork_deny = ["evil.example.test"]\n')
+    (tmp_path / "ws" / ".peon").mkdir(parents=True)
+    (tmp_path / "ws" / ".peon" / "config.toml").write_text(f"[sandbox]\n{project}\n")
+    if refused is None:
+        load_config(workspace=tmp_path / "ws", env={"PEON_CONFIG": str(user)})
+        return
+    with pytest.raises(ConfigError) as caught:
+        load_config(workspace=tmp_path / "ws", env={"PEON_CONFIG": str(user)})
+    assert refused in str(caught.value)
+
+
 class Table:
     """The proxy's resolver, by a table (every name here resolves to a loopback address)."""
 
