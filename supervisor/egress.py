@@ -2,9 +2,11 @@
 
 Promises:
 
-* the supervisor starts it (:func:`start`) only when an allowlist is configured and the session has its
-  private network namespace; it listens on ``127.0.0.1`` *inside* that namespace (the commands reach it
-  as ``HTTP_PROXY``/``HTTPS_PROXY``) and connects out from the supervisor's own namespace;
+* the supervisor starts it (:func:`start`) only when an allowlist is configured and something confines the
+  commands' connections to it: with the session's private network namespace it listens on ``127.0.0.1``
+  *inside* that namespace, else (Landlock TCP rules, ABI 4) on the host's ``127.0.0.1``, its port put in
+  the sandbox plan as the one TCP port commands may connect to; the commands reach it as
+  ``HTTP_PROXY``/``HTTPS_PROXY``, and it connects out from the supervisor's own namespace;
 * it speaks HTTP/1.1 proxying: ``CONNECT host:port`` (HTTPS and any TCP) and absolute-form requests
   (``GET http://host:port/path``) for plain HTTP. It decides and connects on the same thing: the host
   must be of the grammar :func:`peon.approval.network_allowlist.parse_host` accepts (an LDH name, a
@@ -442,9 +444,15 @@ def start(status: dict[str, Any]) -> Proxy | None:
     egress = status.get("egress")
     if not isinstance(egress, dict):
         return None
-    from peon.workers.sandbox import namespaces  # the supervisor's one use of the worker side's namespace helpers
+    if egress.get("netns"):
+        from peon.workers.sandbox import namespaces  # the supervisor's one use of the worker side's namespace helpers
 
-    listener = namespaces.listen_in(egress["netns"], egress["netns_inode"])
+        listener = namespaces.listen_in(egress["netns"], egress["netns_inode"])
+    else:  # no namespace: the host's loopback, and Landlock lets commands connect to this one port only
+        listener = socket.create_server(("127.0.0.1", 0))
+        plan = status.get("plan")
+        if isinstance(plan, dict):
+            plan["proxy_port"] = listener.getsockname()[1]
     listener.setblocking(False)
     proxy = Proxy(listener, tuple(egress["allow"]), deny=tuple(egress.get("deny") or ()), ask=bool(egress.get("ask")))
     threading.Thread(target=asyncio.run, args=(proxy.serve(),), name="peon-egress", daemon=True).start()

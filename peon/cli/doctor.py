@@ -284,19 +284,23 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def egress_confinement(namespaces: bool, abi: int) -> dict[str, Any]:
-    """What keeps a command's connections to the egress proxy of ``sandbox.network = [hosts]`` on this machine."""
+    """What keeps a command's connections to the egress proxy of ``sandbox.network = [hosts]`` on this machine:
+    the session's network namespace (root), else Landlock TCP rules (ABI 4), else nothing (no network)."""
     from peon.workers.sandbox.landlock import NET_ABI
 
     if namespaces:
         return {"available": True, "by": "network namespace", "fixes": [],
                 "detail": "the session's private network namespace: the proxy is the only way out, for TCP and "
                           "for every other protocol"}
-    tcp = (f"Landlock TCP rules (ABI {abi}) could confine TCP to the proxy's port, but Peon does not use them "
-           "for the allowlist" if abi >= NET_ABI else
-           f"no Landlock TCP rules either (they need ABI {NET_ABI}, Linux 6.7; this kernel: ABI {abi})")
-    return {"available": False, "by": None, "fixes": ["run Peon as root (CAP_SYS_ADMIN) for the session's network "
-                                                      "namespace"],
-            "detail": f"no private network namespace; {tcp}: sandbox.network = [hosts] means no network at all"}
+    fixes = ["run Peon as root (CAP_SYS_ADMIN) for the session's network namespace"]
+    if abi >= NET_ABI:
+        return {"available": True, "by": f"Landlock TCP rules (ABI {abi})", "fixes": fixes,
+                "detail": f"Landlock TCP rules (ABI {abi}) let commands connect to the proxy's port on the host's "
+                          "loopback only, and seccomp keeps them off UDP; the rules name ports, not hosts: that "
+                          "port number of another host is reachable too"}
+    return {"available": False, "by": None, "fixes": fixes,
+            "detail": f"no private network namespace and no Landlock TCP rules (they need ABI {NET_ABI}, Linux 6.7; "
+                      f"this kernel: ABI {abi}): sandbox.network = [hosts] means no network at all"}
 
 
 def describe_sandbox(status: Mapping[str, Any] | None) -> str:

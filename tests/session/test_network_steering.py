@@ -19,9 +19,9 @@ from peon.workers.sandbox import namespaces
 
 ABI = ll.abi_version().abi
 NAMESPACES = namespaces.probe()
-pytestmark = pytest.mark.skipif(ABI < ll.SCOPE_ABI or bool(NAMESPACES),
-                                 reason=f"the egress proxy needs the session's network namespace and Landlock ABI 6+ "
-                                        f"(this kernel: {ABI}; namespaces: {NAMESPACES or 'available'})")
+NEEDS_NAMESPACE = pytest.mark.skipif(ABI < ll.SCOPE_ABI or bool(NAMESPACES),
+                                     reason=f"needs the session's network namespace and Landlock ABI 6+ (this kernel: "
+                                            f"{ABI}; namespaces: {NAMESPACES or 'available'})")
 
 FETCH = (f"{shlex.quote(sys.executable)} -c \"import sys, urllib.request, urllib.error\n"
          "try: print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())\n"
@@ -45,6 +45,7 @@ def serve(text: str) -> http.server.ThreadingHTTPServer:
     return server
 
 
+@NEEDS_NAMESPACE
 def test_deny_wins_ask_asks_once_and_every_attempt_is_listed_and_audited(open_session, tmp_path):
     denied, asked = serve("the denied registry"), serve("the asked registry")
     questions: list[dict] = []
@@ -85,3 +86,39 @@ def test_deny_wins_ask_asks_once_and_every_attempt_is_listed_and_audited(open_se
     assert [(e["host"], e["decision"]) for e in audited] == [(n["host"], n["decision"]) for n in network]
     assert [e["bytes_received"] for e in audited] == [n["bytes_received"] for n in network]
     assert "the build needs it" in audited[1]["reason"] and json.dumps(audited)
+
+
+PROBE_DIRECT = (f"{shlex.quote(sys.executable)} -c \"import socket, sys\n"
+                "try: socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5); print('direct reached')\n"
+                "except OSError as e: print('direct refused', e.errno)\"")
+
+
+@pytest.mark.skipif(ABI < ll.NET_ABI, reason=f"Landlock TCP rules need ABI {ll.NET_ABI} (this kernel: {ABI})")
+def test_without_the_namespace_landlock_confines_tcp_to_the_proxy(open_session, tmp_path):
+    """No network namespace (as without root): the proxy listens on the host's loopback and Landlock lets a
+    command connect to its port only; a direct connection elsewhere is refused by the kernel."""
+    allowed, other = serve("the allowed registry"), serve("the other registry")
+    try:
+        a, b = allowed.server_address[1], other.server_address[1]
+        (tmp_path / "tmp").mkdir()
+        session = open_session({"sandbox": {"network": [f"localhost:{a}"]}},
+                               env={"TMPDIR": str(tmp_path / "tmp"), "PEON_SANDBOX_SIMULATE": "no-namespaces"})
+        status = session.info["sandbox"]
+        egress = status["egress"]
+        assert egress["netns"] == "" and egress["confined_by"].startswith("Landlock TCP rules")
+        proxy_port = status["plan"]["proxy_port"]
+        assert egress["proxy"] == f"http://127.0.0.1:{proxy_port}"
+        get = f"env -u NO_PROXY -u no_proxy {FETCH}"
+        r = session.call("bash", {"command": f"{get} http://localhost:{a}/; {get} http://localhost:{b}/; "
+                                             f"{PROBE_DIRECT} {b}"})
+        assert r.ok, r.error
+        lines = [line for line in r.value["output"].splitlines() if line]
+        assert lines[0] == "the allowed registry", lines
+        assert lines[1].startswith("403 ") and f"localhost:{b} is not in sandbox.network" in lines[1], lines
+        assert lines[2].startswith("direct refused"), lines  # Landlock: only the proxy's port
+        assert [(n["host"], n["decision"]) for n in r.value["sandbox"]["network"]] == [
+            ("localhost", "allowed"), ("localhost", "denied")]
+        assert any("names ports, not hosts" in gap for gap in status["not_enforced"])
+    finally:
+        allowed.shutdown()
+        other.shutdown()
