@@ -2,9 +2,11 @@
 
 Promises:
 
-* the supervisor starts it (:func:`start`) only when an allowlist is configured and the session has its
-  private network namespace; it listens on ``127.0.0.1`` *inside* that namespace (the commands reach it
-  as ``HTTP_PROXY``/``HTTPS_PROXY``) and connects out from the supervisor's own namespace;
+* the supervisor starts it (:func:`start`) only when an allowlist is configured and something confines the
+  commands' connections to it: with the session's private network namespace it listens on ``127.0.0.1``
+  *inside* that namespace, else (Landlock TCP rules, ABI 4) on the host's ``127.0.0.1``, its port put in
+  the sandbox plan as the one TCP port commands may connect to; the commands reach it as
+  ``HTTP_PROXY``/``HTTPS_PROXY``, and it connects out from the supervisor's own namespace;
 * it speaks HTTP/1.1 proxying: ``CONNECT host:port`` (HTTPS and any TCP) and absolute-form requests
   (``GET http://host:port/path``) for plain HTTP. It decides and connects on the same thing: the host
   must be of the grammar :func:`peon.approval.network_allowlist.parse_host` accepts (an LDH name, a
@@ -17,9 +19,19 @@ Promises:
   mapped, metadata... address unless an entry names that address), answers ``403`` naming the address
   and its class when none is left, and connects to exactly one of the addresses it kept — no second
   resolution, so a name that resolves elsewhere a moment later (DNS rebinding) changes nothing;
+* a ``sandbox.network_deny`` entry wins over every allow entry, and with ``sandbox.network_ask = true`` a
+  host no list names is put to the approver through :attr:`Proxy.asker` ("allow host:port for this
+  session?"; one question per ``host:port`` at a time, the answer ``allow_session`` or ``deny``
+  remembered for the session, ``allow_once`` good for that one connection; no asker, a failure or a
+  timeout refuses): the order is :class:`peon.approval.network_policy.NetworkPolicy`'s;
 * every refusal is kept in :attr:`Proxy.refused` (bounded); :func:`name_refusals` adds those made while
   a call ran to its result's ``sandbox.refused`` (a session's calls share the proxy, so a refusal is
   named in every call running at that moment);
+* every connection attempt (a head that parsed) is kept in :attr:`Proxy.attempts` (bounded): host, port,
+  the address connected to, the decision, bytes each way and duration, counted as the bytes pass;
+  :func:`name_refusals` puts those begun while a call ran in its result's ``sandbox.network`` (at most
+  :data:`ATTEMPTS_SHOWN`, as they stand when the call ends), and each ended attempt is handed to
+  :attr:`Proxy.on_attempt` (the audit's ``network`` line, :mod:`peon.supervisor.egress_link`);
 * everything is bounded: the request head (16 KiB), the connections at once (64; one more is answered
   ``503`` and closed), the time to send a head (30 s) and to resolve and connect out (30 s together); a
   connection's bytes go only to the one address checked for its first request;
@@ -34,12 +46,15 @@ import contextlib
 import ipaddress
 import re
 import socket
+import sys
 import threading
+import traceback
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from peon.approval.network_policy import NetworkPolicy, attempt_record, question
 from peon.approval.network_allowlist import (
     Address,
     Entry,
@@ -58,9 +73,14 @@ MAX_CONNECTIONS = 64
 HEAD_SECONDS = 30.0
 CONNECT_SECONDS = 30.0
 REFUSALS_KEPT = 256
+ATTEMPTS_KEPT = 1024
+ATTEMPTS_SHOWN = 100
 CHUNK = 64 << 10
+ASK_SECONDS = 600.0  # the gate's own timeout answers first; this only bounds a lost answer
 
 Resolver = Callable[[str, int], Awaitable[Sequence[Address]]]
+# Puts "allow host:port for this session?" to the approver: "allow_once", "allow_session" or "deny", and why.
+Asker = Callable[[str, int, str], Awaitable[tuple[str, str]]]
 
 # -- decisions (no I/O) ------------------------------------------------------------------------------
 
@@ -144,10 +164,10 @@ def _response(status: str, body: str) -> bytes:
             f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 
 
-def refusal(shown: str) -> bytes:
-    """The answer to a request for ``shown`` (``host:port``), which no entry names."""
-    return _response("403 Forbidden", f"peon: {shown} is not in sandbox.network (the session's egress "
-                                      "allowlist); the connection was refused\n")
+def refusal(shown: str, reason: str = "") -> bytes:
+    """The answer to a request for ``shown`` (``host:port``), refused for ``reason`` (default: no entry names it)."""
+    why = reason or f"{shown} is not in sandbox.network (the session's egress allowlist)"
+    return _response("403 Forbidden", f"peon: {why}; the connection to {shown} was refused\n")
 
 
 def address_refusal(shown: str, refused: Sequence[tuple[Address, str]]) -> bytes:
@@ -168,16 +188,47 @@ async def system_resolver(name: str, port: int) -> list[Address]:
 # -- the proxy -----------------------------------------------------------------------------------------
 
 
+@dataclass
+class Attempt:
+    """One connection attempt, updated by the proxy's loop as it goes (read from other threads as a whole)."""
+
+    host: str
+    port: int
+    started_at: float  # time.monotonic()
+    address: str | None = None
+    decision: str = "pending"  # allowed, asked-allowed, denied, asked-denied, refused-address, failed
+    reason: str = ""
+    bytes_sent: int = 0  # from the command
+    bytes_received: int = 0  # to the command
+    ended_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        end = self.ended_at if self.ended_at is not None else time.monotonic()
+        return attempt_record(self.host, self.port, self.address, self.decision, self.bytes_sent,
+                              self.bytes_received, end - self.started_at, self.reason)
+
+
 class Proxy:
-    def __init__(self, listener: socket.socket, entries: tuple[str, ...], resolve: Resolver = system_resolver):
+    def __init__(self, listener: socket.socket, entries: tuple[str, ...], resolve: Resolver = system_resolver, *,
+                 deny: tuple[str, ...] = (), ask: bool = False, asker: Asker | None = None):
         self.listener, self.entries = listener, entries
         self.rules: tuple[Entry, ...] = tuple(parse_entry(entry) for entry in entries)  # validated by the config
+        self.policy = NetworkPolicy(self.rules, tuple(parse_entry(entry) for entry in deny), ask)
         self.resolve = resolve
+        self.asker = asker  # set by the supervisor once its approval gate exists
+        self.on_attempt: Callable[[dict[str, Any]], None] | None = None  # each attempt as it ends (the audit)
+        self.remembered: dict[str, bool] = {}  # the approver's session answers, by host:port
+        self._asking: dict[str, asyncio.Future[tuple[str, str]]] = {}  # one question per host:port at a time
         host, port = listener.getsockname()[:2]
         self.address = f"http://{host}:{port}"
         self.refused: collections.deque[str] = collections.deque(maxlen=REFUSALS_KEPT)
         self.refused_at: collections.deque[tuple[float, str]] = collections.deque(maxlen=REFUSALS_KEPT)
+        self.attempts: collections.deque[Attempt] = collections.deque(maxlen=ATTEMPTS_KEPT)
         self._active = 0  # connections being carried (the proxy's one event loop counts them)
+
+    def attempts_since(self, moment: float) -> list[dict[str, Any]]:
+        """The connection attempts begun since ``moment`` (``time.monotonic()``), oldest first, as they stand."""
+        return [attempt.to_dict() for attempt in list(self.attempts) if attempt.started_at >= moment]
 
     def _refuse(self, shown: str) -> None:
         self.refused.append(shown)
@@ -220,43 +271,101 @@ class Proxy:
             return
         host = request.checked
         shown = host.shown(request.port)
-        if not host_allowed(host, request.port, self.rules):
+        attempt = Attempt(host.name, request.port, time.monotonic())
+        self.attempts.append(attempt)
+        try:
+            await self._carry(request, host, shown, attempt, reader, writer)
+        finally:
+            attempt.ended_at = time.monotonic()
+            if self.on_attempt is not None:
+                try:
+                    self.on_attempt(attempt.to_dict())
+                except Exception:  # the audit's trouble must not break a connection
+                    traceback.print_exc(file=sys.stderr)
+
+    async def _carry(self, request: Request, host: Host, shown: str, attempt: Attempt,
+                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        verdict = self.policy.decide(host, request.port, self.remembered)
+        attempt.reason = verdict.reason
+        asked = verdict.action == "ask"
+        if asked:
+            answer, why = await self._ask(shown, host.name, request.port)
+            attempt.reason = f"{verdict.reason}; the approver answered {answer}" + (f": {why}" if why else "")
+            allowed_now = answer in ("allow_once", "allow_session")
+        else:
+            allowed_now = verdict.action == "allow"
+        if not allowed_now:
+            attempt.decision = "asked-denied" if asked else "denied"
             self._refuse(shown)
-            writer.write(refusal(shown))
+            writer.write(refusal(shown, attempt.reason))
             await writer.drain()
             return
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
-                up_reader, up_writer = await self._connect(host, request.port, shown)
+                up_reader, up_writer, address = await self._connect(host, request.port, shown)
         except _Refused as refused:
+            attempt.decision = "refused-address"
+            attempt.reason = "; ".join(f"{address} ({reason})" for address, reason in refused.addresses)
             self._refuse(shown)
             writer.write(address_refusal(shown, refused.addresses))
             await writer.drain()
             return
         except (OSError, TimeoutError, UnicodeError) as exc:
+            attempt.decision, attempt.reason = "failed", f"cannot be reached: {exc or 'timed out'}"
             writer.write(_response("502 Bad Gateway", f"peon: {shown} cannot be reached: {exc or 'timed out'}\n"))
             await writer.drain()
             return
+        attempt.address, attempt.decision = str(address), "asked-allowed" if asked else "allowed"
         try:
             if request.method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 await writer.drain()
             else:
                 up_writer.write(request.head)
+                attempt.bytes_sent += len(request.head)
             async with asyncio.TaskGroup() as group:
-                group.create_task(_pump(reader, up_writer))
-                group.create_task(_pump(up_reader, writer))
+                group.create_task(_pump(reader, up_writer, attempt, "bytes_sent"))
+                group.create_task(_pump(up_reader, writer, attempt, "bytes_received"))
         finally:
             up_writer.close()
 
+    async def _ask(self, shown: str, name: str, port: int) -> tuple[str, str]:
+        """The approver's answer about ``shown``: one question per host:port at a time, session answers
+        remembered; no asker, a failure or no answer in time is a denial."""
+        if self.asker is None:
+            return "deny", "this session has no approver for the network"
+        pending = self._asking.get(shown)
+        if pending is None:
+            pending = asyncio.ensure_future(self._put(shown, name, port))
+            self._asking[shown] = pending
+            pending.add_done_callback(lambda _: self._asking.pop(shown, None))
+        return await asyncio.shield(pending)
+
+    async def _put(self, shown: str, name: str, port: int) -> tuple[str, str]:
+        assert self.asker is not None
+        try:
+            async with asyncio.timeout(ASK_SECONDS):
+                answer, why = await self.asker(name, port, question(shown))
+        except Exception as exc:  # the asker failed: fail closed
+            return "deny", f"the question could not be put ({exc or type(exc).__name__})"
+        if answer == "allow_session":
+            self.remembered[shown] = True
+        elif answer != "allow_once":
+            answer = "deny"
+            self.remembered[shown] = False
+        return answer, why
+
     async def _connect(self, host: Host, port: int,
-                       shown: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                       shown: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Address]:
         """A connection to one of the addresses ``host`` resolves to that the allowlist lets through:
         resolved once, here, and connected to by address (no resolution in between)."""
         addresses = fixed_addresses(host)
         if addresses is None:
             addresses = tuple(await self.resolve(host.name, port))
         kept, refused = reachable(addresses, port, self.rules)
+        refused += [(address, "named by sandbox.network_deny") for address in kept
+                    if self.policy.address_denied(address, port)]
+        kept = [address for address in kept if not self.policy.address_denied(address, port)]
         if not kept:
             raise _Refused(refused)
         loop = asyncio.get_running_loop()
@@ -266,7 +375,7 @@ class Proxy:
             sock.setblocking(False)
             try:
                 await loop.sock_connect(sock, (str(address), port))
-                return await asyncio.open_connection(sock=sock, limit=CHUNK)
+                return (*await asyncio.open_connection(sock=sock, limit=CHUNK), address)
             except OSError as exc:
                 sock.close()
                 failure = exc
@@ -282,9 +391,10 @@ class _Refused(Exception):
         self.addresses = addresses
 
 
-async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, attempt: Attempt, counter: str) -> None:
     try:
         while data := await source.read(CHUNK):
+            setattr(attempt, counter, getattr(attempt, counter) + len(data))
             sink.write(data)
             await sink.drain()
     except OSError:
@@ -299,15 +409,33 @@ _running: Proxy | None = None  # the session's proxy (one session per supervisor
 
 
 def name_refusals(reply: dict[str, Any], started_at: float) -> dict[str, Any]:
-    """``reply`` with the hosts refused since ``started_at`` in its value's ``sandbox.refused``."""
+    """``reply`` with the hosts refused since ``started_at`` in its value's ``sandbox.refused`` and the
+    connection attempts begun since then in ``sandbox.network``."""
     value = reply.get("value")
     if _running is None or not isinstance(value, dict) or not isinstance(value.get("sandbox"), dict):
         return reply
-    box = value["sandbox"]
+    box = dict(value["sandbox"])
     refused = list(dict.fromkeys(_running.refused_since(started_at)))
-    if not refused:
+    if refused:
+        box["refused"] = refused
+    attempts = _running.attempts_since(started_at)
+    if attempts:
+        box["network"] = attempts[:ATTEMPTS_SHOWN]
+        if len(attempts) > ATTEMPTS_SHOWN:
+            box["network_not_shown"] = len(attempts) - ATTEMPTS_SHOWN
+    if not refused and not attempts:
         return reply
-    return {**reply, "value": {**value, "sandbox": {**box, "refused": refused}}}
+    return {**reply, "value": {**value, "sandbox": box}}
+
+
+def running() -> Proxy | None:
+    """The session's proxy, once :func:`start` started it."""
+    return _running
+
+
+def attempts_since(started_at: float) -> list[dict[str, Any]]:
+    """The session proxy's connection attempts begun since ``started_at`` (for the audit); [] without a proxy."""
+    return [] if _running is None else _running.attempts_since(started_at)
 
 
 def start(status: dict[str, Any]) -> Proxy | None:
@@ -316,11 +444,17 @@ def start(status: dict[str, Any]) -> Proxy | None:
     egress = status.get("egress")
     if not isinstance(egress, dict):
         return None
-    from peon.workers.sandbox import namespaces  # the supervisor's one use of the worker side's namespace helpers
+    if egress.get("netns"):
+        from peon.workers.sandbox import namespaces  # the supervisor's one use of the worker side's namespace helpers
 
-    listener = namespaces.listen_in(egress["netns"], egress["netns_inode"])
+        listener = namespaces.listen_in(egress["netns"], egress["netns_inode"])
+    else:  # no namespace: the host's loopback, and Landlock lets commands connect to this one port only
+        listener = socket.create_server(("127.0.0.1", 0))
+        plan = status.get("plan")
+        if isinstance(plan, dict):
+            plan["proxy_port"] = listener.getsockname()[1]
     listener.setblocking(False)
-    proxy = Proxy(listener, tuple(egress["allow"]))
+    proxy = Proxy(listener, tuple(egress["allow"]), deny=tuple(egress.get("deny") or ()), ask=bool(egress.get("ask")))
     threading.Thread(target=asyncio.run, args=(proxy.serve(),), name="peon-egress", daemon=True).start()
     egress["proxy"] = proxy.address
     global _running

@@ -10,6 +10,8 @@ is valid in the supervisor and in every worker.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,7 @@ from peon.workers import sandbox
 from peon.workers.cgroup import session_cgroup_name
 from peon.workers.limits import ResourceLimits
 
-from peon.supervisor import egress
+from peon.supervisor import egress, egress_link
 from peon.supervisor import containment as containment_mod
 from peon.supervisor.approval.audit import AuditLog
 from peon.supervisor.approval.gate import ApprovalGate
@@ -129,6 +131,9 @@ class SessionState:
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
                          loaded.config.audit.fsync)
+        with contextlib.suppress(RuntimeError):  # opened outside the supervisor's loop (tests): nothing to link
+            egress_link.link(egress.running(), gate, audit, view.session_id, state_dir,
+                             asyncio.get_running_loop())
         schemas = {tool.name: tool.schema_for(view) for tool in registry}
         return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas,
                    policy, {tool.name: tool for tool in registry}, start.get("runtime_dir"))
@@ -172,6 +177,7 @@ class SessionState:
 
     def approval_answer(self, message: dict) -> None:
         self.approval.answer(message)
+        egress_link.answer(message)  # a question about a host (sandbox.network_ask); unknown ids are ignored
 
     def close(self) -> None:
         try:

@@ -271,7 +271,9 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
     layers = {"namespaces": "reported unavailable" if simulate.no_namespaces else namespaces.probe(),
               "seccomp": "reported unavailable" if simulate.no_seccomp else syscall_filter.available()}
-    return {"session": session, "landlock": sandbox.probe_landlock(simulate).to_dict(),
+    landlock = sandbox.probe_landlock(simulate).to_dict()
+    return {"session": session, "landlock": landlock,
+            "egress": egress_confinement(not layers["namespaces"], int(landlock.get("abi") or 0)),
             "bwrap": sandbox.probe_bwrap(os.environ, simulate).to_dict(),
             "namespaces": {"available": not layers["namespaces"],
                            "detail": layers["namespaces"] or "mount view and private network namespace per session",
@@ -279,6 +281,26 @@ def sandbox_facts(session: Mapping[str, Any] | None) -> dict[str, Any]:
                            ["run Peon as root (CAP_SYS_ADMIN), or use sandbox.kind = \"bwrap\""]},
             "seccomp": {"available": not layers["seccomp"], "detail": layers["seccomp"] or "libseccomp loaded",
                         "fixes": [] if not layers["seccomp"] else ["install libseccomp2"]}}
+
+
+def egress_confinement(namespaces: bool, abi: int) -> dict[str, Any]:
+    """What keeps a command's connections to the egress proxy of ``sandbox.network = [hosts]`` on this machine:
+    the session's network namespace (root), else Landlock TCP rules (ABI 4), else nothing (no network)."""
+    from peon.workers.sandbox.landlock import NET_ABI
+
+    if namespaces:
+        return {"available": True, "by": "network namespace", "fixes": [],
+                "detail": "the session's private network namespace: the proxy is the only way out, for TCP and "
+                          "for every other protocol"}
+    fixes = ["run Peon as root (CAP_SYS_ADMIN) for the session's network namespace"]
+    if abi >= NET_ABI:
+        return {"available": True, "by": f"Landlock TCP rules (ABI {abi})", "fixes": fixes,
+                "detail": f"Landlock TCP rules (ABI {abi}) let commands connect to the proxy's port on the host's "
+                          "loopback only, and seccomp keeps them off UDP; the rules name ports, not hosts: that "
+                          "port number of another host is reachable too"}
+    return {"available": False, "by": None, "fixes": fixes,
+            "detail": f"no private network namespace and no Landlock TCP rules (they need ABI {NET_ABI}, Linux 6.7; "
+                      f"this kernel: ABI {abi}): sandbox.network = [hosts] means no network at all"}
 
 
 def describe_sandbox(status: Mapping[str, Any] | None) -> str:
@@ -307,7 +329,7 @@ def print_sandbox(facts: Mapping[str, Any]) -> None:
     if facts.get("error"):
         print(f"  error: {facts['error']}")
         return
-    for name in ("landlock", "bwrap", "namespaces", "seccomp"):
+    for name in ("landlock", "bwrap", "namespaces", "seccomp", "egress"):
         probe = facts[name]
         print(f"{name:<12} {'yes' if probe['available'] else 'no'}: {probe['detail']}")
         for fix in probe["fixes"]:

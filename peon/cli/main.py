@@ -1,5 +1,5 @@
-"""The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills``, ``doctor``, ``setup`` and
-``--version``.
+"""The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills``, ``doctor``, ``setup``,
+``sessions``, ``rules`` and ``--version``.
 
 Promises:
 
@@ -10,7 +10,7 @@ Promises:
 * every session a command opens is closed, with everything it started, before the command exits.
 
 This module owns the parser and the dispatch to each command's module (:mod:`peon.cli.call`,
-:mod:`peon.cli.doctor`, :mod:`peon.cli.mcp`, :mod:`peon.cli.serve`, :mod:`peon.cli.setup`,
+:mod:`peon.cli.doctor`, :mod:`peon.cli.mcp`, :mod:`peon.cli.rules`, :mod:`peon.cli.serve`, :mod:`peon.cli.setup`,
 :mod:`peon.cli.skills`, :mod:`peon.cli.tools`), which promise what each command does.
 """
 
@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from peon.cli import call, doctor, mcp, serve, sessions, setup, skills, tools
+from peon.cli import call, doctor, mcp, rules, serve, sessions, setup, skills, tools
 from peon.cli.common import USAGE_ERROR, UsageError, add_session_arguments, describe_os_error
 
 
@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     sessions_parser = commands.add_parser("sessions", help="list the sessions' state; `prune` removes ended ones'")
     sessions.add_arguments(sessions_parser)
     sessions_parser.set_defaults(run=sessions.cmd_sessions)
+    rules_parser = commands.add_parser("rules", help="check the approval rules' examples, or explain the decision "
+                                       "for a command line")
+    rules.add_arguments(rules_parser)
+    rules_parser.set_defaults(run=rules.cmd_rules)
     return parser
 
 

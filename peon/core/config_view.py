@@ -72,6 +72,8 @@ class ApprovalRuleView:
     path_prefix: str | None
     decision: Decision
     tighten_only: bool
+    examples: tuple[str, ...]
+    not_examples: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,8 @@ class SandboxView:
     writable: tuple[str, ...]
     readable: tuple[str, ...]
     network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
+    network_deny: tuple[str, ...]
+    network_ask: bool
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...]

@@ -130,6 +130,15 @@ def audit_entry(*, session_id: str, call_id: str, tool: str, args: Any, request:
     return entry
 
 
+def network_entry(*, session_id: str, attempt: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """A ``network`` line: one connection attempt through the egress proxy, as it ended
+    (:func:`peon.approval.network_policy.attempt_record`: host, port, address, decision, bytes each way,
+    duration)."""
+    entry: dict[str, Any] = {"event": "network", "time": _timestamp(now), "session_id": session_id}
+    entry.update({key: _shorten(value) for key, value in attempt.items()})
+    return entry
+
+
 def job_entry(*, event: str, session_id: str, job: Mapping[str, Any], now: float) -> dict[str, Any]:
     """A ``job_started`` or ``job_ended`` line; ``job`` is :meth:`peon.core.jobs.JobInfo.to_dict` plus ``call_id``."""
     entry: dict[str, Any] = {"event": event, "time": _timestamp(now), "session_id": session_id,

@@ -375,6 +375,8 @@ def _build_ruleset(plan: SandboxPlan, paths: Sequence[str]) -> tuple[ll.Ruleset,
         try:
             for path, rights in rules.grants:
                 ruleset.allow_fd(opened[path], rights, path)
+            for port in rules.connect_ports:  # the egress proxy on the host's loopback
+                ruleset.allow_port(port, ll.NET_CONNECT_TCP)
         except OSError:
             ruleset.close()
             raise

@@ -35,6 +35,7 @@ from peon.core.errors import ErrorCode, PeonError
 import peon.workers.sandbox.namespaces as namespaces
 import peon.workers.sandbox.syscall_filter as syscall_filter
 from peon.workers.sandbox.plan import DEVICE_FILES, SandboxPlan, enforced, hideable, kind_limits, layers, unenforced
+from peon.workers.sandbox.landlock import NET_ABI
 from peon.workers.sandbox.probe import SIMULATE_ENV, Simulation, probe_bwrap, probe_landlock
 
 
@@ -191,9 +192,10 @@ def session_status(section: SandboxView, workspace: str, env: Mapping[str, str],
                 "not_enforced": ["everything: commands run unsandboxed"]}
     mount_view, netns = _namespaces(simulate, network, notes)
     layered = mount_view and (network or bool(netns))
-    if allowlist and netns is None:
-        notes.append("sandbox.network is an allowlist, but without the session's network namespace no proxy can be "
-                      "the only way out: no network at all instead")
+    tcp_proxy = bool(allowlist) and netns is None and landlock.abi >= NET_ABI  # Landlock TCP rules confine TCP
+    if allowlist and netns is None and not tcp_proxy:
+        notes.append("sandbox.network is an allowlist, but without the session's network namespace or Landlock TCP "
+                     f"rules (ABI {NET_ABI}) no proxy can be the only way out: no network at all instead")
     gaps = unenforced("landlock", landlock.abi, **options, namespaces=layered, protected=bool(protected))
     limits = kind_limits("landlock", namespaces=layered)
     if seccomp_problem:
@@ -209,12 +211,18 @@ def session_status(section: SandboxView, workspace: str, env: Mapping[str, str],
             'sandbox.mode is "required" but this kernel cannot enforce: ' + "; ".join(gaps)
             + ' (turn those settings off, or use mode = "auto" to run with what the kernel enforces)',
             {"feature": "landlock", "abi": landlock.abi, "not_enforced": gaps})
+    if tcp_proxy:
+        limits.append("with sandbox.network = [hosts] and no network namespace, TCP is confined to the egress proxy's "
+                      "port by Landlock, which names ports, not hosts: that port number of any other host is "
+                      "reachable too; run as root for the namespace")
     gaps += limits
     plan = SandboxPlan("landlock", tuple(writable), tuple(readable), abi=landlock.abi, protected=protected,
                        netns=netns.path if netns else "", netns_inode=netns.inode if netns else 0,
                        mount_view=mount_view, seccomp=not seccomp_problem, hidden=hidden_real, **options)
-    if allowlist and netns is not None:
-        status["egress"] = {"allow": list(allowlist), "netns": netns.path, "netns_inode": netns.inode}
+    if allowlist and (netns is not None or tcp_proxy):
+        status["egress"] = {"allow": list(allowlist), "deny": list(section.network_deny), "ask": section.network_ask,
+                            "netns": netns.path if netns else "", "netns_inode": netns.inode if netns else 0,
+                            "confined_by": "network namespace" if netns else f"Landlock TCP rules (ABI {landlock.abi})"}
     return {**status, "active": True, "kind": "landlock", "plan": plan.to_dict(), "not_enforced": gaps,
             "enforced": enforced(plan), "layers": layers(plan), "notes": notes}
 

@@ -80,6 +80,11 @@ class _RulesetAttr(ctypes.Structure):
                 ("scoped", ctypes.c_uint64)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1  # declared __attribute__((packed)) in the kernel's header
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]  # the port in host order
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1  # declared __attribute__((packed)) in the kernel's header
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -140,6 +145,14 @@ class Ruleset:
         _check(_syscall(ctypes.c_long(SYS_LANDLOCK_ADD_RULE), ctypes.c_int(self.fd),
                         ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(attr), ctypes.c_uint32(0)),
                f"landlock_add_rule({name or fd})")
+
+    def allow_port(self, port: int, rights: int) -> None:
+        """Grant the TCP ``rights`` (:data:`NET_CONNECT_TCP`, :data:`NET_BIND_TCP`) on ``port``, for every
+        address: Landlock's TCP rules name ports, not hosts."""
+        attr = _NetPortAttr(rights, port)
+        _check(_syscall(ctypes.c_long(SYS_LANDLOCK_ADD_RULE), ctypes.c_int(self.fd),
+                        ctypes.c_int(LANDLOCK_RULE_NET_PORT), ctypes.byref(attr), ctypes.c_uint32(0)),
+               f"landlock_add_rule(tcp port {port})")
 
     def restrict_current_thread(self) -> None:
         """``no_new_privs`` then the ruleset, for the calling thread and whatever it starts afterwards."""

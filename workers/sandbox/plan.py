@@ -66,6 +66,9 @@ class SandboxPlan:
     mount_view: bool = False
     seccomp: bool = False  # the filter of seccomp_rules() is loaded in the confined thread
     hidden: tuple[str, ...] = ()  # Peon's own directories, covered by an empty tmpfs in the mount view
+    # landlock kind, an egress allowlist without the network namespace: the egress proxy's port on the
+    # host's loopback, the one TCP port a command may connect to (Landlock TCP rules, ABI 4).
+    proxy_port: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -111,9 +114,12 @@ class SandboxPlan:
         mount_view, seccomp = data.get("mount_view", False), data.get("seccomp", False)
         if not isinstance(mount_view, bool) or not isinstance(seccomp, bool):
             raise ValueError(f"sandbox mount_view and seccomp must be true or false, got {mount_view!r}, {seccomp!r}")
+        proxy_port = data.get("proxy_port", 0)
+        if not isinstance(proxy_port, int) or isinstance(proxy_port, bool) or not 0 <= proxy_port < 65536:
+            raise ValueError(f"sandbox proxy_port must be a TCP port or 0, got {proxy_port!r}")
         return cls(kind, paths("writable"), paths("readable"), flag("network"), flag("isolate_signals"),
                    flag("isolate_abstract_sockets"), abi, bwrap, tuple(protected), netns, netns_inode,
-                   mount_view, seccomp, paths("hidden") if "hidden" in data else ())
+                   mount_view, seccomp, paths("hidden") if "hidden" in data else (), proxy_port)
 
 
 def kind_limits(kind: Kind, *, namespaces: bool, network: bool = True) -> list[str]:
@@ -185,6 +191,7 @@ class LandlockRules:
     handled_net: int
     scoped: int
     grants: tuple[tuple[str, int], ...]  # (path, rights beneath it)
+    connect_ports: tuple[int, ...] = ()  # TCP ports a command may connect to while TCP is handled
 
 
 def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) -> LandlockRules:
@@ -212,7 +219,8 @@ def landlock_rules(plan: SandboxPlan, directories: frozenset[str] | set[str]) ->
 
     grants = [(path, for_path(path, ll.FS_READ & fs)) for path in plan.readable]
     grants += [(path, for_path(path, fs)) for path in plan.writable]
-    return LandlockRules(fs, net, scoped, tuple((path, rights) for path, rights in grants if rights))
+    ports = (plan.proxy_port,) if net and plan.proxy_port else ()
+    return LandlockRules(fs, net, scoped, tuple((path, rights) for path, rights in grants if rights), ports)
 
 
 # -- bubblewrap ------------------------------------------------------------------------------------

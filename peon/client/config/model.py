@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from peon.approval.policy import Action, check_command_prefix, check_path_prefix
+from peon.approval.rule_examples import example_problem, examples_refused
 from peon.core.agent_control import AGENT_CONTROL_PATHS, check_entry
 from peon.core.environment import ENV_NAME, LOGIN_PROFILE
 from peon.core.tool import ToolRisk
@@ -69,6 +70,9 @@ class ApprovalRule(_Section):
     path_prefix: str | None = None
     decision: Policy
     tighten_only: bool = False
+    # Lines the rule must match and must not match, checked when the rule loads (peon.approval.rule_examples).
+    examples: tuple[str, ...] = ()
+    not_examples: tuple[str, ...] = ()
 
     @field_validator("command_prefix")
     @classmethod
@@ -88,6 +92,14 @@ class ApprovalRule(_Section):
     def _has_matcher(self) -> ApprovalRule:
         if self.tool is None and self.risk is None and self.command_prefix is None and self.path_prefix is None:
             raise ValueError("a rule needs at least one of tool, risk, command_prefix, path_prefix")
+        refused = examples_refused(self.command_prefix, self.path_prefix, self.examples, self.not_examples)
+        if refused is not None:
+            raise ValueError(refused)
+        for expected, items in ((True, self.examples), (False, self.not_examples)):
+            for example in items:
+                problem = example_problem(self.decision, self.command_prefix, self.path_prefix, example, expected)
+                if problem is not None:
+                    raise ValueError(f"{problem}; fix the rule or the example")
         return self
 
 
@@ -183,6 +195,8 @@ class Sandbox(_Section):
     writable: tuple[str, ...]
     readable: tuple[str, ...]
     network: bool | tuple[str, ...]  # a tuple: the egress allowlist (host names, host:port)
+    network_deny: tuple[str, ...] = ()  # entries the proxy refuses whatever allows them (same grammar)
+    network_ask: bool = False  # a host not on the allowlist is put to the approver rather than refused
     isolate_signals: bool
     isolate_abstract_sockets: bool
     protected: tuple[str, ...] = AGENT_CONTROL_PATHS  # the one agent-control list (peon/core/agent_control.py)
@@ -193,7 +207,7 @@ class Sandbox(_Section):
     def _paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_sandbox_path(item) for item in value)
 
-    @field_validator("network")
+    @field_validator("network", "network_deny")
     @classmethod
     def _allowlist(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
         if isinstance(value, tuple):

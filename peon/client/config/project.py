@@ -97,6 +97,11 @@ def _sandbox_refusal(name: str, value: Any, user: Sandbox) -> str | None:
         if isinstance(value, (list, tuple)) and isinstance(user.network, tuple) and set(value) <= set(user.network):
             return None
         return "a project may only turn the network off or narrow the user's allowlist"
+    if name == "network_deny":
+        dropped = [item for item in user.network_deny if item not in value]
+        return None if not dropped else f"a project may only add network_deny entries, not remove {dropped}"
+    if name == "network_ask":
+        return None if value is False or user.network_ask else "a project may only turn network_ask off"
     if name in ("isolate_signals", "isolate_abstract_sockets"):
         return None if value is True or getattr(user, name) is False else "a project may only turn isolation on"
     if name == "protected":
