@@ -32,6 +32,7 @@ from peon.supervisor import containment as containment_mod
 from peon.supervisor.approval.audit import AuditLog
 from peon.supervisor.approval.gate import ApprovalGate
 from peon.supervisor.approval.grants import GrantStore
+from peon.supervisor.approval.saved_rules import save_allow_rule, user_config_file
 from peon.supervisor.skills import Discovery, discover
 
 
@@ -126,6 +127,7 @@ class SessionState:
             policy, GrantStore(state_dir), send,
             approver_connected=bool(start.get("approver", True)),
             timeout_seconds=limits.approval_timeout_seconds,
+            save_rule=lambda rule: str(save_allow_rule(_user_file(loaded), rule)),
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
                          loaded.config.audit.fsync)
@@ -190,3 +192,10 @@ def pin_workspace(workspace: Path) -> int:
         return os.open(workspace.resolve(strict=True), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise PeonError("not_found", f"workspace {workspace} cannot be opened: {exc.strerror}") from None
+
+
+def _user_file(loaded: ResolvedConfig) -> Path:
+    path = user_config_file(loaded.layers, os.environ)
+    if path is None:
+        raise ValueError("the user's configuration directory is unknown (neither XDG_CONFIG_HOME nor HOME is set)")
+    return path
