@@ -5,9 +5,10 @@ policy asks about. ``request`` is the supervisor's ``approval_request`` (``tool`
 ``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``sandboxed``, ``scopes``,
 ``timeout_seconds``); the answer is
 ``"allow_once"``, ``"deny"`` or a dict ``{"decision": "allow_once" | "allow_session" | "deny",
-"scope": "call" | "prefix" | "tool" | "risk", "reason": str}``; scope ``prefix`` (offered for calls with a
-command) carries ``"prefix": "npm test"`` — every command line whose simple commands all start with those
-words — and ``"save": true`` to keep it as an allow rule in the user's configuration.
+"scope": "call" | "prefix" | "tool" | "risk", "reason": str}``. Scope ``prefix`` is offered when the
+request says ``"prefix_scope": true`` (a call with a command); its answer carries ``"prefix": "npm test"``
+(every command line whose simple commands all start with those words) and ``"save": true`` to keep it
+as an allow rule in the user's configuration.
 
 Promises:
 
@@ -176,7 +177,7 @@ def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple
     if "call" in scopes:
         answers["s"] = {"decision": "allow_session", "scope": "call"}
         lines.append("  [s] allow this exact call for the rest of the session")
-    prefix = suggested_prefix(request) if "prefix" in scopes else None
+    prefix = suggested_prefix(request) if offer_session else None
     if prefix is not None:
         answers["p"] = {"decision": "allow_session", "scope": "prefix", "prefix": prefix}
         lines.append(f"  [p] allow commands starting with `{visible(prefix)}` for the rest of the session")

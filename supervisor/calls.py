@@ -159,7 +159,19 @@ class CallServer:
             traceback.print_exc(file=sys.stderr)
             reply = _error(ErrorCode.TOOL_FAILED, f"internal error while running {call.tool}: {exc}")
         if reply is not None:  # None: it goes on beside, which answers it
-            await self.answer(call, reply)
+            await self.answer(call, await self._after_hooks(call, reply))
+
+    async def _after_hooks(self, call: PendingCall, reply: dict[str, Any]) -> dict[str, Any]:
+        """``reply`` with the notes of the after-hooks a call that ran wakes; their failure never loses it."""
+        hooks = self.state.hooks
+        if hooks is None or call.request is None or call.decision is None or not call.decision.allowed:
+            return reply
+        try:
+            notes = await hooks.after_call(call.request, reply)
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            return reply
+        return {**reply, "notes": [*reply.get("notes", ()), *notes]} if notes else reply
 
     async def _run(self, call: PendingCall) -> dict[str, Any] | None:
         state = self.state
@@ -179,7 +191,15 @@ class CallServer:
                 self.jobs.check_capacity()
             except ToolError as exc:
                 return {"ok": False, "error": exc.to_dict()}
-        decision = call.decision = await state.approval.settle(request, verdict, call.cancelled)
+        hooked = None
+        if state.hooks is not None:  # before the verdict is settled: a hook may narrow it, never widen it
+            verdict, hooked = await state.hooks.before_call(request, verdict)
+            if call.cancelled.is_set():
+                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+        if hooked is not None and verdict.action == "deny":
+            decision = call.decision = Decision(False, "hook", verdict.rule)
+        else:
+            decision = call.decision = await state.approval.settle(request, verdict, call.cancelled)
         if call.cancelled.is_set():
             return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
         if not decision.allowed:

@@ -34,7 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from peon.core.answers import ANSWERS as ANSWERS, SCOPES as SCOPES, AnswerName as AnswerName, Scope as Scope
+from peon.core.answers import (
+    ANSWERS as ANSWERS, GRANT_SCOPES as GRANT_SCOPES, SCOPES as SCOPES, AnswerName as AnswerName, Scope as Scope,
+)
 from peon.core.paths import normalize_workspace_path
 from peon.approval.rules import (
     NO_FACTS, Questions, ShellFacts, command_blockers, hides_commands, invocation_may_match, questions, rebased,
@@ -51,7 +53,7 @@ POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
 STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
 # The detail a write to an agent-control path carries (peon/tools/shared/target.py): such a call is asked at least.
 AGENT_CONTROL = "agent_control"
-DecidedBy = Literal["policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
+DecidedBy = Literal["policy", "hook", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
 SANDBOXED_PROCESS = "process_sandboxed"  # the per-risk setting for process calls that run in the OS sandbox
 MAX_REASON_CHARS = 500
 
@@ -463,8 +465,8 @@ class Answer:
 def offered_scopes(request: ApprovalRequest) -> tuple[Scope, ...]:
     """The scopes an approver may answer ``request`` with: ``prefix`` only for a call with a command."""
     if _command_of(_input_fields(request.canonical_input)) is None:
-        return tuple(s for s in SCOPES if s != "prefix")
-    return SCOPES
+        return SCOPES
+    return GRANT_SCOPES
 
 
 def prefix_rule(request: ApprovalRequest, prefix: str, name: str) -> PolicyRule:
@@ -472,7 +474,7 @@ def prefix_rule(request: ApprovalRequest, prefix: str, name: str) -> PolicyRule:
     return PolicyRule("allow", request.tool, request.risk.value, prefix, name=name)
 
 
-def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> Answer:
+def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = GRANT_SCOPES) -> Answer:
     """An approver's answer as sent on the wire; anything malformed is a denial saying what was wrong."""
     reason = message.get("reason")
     reason = "" if reason is None else str(reason)
@@ -485,7 +487,7 @@ def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> 
         return Answer("deny", reason=f"the approver's answer {decision!r} is not one of {', '.join(ANSWERS)}",
                       approver_error=True)
     scope = message.get("scope") or "call"
-    offered = [s for s in SCOPES if s in tuple(scopes)]
+    offered = [s for s in GRANT_SCOPES if s in tuple(scopes)]
     if scope not in offered:
         return Answer("deny", reason=f"the approver's scope {scope!r} is not one of {', '.join(scopes)}",
                       approver_error=True)

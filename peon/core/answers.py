@@ -12,9 +12,11 @@ from typing import Any, Literal
 
 Scope = Literal["call", "prefix", "tool", "risk"]
 AnswerName = Literal["allow_once", "allow_session", "deny"]
+SCOPES: tuple[Scope, ...] = ("call", "tool", "risk")  # listed in every approval request, narrowest first
 # What "allow for this session" may cover, narrowest first. "prefix": every command line of the tool whose
-# simple commands all start with the words the approver gave (offered for calls with a command).
-SCOPES: tuple[Scope, ...] = ("call", "prefix", "tool", "risk")
+# simple commands all start with the words the approver gave; offered, for calls with a command, by
+# ``"prefix_scope": true`` in the request (its ``scopes`` list stays the three above).
+GRANT_SCOPES: tuple[Scope, ...] = ("call", "prefix", "tool", "risk")
 ANSWERS: tuple[AnswerName, ...] = ("allow_once", "allow_session", "deny")
 
 # The characters of a word an approver is offered as part of a prefix without quoting.
@@ -25,7 +27,7 @@ def suggested_prefix(request: Mapping[str, Any]) -> str | None:
     """The prefix an approver is offered for a ``request`` with a command (scope ``prefix`` offered): the
     program of its first simple command and, when it is a plain word, its first argument
     (``npm test -- --watch=false`` offers ``npm test``); None when there is none to offer."""
-    if "prefix" not in (request.get("scopes") or ()):
+    if request.get("prefix_scope") is not True:
         return None
     details = request.get("details")
     segments = details.get("segments") if isinstance(details, Mapping) else None

@@ -64,7 +64,9 @@ def approval_elicitation(request: Mapping[str, Any], version: str) -> dict[str, 
     """``elicitation/create`` params that show an approval request and offer the three decisions."""
     properties: dict[str, Any] = {"decision": _enum_property("Decision", DECISIONS, "deny", version)}
     prefix = suggested_prefix(request)
-    scopes = [s for s in request.get("scopes") or () if s in SCOPES and (s != "prefix" or prefix is not None)]
+    scopes = [s for s in request.get("scopes") or () if s in SCOPES and s != "prefix"]
+    if prefix is not None:
+        scopes.insert(1 if scopes else 0, "prefix")
     labels = {**SCOPES, "prefix": f"commands starting with `{visible(prefix or '')}`"}
     if scopes:
         properties["scope"] = _enum_property(
@@ -108,7 +110,7 @@ def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[s
         answer["reason"] += f": {shown(said, MAX_REASON_CHARS)}"
     scope = content.get("scope")
     if decision == "allow_session":
-        offered = [s for s in scopes if s != "prefix" or prefix is not None]
+        offered = [s for s in scopes if s != "prefix"] + (["prefix"] if prefix is not None else [])
         answer["scope"] = scope if scope in offered else (offered[0] if offered else "call")
         if answer["scope"] == "prefix":
             answer["prefix"] = prefix

@@ -34,7 +34,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from peon.approval.policy import (
-    ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, PolicyRule, Verdict, offered_scopes, parse_answer,
+    SCOPES, ApprovalPolicy, ApprovalRequest, DecidedBy, Decision, PolicyRule, Verdict, offered_scopes, parse_answer,
 )
 from peon.approval.rules import NO_FACTS, ShellFacts
 from peon.supervisor.approval.grants import GrantStore
@@ -94,7 +94,8 @@ class ApprovalGate:
         try:
             try:
                 await send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
-                            "scopes": list(offered_scopes(request)), "timeout_seconds": self.timeout_seconds})
+                            "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds,
+                            **({"prefix_scope": True} if "prefix" in offered_scopes(request) else {})})
             except OSError as exc:
                 return Decision(False, "no-approver", f"{rule}, and the approver cannot be reached ({exc})")
             await asyncio.wait({answered, waiter}, timeout=self.timeout_seconds, return_when=asyncio.FIRST_COMPLETED)

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from peon.approval.policy import SCOPES, ApprovalRequest, PolicyRule, Scope, check_command_prefix
+from peon.approval.policy import GRANT_SCOPES, ApprovalRequest, PolicyRule, Scope, check_command_prefix
 from peon.core.text import shorten
 from peon.core.statefile import RefusedFile, check_json_depth, read_regular_file
 
@@ -96,7 +96,7 @@ class GrantStore:
         """The narrowest grant covering ``request``, if any."""
         digest = input_digest(request.canonical_input)
         matching = [g for g in self.grants if g.matches(request, digest)]
-        matching.sort(key=lambda g: SCOPES.index(g.scope))
+        matching.sort(key=lambda g: GRANT_SCOPES.index(g.scope))
         return matching[0] if matching else None
 
     def prefix_rules(self) -> list[PolicyRule]:
@@ -105,7 +105,7 @@ class GrantStore:
 
     def add(self, request: ApprovalRequest, scope: Scope, reason: str = "", prefix: str = "") -> Grant:
         """Record a grant and persist it. The grant holds in memory even if the file cannot be written."""
-        if scope not in SCOPES:
+        if scope not in GRANT_SCOPES:
             raise ValueError(f"unknown grant scope {scope!r}")
         if scope == "prefix":
             check_command_prefix(prefix)
@@ -129,7 +129,7 @@ class GrantStore:
             if data.get("version") != FORMAT_VERSION:
                 raise ValueError(f"unsupported version {data.get('version')!r}")
             grants = [Grant(**entry) for entry in data["grants"]]
-            if any(g.scope not in SCOPES for g in grants):
+            if any(g.scope not in GRANT_SCOPES for g in grants):
                 raise ValueError("unknown scope")
             for grant in grants:
                 if grant.scope == "prefix":

@@ -137,7 +137,7 @@ def test_the_gate_remembers_a_prefix_answer_and_saves_it_when_asked(tmp_path):
     box.append(gate)
     first = _settle(gate, policy, request("npm test"))
     assert first.allowed and first.scope == "prefix" and "saved as an allow rule" in first.rule
-    assert "prefix" in approver.asked[0]["scopes"]
+    assert approver.asked[0]["prefix_scope"] is True and approver.asked[0]["scopes"] == ["call", "tool", "risk"]
     assert [(r.tool, r.risk, r.command_prefix, r.decision) for r in saved] == [("bash", "process", "npm test",
                                                                                  "allow")]
     second = _settle(gate, policy, request("npm test -- --watch=false", call_id="c2"))
@@ -206,12 +206,12 @@ def test_the_terminal_and_the_mcp_form_offer_the_suggested_prefix():
     from peon.core.answers import suggested_prefix
     from peon.mcp.elicitation import approval_elicitation, decision_from_elicitation
 
-    asked = {**request("npm test -- --watch=false").to_dict(), "scopes": list(offered_scopes(request())),
+    asked = {**request("npm test -- --watch=false").to_dict(), "scopes": ["call", "tool", "risk"], "prefix_scope": True,
              "details": {"segments": [{"words": ["npm", "test", "--", "--watch=false"]}, {"words": ["sh"]}]}}
     assert suggested_prefix(asked) == "npm test"
     assert suggested_prefix({**asked, "details": {"segments": [{"words": ["ls", "-la"]}]}}) == "ls"
     assert suggested_prefix({**asked, "details": {"segments": [{"words": ["$(x)", "y"]}]}}) is None
-    assert suggested_prefix({**asked, "scopes": ["call", "tool", "risk"]}) is None
+    assert suggested_prefix({**asked, "prefix_scope": False}) is None
     text, answers = render_request(asked)
     assert "allow commands starting with `npm test`" in text
     assert answers["p"] == {"decision": "allow_session", "scope": "prefix", "prefix": "npm test"}
