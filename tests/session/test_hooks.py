@@ -118,3 +118,18 @@ def test_an_after_hook_note_reaches_the_agent(open_session, tmp_path):
     r = session.call("bash", {"command": "echo out"})
     assert r.ok and r.value["output"] == "out\n"  # the failing after-hook never loses the result
     assert len(r.notes) == 1 and r.notes[0].endswith("saw out")
+
+
+def test_calls_with_hooks_are_still_put_to_the_approver_in_arrival_order(open_session, tmp_path):
+    script = tmp_path / "slow_first.py"  # the first call's hook answers last
+    script.write_text("import json, sys, time\nd = json.load(sys.stdin)\n"
+                      "time.sleep(1.0 if 'first' in d['tool_input']['command'] else 0)\n")
+    asked: list[str] = []
+    config = hook("before_call", [sys.executable, str(script)])
+    session = open_session({"approval": {"process": "ask"}, "limits": {"max_parallel_calls": 4}},
+                           env=user_config(tmp_path, config),
+                           approver=lambda request: asked.append(request["canonical_input"]) or "allow_once")
+    pending = [session.submit("bash", {"command": f"echo {word}"}) for word in ("first", "second", "third")]
+    results = [p.result(timeout=60) for p in pending]
+    assert all(r.ok for r in results)
+    assert [json.loads(a)["command"] for a in asked] == ["echo first", "echo second", "echo third"]
