@@ -114,3 +114,17 @@ def test_hooks_only_narrow_the_policys_verdict(policy, answers, result):
 def test_an_after_hook_gives_a_note_or_a_problem(code, stdout, stderr, note, problem):
     got_note, got_problem = after_note(code, stdout, stderr)
     assert got_note == note and problem in got_problem and bool(got_problem) == bool(problem)
+
+
+def test_notes_reach_the_agent_through_the_result_and_mcp():
+    from peon.client.result import ToolResult
+    from peon.mcp.tools import call_result
+
+    result = ToolResult.from_message("c1", "bash", {"ok": True, "value": {"output": "x"}, "notes": ["hooks[0]: n"]})
+    assert result.notes == ("hooks[0]: n",) and result.to_dict()["notes"] == ["hooks[0]: n"]
+    out = call_result(result, "2025-06-18")
+    assert out["content"][-1] == {"type": "text", "text": "Note from a hook: hooks[0]: n"}
+    assert out["structuredContent"] == {"output": "x"}
+    plain = ToolResult.from_message("c1", "bash", {"ok": True, "value": {}})
+    assert plain.notes == () and "notes" not in plain.to_dict()
+    assert len(call_result(plain, "2025-06-18")["content"]) == 1
