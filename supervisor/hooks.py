@@ -98,10 +98,12 @@ async def run_command(argv: Sequence[str], payload: bytes, *, env: dict[str, str
     stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
 
     async def exchange() -> tuple[bytes, bytes, int]:
+        reading = asyncio.gather(asyncio.to_thread(_read_bounded, stdout), asyncio.to_thread(_read_bounded, stderr))
         await asyncio.to_thread(_write_input, stdin, payload)
-        out, err = await asyncio.gather(asyncio.to_thread(_read_bounded, stdout),
-                                        asyncio.to_thread(_read_bounded, stderr))
-        return out, err, await asyncio.shield(status)
+        ended = await asyncio.shield(status)
+        _kill_group(process.pid)  # what it left running in its group would hold its output open
+        out, err = await reading
+        return out, err, ended
 
     try:
         out, err, wait_status = await asyncio.wait_for(exchange(), timeout)

@@ -133,3 +133,23 @@ def test_calls_with_hooks_are_still_put_to_the_approver_in_arrival_order(open_se
     results = [p.result(timeout=60) for p in pending]
     assert all(r.ok for r in results)
     assert [json.loads(a)["command"] for a in asked] == ["echo first", "echo second", "echo third"]
+
+
+def test_a_hook_answers_when_it_exits_whatever_it_left_running(open_session, tmp_path):
+    started = time.monotonic()
+    config = hook("before_call", ["/bin/sh", "-c", "sleep 30 & exit 2"], timeout=20)
+    session = open_session(env=user_config(tmp_path, config))
+    r = session.call("bash", {"command": "echo never"})
+    assert r.error.code == "denied" and r.error.details["by"] == "hook"
+    assert "did not answer" not in r.error.message
+    assert time.monotonic() - started < 15
+
+
+def test_an_http_hook_that_cannot_be_reached_denies(open_session, tmp_path):
+    import socket
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    session = open_session(env=user_config(tmp_path, hook("before_call", url=f"http://127.0.0.1:{port}/")))
+    r = session.call("bash", {"command": "echo never"})
+    assert r.error.code == "denied" and "could not be reached" in r.error.message
