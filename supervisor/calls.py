@@ -213,7 +213,9 @@ class CallServer:
         if hooked is not None and verdict.action == "deny":
             decision = call.decision = Decision(False, "hook", verdict.rule)
         else:
-            decision = call.decision = await state.approval.settle(request, verdict, call.cancelled)
+            # A hook's ask is put to the approver: a session grant does not answer it.
+            decision = call.decision = await state.approval.settle(request, verdict, call.cancelled,
+                                                                   grants=hooked is None)
         if call.cancelled.is_set():
             return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
         if not decision.allowed:

@@ -13,7 +13,9 @@ Promises:
   (the approval line, a :class:`~peon.supervisor.turns.Turns` of one, joined before the first ``await``:
   calls settled in arrival order are asked in arrival order); the next question is sent only once the
   one before it was answered, timed out or withdrawn. A call at the head of the line looks for a grant
-  again before it is asked (an ``allow_session`` answered meanwhile may cover it). Only calls that need
+  again before it is asked (an ``allow_session`` answered meanwhile may cover it; a prefix grant by
+  judging the call again without the file system's facts, where a missing fact is never a yes). An ask
+  that came from a hook (``grants=False``) is put to the approver whatever the grants. Only calls that need
   a question wait in the line: the policy's verdict, or a grant, settles a call at once, whatever is
   being asked meanwhile;
 * the gate fails closed: no approver connected, the request cannot be sent, no answer within
@@ -61,14 +63,15 @@ class ApprovalGate:
                      facts: ShellFacts = NO_FACTS) -> Decision:
         return await self.settle(request, self.policy.evaluate(request, facts), cancelled)
 
-    async def settle(self, request: ApprovalRequest, verdict: Verdict, cancelled: asyncio.Event) -> Decision:
+    async def settle(self, request: ApprovalRequest, verdict: Verdict, cancelled: asyncio.Event, *,
+                     grants: bool = True) -> Decision:
         """The decision for a call the policy already judged: its allow or deny stands; an ask is
-        answered by a grant or the approver."""
+        answered by a grant or the approver (by the approver only, without ``grants``: a hook asked)."""
         if verdict.granted:
             return Decision(True, "grant", verdict.rule, scope="prefix")
         if verdict.action != "ask":
             return Decision(verdict.action == "allow", "policy", verdict.rule)
-        grant = self.grants.find(request)
+        grant = self.grants.find(request) if grants else None
         if grant is not None:
             return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}", scope=grant.scope)
         if not self.approver_connected or self.send is None:
@@ -78,10 +81,15 @@ class ApprovalGate:
             if not await turn.wait(cancelled):
                 return Decision(False, "cancelled", f"{verdict.rule}; the call was cancelled while waiting "
                                                     "to be put to the approver")
-            grant = self.grants.find(request)  # an answer given while this call waited may cover it
-            if grant is not None:
-                return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}",
-                                scope=grant.scope)
+            if grants:  # an answer given while this call waited may cover it
+                grant = self.grants.find(request)
+                if grant is not None:
+                    return Decision(True, "grant", f"{grant.describe()}; the policy asks: {verdict.rule}",
+                                    scope=grant.scope)
+                if self.policy.prefix_grants:  # judged again without facts: a missing fact is never a yes
+                    again = self.policy.evaluate(request, NO_FACTS)
+                    if again.granted:
+                        return Decision(True, "grant", again.rule, scope="prefix")
             return await self._ask(self.send, request, verdict.rule, cancelled)
         finally:
             turn.release()

@@ -225,3 +225,35 @@ def test_the_terminal_and_the_mcp_form_offer_the_suggested_prefix():
     unoffered = decision_from_elicitation({"action": "accept", "content": {"decision": "allow_session",
                                            "scope": "prefix"}}, None, asked["scopes"], None)
     assert unoffered["scope"] == "call" and "prefix" not in unoffered
+
+
+def test_a_call_waiting_in_line_is_answered_by_a_prefix_given_meanwhile(tmp_path):
+    policy = ApprovalPolicy(DEFAULTS)
+    box: list = []
+    approver = _Approver(box, {"decision": "allow_session", "scope": "prefix", "prefix": "npm test"})
+    gate = ApprovalGate(policy, GrantStore(tmp_path), approver, approver_connected=True, timeout_seconds=5)
+    box.append(gate)
+    calls = [request("npm test", call_id="c1"), request("npm test -- -u", call_id="c2"),
+             request("npm test; rm -rf x", call_id="c3")]
+
+    async def both():
+        return await asyncio.gather(*(gate.settle(r, policy.evaluate(r, NO_FACTS), asyncio.Event()) for r in calls))
+
+    first, second, third = asyncio.run(both())
+    assert (first.by, second.by, second.scope) == ("approver", "grant", "prefix")
+    assert third.by == "approver" and len(approver.asked) == 2
+
+
+def test_an_ask_from_a_hook_is_put_to_the_approver_whatever_the_grants(tmp_path):
+    from peon.approval.policy import Verdict
+    policy = ApprovalPolicy(DEFAULTS)
+    store = GrantStore(tmp_path)
+    store.add(request(), "tool")
+    box: list = []
+    approver = _Approver(box, {"decision": "deny"})
+    gate = ApprovalGate(policy, store, approver, approver_connected=True, timeout_seconds=5)
+    box.append(gate)
+    hooked = Verdict("ask", "the hook hooks[0] answered ask")
+    assert asyncio.run(gate.settle(request(), hooked, asyncio.Event())).by == "grant"
+    decision = asyncio.run(gate.settle(request(), hooked, asyncio.Event(), grants=False))
+    assert decision.by == "approver" and not decision.allowed and len(approver.asked) == 1
