@@ -5,7 +5,10 @@ policy asks about. ``request`` is the supervisor's ``approval_request`` (``tool`
 ``risk_reason``, ``summary``, ``details``, ``canonical_input``, ``sandboxed``, ``scopes``,
 ``timeout_seconds``); the answer is
 ``"allow_once"``, ``"deny"`` or a dict ``{"decision": "allow_once" | "allow_session" | "deny",
-"scope": "call" | "tool" | "risk", "reason": str}``.
+"scope": "call" | "prefix" | "tool" | "risk", "reason": str}``. Scope ``prefix`` is offered when the
+request says ``"prefix_scope": true`` (a call with a command); its answer carries ``"prefix": "npm test"``
+(every command line whose simple commands all start with those words) and ``"save": true`` to keep it
+as an allow rule in the user's configuration.
 
 Promises:
 
@@ -31,6 +34,7 @@ import unicodedata
 from typing import Any, TextIO
 from collections.abc import Callable, Iterable, Mapping
 
+from peon.core.answers import suggested_prefix
 from peon.core.sandbox_words import call_sandbox_line
 from peon.core.tool import RISK_NAMES
 from peon.core.text import shorten_counted
@@ -168,11 +172,17 @@ def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple
     tool, risk = str(request.get("tool")), str(request.get("risk"))
     lines = ["", "Peon asks for approval", *request_facts(request)]
     scopes = (request.get("scopes") or ["call"]) if offer_session else []
-    answers = {"o": {"decision": "allow_once"}}
+    answers: dict[str, dict[str, Any]] = {"o": {"decision": "allow_once"}}
     lines.append("  [o] allow once")
     if "call" in scopes:
         answers["s"] = {"decision": "allow_session", "scope": "call"}
         lines.append("  [s] allow this exact call for the rest of the session")
+    prefix = suggested_prefix(request) if offer_session else None
+    if prefix is not None:
+        answers["p"] = {"decision": "allow_session", "scope": "prefix", "prefix": prefix}
+        lines.append(f"  [p] allow commands starting with `{visible(prefix)}` for the rest of the session")
+        answers["a"] = {"decision": "allow_session", "scope": "prefix", "prefix": prefix, "save": True}
+        lines.append(f"  [a] always allow commands starting with `{visible(prefix)}` (saved to your configuration)")
     if "tool" in scopes:
         answers["t"] = {"decision": "allow_session", "scope": "tool"}
         lines.append(f"  [t] allow every {visible(tool)} call with {visible(risk)} risk for the rest of the session")

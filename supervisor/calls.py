@@ -10,7 +10,10 @@ the audit log and only then runs it — a call is never handed to a worker befor
 the log (durable, with ``audit.fsync``: :meth:`~peon.supervisor.approval.audit.AuditLog.commit_grouped`,
 one ``fdatasync`` for the lines written together); if that line cannot be written it is answered
 ``audit_failed`` and never runs. Everything before the approval line is synchronous, so calls started in
-arrival order are asked in arrival order.
+arrival order are asked in arrival order — the user's before-call hooks
+(:mod:`peon.supervisor.hooks`) too: they are asked one call at a time, in arrival order, and narrow the
+policy's verdict before it is settled (a hook's denial is decided ``by`` = ``hook``); after-call hooks add
+their notes to the reply, and never lose it.
 
 Its turns (:class:`~peon.supervisor.turns.Turns`, first come first served, a cancel ends the wait): a
 slot of ``limits.max_parallel_calls``, held from the decision line to the answer, so at most that many
@@ -106,10 +109,12 @@ class CallServer:
     _started: HeldTasks = field(default_factory=HeldTasks, init=False)  # calls served beside the others
     _slots: Turns = field(init=False)  # a call runs while it holds one
     _file_changes: Turns = field(init=False)  # held by the one call that changes files without a process
+    _hooks_line: Turns = field(init=False)  # one call's before-hooks at a time, in arrival order
 
     def __post_init__(self) -> None:
         self._slots = Turns(self.max_parallel)
         self._file_changes = Turns(1)
+        self._hooks_line = Turns(1)
 
     async def serve(self, call: PendingCall) -> None:
         """Run ``call`` and answer it; a job-tool call is answered later, from a task of its own."""
@@ -159,7 +164,19 @@ class CallServer:
             traceback.print_exc(file=sys.stderr)
             reply = _error(ErrorCode.TOOL_FAILED, f"internal error while running {call.tool}: {exc}")
         if reply is not None:  # None: it goes on beside, which answers it
-            await self.answer(call, reply)
+            await self.answer(call, await self._after_hooks(call, reply))
+
+    async def _after_hooks(self, call: PendingCall, reply: dict[str, Any]) -> dict[str, Any]:
+        """``reply`` with the notes of the after-hooks a call that ran wakes; their failure never loses it."""
+        hooks = self.state.hooks
+        if hooks is None or call.request is None or call.decision is None or not call.decision.allowed:
+            return reply
+        try:
+            notes = await hooks.after_call(call.request, reply)
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            return reply
+        return {**reply, "notes": [*reply.get("notes", ()), *notes]} if notes else reply
 
     async def _run(self, call: PendingCall) -> dict[str, Any] | None:
         state = self.state
@@ -179,7 +196,26 @@ class CallServer:
                 self.jobs.check_capacity()
             except ToolError as exc:
                 return {"ok": False, "error": exc.to_dict()}
-        decision = call.decision = await state.approval.settle(request, verdict, call.cancelled)
+        hooked = None
+        if state.hooks is not None and state.hooks.wanted("before_call", tool.name):
+            # Before the verdict is settled: a hook may narrow it, never widen it. In the hooks' own line,
+            # left only once this call is in the approval line (settle joins it before its first await),
+            # so calls are still put to the approver in the order they arrived.
+            turn = self._hooks_line.join()
+            try:
+                if not await turn.wait(call.cancelled):
+                    return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+                verdict, hooked = await state.hooks.before_call(request, verdict)
+            finally:
+                turn.release()
+            if call.cancelled.is_set():
+                return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
+        if hooked is not None and verdict.action == "deny":
+            decision = call.decision = Decision(False, "hook", verdict.rule)
+        else:
+            # A hook's ask is put to the approver: a session grant does not answer it.
+            decision = call.decision = await state.approval.settle(request, verdict, call.cancelled,
+                                                                   grants=hooked is None)
         if call.cancelled.is_set():
             return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
         if not decision.allowed:

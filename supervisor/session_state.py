@@ -21,6 +21,7 @@ from peon.core.config_view import ConfigView, ResolvedConfig
 from peon.core.environment import build_environment
 from peon.core.errors import ConfigError, PeonError
 from peon.core.session_record import RECORD_NAME, write_record
+from peon.approval.hooks import hook_specs
 from peon.approval.policy import ApprovalPolicy
 from peon.core.registry import Registry, build_registry
 from peon.core.tool import SessionView, Tool
@@ -34,6 +35,8 @@ from peon.supervisor import containment as containment_mod
 from peon.supervisor.approval.audit import AuditLog
 from peon.supervisor.approval.gate import ApprovalGate
 from peon.supervisor.approval.grants import GrantStore
+from peon.supervisor.approval.saved_rules import save_allow_rule, user_config_file
+from peon.supervisor.hooks import Hooks
 from peon.supervisor.skills import Discovery, discover
 
 
@@ -52,6 +55,7 @@ class SessionState:
     policy: ApprovalPolicy | None = None
     tools: dict[str, Tool] = field(default_factory=dict)  # by name, in registration order
     runtime_dir: str | None = None  # the client's directory for the forkserver's socket (it removes it)
+    hooks: Hooks | None = None  # the user's [[hooks]]; None: none configured
 
     @property
     def config(self) -> ConfigView:
@@ -128,6 +132,7 @@ class SessionState:
             policy, GrantStore(state_dir), send,
             approver_connected=bool(start.get("approver", True)),
             timeout_seconds=limits.approval_timeout_seconds,
+            save_rule=lambda rule: str(save_allow_rule(_user_file(loaded), rule)),
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
                          loaded.config.audit.fsync)
@@ -135,8 +140,10 @@ class SessionState:
             egress_link.link(egress.running(), gate, audit, view.session_id, state_dir,
                              asyncio.get_running_loop())
         schemas = {tool.name: tool.schema_for(view) for tool in registry}
+        specs = hook_specs(loaded.config.hooks)
+        hooks = Hooks(specs, view.session_id, str(view.workspace)) if specs else None
         return cls(view, loaded, registry, chosen, gate, state_dir, audit, skills, start["config"], schemas,
-                   policy, {tool.name: tool for tool in registry}, start.get("runtime_dir"))
+                   policy, {tool.name: tool for tool in registry}, start.get("runtime_dir"), hooks)
 
     def worker_session(self) -> dict:
         """What the forkserver needs to rebuild this session's view and tools for its workers."""
@@ -196,3 +203,10 @@ def pin_workspace(workspace: Path) -> int:
         return os.open(workspace.resolve(strict=True), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise PeonError("not_found", f"workspace {workspace} cannot be opened: {exc.strerror}") from None
+
+
+def _user_file(loaded: ResolvedConfig) -> Path:
+    path = user_config_file(loaded.layers, os.environ)
+    if path is None:
+        raise ValueError("the user's configuration directory is unknown (neither XDG_CONFIG_HOME nor HOME is set)")
+    return path

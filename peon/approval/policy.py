@@ -34,7 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from peon.core.answers import ANSWERS as ANSWERS, SCOPES as SCOPES, AnswerName as AnswerName, Scope as Scope
+from peon.core.answers import (
+    ANSWERS as ANSWERS, GRANT_SCOPES as GRANT_SCOPES, SCOPES as SCOPES, AnswerName as AnswerName, Scope as Scope,
+)
 from peon.core.paths import normalize_workspace_path
 from peon.approval.rules import (
     NO_FACTS, Questions, ShellFacts, command_blockers, hides_commands, invocation_may_match, questions, rebased,
@@ -51,7 +53,7 @@ POLICIES: tuple[Action, ...] = ("allow", "ask", "deny")
 STRICTNESS: dict[str, int] = {name: rank for rank, name in enumerate(POLICIES)}  # allow < ask < deny
 # The detail a write to an agent-control path carries (peon/tools/shared/target.py): such a call is asked at least.
 AGENT_CONTROL = "agent_control"
-DecidedBy = Literal["policy", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
+DecidedBy = Literal["policy", "hook", "grant", "approver", "approver-error", "timeout", "no-approver", "cancelled"]
 SANDBOXED_PROCESS = "process_sandboxed"  # the per-risk setting for process calls that run in the OS sandbox
 MAX_REASON_CHARS = 500
 
@@ -181,6 +183,7 @@ def prefix_matches_exactly(segment: Segment, prefix: Sequence[str], facts: Shell
 class Verdict:
     action: Action
     rule: str
+    granted: bool = False  # allowed by a session's prefix grant where the configuration asks
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,13 @@ class ApprovalPolicy:
         self.risk_sources = dict(risk_sources or {})
         self._allow_command_rules = [r for r in self.rules if r.command_prefix is not None
                                      and r.decision == "allow" and not r.tighten_only]
+        self.prefix_grants: tuple[PolicyRule, ...] = ()  # the session's "allow commands starting with …"
+
+    def grant_prefixes(self, grants: Iterable[PolicyRule]) -> None:
+        """Set the session's prefix grants: allow rules that answer only what the configuration asks
+        (see :meth:`evaluate`); each is a ``command_prefix`` allow rule for one tool at one risk."""
+        self.prefix_grants = tuple(g for g in grants if g.command_prefix is not None and g.decision == "allow"
+                                   and g.tool is not None and g.risk is not None)
 
     @classmethod
     def from_config(cls, approval: Any, rule_sources: Sequence[str] = (),
@@ -274,7 +284,8 @@ class ApprovalPolicy:
         ``analysis``: the tool's analysis of the call's ``command``, if it made one (see :func:`analysis_of`)."""
         args = _input_fields(request.canonical_input)
         command = _command_of(args)
-        if command is None or not any(r.matches_call(request, args) for r in self._allow_command_rules):
+        if command is None or not any(r.matches_call(request, args)
+                                      for r in (*self._allow_command_rules, *self.prefix_grants)):
             return Questions()
         asked = questions(rebased(analysis_of(command, analysis), _call_directory(request)))
         readable = sandbox_readable(request)
@@ -289,7 +300,7 @@ class ApprovalPolicy:
         args = _input_fields(request.canonical_input)
         action, rule = self._per_risk(request)
         command = _command_of(args)
-        if command is None or not any(r.command_prefix is not None for r in self.rules):
+        if command is None or not any(r.command_prefix is not None for r in (*self.rules, *self.prefix_grants)):
             analysis = None
         else:
             analysis = analysis_of(command, analysis)
@@ -304,7 +315,7 @@ class ApprovalPolicy:
         note = ""
         if analysis is not None:
             covered, note = self._covered_by_allow_rules(request, args, rebased(analysis, _call_directory(request)),
-                                                         facts)
+                                                         facts, self._allow_command_rules)
             if covered is not None:
                 matched.append(("allow", covered))
         if matched:
@@ -323,11 +334,20 @@ class ApprovalPolicy:
                 matched.append((floor.decision, rule))
         if not matched and note:  # the per-risk value decided: say why the allow rules did not
             rule = f"{rule} ({note})"
+        granted = False
+        if action == "ask" and analysis is not None and self.prefix_grants:
+            # A prefix grant answers what is asked, decided on the segments exactly as allow rules are:
+            # every simple command must start with a granted (or configured) prefix.
+            covered, _ = self._covered_by_allow_rules(request, args, rebased(analysis, _call_directory(request)),
+                                                      facts, (*self._allow_command_rules, *self.prefix_grants))
+            if covered is not None:
+                action, rule, granted = "allow", f"{covered}; the configuration asks: {rule}", True
         control = request.details.get(AGENT_CONTROL) if isinstance(request.details, Mapping) else None
         if isinstance(control, str) and STRICTNESS[action] < STRICTNESS["ask"]:
             action, rule = "ask", (f"a write beneath the agent-control path {control!r} (sandbox.protected) is "
                                    f"asked at least; {rule} would allow it")
-        return Verdict(action, rule)
+            granted = False
+        return Verdict(action, rule, granted)
 
     def _per_risk(self, request: ApprovalRequest) -> tuple[Action, str]:
         risk = request.risk.value
@@ -339,11 +359,11 @@ class ApprovalPolicy:
         return action, f"approval.{key} = {json.dumps(action)}" + (f" in {source}" if source else "")
 
     def _covered_by_allow_rules(self, request: ApprovalRequest, args: Mapping[str, Any], analysis: ShellAnalysis,
-                                facts: ShellFacts) -> tuple[str | None, str]:
-        """When every simple command is allowed by some allow rule and nothing else stands in the way:
-        the description of the rules that allow it. Else None and why not (empty when no allow rule
-        for commands applies to this call at all)."""
-        candidates = [r for r in self._allow_command_rules if r.matches_call(request, args)]
+                                facts: ShellFacts, rules: Sequence[PolicyRule]) -> tuple[str | None, str]:
+        """When every simple command is allowed by one of the allow ``rules`` and nothing else stands in
+        the way: the description of the rules that allow it. Else None and why not (empty when no allow
+        rule for commands applies to this call at all)."""
+        candidates = [r for r in rules if r.matches_call(request, args)]
         if not candidates:
             return None, ""
         blockers = command_blockers(analysis, facts)
@@ -438,9 +458,23 @@ class Answer:
     scope: Scope = "call"
     reason: str = ""
     approver_error: bool = False  # the approver failed (raised, returned nonsense) rather than chose
+    prefix: str = ""  # scope "prefix": the words every simple command must start with
+    save: bool = False  # scope "prefix": also save it as an allow rule in the user's configuration
 
 
-def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> Answer:
+def offered_scopes(request: ApprovalRequest) -> tuple[Scope, ...]:
+    """The scopes an approver may answer ``request`` with: ``prefix`` only for a call with a command."""
+    if _command_of(_input_fields(request.canonical_input)) is None:
+        return SCOPES
+    return GRANT_SCOPES
+
+
+def prefix_rule(request: ApprovalRequest, prefix: str, name: str) -> PolicyRule:
+    """The allow rule a prefix answer to ``request`` stands for: its tool, at its risk, ``prefix ...``."""
+    return PolicyRule("allow", request.tool, request.risk.value, prefix, name=name)
+
+
+def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = GRANT_SCOPES) -> Answer:
     """An approver's answer as sent on the wire; anything malformed is a denial saying what was wrong."""
     reason = message.get("reason")
     reason = "" if reason is None else str(reason)
@@ -453,8 +487,19 @@ def parse_answer(message: Mapping[str, Any], scopes: Iterable[str] = SCOPES) -> 
         return Answer("deny", reason=f"the approver's answer {decision!r} is not one of {', '.join(ANSWERS)}",
                       approver_error=True)
     scope = message.get("scope") or "call"
-    offered = [s for s in SCOPES if s in tuple(scopes)]
+    offered = [s for s in GRANT_SCOPES if s in tuple(scopes)]
     if scope not in offered:
         return Answer("deny", reason=f"the approver's scope {scope!r} is not one of {', '.join(scopes)}",
                       approver_error=True)
-    return Answer("allow_session", scope=offered[offered.index(scope)], reason=reason, approver_error=failed)
+    if scope != "prefix":
+        return Answer("allow_session", scope=offered[offered.index(scope)], reason=reason, approver_error=failed)
+    prefix = message.get("prefix")
+    try:
+        if not isinstance(prefix, str):
+            raise ValueError("is missing")
+        check_command_prefix(prefix)
+    except ValueError as exc:
+        return Answer("deny", reason=f"the approver's prefix {shorten(repr(prefix), 200)} {exc}", approver_error=True)
+    return Answer("allow_session", scope="prefix", reason=reason, approver_error=failed,
+                  prefix=" ".join(shlex.quote(w) for w in check_command_prefix(prefix)),
+                  save=message.get("save") is True)

@@ -151,6 +151,8 @@ def _normalize_answer(answer: Any) -> dict[str, Any]:
     out = {"decision": answer["decision"]}
     if answer["decision"] == "allow_session" and isinstance(answer.get("scope"), str):
         out["scope"] = answer["scope"]
+        if answer["scope"] == "prefix":  # the form offers the request's suggested prefix; "save" is the checkbox
+            out["save"] = answer.get("save") is True
     if isinstance(answer.get("reason"), str) and answer["reason"].strip():
         out["reason"] = answer["reason"][:MAX_REASON_CHARS]  # the form's field; the server quotes and bounds it again
     return out

@@ -35,16 +35,19 @@ class ToolResult:
     ok: bool
     value: dict[str, Any] | None = None
     error: ErrorInfo | None = None
+    notes: tuple[str, ...] = ()  # for the agent, from the user's after-call hooks
 
     @classmethod
     def from_message(cls, call_id: str, tool: str, message: dict[str, Any]) -> ToolResult:
+        given = message.get("notes")
+        notes = tuple(str(n) for n in given) if isinstance(given, list) else ()
         if message.get("ok"):
-            return cls(call_id, tool, True, value=message.get("value") or {})
+            return cls(call_id, tool, True, value=message.get("value") or {}, notes=notes)
         err = message.get("error") or {}
         return cls(call_id, tool, False, error=ErrorInfo(
             str(err.get("code", ErrorCode.TOOL_FAILED.value)), str(err.get("message", "")),
             dict(err.get("details") or {}),
-        ))
+        ), notes=notes)
 
     @classmethod
     def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str,
@@ -60,6 +63,8 @@ class ToolResult:
             out["error"] = {"code": self.error.code, "message": self.error.message}
             if self.error.details:
                 out["error"]["details"] = self.error.details
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
 

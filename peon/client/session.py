@@ -405,7 +405,8 @@ class Session:
         if not isinstance(answer, Mapping):
             answer = {"decision": "deny", "reason": f"the approver returned {answer!r}, not an answer",
                       "approver_error": True}
-        fields = {k: answer[k] for k in ("decision", "scope", "reason", "approver_error") if k in answer}
+        fields = {k: answer[k] for k in ("decision", "scope", "prefix", "save", "reason", "approver_error")
+                  if k in answer}
         try:
             message = encode({"op": "approval_answer", "request_id": request.get("request_id"), **fields})
         except (TypeError, ValueError):

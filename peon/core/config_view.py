@@ -141,6 +141,15 @@ class SandboxView:
 
 
 @dataclass(frozen=True, slots=True)
+class HookView:
+    event: Literal["before_call", "after_call"]
+    matcher: str
+    command: tuple[str, ...]
+    url: str
+    timeout_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ConfigView:
     """The whole configuration, one attribute per table."""
 
@@ -155,6 +164,7 @@ class ConfigView:
     # Each variable commands and agents run with: a string sets it, False keeps what the session inherited.
     environment: Mapping[str, str | bool]
     sandbox: SandboxView
+    hooks: tuple[HookView, ...]  # the user's [[hooks]] (a project file cannot declare one)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConfigView:

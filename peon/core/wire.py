@@ -56,6 +56,8 @@ class _ClientApprovalAnswerFields(TypedDict, total=False):
     scope: Scope
     reason: str
     approver_error: bool
+    prefix: str  # scope "prefix": the words every simple command must start with
+    save: bool  # scope "prefix": also save it as an allow rule in the user's configuration
 
 
 class ClientApprovalAnswer(_ClientApprovalAnswerFields):
@@ -86,6 +88,7 @@ class SupervisorFatal(TypedDict):
 class _SupervisorResultFields(TypedDict, total=False):
     value: dict[str, Any]
     error: SupervisorErrorBody
+    notes: list[str]  # for the agent, from the user's after-call hooks
 
 
 class SupervisorResult(_SupervisorResultFields):
@@ -132,4 +135,5 @@ class SupervisorApprovalRequest(TypedDict, total=False):
     canonical_input: str
     sandboxed: bool
     scopes: list[Scope]
+    prefix_scope: bool  # scope "prefix" may be answered too (a call with a command)
     timeout_seconds: float

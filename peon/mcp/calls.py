@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
 from peon.client.result import ToolResult
+from peon.core.answers import suggested_prefix
 from peon.core.errors import PeonError
 
 from peon.mcp.connection import ClientReply, Feature, StartCall
@@ -188,7 +189,8 @@ class CallBook(Generic[CallT]):
             approval = call.approval
             if approval is not None:
                 approval.resolve(decision_from_retry(retry.input_responses, APPROVAL_KEY,
-                                                     approval.request.get("scopes") or ()))
+                                                     approval.request.get("scopes") or (),
+                                                     suggested_prefix(approval.request)))
         return call
 
     def _expire_retries(self) -> None:
@@ -354,7 +356,8 @@ class CallBook(Generic[CallT]):
         approval = peer.elicitations.get(str(reply.id))
         if approval is None:
             return False
-        approval.resolve(decision_from_elicitation(reply.result, reply.error, approval.request.get("scopes") or ()))
+        approval.resolve(decision_from_elicitation(reply.result, reply.error, approval.request.get("scopes") or (),
+                                                   suggested_prefix(approval.request)))
         return True
 
     def answered(self, call: CallT, approval: PendingApproval, asked_ns: int) -> dict[str, Any]:

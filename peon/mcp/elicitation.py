@@ -17,7 +17,8 @@ import hmac
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from peon.approvers import request_facts
+from peon.approvers import request_facts, visible
+from peon.core.answers import suggested_prefix
 
 from peon.mcp.jsonrpc import shown
 from peon.mcp.revisions import at_least
@@ -27,7 +28,8 @@ MAX_REASON_CHARS = 500  # what the form accepts; the reason is quoted, escaped a
 APPROVAL_KEY = "approval"  # the inputRequests/inputResponses key of an approval (stateless revision)
 APPROVAL_META_KEY = "peon/approval"  # the structured approval request, for programs (peon.RemoteSession)
 DECISIONS = (("allow_once", "Allow once"), ("allow_session", "Allow for this session"), ("deny", "Deny"))
-SCOPES = {"call": "this exact call", "tool": "every call of this tool", "risk": "every call of this risk"}
+SCOPES = {"call": "this exact call", "prefix": "commands starting with the words shown",
+          "tool": "every call of this tool", "risk": "every call of this risk"}
 
 
 def can_elicit_form(capabilities: Any) -> bool:
@@ -61,10 +63,19 @@ def approval_message(request: Mapping[str, Any]) -> str:
 def approval_elicitation(request: Mapping[str, Any], version: str) -> dict[str, Any]:
     """``elicitation/create`` params that show an approval request and offer the three decisions."""
     properties: dict[str, Any] = {"decision": _enum_property("Decision", DECISIONS, "deny", version)}
-    scopes = [s for s in request.get("scopes") or () if s in SCOPES]
+    prefix = suggested_prefix(request)
+    scopes = [s for s in request.get("scopes") or () if s in SCOPES and s != "prefix"]
+    if prefix is not None:
+        scopes.insert(1 if scopes else 0, "prefix")
+    labels = {**SCOPES, "prefix": f"commands starting with `{visible(prefix or '')}`"}
     if scopes:
         properties["scope"] = _enum_property(
-            "Remember the session grant for", [(s, SCOPES[s]) for s in scopes], scopes[0], version)
+            "Remember the session grant for", [(s, labels[s]) for s in scopes], scopes[0], version)
+    if prefix is not None and "prefix" in scopes:
+        properties["save"] = {"type": "boolean", "title": "Always (save the prefix to my configuration)",
+                              "default": False,
+                              "description": "With 'commands starting with': keep it as an allow rule in the "
+                                             "user's Peon configuration for later sessions."}
     properties["reason"] = {"type": "string", "title": "Reason (optional)", "maxLength": MAX_REASON_CHARS,
                             "description": "Why, in a few words: kept with the decision in the audit log."}
     params: dict[str, Any] = {
@@ -76,8 +87,10 @@ def approval_elicitation(request: Mapping[str, Any], version: str) -> dict[str, 
     return params
 
 
-def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[str] = ()) -> dict[str, Any]:
-    """Turn the client's answer (an ``ElicitResult`` or an error) into an approver answer."""
+def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[str] = (),
+                              prefix: str | None = None) -> dict[str, Any]:
+    """Turn the client's answer (an ``ElicitResult`` or an error) into an approver answer; ``prefix``: the
+    one the form offered (:func:`peon.core.answers.suggested_prefix`), None when it offered none."""
     if error is not None or not isinstance(result, Mapping):
         message = error.get("message") if isinstance(error, Mapping) else "no usable answer"
         return {"decision": "deny", "reason": f"the client could not ask the user: {message}"}
@@ -97,19 +110,22 @@ def decision_from_elicitation(result: Any, error: Any = None, scopes: Iterable[s
         answer["reason"] += f": {shown(said, MAX_REASON_CHARS)}"
     scope = content.get("scope")
     if decision == "allow_session":
-        offered = list(scopes)
+        offered = [s for s in scopes if s != "prefix"] + (["prefix"] if prefix is not None else [])
         answer["scope"] = scope if scope in offered else (offered[0] if offered else "call")
+        if answer["scope"] == "prefix":
+            answer["prefix"] = prefix
+            answer["save"] = content.get("save") is True
     return answer
 
 
 def decision_from_retry(input_responses: Mapping[str, Any] | None, key: str,
-                        scopes: Iterable[str] = ()) -> dict[str, Any]:
+                        scopes: Iterable[str] = (), prefix: str | None = None) -> dict[str, Any]:
     """The approver answer a retried call carries under ``inputResponses[key]`` (stateless revision);
     a retry without one is a denial."""
     response = (input_responses or {}).get(key)
     if response is None:
         return {"decision": "deny", "reason": "the retry carried no answer to the approval request"}
-    return decision_from_elicitation(response, None, scopes)
+    return decision_from_elicitation(response, None, scopes, prefix)
 
 
 class RequestStateSigner:

@@ -63,9 +63,11 @@ def render_text(value: Any) -> str:
 
 def call_result(result: ToolResult, version: str) -> dict[str, Any]:
     """A ``tools/call`` result. Tool failures are results with ``isError`` and the stable code."""
+    notes = [{"type": "text", "text": f"Note from a hook: {note}"} for note in result.notes]
     if result.ok:
         structured: dict[str, Any] = dict(result.value or {})
-        out: dict[str, Any] = {"content": [{"type": "text", "text": render_text(structured)}], "isError": False}
+        out: dict[str, Any] = {"content": [{"type": "text", "text": render_text(structured)}, *notes],
+                               "isError": False}
         if at_least(version, "2025-06-18"):
             out["structuredContent"] = structured
         return out
@@ -75,4 +77,4 @@ def call_result(result: ToolResult, version: str) -> dict[str, Any]:
     if result.error.details:
         error["details"] = result.error.details
         text += "\ndetails: " + json.dumps(result.error.details, ensure_ascii=False, sort_keys=True)
-    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {ERROR_META_KEY: error}}
+    return {"content": [{"type": "text", "text": text}, *notes], "isError": True, "_meta": {ERROR_META_KEY: error}}

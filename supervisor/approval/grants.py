@@ -4,8 +4,11 @@ Promises:
 
 * a grant covers exactly what the approver was shown unless the approver chose a broader scope:
   ``call`` — the same tool, effective risk and canonical input (compared by SHA-256, so a grant never
-  stores the input itself); ``tool`` — every call of that tool at that effective risk; ``risk`` — every
-  call of that effective risk;
+  stores the input itself); ``prefix`` — every command line of that tool at that effective risk whose
+  simple commands all start with the approver's words (decided by the policy on the analysed segments,
+  exactly as a configured allow rule: :meth:`~peon.approval.policy.ApprovalPolicy.grant_prefixes`, so
+  ``npm test; rm -rf x`` is asked again); ``tool`` — every call of that tool at that effective risk;
+  ``risk`` — every call of that effective risk;
 * grants live in ``grants.json`` in the session's state directory, written atomically (a temporary
   file in the same directory, flushed and fsynced, then renamed over the old one, then the directory
   fsynced), so a supervisor killed at any moment leaves either the old or the new set, and a
@@ -30,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from peon.approval.policy import SCOPES, ApprovalRequest, Scope
+from peon.approval.policy import GRANT_SCOPES, ApprovalRequest, PolicyRule, Scope, check_command_prefix
 from peon.core.text import shorten
 from peon.core.statefile import RefusedFile, check_json_depth, read_regular_file
 
@@ -56,9 +59,12 @@ class Grant:
     granted_at: float
     call_id: str
     reason: str = ""
+    prefix: str = ""  # scope "prefix": the words every simple command starts with
 
     def matches(self, request: ApprovalRequest, digest: str | None = None) -> bool:
-        if request.risk.value != self.risk:
+        """Whether the grant covers ``request`` by itself; a prefix grant never does (the policy decides
+        it on the command's segments: :meth:`as_rule`)."""
+        if request.risk.value != self.risk or self.scope == "prefix":
             return False
         if self.scope == "risk":
             return True
@@ -66,9 +72,15 @@ class Grant:
             return False
         return self.scope == "tool" or (digest or input_digest(request.canonical_input)) == self.input_sha256
 
+    def as_rule(self) -> PolicyRule:
+        """A prefix grant as the allow rule the policy decides it with."""
+        return PolicyRule("allow", self.tool, self.risk, self.prefix, name=self.describe())
+
     def describe(self) -> str:
         covered = {
             "call": f"this exact {self.tool} call",
+            "prefix": f"every {self.tool} command line with {self.risk} risk whose every part starts with "
+                      f"`{self.prefix}`",
             "tool": f"every {self.tool} call with {self.risk} risk",
             "risk": f"every call with {self.risk} risk",
         }[self.scope]
@@ -84,16 +96,22 @@ class GrantStore:
         """The narrowest grant covering ``request``, if any."""
         digest = input_digest(request.canonical_input)
         matching = [g for g in self.grants if g.matches(request, digest)]
-        matching.sort(key=lambda g: SCOPES.index(g.scope))
+        matching.sort(key=lambda g: GRANT_SCOPES.index(g.scope))
         return matching[0] if matching else None
 
-    def add(self, request: ApprovalRequest, scope: Scope, reason: str = "") -> Grant:
+    def prefix_rules(self) -> list[PolicyRule]:
+        """The session's prefix grants, as the allow rules the policy decides them with."""
+        return [g.as_rule() for g in self.grants if g.scope == "prefix"]
+
+    def add(self, request: ApprovalRequest, scope: Scope, reason: str = "", prefix: str = "") -> Grant:
         """Record a grant and persist it. The grant holds in memory even if the file cannot be written."""
-        if scope not in SCOPES:
+        if scope not in GRANT_SCOPES:
             raise ValueError(f"unknown grant scope {scope!r}")
+        if scope == "prefix":
+            check_command_prefix(prefix)
         summary = shorten(request.summary, MAX_SUMMARY_CHARS)
         grant = Grant(scope, request.tool, request.risk.value, input_digest(request.canonical_input), summary,
-                      time.time(), request.call_id, reason)
+                      time.time(), request.call_id, reason, prefix if scope == "prefix" else "")
         self.grants.append(grant)
         try:
             self._save()
@@ -111,8 +129,11 @@ class GrantStore:
             if data.get("version") != FORMAT_VERSION:
                 raise ValueError(f"unsupported version {data.get('version')!r}")
             grants = [Grant(**entry) for entry in data["grants"]]
-            if any(g.scope not in SCOPES for g in grants):
+            if any(g.scope not in GRANT_SCOPES for g in grants):
                 raise ValueError("unknown scope")
+            for grant in grants:
+                if grant.scope == "prefix":
+                    check_command_prefix(grant.prefix)
             return grants
         except FileNotFoundError:
             return []

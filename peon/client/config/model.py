@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from peon.approval.hooks import check_matcher
 from peon.approval.policy import Action, check_command_prefix, check_path_prefix
 from peon.approval.rule_examples import example_problem, examples_refused
 from peon.core.agent_control import AGENT_CONTROL_PATHS, check_entry
@@ -257,6 +258,36 @@ class Jobs(_Section):
         return value
 
 
+class Hook(_Section):
+    """A program or URL the supervisor consults around each call it matches (user configuration only)."""
+
+    event: Literal["before_call", "after_call"]
+    matcher: str = ""  # Claude Code's: empty or "*" for every tool, else a regular expression on the tool's name
+    command: tuple[str, ...] = ()
+    url: str = ""
+    timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+
+    @field_validator("matcher")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        return check_matcher(value)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Hook:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("a hook needs exactly one of command (an argv list) and url")
+        if self.command and not self.command[0]:
+            raise ValueError("a hook's command starts with the program to run")
+        return self
+
+
 class PeonConfig(_Section):
     limits: Limits
     jobs: Jobs
@@ -268,6 +299,7 @@ class PeonConfig(_Section):
     audit: Audit
     environment: Environment
     sandbox: Sandbox
+    hooks: tuple[Hook, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
