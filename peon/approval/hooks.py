@@ -8,7 +8,8 @@ Promises:
   expression matched whole against Peon's tool name or Claude Code's name for it (``Bash``, ``Write``);
 * what a hook is sent is Claude Code's hook input (``hook_event_name`` ``PreToolUse`` / ``PostToolUse``,
   ``session_id``, ``cwd``, ``tool_name``, ``tool_input``, ``tool_use_id``, and ``tool_response`` after the
-  call), so a script written for Claude Code reads it unchanged, plus a ``peon`` object: the event, the
+  call; a file tool's input also carries Claude Code's absolute ``file_path``), so a script written for
+  Claude Code reads it unchanged, plus a ``peon`` object: the event, the
   tool, its risk and why, the summary, the resolved details (paths, the shell analysis of a ``bash`` line),
   whether it runs sandboxed, the policy's verdict, the session and the workspace;
 * a before-hook's answer (:func:`before_outcome`) is read as Claude Code reads it — exit code 2 is a denial
@@ -29,6 +30,7 @@ The I/O — running the program or calling the URL, under a deadline — is :mod
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ CLAUDE_EVENTS: dict[str, str] = {"before_call": "PreToolUse", "after_call": "Pos
 # Claude Code's names for the tools Peon has an equivalent of, so a matcher or a script written for it works.
 CLAUDE_TOOL_NAMES: dict[str, str] = {"bash": "Bash", "read": "Read", "write": "Write", "edit": "Edit",
                                      "grep": "Grep", "glob": "Glob", "apply_patch": "Edit"}
+# Peon's tools whose Claude Code equivalent names the file ``file_path`` (Read, Write, Edit/MultiEdit).
+CLAUDE_FILE_PATH_TOOLS = frozenset({"read", "write", "edit"})
 MAX_REASON_CHARS = 1000
 MAX_NOTE_CHARS = 4000
 MAX_RESPONSE_CHARS = 64 * 1024  # of the call's result, as sent to an after-hook
@@ -92,11 +96,16 @@ def check_matcher(matcher: str) -> str:
 # -- what a hook is sent -------------------------------------------------------------------------------
 
 
-def _input_of(request: ApprovalRequest) -> Any:
+def _input_of(request: ApprovalRequest, workspace: str) -> Any:
+    """The call's input, plus Claude Code's name for a file tool's path (``file_path``, absolute: the typed
+    path joined to the workspace, not resolved — the resolved one is in ``peon.details``)."""
     try:
-        return json.loads(request.canonical_input) if request.canonical_input else {}
+        sent = json.loads(request.canonical_input) if request.canonical_input else {}
     except ValueError:
         return {}
+    if request.tool in CLAUDE_FILE_PATH_TOOLS and isinstance(sent, dict) and isinstance(sent.get("path"), str):
+        sent.setdefault("file_path", posixpath.join(workspace, sent["path"]))
+    return sent
 
 
 def hook_input(event: HookEvent, request: ApprovalRequest, *, session_id: str, workspace: str,
@@ -113,7 +122,7 @@ def hook_input(event: HookEvent, request: ApprovalRequest, *, session_id: str, w
     sent: dict[str, Any] = {
         "hook_event_name": CLAUDE_EVENTS[event], "session_id": session_id, "cwd": workspace,
         "permission_mode": "default", "tool_name": CLAUDE_TOOL_NAMES.get(request.tool, request.tool),
-        "tool_input": _input_of(request), "tool_use_id": request.call_id, "peon": peon,
+        "tool_input": _input_of(request, workspace), "tool_use_id": request.call_id, "peon": peon,
     }
     if reply is not None:
         response = reply.get("value") if reply.get("ok") else {"error": reply.get("error")}

@@ -46,6 +46,16 @@ def test_a_before_hook_is_sent_claude_codes_pretooluse_input_and_peons_facts():
     json.dumps(sent)
 
 
+def test_a_file_tools_input_also_names_the_file_as_claude_code_does():
+    write = ApprovalRequest(call_id="c2", tool="write", risk=ToolRisk.FILESYSTEM, risk_reason="writes",
+                            summary="write src/a.py", details={}, canonical_input=json.dumps({"path": "src/a.py",
+                                                                                              "content": "x"}))
+    sent = hook_input("before_call", write, session_id="s", workspace="/w", verdict=Verdict("ask", "x"))
+    assert sent["tool_name"] == "Write"
+    assert sent["tool_input"] == {"path": "src/a.py", "content": "x", "file_path": "/w/src/a.py"}
+    assert "file_path" not in hook_input("before_call", request(), session_id="s", workspace="/w")["tool_input"]
+
+
 def test_an_after_hook_is_sent_the_result_bounded():
     sent = hook_input("after_call", request("ls"), session_id="s", workspace="/w",
                       reply={"ok": True, "value": {"stdout": "x" * 100_000}})
