@@ -34,7 +34,7 @@ import unicodedata
 from typing import Any, TextIO
 from collections.abc import Callable, Iterable, Mapping
 
-from peon.core.answers import suggested_prefix
+from peon.core.answers import NETWORK_QUESTION, suggested_prefix
 from peon.core.sandbox_words import call_sandbox_line
 from peon.core.tool import RISK_NAMES
 from peon.core.text import shorten_counted
@@ -174,6 +174,16 @@ def render_request(request: dict[str, Any], offer_session: bool = True) -> tuple
     scopes = (request.get("scopes") or ["call"]) if offer_session else []
     answers: dict[str, dict[str, Any]] = {"o": {"decision": "allow_once"}}
     lines.append("  [o] allow once")
+    if tool == NETWORK_QUESTION:  # a connection, not a tool call: its answers cover that host and port only
+        details = request.get("details")
+        details = details if isinstance(details, dict) else {}
+        if offer_session:
+            answers["s"] = {"decision": "allow_session", "scope": "call"}
+            lines.append(f"  [s] allow connections to {visible(str(details.get('host')))}:"
+                         f"{visible(str(details.get('port')))} for the rest of the session")
+        answers["d"] = {"decision": "deny"}
+        lines.append("  [d] deny (default)")
+        return "\n".join(lines) + "\n", answers
     if "call" in scopes:
         answers["s"] = {"decision": "allow_session", "scope": "call"}
         lines.append("  [s] allow this exact call for the rest of the session")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from peon.approval.policy import ApprovalRequest, Verdict
+from peon.core.answers import NETWORK_QUESTION
 from peon.core.risk import ToolRisk
 from peon.approval.validation import canonical_json
 from peon.supervisor.approval.audit import AuditLog, network_entry
@@ -36,7 +37,7 @@ from peon.supervisor.approval.gate import ApprovalGate
 from peon.supervisor.approval.grants import GrantStore
 from peon.supervisor.egress import Asker, Proxy
 
-NETWORK_TOOL = "network"  # the tool name an approver sees for a connection question
+NETWORK_TOOL = NETWORK_QUESTION  # the tool name an approver sees for a connection question
 
 
 def network_request(name: str, port: int, text: str) -> ApprovalRequest:

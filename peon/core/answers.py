@@ -41,3 +41,7 @@ def suggested_prefix(request: Mapping[str, Any]) -> str | None:
     if len(plain) == 2 and (plain[1] != words[1] or plain[1].startswith("-")):
         plain = plain[:1]
     return " ".join(plain)
+
+# The tool name of an approval question about a sandboxed command's connection (``sandbox.network_ask``):
+# not a tool call, so its answers cover that host and port only.
+NETWORK_QUESTION = "network"

@@ -114,3 +114,14 @@ def test_words_bash_computes_are_shown_as_written():
     shown = [segment["words"] for segment in segments]
     assert ["ls", "~/", '"$HOME"/x'] in shown and ["cat", "$(pwd)/f"] in shown and ["pwd"] in shown
     assert all("?" not in words for words in shown)
+
+
+def test_a_connection_question_offers_answers_about_that_host_and_port_only():
+    text, answers = render_request({"tool": "network", "risk": "process", "scopes": ["call", "tool", "risk"],
+                                    "summary": "connect to api.example.test:443",
+                                    "details": {"host": "api.example.test", "port": 443, "network_ask": True}})
+    assert set(answers) == {"o", "s", "d"} and answers["s"] == {"decision": "allow_session", "scope": "call"}
+    assert "allow connections to api.example.test:443 for the rest of the session" in text
+    assert "risk" not in text.split("[o]")[1]  # no "every call with process risk"
+    _, once = render_request({"tool": "network", "details": {"host": "h", "port": 1}}, offer_session=False)
+    assert set(once) == {"o", "d"}
