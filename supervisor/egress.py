@@ -29,7 +29,7 @@ Promises:
   named in every call running at that moment);
 * every connection attempt (a head that parsed) is kept in :attr:`Proxy.attempts` (bounded): host, port,
   the address connected to, the decision, bytes each way and duration, counted as the bytes pass;
-  :func:`name_refusals` puts those begun while a call ran in its result's ``sandbox.network`` (at most
+  :func:`name_refusals` puts those begun while a call ran in its result's ``sandbox.connections`` (at most
   :data:`ATTEMPTS_SHOWN`, as they stand when the call ends), and each ended attempt is handed to
   :attr:`Proxy.on_attempt` (the audit's ``network`` line, :mod:`peon.supervisor.egress_link`);
 * everything is bounded: the request head (16 KiB), the connections at once (64; one more is answered
@@ -410,7 +410,7 @@ _running: Proxy | None = None  # the session's proxy (one session per supervisor
 
 def name_refusals(reply: dict[str, Any], started_at: float) -> dict[str, Any]:
     """``reply`` with the hosts refused since ``started_at`` in its value's ``sandbox.refused`` and the
-    connection attempts begun since then in ``sandbox.network``."""
+    connection attempts begun since then in ``sandbox.connections``."""
     value = reply.get("value")
     if _running is None or not isinstance(value, dict) or not isinstance(value.get("sandbox"), dict):
         return reply
@@ -420,9 +420,9 @@ def name_refusals(reply: dict[str, Any], started_at: float) -> dict[str, Any]:
         box["refused"] = refused
     attempts = _running.attempts_since(started_at)
     if attempts:
-        box["network"] = attempts[:ATTEMPTS_SHOWN]
+        box["connections"] = attempts[:ATTEMPTS_SHOWN]
         if len(attempts) > ATTEMPTS_SHOWN:
-            box["network_not_shown"] = len(attempts) - ATTEMPTS_SHOWN
+            box["connections_not_shown"] = len(attempts) - ATTEMPTS_SHOWN
     if not refused and not attempts:
         return reply
     return {**reply, "value": {**value, "sandbox": box}}

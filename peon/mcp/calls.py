@@ -319,6 +319,25 @@ class CallBook(Generic[CallT]):
                     f"nobody can be asked; allow the risk in the configuration (or with {self.command} --allow)"}
         return call
 
+    def network_carrier(self) -> CallT | dict[str, Any]:
+        """The call a question about a sandboxed command's connection (``sandbox.network_ask``) is put
+        through, or the denial: the one call running a command (``bash``) — the proxy cannot tell which
+        command connected, so with several running none is asked (another client must never answer for
+        this one's command) — and only while it can be asked in the middle of its run (a client of
+        2025-11-25 or earlier that declared elicitation: 2026-07-28 asks only by answering the request)."""
+        running = [call for call in self.running.values() if call.name == "bash" and not call.cancelled]
+        if self.closing or len(running) != 1:
+            return {"decision": "deny", "reason": "a connection question is put to the client whose command "
+                    "connects, and " + ("the session is closing" if self.closing else
+                                        "no command is running" if not running else
+                                        f"{len(running)} commands are running, so which one connects is not known")}
+        call = running[0]
+        if call.request_id is None or not call.can_elicit or is_modern(call.version) or call.approval is not None:
+            return {"decision": "deny", "reason": "the MCP client of the command cannot be asked during its run "
+                    "(it needs the elicitation capability, under protocol 2025-11-25 or earlier); name the host "
+                    "in sandbox.network instead"}
+        return call
+
     def ask(self, call: CallT, request: dict[str, Any],
             wake: Callable[[], None]) -> tuple[PendingApproval, dict[str, Any]]:
         """Put ``request`` to the call's client: the open question, and the message that asks it — an

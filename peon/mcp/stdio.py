@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peon import otel
+from peon.core.answers import NETWORK_QUESTION
 from peon.core.errors import PeonError
 from peon.core.framing import LineDecoder, Oversize, encode
 from peon.client.result import ToolResult
@@ -399,13 +400,16 @@ class StdioServer:
         """The session's approver (runs in its own thread): ask the client, or deny when it cannot be asked."""
         call_id = str(request.get("call_id"))
         with self._registered:
-            # The request can only follow the submit; wait the moment until the call is registered.
-            self._registered.wait_for(lambda: self.book.registered(call_id) or call_id in self._internal_keys,
-                                      REGISTRATION_WAIT_SECONDS)
-            if call_id in self._internal_keys:
-                return {"decision": "deny", "reason": "a resource subscription follows its job without asking; "
-                        "allow job_output in the configuration to subscribe"}
-            call = self.book.askable(call_id)
+            if request.get("tool") == NETWORK_QUESTION:  # about a running command's connection, not a call
+                call = self.book.network_carrier()
+            else:
+                # The request can only follow the submit; wait the moment until the call is registered.
+                self._registered.wait_for(lambda: self.book.registered(call_id) or call_id in self._internal_keys,
+                                          REGISTRATION_WAIT_SECONDS)
+                if call_id in self._internal_keys:
+                    return {"decision": "deny", "reason": "a resource subscription follows its job without "
+                            "asking; allow job_output in the configuration to subscribe"}
+                call = self.book.askable(call_id)
             if not isinstance(call, Call):
                 return call
             answered = threading.Event()

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from peon.core.answers import NETWORK_QUESTION
 from peon.core.errors import ErrorCode
 from peon.mcp import protocol as p
 from peon.mcp.calls import REGISTRATION_WAIT_SECONDS, Call, CallBook, Peer, approval_wait
@@ -462,11 +463,14 @@ class CallRouter:
 
     async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         call_id = str(request.get("call_id"))
-        async with self._registered:
-            with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
-                async with asyncio.timeout(REGISTRATION_WAIT_SECONDS):
-                    await self._registered.wait_for(lambda: self.book.registered(call_id))
-        call = self.book.askable(call_id)
+        if request.get("tool") == NETWORK_QUESTION:  # about a running command's connection, not a call
+            call = self.book.network_carrier()
+        else:
+            async with self._registered:
+                with contextlib.suppress(TimeoutError):  # the request can only follow the submit: wait a moment
+                    async with asyncio.timeout(REGISTRATION_WAIT_SECONDS):
+                        await self._registered.wait_for(lambda: self.book.registered(call_id))
+            call = self.book.askable(call_id)
         if not isinstance(call, RoutedCall):
             return call
         answered: asyncio.Future[None] = self.loop.create_future()

@@ -69,7 +69,7 @@ def test_deny_wins_ask_asks_once_and_every_attempt_is_listed_and_audited(open_se
         assert lines[1:] == ["the asked registry"] * 3, lines
         assert [q["summary"] for q in questions] == [f"allow 127.0.0.1:{b} for this session?"]  # asked once
         assert questions[0]["tool"] == "network"
-        network = r.value["sandbox"]["network"]
+        network = r.value["sandbox"]["connections"]
         assert [(n["host"], n["port"], n["decision"]) for n in network] == [
             ("localhost", a, "denied"), ("127.0.0.1", b, "asked-allowed"), ("127.0.0.1", b, "allowed"),
             ("localhost", b, "allowed")]
@@ -116,7 +116,7 @@ def test_without_the_namespace_landlock_confines_tcp_to_the_proxy(open_session, 
         assert lines[0] == "the allowed registry", lines
         assert lines[1].startswith("403 ") and f"localhost:{b} is not in sandbox.network" in lines[1], lines
         assert lines[2].startswith("direct refused"), lines  # Landlock: only the proxy's port
-        assert [(n["host"], n["decision"]) for n in r.value["sandbox"]["network"]] == [
+        assert [(n["host"], n["decision"]) for n in r.value["sandbox"]["connections"]] == [
             ("localhost", "allowed"), ("localhost", "denied")]
         assert any("names ports, not hosts" in gap for gap in status["not_enforced"])
     finally:

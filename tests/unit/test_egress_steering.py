@@ -245,7 +245,7 @@ def test_a_calls_result_lists_the_attempts_begun_while_it_ran(monkeypatch):
             reply = name_refusals({"ok": True, "value": {"sandbox": {"active": True}}}, 0.0)
             assert egress.attempts_since(0.0)[-1]["decision"] == "allowed"
         box = reply["value"]["sandbox"]
-        assert len(box["network"]) == ATTEMPTS_SHOWN and box["network_not_shown"] == 3
+        assert len(box["connections"]) == ATTEMPTS_SHOWN and box["connections_not_shown"] == 3
         assert box["refused"] == [f"nowhere.test:{up}"]
         untouched = {"ok": True, "value": {"text": "no sandbox"}}
         assert name_refusals(untouched, 0.0) is untouched

@@ -55,7 +55,9 @@ SANDBOX_RESULT_PROPERTY = {
     "description": "The OS sandbox the command ran in (null: none): its kind, the Landlock ABI, whether the "
                    "network was allowed, the paths beneath which it could write (other writes fail with EACCES or "
                    "EROFS), the layers enforcing it, what this machine does not enforce, and the hosts the "
-                   "session's egress allowlist refused while the call ran; set_aside: what the command created "
+                   "session's egress allowlist refused while the call ran; connections: each connection attempt "
+                   "through that allowlist begun while the call ran (host, port, address, decision, bytes each way, "
+                   "duration; at most 100, then connections_not_shown); set_aside: what the command created "
                    "at agent-control paths (or, where they could not be made read-only, changed there) and where "
                    "it went, so no program run later finds it.",
     "properties": {
@@ -66,6 +68,13 @@ SANDBOX_RESULT_PROPERTY = {
         "layers": {"type": "array", "items": {"type": "string"}},
         "not_enforced": {"type": "array", "items": {"type": "string"}},
         "refused": {"type": "array", "items": {"type": "string"}},
+        "connections": {"type": "array", "items": {
+            "type": "object", "required": ["host", "port", "decision"],
+            "properties": {"host": {"type": "string"}, "port": {"type": "integer"},
+                           "address": {"type": ["string", "null"]}, "decision": {"type": "string"},
+                           "reason": {"type": "string"}, "bytes_sent": {"type": "integer"},
+                           "bytes_received": {"type": "integer"}, "duration_seconds": {"type": "number"}}}},
+        "connections_not_shown": {"type": "integer"},
         "set_aside": {"type": "array", "items": {
             "type": "object", "required": ["path"],
             "properties": {"path": {"type": "string"}, "moved_to": {"type": "string"},
