@@ -5,15 +5,14 @@ refusal. The server listens on the host's loopback: all traffic stays on this ma
 
 from __future__ import annotations
 
-import http.server
 import shlex
 import sys
-import threading
 
 import pytest
 from mcp.client import Client
 from mcp_types import ElicitResult
 
+from helpers.loopback import text_server
 from helpers.mcp import client, run, write_config
 from helpers.serve import ServeProcess
 from peon.workers.sandbox import landlock as ll
@@ -32,19 +31,7 @@ FETCH = (f"env -u NO_PROXY -u no_proxy {shlex.quote(sys.executable)} -c \"import
 
 @pytest.fixture
 def registry():
-    class Registry(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b"the asked registry"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = text_server("the asked registry")
     yield server.server_address[1]
     server.shutdown()
     server.server_close()

@@ -1,10 +1,12 @@
 """A TCP server on the host's loopback that counts the connections it accepts: what the egress proxy's tests
-point their attacks at, to show that nothing reached it (and, for allowed requests, that something did);
-and the attacks, request heads a sandboxed command would send to the proxy of ``network =
-["*.pythonhosted.org"]`` to reach such a server."""
+point their attacks at, to show that nothing reached it (and, for allowed requests, that something did); an
+HTTP server on the loopback that answers every GET with one text (:func:`text_server`, the registry the
+proxy's allowed and asked connections reach); and the attacks, request heads a sandboxed command would send
+to the proxy of ``network = ["*.pythonhosted.org"]`` to reach such a server."""
 
 from __future__ import annotations
 
+import http.server
 import socket
 import threading
 
@@ -90,3 +92,21 @@ class CountingServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def text_server(text: str) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 (a free port) answering every GET with ``text``; ``shutdown()`` it."""
+    class Registry(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

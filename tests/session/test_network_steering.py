@@ -5,15 +5,14 @@ servers listen on the host's loopback: all traffic stays on this machine."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import shlex
 import sys
-import threading
 
 import pytest
 
 from helpers import jsonl_entries
+from helpers.loopback import text_server
 from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import namespaces
 
@@ -28,26 +27,11 @@ FETCH = (f"{shlex.quote(sys.executable)} -c \"import sys, urllib.request, urllib
          "except urllib.error.HTTPError as e: print(e.code, e.read().decode())\"")
 
 
-def serve(text: str) -> http.server.ThreadingHTTPServer:
-    class Registry(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = text.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 @NEEDS_NAMESPACE
 def test_deny_wins_ask_asks_once_and_every_attempt_is_listed_and_audited(open_session, tmp_path):
-    denied, asked = serve("the denied registry"), serve("the asked registry")
+    denied, asked = text_server("the denied registry"), text_server("the asked registry")
     questions: list[dict] = []
 
     def approver(request):
@@ -97,7 +81,7 @@ PROBE_DIRECT = (f"{shlex.quote(sys.executable)} -c \"import socket, sys\n"
 def test_without_the_namespace_landlock_confines_tcp_to_the_proxy(open_session, tmp_path):
     """No network namespace (as without root): the proxy listens on the host's loopback and Landlock lets a
     command connect to its port only; a direct connection elsewhere is refused by the kernel."""
-    allowed, other = serve("the allowed registry"), serve("the other registry")
+    allowed, other = text_server("the allowed registry"), text_server("the other registry")
     try:
         a, b = allowed.server_address[1], other.server_address[1]
         (tmp_path / "tmp").mkdir()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import io
 import json
 import os
@@ -25,13 +24,12 @@ import socket
 import subprocess
 import sys
 import tarfile
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from helpers.loopback import ATTACKS, RULE, CountingServer, attack_head
+from helpers.loopback import ATTACKS, RULE, CountingServer, attack_head, text_server
 from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import namespaces
 
@@ -374,25 +372,10 @@ def test_with_network_false_every_escape_is_refused_and_named(day, workspace, tm
         peers.close()
 
 
-def serve(text: str) -> http.server.ThreadingHTTPServer:
-    class Registry(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = text.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def test_an_allowlisted_registry_answers_and_another_is_refused_by_name(day):
-    allowed, other = serve("the allowed registry"), serve("the other registry")
+    allowed, other = text_server("the allowed registry"), text_server("the other registry")
     try:
         a, b = allowed.server_address[1], other.server_address[1]
         session = day(network=[f"localhost:{a}"])
