@@ -5,7 +5,6 @@ refused one gets 403 naming it, a malformed head gets 400, and the refusals are 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import http.server
 import ipaddress
@@ -15,6 +14,7 @@ import threading
 import pytest
 
 from helpers import wait_for
+from helpers.proxy import running_proxy
 from helpers.loopback import ATTACKS, RULE, CountingServer, attack_head
 from peon.approval.network_allowlist import parse_entry, parse_host, reachable, special_reason
 from peon.client.config.layers import load_config
@@ -207,29 +207,12 @@ class Resolver:
         return [ipaddress.ip_address(a) for a in answers]
 
 
-@contextlib.contextmanager
-def running(entries: tuple[str, ...], resolve):
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.setblocking(False)
-    proxy = Proxy(listener, entries, resolve)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    serving = asyncio.run_coroutine_threadsafe(proxy.serve(), loop)
-    try:
-        yield proxy, listener.getsockname()[1]
-    finally:
-        serving.cancel()
-        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        listener.close()
 
 
 def test_the_nul_byte_attack_and_its_relatives_never_reach_a_loopback_server():
     """``network = ["*.pythonhosted.org"]``: what a sandboxed command sends to reach the host's loopback."""
     resolver = Resolver({})
-    with CountingServer() as target, running(("*.pythonhosted.org",), resolver) as (_, port):
+    with CountingServer() as target, running_proxy(("*.pythonhosted.org",), resolver) as (_, port):
         for template in ATTACKS:
             answer = exchange(port, attack_head(template, target.port))
             assert answer.startswith(b"HTTP/1.1 400 "), (template, answer)
@@ -241,7 +224,7 @@ def test_a_name_resolving_to_loopback_is_refused_unless_an_entry_names_the_addre
     resolver = Resolver({"registry.test": ["127.0.0.1"], "cdn.example.test": ["169.254.169.254", "fd00:ec2::254"]})
     with CountingServer() as target:
         up = target.port
-        with running((f"registry.test:{up}", "*.example.test"), resolver) as (proxy, port):
+        with running_proxy((f"registry.test:{up}", "*.example.test"), resolver) as (proxy, port):
             answer = exchange(port, f"CONNECT registry.test:{up} HTTP/1.1\r\n\r\n".encode())
             assert answer.startswith(b"HTTP/1.1 403 ") and b"127.0.0.1 (loopback)" in answer, answer
             answer = exchange(port, f"GET http://registry.test:{up}/ HTTP/1.1\r\n\r\n".encode())
@@ -251,7 +234,7 @@ def test_a_name_resolving_to_loopback_is_refused_unless_an_entry_names_the_addre
             assert exchange(port, b"CONNECT nowhere.example.test:80 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 502 ")
             assert target.accepted == 0 and list(proxy.refused) == [f"registry.test:{up}"] * 2 + ["cdn.example.test:80"]
         # Named literally, the loopback address is reached — the one the name resolved to, resolved once.
-        with running((f"registry.test:{up}", f"127.0.0.1:{up}"), resolver) as (proxy, port):
+        with running_proxy((f"registry.test:{up}", f"127.0.0.1:{up}"), resolver) as (proxy, port):
             asked = len(resolver.asked)
             tunnel = exchange(port, f"CONNECT registry.test:{up} HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n".encode())
             assert tunnel.startswith(b"HTTP/1.1 200 Connection Established") and tunnel.endswith(b"loopback reached")
@@ -271,7 +254,7 @@ def test_the_proxy_connects_to_the_address_it_checked_whatever_the_name_resolves
     resolver = Rebinding({})
     with CountingServer() as later, CountingServer("127.0.0.2", later.port) as checked:
         up = later.port
-        with running((f"rebind.test:{up}", f"127.0.0.2:{up}"), resolver) as (_, port):
+        with running_proxy((f"rebind.test:{up}", f"127.0.0.2:{up}"), resolver) as (_, port):
             tunnel = exchange(port, f"CONNECT rebind.test:{up} HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n".encode())
             assert tunnel.endswith(b"loopback reached") and resolver.asked == ["rebind.test"]
             assert (checked.accepted, later.accepted) == (1, 0)

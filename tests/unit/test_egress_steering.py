@@ -13,13 +13,14 @@ import threading
 
 import pytest
 
+from helpers.proxy import running_proxy
 from helpers.loopback import ANSWER, CountingServer
 from peon.approval.network_allowlist import parse_host
 from peon.approval.network_policy import NetworkPolicy, attempt_record, question
 from peon.client.config.layers import load_config
 from peon.core.errors import ConfigError
 from peon.supervisor import egress
-from peon.supervisor.egress import ATTEMPTS_SHOWN, Proxy, name_refusals
+from peon.supervisor.egress import ATTEMPTS_SHOWN, name_refusals
 
 
 @pytest.mark.parametrize("host, port, remembered, action, says", [
@@ -106,23 +107,6 @@ class Approver:
         return self.answers.pop(0), "operator said so"
 
 
-@contextlib.contextmanager
-def running(entries, resolve, **options):
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.setblocking(False)
-    proxy = Proxy(listener, tuple(entries), resolve, **options)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    serving = asyncio.run_coroutine_threadsafe(proxy.serve(), loop)
-    try:
-        yield proxy, listener.getsockname()[1]
-    finally:
-        serving.cancel()
-        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        listener.close()
 
 
 def tunnel(port: int, host: str, up: int) -> bytes:
@@ -139,7 +123,8 @@ def test_a_deny_entry_wins_over_a_wildcard_and_every_attempt_is_logged():
     with CountingServer() as target:
         up = target.port
         resolver = Table({"api.example.test": "127.0.0.1", "evil.example.test": "127.0.0.1"})
-        with running(["*.example.test", f"127.0.0.1:{up}"], resolver, deny=("evil.example.test",)) as (proxy, port):
+        entries = ["*.example.test", f"127.0.0.1:{up}"]
+        with running_proxy(entries, resolver, deny=("evil.example.test",)) as (proxy, port):
             reached = tunnel(port, "api.example.test", up)
             assert reached.endswith(b"loopback reached") and target.accepted == 1
             refused = tunnel(port, "evil.example.test", up)
@@ -158,7 +143,7 @@ def test_a_deny_entry_wins_over_a_wildcard_and_every_attempt_is_logged():
 def test_a_deny_entry_naming_an_address_holds_for_every_name_that_leads_there():
     with CountingServer() as target:
         up = target.port
-        with running(["*.example.test", f"127.0.0.1:{up}"], Table({"api.example.test": "127.0.0.1"}),
+        with running_proxy(["*.example.test", f"127.0.0.1:{up}"], Table({"api.example.test": "127.0.0.1"}),
                      deny=(f"127.0.0.1:{up}",)) as (proxy, port):
             refused = tunnel(port, "api.example.test", up)
         assert refused.startswith(b"HTTP/1.1 403 ") and b"named by sandbox.network_deny" in refused
@@ -170,7 +155,7 @@ def test_network_ask_asks_once_and_remembers_a_session_answer():
         up = target.port
         approver = Approver("allow_session")
         resolver = Table({"api.other.test": "127.0.0.1"})
-        with running([f"127.0.0.1:{up}"], resolver, ask=True, asker=approver) as (proxy, port):
+        with running_proxy([f"127.0.0.1:{up}"], resolver, ask=True, asker=approver) as (proxy, port):
             with concurrent_tunnels(2) as run:
                 first, second = run(port, "api.other.test", up)
             assert first.endswith(b"loopback reached") and second.endswith(b"loopback reached")
@@ -192,7 +177,7 @@ def test_network_ask_answers(answers, decisions, asked):
     with CountingServer() as target:
         up = target.port
         approver = Approver(*answers)
-        with running([f"127.0.0.1:{up}"], Table({"x.other.test": "127.0.0.1"}), ask=True,
+        with running_proxy([f"127.0.0.1:{up}"], Table({"x.other.test": "127.0.0.1"}), ask=True,
                      asker=approver) as (proxy, port):
             for _ in decisions:
                 tunnel(port, "x.other.test", up)
@@ -208,7 +193,7 @@ def test_network_ask_without_an_approver_or_with_a_failing_one_refuses():
     with CountingServer() as target:
         up = target.port
         for asker in (None, failing):
-            with running([f"127.0.0.1:{up}"], Table({"x.other.test": "127.0.0.1"}), ask=True,
+            with running_proxy([f"127.0.0.1:{up}"], Table({"x.other.test": "127.0.0.1"}), ask=True,
                          asker=asker) as (proxy, port):
                 refused = tunnel(port, "x.other.test", up)
                 assert refused.startswith(b"HTTP/1.1 403 ")
@@ -237,7 +222,8 @@ def concurrent_tunnels(count: int):
 def test_a_calls_result_lists_the_attempts_begun_while_it_ran(monkeypatch):
     with CountingServer() as target:
         up = target.port
-        with running([f"127.0.0.1:{up}", "*.example.test"], Table({"a.example.test": "127.0.0.1"})) as (proxy, port):
+        resolver = Table({"a.example.test": "127.0.0.1"})
+        with running_proxy([f"127.0.0.1:{up}", "*.example.test"], resolver) as (proxy, port):
             monkeypatch.setattr(egress, "_running", proxy)
             for _ in range(ATTEMPTS_SHOWN + 2):
                 tunnel(port, "nowhere.test", up)
