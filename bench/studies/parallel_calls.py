@@ -80,18 +80,23 @@ async def _reads(read: Callable[[], Awaitable[Any]], long: Callable[[], Awaitabl
     return statistics.median(idle), max(busy)
 
 
+def _from_threads(session: Any, reads: int) -> tuple[float, float, float]:
+    """The figures of a session whose ``call`` blocks (``Session``, ``RemoteSession``), called from threads."""
+    session.call("bash", {"command": "true"})  # standbys up
+    together = _threads(lambda: session.call("bash", SLEEP), TOGETHER)
+
+    async def read() -> Any:
+        return await asyncio.to_thread(session.call, "read", {"path": "f.txt"})
+
+    async def long() -> Any:
+        return await asyncio.to_thread(session.call, "bash", LONG)
+    idle, busy = asyncio.run(_reads(read, long, reads))
+    return together, idle, busy
+
+
 def embedded(ws: Path, cfg: dict[str, Any], reads: int) -> tuple[float, float, float]:
     with peon.Session(ws, cfg) as session:
-        session.call("bash", {"command": "true"})  # standbys up
-        together = _threads(lambda: session.call("bash", SLEEP), TOGETHER)
-
-        async def read() -> Any:
-            return await asyncio.to_thread(session.call, "read", {"path": "f.txt"})
-
-        async def long() -> Any:
-            return await asyncio.to_thread(session.call, "bash", LONG)
-        idle, busy = asyncio.run(_reads(read, long, reads))
-    return together, idle, busy
+        return _from_threads(session, reads)
 
 
 async def async_session(ws: Path, cfg: dict[str, Any], reads: int) -> tuple[float, float, float]:
@@ -158,16 +163,7 @@ async def serve(ws: Path, cfg: dict[str, Any], reads: int) -> tuple[float, float
 
 def remote(ws: Path, cfg: dict[str, Any], reads: int) -> tuple[float, float, float]:
     with serving(ws, cfg["limits"]["max_parallel_calls"]) as url, peon.RemoteSession(url) as session:
-        session.call("bash", {"command": "true"})
-        together = _threads(lambda: session.call("bash", SLEEP), TOGETHER)
-
-        async def read() -> Any:
-            return await asyncio.to_thread(session.call, "read", {"path": "f.txt"})
-
-        async def long() -> Any:
-            return await asyncio.to_thread(session.call, "bash", LONG)
-        idle, busy = asyncio.run(_reads(read, long, reads))
-    return together, idle, busy
+        return _from_threads(session, reads)
 
 
 FRONTS: dict[str, Callable[[Path, dict[str, Any], int], Any]] = {
