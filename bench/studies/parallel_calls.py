@@ -73,7 +73,7 @@ async def _reads(read: Callable[[], Awaitable[Any]], long: Callable[[], Awaitabl
     idle = [await timed() for _ in range(count)]
     running = asyncio.ensure_future(long())
     await asyncio.sleep(0.3)  # the long command has started
-    busy = []
+    busy: list[float] = []
     while len(busy) < count and not running.done():
         busy.append(await timed())
     await running
