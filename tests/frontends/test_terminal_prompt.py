@@ -32,7 +32,7 @@ DRIVER = textwrap.dedent("""
     print("DONE", flush=True)
 """)
 
-PROMPT = r"Answer \[o/s/t/r/D\]: "
+PROMPT = r"Answer \[o/s(/p/a)?/t/r/D\]: "  # p and a: a command's prefix for the session, or saved
 
 
 @pytest.fixture
@@ -75,7 +75,9 @@ def test_the_prompt_shows_the_request(drive, workspace):
     assert 'input:   {"command":"echo shown"}' in shown
     for line in ("[o] allow once", "[s] allow this exact call for the rest of the session",
                  "[t] allow every bash call with process risk for the rest of the session",
-                 "[r] allow every call with process risk for the rest of the session", "[d] deny (default)"):
+                 "[r] allow every call with process risk for the rest of the session", "[d] deny (default)",
+                 "[p] allow commands starting with `echo shown` for the rest of the session",
+                 "[a] always allow commands starting with `echo shown` (saved to your configuration)"):
         assert line in shown
     child.sendline("d")
     child.expect(r"RESULT 0 denied by=approver")
@@ -136,7 +138,7 @@ def test_nonsense_is_asked_again_and_control_characters_are_shown_escaped(drive)
     assert "\x1b" not in child.before and "\u202e" not in child.before
     assert r"echo '\x1b[2Jcleared' \u202eevil" in child.before
     child.sendline("maybe")
-    child.expect("Please answer one of o, s, t, r, d.")
+    child.expect(r"Please answer one of o, s, p, a, t, r, d\.")
     child.expect(PROMPT)
     child.sendline("n")
     child.expect(r"RESULT 0 denied by=approver")
