@@ -217,6 +217,9 @@ def _embedded_v4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None
 def special_reason(address: Address) -> str | None:
     """Why the proxy does not connect to ``address`` unless an entry names it, or None (see the module's
     promises)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        # First: Python 3.13's is_loopback, is_private... answer for the IPv4 address inside, 3.11's do not.
+        return "an IPv4-mapped IPv6 address"
     if address in METADATA_ADDRESSES:
         return "a cloud metadata service"
     if address.is_unspecified:
@@ -228,8 +231,6 @@ def special_reason(address: Address) -> str | None:
     if address.is_link_local:
         return "link-local"
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return "an IPv4-mapped IPv6 address"
         if address in _IPV4_COMPATIBLE:
             return "an IPv4-compatible IPv6 address"
         if address in _ULA:
