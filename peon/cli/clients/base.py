@@ -19,7 +19,8 @@ a server entry is recognized as Peon's; each client module owns what it knows of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,13 @@ def lookup(data: Any, *keys: str) -> Any:
             return None
         data = data.get(key)
     return data
+
+
+def found_by(commands: Iterable[str], paths: Iterable[Path], env: Mapping[str, str]) -> str | None:
+    """How a client is found installed: the first of ``commands`` on the environment's ``PATH``, else the
+    first of its ``paths`` (its configuration) that exists; None when neither is there."""
+    for name in commands:
+        found = shutil.which(name, path=env.get("PATH"))
+        if found:
+            return found
+    return next((str(path) for path in paths if path.exists()), None)

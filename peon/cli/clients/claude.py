@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from peon.cli.clients.base import SERVER_NAME, Plan, Status, Step, Target, is_peon_server, lookup
+from peon.cli.clients.base import SERVER_NAME, Plan, Status, Step, Target, found_by, is_peon_server, lookup
 from peon.cli.clients.files import ConfigFileError, edit_json, load_json, read_text, render_json
 
 TITLE = "Claude Code"
@@ -63,13 +63,7 @@ def command(env: Mapping[str, str]) -> str | None:
 
 
 def installed(home: Path, env: Mapping[str, str]) -> str | None:
-    found = command(env)
-    if found:
-        return found
-    for path in (config_dir(home, env), state_file(home, env)):
-        if path.exists():
-            return str(path)
-    return None
+    return found_by(("claude",), (config_dir(home, env), state_file(home, env)), env)
 
 
 def plan(target: Target) -> Plan:

@@ -16,14 +16,13 @@ This module owns what Peon knows of Codex's configuration; :mod:`peon.cli.client
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 
-from peon.cli.clients.base import SERVER_NAME, Plan, Status, Step, Target, is_peon_server, lookup
+from peon.cli.clients.base import SERVER_NAME, Plan, Status, Step, Target, found_by, is_peon_server, lookup
 from peon.cli.clients.files import ConfigFileError, parse_toml, read_text
 
 TITLE = "Codex"
@@ -44,11 +43,7 @@ def config_files(project: Path, home: Path, env: Mapping[str, str]) -> dict[str,
 
 
 def installed(home: Path, env: Mapping[str, str]) -> str | None:
-    found = shutil.which("codex", path=env.get("PATH"))
-    if found:
-        return found
-    directory = home_dir(home, env)
-    return str(directory) if directory.exists() else None
+    return found_by(("codex",), (home_dir(home, env),), env)
 
 
 def plan(target: Target) -> Plan:

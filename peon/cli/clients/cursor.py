@@ -15,12 +15,11 @@ This module owns what Peon knows of Cursor's files; :mod:`peon.cli.clients.files
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from peon.cli.clients.base import SERVER_NAME, Plan, Status, Step, Target, is_peon_server, lookup
+from peon.cli.clients.base import SERVER_NAME, Plan, Status, Step, Target, found_by, is_peon_server, lookup
 from peon.cli.clients.files import ConfigFileError, edit_json, json_entry_step, load_json, read_text
 
 TITLE = "Cursor"
@@ -39,12 +38,7 @@ def cli_files(project: Path, home: Path, env: Mapping[str, str]) -> dict[str, Pa
 
 
 def installed(home: Path, env: Mapping[str, str]) -> str | None:
-    for name in ("cursor", "cursor-agent"):
-        found = shutil.which(name, path=env.get("PATH"))
-        if found:
-            return found
-    directory = home / ".cursor"
-    return str(directory) if directory.exists() else None
+    return found_by(("cursor", "cursor-agent"), (home / ".cursor",), env)
 
 
 def plan(target: Target) -> Plan:

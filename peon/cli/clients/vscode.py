@@ -14,11 +14,10 @@ This module owns what Peon knows of VS Code's files; :mod:`peon.cli.clients.file
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from peon.cli.clients.base import SERVER_NAME, Plan, Status, Target, is_peon_server, lookup
+from peon.cli.clients.base import SERVER_NAME, Plan, Status, Target, found_by, is_peon_server, lookup
 from peon.cli.clients.files import json_entry_step, load_json, read_text
 
 TITLE = "VS Code"
@@ -36,11 +35,7 @@ def mcp_files(project: Path, home: Path, env: Mapping[str, str]) -> dict[str, Pa
 
 
 def installed(home: Path, env: Mapping[str, str]) -> str | None:
-    found = shutil.which("code", path=env.get("PATH"))
-    if found:
-        return found
-    directory = user_dir(home, env)
-    return str(directory) if directory.exists() else None
+    return found_by(("code",), (user_dir(home, env),), env)
 
 
 def plan(target: Target) -> Plan:
