@@ -32,9 +32,13 @@ Invariants, each violation printed:
   call ``ok`` within ``--recovery`` seconds of the fault's end.
 
 Both containment modes run side by side (``--containment both``: sessions alternate cgroup and
-process-tree). Run: ``python bench/robustness/chaos.py [--minutes 20] [--sessions 4] [--seed N]``; it must
-run as root for the tmpfs and ``chattr`` faults (without them those kinds are skipped and said so). The
-pure part — the invariants over the recorded events — is :func:`violations`.
+process-tree), each unsandboxed and sandboxed (``--sandbox both``): a sandboxed session's mix adds, alone
+now and then, an attack on the sandbox's edges (``chaos_edges.py``: the allowlist proxy, git's
+redirections and agent-control files, ``write`` and ``grep`` of what needs a person's yes, the limits of
+Peon's own processes), each checked whatever its answer.
+Run: ``python bench/robustness/chaos.py [--minutes 20] [--sessions 4] [--seed N]``; it must run as root
+for the tmpfs and ``chattr`` faults (without them those kinds are skipped and said so). The pure part —
+the invariants over the recorded events — is :func:`violations`.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 from bench.robustness.chaos_calls import KNOWN_FILES, ROOT, check, next_call
+from bench.robustness.chaos_edges import EDGE_SHARE, SANDBOX, Edges, check_edge, next_edge_call
 
 FORK_LOOP = (ROOT / "tests" / "fixtures" / "forkloop.py").read_text()
 TAG = "PEON_CHAOS_TAG"
@@ -71,7 +76,7 @@ PARALLEL_SHARE = 0.3  # of the rounds that submit several calls at once, up to P
 PARALLEL_MAX = 4
 
 
-def session_config(containment: str) -> dict[str, Any]:
+def session_config(containment: str, sandbox: str = "off") -> dict[str, Any]:
     return {
         "approval": {"read_only": "allow", "filesystem": "allow", "process": "allow", "delegate": "deny"},
         "limits": {"worker_start_seconds": 3.0, "worker_grace_seconds": 2.0, "max_timeout_seconds": 30.0,
@@ -79,8 +84,8 @@ def session_config(containment: str) -> dict[str, Any]:
         "audit": {"max_bytes": 4 << 20, "backups": 100},
         "runtime": {"containment": containment},
         # Unsandboxed: the commands that stop or kill Peon's own processes must reach them (the default
-        # sandbox refuses such signals), the harder case for the core.
-        "sandbox": {"mode": "off"},
+        # sandbox refuses such signals), the harder case for the core. Sandboxed: the sandbox's edges.
+        "sandbox": {"mode": "off"} if sandbox == "off" else dict(SANDBOX),
     }
 
 
@@ -114,17 +119,23 @@ def run_session(options: argparse.Namespace) -> None:
     _write_fixtures(workspace, options.until)
     env = {"HOME": str(workspace), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
            TAG: options.tag}
+    edges = Edges.prepare(workspace.parent, workspace) if options.sandbox != "off" else None
+    if edges is not None:
+        env["TMPDIR"] = str(edges.tmp)
     rng = random.Random(options.seed)
-    config = session_config(options.containment)
-    session = _open(peon, workspace, config, env, state, options)
+    config = session_config(options.containment, options.sandbox)
+    session = _open(peon, workspace, config, env, state, options, edges)
     n = 0
     while time.time() < options.until:
-        # Now and then several calls at once (the session runs them side by side), each checked alike.
-        batch = 1 + (rng.randint(1, PARALLEL_MAX - 1) if rng.random() < PARALLEL_SHARE else 0)
         calls = []
-        for _ in range(batch):
+        if edges is not None and rng.random() < EDGE_SHARE:  # an attack on the sandbox's edges, alone
             n += 1
-            calls.append(next_call(rng, n))
+            calls.append(next_edge_call(rng, n, edges))
+        else:  # now and then several calls at once (the session runs them side by side), each checked alike
+            for _ in range(1 + (rng.randint(1, PARALLEL_MAX - 1) if rng.random() < PARALLEL_SHARE else 0)):
+                n += 1
+                calls.append(next_call(rng, n))
+        batch = len(calls)
         grace = float(config["limits"]["worker_grace_seconds"])
         submitted = [(call, time.time(), session._watchdog.start_bound() + call.timeout + grace + 5.0,
                       session.submit(call.tool, call.args)) for call in calls]
@@ -138,7 +149,11 @@ def run_session(options: argparse.Namespace) -> None:
                       "batch": batch})
                 replace = True
                 continue
-            wrong = check(session, call, result, workspace) if result.ok and call.checked and not replace else None
+            wrong = None
+            if call.always and edges is not None:
+                wrong = check_edge(session, call, result, edges)
+            elif result.ok and call.checked and not replace:
+                wrong = check(session, call, result, workspace)
             emit({"op": "call", "kind": call.kind, "call_id": handle.call_id, "t": started,
                   "took": time.time() - started, "bound": bound, "timeout": call.timeout, "ok": result.ok,
                   "code": None if result.ok else result.error.code, "wrong": wrong, "checked": call.checked,
@@ -148,14 +163,15 @@ def run_session(options: argparse.Namespace) -> None:
                 time.sleep(0.05)  # as a client would: not a busy loop while the disk is full
         if replace:
             session.close()  # a hung session is replaced, like a client would
-            session = _open(peon, workspace, config, env, state, options)
+            session = _open(peon, workspace, config, env, state, options, edges)
         elif restart:
-            session = _restart(peon, session, workspace, config, env, state, options)
+            session = _restart(peon, session, workspace, config, env, state, options, edges)
     session.close()
     emit({"op": "closed", "t": time.time()})
 
 
-def _open(peon: Any, workspace: Path, config: dict, env: dict, state: Path, options: argparse.Namespace) -> Any:
+def _open(peon: Any, workspace: Path, config: dict, env: dict, state: Path, options: argparse.Namespace,
+          edges: Edges | None) -> Any:
     until = time.monotonic() + options.recovery
     while True:
         try:
@@ -166,18 +182,22 @@ def _open(peon: Any, workspace: Path, config: dict, env: dict, state: Path, opti
                 raise
             time.sleep(0.5)
             continue
+        if edges is not None:
+            edges.remember(session.supervisor_pid)
         emit({"op": "ready", "t": time.time(), "supervisor": session.supervisor_pid,
               "cgroup": (session.info.get("containment") or {}).get("cgroup")})
         return session
 
 
 def _restart(peon: Any, session: Any, workspace: Path, config: dict, env: dict, state: Path,
-             options: argparse.Namespace) -> Any:
+             options: argparse.Namespace, edges: Edges | None) -> Any:
     try:
         session.restart()
     except peon.PeonError:
         session.close()
-        return _open(peon, workspace, config, env, state, options)
+        return _open(peon, workspace, config, env, state, options, edges)
+    if edges is not None:
+        edges.remember(session.supervisor_pid)
     emit({"op": "ready", "t": time.time(), "supervisor": session.supervisor_pid,
           "cgroup": (session.info.get("containment") or {}).get("cgroup")})
     return session
@@ -208,6 +228,11 @@ class Instance:
     # Every process seen in its session's tree, (pid, start time): Peon's titled processes cannot be
     # found by their environment (a long title overwrites it), so they are remembered while alive.
     seen: set[tuple[int, float]] = field(default_factory=set)
+    sandbox: str = "off"  # the session's sandbox.mode
+
+    @property
+    def label(self) -> str:
+        return self.containment if self.sandbox == "off" else f"{self.containment}, sandboxed"
 
 
 def violations(instances: Iterable[Instance], faults: Iterable[Fault], audit: Mapping[str, dict[str, Any]],
@@ -225,18 +250,19 @@ def violations(instances: Iterable[Instance], faults: Iterable[Fault], audit: Ma
                 found.append(f"slot {inst.slot}: the session could not be reopened: {event['why']}")
             if event["op"] != "call":
                 continue
-            what = f"slot {inst.slot} ({inst.containment}) {event['kind']} {event['call_id']}"
+            what = f"slot {inst.slot} ({inst.label}) {event['kind']} {event['call_id']}"
             if event["took"] is None or event["took"] > event["bound"] + ANSWER_SLACK_SECONDS:
                 found.append(f"{what}: not answered by its bound of {event['bound']:.1f} s "
                              f"(took {event['took'] if event['took'] is None else round(event['took'], 1)} s)")
             if event["wrong"]:
-                found.append(f"{what}: ok but wrong: {event['wrong']}")
+                found.append(f"{what}: {'ok but wrong' if event['ok'] else 'failed, and wrong after it'}: "
+                             f"{event['wrong']}")
             if (event["ok"] or event["code"] in RAN) and event["call_id"] not in logged["decided"]:
                 found.append(f"{what}: ran ({event['code'] or 'ok'}) with no decision line in the audit log")
             if event["ok"] and event["checked"]:
                 ok_calls.setdefault(inst.slot, []).append(event["t"])
         found += unended_jobs(inst, logged)
-        found += [f"slot {inst.slot} ({inst.containment}): left alive after its client "
+        found += [f"slot {inst.slot} ({inst.label}): left alive after its client "
                   f"{'died' if inst.killed else 'closed'}: {pid}" for pid in inst.leftovers]
     for fault in faults:
         if fault.end + recovery > end:
@@ -254,7 +280,7 @@ def unended_jobs(inst: Instance, logged: Mapping[str, Any]) -> list[str]:
     unended = sorted(logged.get("unended", ()))
     if inst.killed or not closed or died or len(unended) <= logged.get("lost", 0):
         return []
-    return [f"slot {inst.slot} ({inst.containment}): job {job} started with no job_ended line in the audit log"
+    return [f"slot {inst.slot} ({inst.label}): job {job} started with no job_ended line in the audit log"
             for job in unended]
 
 
@@ -263,8 +289,10 @@ def unended_jobs(inst: Instance, logged: Mapping[str, Any]) -> list[str]:
 class Slot:
     """One session at a time, replaced when its client dies."""
 
-    def __init__(self, index: int, containment: str, root: Path, options: argparse.Namespace, until: float):
-        self.index, self.containment, self.options, self.until = index, containment, options, until
+    def __init__(self, index: int, containment: str, sandbox: str, root: Path, options: argparse.Namespace,
+                 until: float):
+        self.index, self.containment, self.sandbox = index, containment, sandbox
+        self.options, self.until = options, until
         self.root = root / f"slot-{index}"
         self.root.mkdir()
         # Clients' and supervisors' diagnostics, outside the tmpfs that is filled up now and then.
@@ -285,12 +313,13 @@ class Slot:
         run = self.root / f"run-{self.runs}"
         workspace, state = run / "ws", run / "state"
         workspace.mkdir(parents=True)
-        inst = Instance(self.index, self.containment, uuid.uuid4().hex, state)
+        inst = Instance(self.index, self.containment, uuid.uuid4().hex, state, sandbox=self.sandbox)
         self.instances.append(inst)
         seed = self.options.seed * 1000 + self.index * 100 + self.runs
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--runner", "--workspace", str(workspace), "--state", str(state),
-             "--containment", self.containment, "--seed", str(seed), "--until", str(self.until),
+             "--containment", self.containment, "--sandbox", self.sandbox, "--seed", str(seed),
+             "--until", str(self.until),
              "--tag", inst.tag, "--recovery", str(self.options.recovery)],
             stdout=subprocess.PIPE, stderr=self.stderr, text=True, env={**os.environ, TAG: inst.tag})
         process = self.process
@@ -416,7 +445,11 @@ def inject(rng: random.Random, slot: Slot, kind: str, later: list[tuple[float, A
         if not slot.mounted:
             return None
         filler = slot.root / "filler"
-        with open(filler, "wb") as out:
+        try:
+            out = open(filler, "wb")  # noqa: SIM115 - closed below
+        except OSError:  # full already: the fault is there
+            return None
+        with out:
             try:
                 while True:
                     out.write(b"\0" * (1 << 20))
@@ -484,7 +517,9 @@ def orchestrate(options: argparse.Namespace) -> int:
     start = time.time()
     until = start + options.minutes * 60
     root = Path(tempfile.mkdtemp(prefix="peon-chaos-"))
-    slots = [Slot(i, modes[i % len(modes)], root, options, until) for i in range(options.sessions)]
+    sandboxes = {"both": ["off", "auto"], "off": ["off"], "auto": ["auto"]}[options.sandbox]
+    slots = [Slot(i, modes[i % len(modes)], sandboxes[i // len(modes) % len(sandboxes)], root, options, until)
+             for i in range(options.sessions)]
     faults: list[Fault] = []
     later: list[tuple[float, Any]] = []
     skipped: Counter[str] = Counter()
@@ -603,7 +638,7 @@ def report(slots: list[Slot], faults: list[Fault], skipped: Counter[str], by_mod
     calls = [e for slot in slots for inst in slot.instances for e in inst.events if e["op"] == "call"]
     by_kind = Counter(e["kind"] for e in calls)
     outcomes = Counter("ok" if e["ok"] else e["code"] for e in calls)
-    modes = Counter(slot.containment for slot in slots)
+    modes = Counter(slot.containment + (", sandboxed" if slot.sandbox != "off" else "") for slot in slots)
     print(f"chaos: {len(slots)} sessions ({', '.join(f'{v} {k}' for k, v in sorted(modes.items()))}), "
           f"{seconds / 60:.1f} min, {len(calls)} calls, {len(faults)} injected faults"
           f"{'' if cgroups else ' (cgroup v2 unavailable: every session ran process-tree)'}")
@@ -648,6 +683,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--containment", choices=["both", "cgroup", "process-tree"], default="both")
+    parser.add_argument("--sandbox", choices=["both", "off", "auto"], default="both",
+                        help="sessions unsandboxed, sandboxed with the sandbox's edges attacked, or both "
+                             "(slots alternate containment first: 4 sessions cover every pair)")
     parser.add_argument("--fault-every", type=float, default=4.0, help="mean seconds between injected faults")
     parser.add_argument("--recovery", type=float, default=60.0, help="seconds a session has to recover")
     parser.add_argument("--faults", type=lambda text: text.split(","), default=list(OUTSIDE_FAULTS),

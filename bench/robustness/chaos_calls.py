@@ -46,7 +46,8 @@ class Call:
     timeout: float  # the call's own timeout (what its bound adds to the start bound)
     expect: str | None = None  # the exact output of a clean run (exit 0, no signal)
     checked: bool = True  # False: a fault call, only its bound is checked
-    pid_file: str | None = None  # where the command writes its pid (in the workspace)
+    pid_file: str | None = None  # where the command writes its pid (in the workspace), or its payload's marker
+    always: bool = False  # checked whatever the answer (an attack whose failure must still leave nothing)
 
 
 def next_call(rng: random.Random, n: int) -> Call:

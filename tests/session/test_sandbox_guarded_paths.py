@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from helpers import Leftovers
+from helpers.git_attacks import ABSENT, ATTACKS, fresh_repository, git, git_env, user_runs_git
 from helpers.sandbox import bwrap_support, open_module_session
 from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import namespaces
@@ -34,39 +34,6 @@ MODES = {
     "bwrap": ({"mode": "required", "kind": "bwrap", "network": False}, {}),
 }
 
-# Each attack: a shell line run in the workspace (a repository with one commit, .github/workflows and
-# hooks as git init makes them). $EVIL is a copy of the repository whose config runs the payload.
-EVIL_COPY = ('EVIL="$TMPDIR/evil-$$"; cp -r .git "$EVIL"; '
-             'git --git-dir="$EVIL" config core.fsmonitor "$PAYLOAD"; '
-             'printf "#!/bin/sh\\n%s\\n" "$PAYLOAD" > "$EVIL/hooks/pre-commit"; chmod +x "$EVIL/hooks/pre-commit"; ')
-ATTACKS = {
-    "config": 'git config core.fsmonitor "$PAYLOAD"; git config core.pager "$PAYLOAD"',
-    "hook": 'printf "#!/bin/sh\\n%s\\n" "$PAYLOAD" > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit',
-    "hooks_path": 'mkdir -p h && printf "#!/bin/sh\\n%s\\n" "$PAYLOAD" > h/pre-commit && chmod +x h/pre-commit; '
-                  'git config core.hooksPath "$PWD/h"',
-    "rebuilt": ('mv .git .git-old; mkdir -p .git; cp -r .git-old/. .git/ 2>/dev/null; '
-                'git config core.fsmonitor "$PAYLOAD"; '
-                'printf "#!/bin/sh\\n%s\\n" "$PAYLOAD" > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit'),
-    "commondir": EVIL_COPY + 'echo "$EVIL" > .git/commondir',
-    "gitdir_file": EVIL_COPY + 'mv .git .git-old || rm -rf .git; echo "gitdir: $EVIL" > .git',
-    "git_link": EVIL_COPY + 'mv .git .git-old || rm -rf .git; ln -s "$EVIL" .git',
-    "config_worktree": ('git config extensions.worktreeConfig true; '
-                        'printf "[core]\\n\\tfsmonitor = %s\\n" "$PAYLOAD" > .git/config.worktree'),
-    "absent_hooks": ('mkdir -p .git/hooks; printf "#!/bin/sh\\n%s\\n" "$PAYLOAD" > .git/hooks/post-commit; '
-                     'chmod +x .git/hooks/post-commit'),
-    "workflows": 'mv .github .github-old; mkdir -p .github/workflows && echo "on: push" > .github/workflows/evil.yml',
-    "agent_files": ('mkdir -p .claude .vscode; echo "{\\"hooks\\": 1}" > .claude/settings.json; '
-                    'echo "{}" > .mcp.json; echo "{}" > .vscode/tasks.json'),
-}
-# What may not be there after the attack (beside the marker), relative to the workspace.
-ABSENT = {"workflows": [".github/workflows/evil.yml"],
-          "agent_files": [".claude/settings.json", ".mcp.json", ".vscode/tasks.json"]}
-
-
-def _git(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
-
-
 class Box:
     def __init__(self, root: Path, guard: Leftovers, mode: str):
         self.workspace, self.tmp, self.home = root / "ws", root / "tmp", root / "home"
@@ -76,32 +43,15 @@ class Box:
         sandbox, env = MODES[mode]
         self.session = open_module_session(self.workspace, root / "state", guard, sandbox,
                                            {"TMPDIR": str(self.tmp), **env})
-        self.git_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
-                        "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@example.test",
-                        "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@example.test", "GIT_PAGER": "",
-                        "LANG": "C"}
+        self.git_env = git_env(self.home)
 
     def fresh_repository(self, *, hooks: bool = True) -> None:
-        for entry in self.workspace.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        template = [] if hooks else ["--template="]
-        assert _git(self.workspace, "init", "-q", *template, "-b", "main", ".", env=self.git_env).returncode == 0
-        (self.workspace / ".github" / "workflows").mkdir(parents=True)
-        (self.workspace / ".github" / "workflows" / "ci.yml").write_text("on: push\n")
-        (self.workspace / "README").write_text("hello\n")
-        _git(self.workspace, "add", "-A", env=self.git_env)
-        assert _git(self.workspace, "commit", "-qm", "one", env=self.git_env).returncode == 0
+        fresh_repository(self.workspace, self.git_env, hooks=hooks)
         if self.marker.exists():
             self.marker.unlink()
 
     def user_runs_git(self) -> None:
-        """What the user does next, outside the sandbox: a status, an edit, a commit."""
-        _git(self.workspace, "status", env=self.git_env)
-        (self.workspace / "README").write_text("edited\n")
-        _git(self.workspace, "commit", "-qam", "two", env=self.git_env)
+        user_runs_git(self.workspace, self.git_env)
 
     def close(self) -> None:
         self.session.close()
@@ -127,7 +77,7 @@ def box(request, tmp_path_factory):
 
 def test_the_control_a_payload_run_outside_leaves_its_marker(box):
     box.fresh_repository()
-    _git(box.workspace, "config", "core.fsmonitor", f"touch {box.marker}", env=box.git_env)
+    git(box.workspace, "config", "core.fsmonitor", f"touch {box.marker}", env=box.git_env)
     box.user_runs_git()
     assert box.marker.exists(), "the payload would not have shown: the test proves nothing"
 
@@ -144,7 +94,7 @@ def test_after_a_sandboxed_command_git_runs_nothing_it_wrote(box, attack):
     assert not box.marker.exists(), (attack, r.value)
     for path in ABSENT.get(attack, ()):
         assert not os.path.lexists(box.workspace / path), (path, r.value)
-    if attack in ("agent_files", "absent_hooks"):
+    if attack in ("agent_files", "absent_hooks", "steering_files"):
         assert sandbox.get("set_aside"), r.value  # created where nothing was: set aside, and said
         for entry in sandbox["set_aside"]:
             if "moved_to" in entry:

@@ -68,3 +68,27 @@ def test_a_job_of_a_closed_session_with_no_job_ended_line_is_found(chaos):
     audit["/s"]["lost"] = 0
     died = [_call("a", 1.0, ok=False, code="supervisor_died"), {"op": "closed", "t": 2.0}]
     assert chaos.violations([chaos.Instance(0, "cgroup", "tag", Path("/s"), died)], [], audit, 100.0, 30.0) == []
+
+
+def test_an_edge_attack_that_failed_and_left_something_is_found(chaos):
+    """A sandboxed session's attack on the sandbox's edges is judged whatever its answer: one that failed
+    and still left something behind is a violation, named as such, with the session's sandbox."""
+    events = [_call("a", 1.0, ok=False, code="worker_crashed", wrong="agent-control files left: ['.envrc']")]
+    inst = chaos.Instance(2, "cgroup", "tag", Path("/s"), events, sandbox="auto")
+    found = chaos.violations([inst], [], {"/s": {"decided": {"a"}, "broken": []}}, 100.0, 30.0)
+    assert found == ["slot 2 (cgroup, sandboxed) bash a: failed, and wrong after it: "
+                     "agent-control files left: ['.envrc']"]
+
+
+def test_the_proxy_check_finds_a_connection_or_an_answer_that_let_one_through(chaos):
+    from types import SimpleNamespace
+
+    from bench.robustness import chaos_edges
+
+    quiet = SimpleNamespace(server=SimpleNamespace(accepted=0))
+    reached = SimpleNamespace(server=SimpleNamespace(accepted=1))
+    refused = {"exit_code": 0, "output": "HTTP/1.1 400 Bad Request\nHTTP/1.1 403 Forbidden\n"}
+    assert chaos_edges.check_proxy(quiet, refused) is None
+    assert "accepted 1 connection" in chaos_edges.check_proxy(reached, refused)
+    assert "otherwise than 400/403" in chaos_edges.check_proxy(quiet, {"exit_code": 0, "output": "HTTP/1.1 200 OK\n"})
+    assert chaos_edges.check_proxy(quiet, {}) is None  # the attack failed (a fault): only the server is judged
