@@ -19,7 +19,8 @@ module *in that process* makes it Peon's, and :func:`main` serves the supervisor
   ``multiprocessing`` is unchanged: workers are ``multiprocessing.Process`` es);
 
 * it dies with its supervisor (a parent-death signal, armed before anything else, then a check that
-  the supervisor is still its parent), and is not dumpable (no ptrace, no ``pidfd_getfd`` from
+  the supervisor is still its parent; or the end of its channel, whichever it sees first), and is not
+  dumpable (no ptrace, no ``pidfd_getfd`` from
   processes of the same user; its workers inherit that). Dying, it leaves nothing of the session
   (:func:`end_session`): each worker is told (``SIGTERM``, ``SIGCONT`` for one a command stopped) and
   kills its own tree, and once they are gone (or :data:`WORKERS_END_SECONDS` passed) the session's
@@ -154,12 +155,12 @@ def _on_ending_signal(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signum)
 
 
-def end_session() -> NoReturn:
+def end_session(code: int = 1) -> NoReturn:
     """The supervisor is gone: leave nothing of its session, then exit. Each worker gets ``SIGTERM`` (its
     parent-death handler kills its tree) and ``SIGCONT`` (a command may have stopped it); once they are
     gone, or after :data:`WORKERS_END_SECONDS`, what is left below this process is killed, and in cgroup
     containment the session's cgroup gets ``cgroup.kill`` (this process is in it too): what a worker
-    killed earlier left behind, reparented to init, is still in it."""
+    killed earlier left behind, reparented to init, is still in it. Exits with ``code``."""
     try:
         workers = proctree.children(os.getpid())
         for pid in workers:
@@ -179,7 +180,7 @@ def end_session() -> NoReturn:
     except BaseException:  # nothing may keep it alive: it exits whatever failed
         pass
     finally:
-        os._exit(1)
+        os._exit(code)
 
 
 @dataclass
@@ -270,10 +271,13 @@ def main(channel_fd: int, alive_r: int) -> None:
                 data, ancillary, flags, _ = channel.recvmsg(len(REQUEST) + 1, ancillary_size, socket.MSG_CMSG_CLOEXEC)
             except InterruptedError:
                 continue
-            if not data:  # the supervisor closed its end (an end of stream carries credentials too)
+            if not data:  # the supervisor is gone: a live one ends this process by SIGTERM, never by closing
                 for fd in parse_request(data, ancillary, flags, supervisor, os.getuid()).fds:
                     os.close(fd)
-                raise SystemExit
+                # Its descriptors close before the kernel sends this process its parent-death signal, so
+                # the end of stream may come first: the session ends here as the signal would end it (a
+                # plain exit would leave a worker a command stops just now stopped for good).
+                end_session(0)
             request = parse_request(data, ancillary, flags, supervisor, os.getuid())
             if request.refused is not None:
                 for fd in request.fds:

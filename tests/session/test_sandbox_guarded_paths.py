@@ -3,7 +3,8 @@ nothing the command wrote, and the agent-control files the command created are n
 or editor reads them. Each attack of the list a real git would follow — a hook, ``core.fsmonitor`` in the
 config, ``.git`` renamed aside and built again, ``.git/commondir`` pointing at a config the command wrote,
 ``.git`` replaced by a ``gitdir:`` file or a link, hooks created where none existed, ``.github`` renamed
-aside, ``.claude/settings.json``, ``.mcp.json`` and ``.vscode/tasks.json`` created — in a real sandbox of
+aside, ``.claude/settings.json``, ``.mcp.json``, ``.vscode/tasks.json``, ``.envrc``, a ``.cursor`` rule
+and ``AGENTS.md`` created (the attacks: tests/helpers/git_attacks.py) — in a real sandbox of
 each kind this machine has: the mount view (root), Landlock alone, and bwrap. Each payload would create a
 marker file; the test runs git itself, outside, and looks for it. The pure parts (which paths, what may stay,
 the ledger) are tests/unit/test_sandbox_guarded.py."""
