@@ -43,6 +43,13 @@ class JobInput:
         self._wake.set()
         return True
 
+    def close(self) -> None:
+        """Take no more input: what is queued is dropped, and the pump ends."""
+        self.closed = True
+        self._chunks.clear()
+        self.queued = 0
+        self._wake.set()
+
     async def pump(self, fd: int, *, close_at_eof: bool) -> None:
         """Write what is queued to ``fd`` (non-blocking) until the end of input is written or the command
         reads no more; with ``close_at_eof`` (a pipe's end, owned here) ``fd`` is closed when it returns."""
@@ -64,7 +71,7 @@ class JobInput:
                         self._chunks.popleft()
                     else:
                         self._chunks[0] = chunk[n:]
-                if self.eof:
+                if self.eof or self.closed:
                     return
                 self._wake.clear()
                 await self._wake.wait()

@@ -47,3 +47,10 @@ def test_feeding_from_offsets_skips_what_was_fed_and_starts_afresh_after_a_gap()
 def test_a_screen_is_bounded(rows, cols):
     with pytest.raises(ValueError):
         Screen(rows, cols)
+
+
+def test_what_the_emulator_cannot_take_never_fails_a_feed():
+    screen = Screen(2, 10)
+    screen.feed(b"\x1b[>4;2m")  # xterm's modifyOtherKeys, as vim sends it
+    screen.feed(b"ok")
+    assert screen.render()["lines"][0] == "ok"

@@ -4,7 +4,9 @@ Promise: a :class:`Screen` of ``rows`` x ``cols`` (within :data:`MAX_ROWS` x :da
 the bytes a program wrote to its terminal, in order and in pieces of any size (a UTF-8 character or an
 escape sequence split between pieces is joined), and :meth:`Screen.render` returns its rows of text
 (trailing spaces removed), the cursor's position (0-based) and whether the program switched to the
-alternate screen (full-screen programs such as ``vim``, ``less`` and ``top`` do). Feeding work is
+alternate screen (full-screen programs such as ``vim``, ``less`` and ``top`` do). Whatever the program
+writes, feeding never fails: a sequence the emulator cannot take restarts its parser (the screen is then
+``incomplete``). Feeding work is
 bounded by what is fed: the caller feeds only the bytes its output store retained
 (:meth:`Screen.feed_from`: a gap — bytes evicted before they were fed — starts the screen afresh from
 the oldest retained byte, and says so in ``incomplete``). ``pyte`` is imported on the first screen,
@@ -32,7 +34,7 @@ class Screen:
             raise ValueError(f"a screen is 1..{MAX_ROWS} rows by 1..{MAX_COLS} columns")
         self.rows, self.cols = rows, cols
         self._pyte = pyte
-        self._screen = pyte.Screen(cols, rows)
+        self._screen = _screen_class(pyte)(cols, rows)
         self._stream = pyte.ByteStream(self._screen)
         self.fed = 0  # absolute offset one past the last byte fed
         self.incomplete = False  # output was evicted before it was fed: the screen starts after a gap
@@ -40,13 +42,17 @@ class Screen:
 
     def feed(self, data: bytes) -> None:
         self._watch_alternate(data)
-        self._stream.feed(data)
+        try:
+            self._stream.feed(data)
+        except Exception:  # a sequence the emulator chokes on: its parser is spent, start a new one
+            self._stream = self._pyte.ByteStream(self._screen)
+            self.incomplete = True
         self.fed += len(data)
 
     def feed_from(self, offset: int, data: bytes) -> None:
         """Feed ``data``, which begins at absolute ``offset`` of the program's output."""
         if offset > self.fed:  # a gap: what the screen showed is unknown, start afresh
-            self._screen = self._pyte.Screen(self.cols, self.rows)
+            self._screen = _screen_class(self._pyte)(self.cols, self.rows)
             self._stream = self._pyte.ByteStream(self._screen)
             self.incomplete = True
             self.fed = offset
@@ -68,6 +74,22 @@ class Screen:
         return {"rows": self.rows, "cols": self.cols, "lines": lines,
                 "cursor": {"row": self._screen.cursor.y, "col": self._screen.cursor.x},
                 "alternate_screen": self.alternate, "incomplete": self.incomplete}
+
+
+_SCREEN_CLASS: list[Any] = []
+
+
+def _screen_class(pyte: Any) -> Any:
+    """pyte's screen, which ignores the private SGR sequences (``CSI > ... m``, xterm's modifyOtherKeys:
+    vim sends them) that pyte 0.8 passes to a method that does not take them."""
+    if not _SCREEN_CLASS:
+        class PrivateSgrScreen(pyte.Screen):  # type: ignore[misc]
+            def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
+                if not private:
+                    super().select_graphic_rendition(*attrs)
+
+        _SCREEN_CLASS.append(PrivateSgrScreen)
+    return _SCREEN_CLASS[0]
 
 
 SCREEN_SCHEMA: dict[str, Any] = {
