@@ -188,8 +188,8 @@ def test_terminal_options_where_they_do_not_apply_are_invalid(open_session, inva
     assert not r.ok and r.error.code == "invalid_input"
 
 
-def test_closing_the_session_leaves_no_process_of_a_terminal_job(open_session, leftovers):
-    session = open_session()
+def test_closing_the_session_leaves_no_process_of_a_terminal_job(open_session, leftovers, containment):
+    session = open_session({"runtime": {"containment": containment}})
     job = start(session, "exec bash --norc -i")
     assert write(session, job, "sleep 300 &\n").ok
     assert write(session, job, "setsid sleep 301 &\n").ok
