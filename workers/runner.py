@@ -280,6 +280,9 @@ def _posix_spawn(spec: ProcessSpec, write_fd: int, stdin_fd: int | None = None) 
     stdin_action = ((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if stdin_fd is None
                     else (os.POSIX_SPAWN_DUP2, stdin_fd, 0))
     if spec.stdin == "tty":
+        if not os.access(SETSID, os.X_OK):
+            raise ToolError(ErrorCode.IO_ERROR, f"a terminal job is started through {SETSID} (util-linux), which "
+                                                "this machine lacks; nothing was started", {"executable": SETSID})
         # setsid(1) makes its own session (it is not a group leader: no fork) and takes the terminal on
         # stdin as the session's controlling terminal, then runs the command as the same process.
         executable, argv = SETSID, [SETSID, "--ctty", executable, *argv[1:]]

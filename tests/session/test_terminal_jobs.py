@@ -45,8 +45,8 @@ def test_a_stdin_over_its_bound_is_refused_before_anything_runs(open_session, wo
     assert not (workspace / "ran").exists()
 
 
-def test_python_i_computes_what_is_typed(open_session):
-    session = open_session()
+def test_python_i_computes_what_is_typed(open_session, containment):
+    session = open_session({"runtime": {"containment": containment}})  # a job host, or a worker of its own
     job = start(session, "exec python3 -i -q")
     assert ">>> " in job_output_until(session, job, ">>> ")
     r = write(session, job, "print(6*7)\n")
