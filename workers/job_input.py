@@ -5,7 +5,9 @@ Promise: a :class:`JobInput` holds at most ``limit`` bytes not yet written (:met
 more, and the write is lost as a whole, never in part); :meth:`JobInput.pump` writes them, in order, to a
 non-blocking descriptor without ever blocking the loop (it waits until the descriptor is writable), and
 closes a pipe's end once an end of input was put and everything before it written. A command that no
-longer reads (the descriptor fails: ``EPIPE``, ``EIO``) ends the pump; what was queued is dropped. The
+longer reads (the descriptor fails: ``EPIPE``, ``EIO``) ends the pump; what was queued is dropped; so
+does, on a terminal, a special character (erase, kill...) mapped to a printable one
+(:func:`terminal_keeps_its_keys`), since the line a shell runs would then not be the one judged. The
 queue of the call or job the current task serves is :data:`INPUT` (set per task, like the runner's
 ``SCOPE``): the runner pumps it into a command started with ``stdin`` ``"pipe"`` or ``"tty"``.
 """
@@ -15,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import termios
 from collections import deque
+from collections.abc import Callable
 
 DEFAULT_LIMIT = 1 << 20
 
@@ -50,15 +54,18 @@ class JobInput:
         self.queued = 0
         self._wake.set()
 
-    async def pump(self, fd: int, *, close_at_eof: bool) -> None:
+    async def pump(self, fd: int, *, close_at_eof: bool, fit: Callable[[int], bool] | None = None) -> None:
         """Write what is queued to ``fd`` (non-blocking) until the end of input is written or the command
-        reads no more; with ``close_at_eof`` (a pipe's end, owned here) ``fd`` is closed when it returns."""
+        reads no more; with ``close_at_eof`` (a pipe's end, owned here) ``fd`` is closed when it returns.
+        ``fit``, asked before each write, may end the input instead (:func:`terminal_keeps_its_keys`)."""
         loop = asyncio.get_running_loop()
         owned = close_at_eof
         try:
             while True:
                 while self._chunks:
                     chunk = self._chunks[0]
+                    if fit is not None and not fit(fd):
+                        return
                     try:
                         n = os.write(fd, chunk)
                     except BlockingIOError:
@@ -95,6 +102,28 @@ async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
         await ready
     finally:
         loop.remove_writer(fd)
+
+
+# The terminal's special characters a shell's line editing follows (readline binds them too).
+_SPECIAL = tuple(getattr(termios, name) for name in (
+    "VERASE", "VKILL", "VWERASE", "VLNEXT", "VREPRINT", "VINTR", "VQUIT", "VSUSP", "VEOF", "VEOL", "VEOL2",
+    "VDISCARD", "VSTART", "VSTOP") if hasattr(termios, name))
+
+
+def terminal_keeps_its_keys(fd: int) -> bool:
+    """Whether the terminal (its master ``fd``) still edits lines with control characters only: a
+    command that mapped one of its special characters to a printable one (``stty kill z``) would make a
+    typed letter edit the line, so what the shell runs would not be what Peon judged — its input ends."""
+    try:
+        special = termios.tcgetattr(fd)[6]
+    except (termios.error, OSError):
+        return False
+    for index in _SPECIAL:
+        value = special[index]
+        code = value[0] if isinstance(value, bytes) and value else value if isinstance(value, int) else 0
+        if 0x20 <= code < 0x7F or code >= 0x80:
+            return False
+    return True
 
 
 # The input of the call or job the current task serves (None: its commands read /dev/null or their data).

@@ -65,7 +65,7 @@ from peon.core.output.terminal import clean_terminal_text, newest_lines
 from peon.core.output.truncation import BoundedText, HeadTail
 
 from peon.workers import proctree
-from peon.workers.job_input import INPUT, JobInput
+from peon.workers.job_input import INPUT, JobInput, terminal_keeps_its_keys
 from peon.workers.limits import CgroupProbe, ResourceLimits, TreeProbe, probe_for, watch as watch_limits
 from peon.workers.reaper import REAPER, wait_children_gone
 
@@ -469,7 +469,9 @@ def _feed(spec: ProcessSpec, input_fd: int) -> asyncio.Task[None]:
         queue = JobInput(len(spec.stdin_data), spec.stdin_data, eof=True)
     else:
         queue = INPUT.get() or JobInput(eof=True)  # no queue: an input that has ended
-    return asyncio.get_running_loop().create_task(queue.pump(input_fd, close_at_eof=spec.stdin != "tty"))
+    tty = spec.stdin == "tty"
+    return asyncio.get_running_loop().create_task(
+        queue.pump(input_fd, close_at_eof=not tty, fit=terminal_keeps_its_keys if tty else None))
 
 
 def _close(*fds: int | None) -> None:

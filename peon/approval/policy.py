@@ -16,7 +16,9 @@ Promises:
   allow rule and nothing in the line is dynamic, writes outside the workspace or carries arguments
   that make a program unsafe (:mod:`peon.approval.rules`);
 * a line typed into a shell (``job_write``: the details' ``typed_command``) is a ``bash`` command: the
-  command rules, and every rule of the ``bash`` tool, judge it as they judge ``bash``'s ``command``;
+  deny and ask command rules, and every rule of the ``bash`` tool, judge it as they judge ``bash``'s
+  ``command``; command allow rules and prefix grants never allow it — what the line runs also depends
+  on the shell's state (its aliases, functions, directory), which Peon does not see;
 * rules marked ``tighten_only`` (every rule from a project file) can make a decision stricter, never
   looser;
 * :func:`parse_answer` turns whatever an approver sent into an :class:`Answer`; anything malformed is a
@@ -296,8 +298,8 @@ class ApprovalPolicy:
         ``analysis``: the tool's analysis of the call's ``command``, if it made one (see :func:`analysis_of`)."""
         args = _input_fields(request.canonical_input)
         command = _command_of(args, request)
-        if command is None or not any(r.matches_call(request, args)
-                                      for r in (*self._allow_command_rules, *self.prefix_grants)):
+        if command is None or _typed(request) or not any(r.matches_call(request, args)
+                                                         for r in (*self._allow_command_rules, *self.prefix_grants)):
             return Questions()
         asked = questions(rebased(analysis_of(command, analysis), _call_directory(request)))
         readable = sandbox_readable(request)
@@ -325,7 +327,7 @@ class ApprovalPolicy:
             elif candidate.decision != "allow" and _any_segment(candidate, analysis):
                 matched.append((candidate.decision, candidate.describe() + _opaque_note(candidate, analysis)))
         note = ""
-        if analysis is not None:
+        if analysis is not None and not _typed(request):  # a shell's state (aliases, functions, cwd) is unseen
             covered, note = self._covered_by_allow_rules(request, args, rebased(analysis, _call_directory(request)),
                                                          facts, self._allow_command_rules)
             if covered is not None:
@@ -476,7 +478,7 @@ class Answer:
 
 def offered_scopes(request: ApprovalRequest) -> tuple[Scope, ...]:
     """The scopes an approver may answer ``request`` with: ``prefix`` only for a call with a command."""
-    if _command_of(_input_fields(request.canonical_input), request) is None:
+    if _command_of(_input_fields(request.canonical_input)) is None:
         return SCOPES
     return GRANT_SCOPES
 

@@ -20,6 +20,10 @@ Promise: text typed into a shell is a command, judged exactly as a ``bash`` comm
 * Lines the shell has not finished reading (an open quote, a ``\\`` at the end, an unfinished ``if``
   or here-document: the analysis could not parse them) are *carried*: the next submitted lines are
   judged together with them, as the shell will run them, up to :data:`MAX_CARRY_CHARS`.
+* the terminal's own special characters are the defaults this follows: the worker writes nothing to a
+  terminal whose special characters were mapped to printable ones
+  (:func:`peon.workers.job_input.terminal_keeps_its_keys`); command allow rules never allow a typed
+  line (:mod:`peon.approval.policy`): the shell's state, unseen, decides what it runs too;
 * :func:`shell_input_note_cleared` takes back, for a job whose input Peon controls, the one thing a
   lone shell (``bash -i``) is opaque for — that it reads its commands from its input — since every
   line written to it is judged as above.

@@ -139,6 +139,20 @@ def test_a_deny_rule_holds_for_a_line_typed_into_bash_i(open_session, workspace)
     assert (workspace / "target").is_dir()
 
 
+def test_a_terminal_that_edits_with_a_printable_key_takes_no_more_input(open_session, workspace):
+    (workspace / "target").mkdir()
+    session = open_session({"approval": {"rules": [{"tool": "bash", "command_prefix": "rm -rf", "decision": "deny"}]}})
+    job = start(session, "exec bash --norc -i")
+    assert write(session, job, "stty kill z; echo set=$?\n").ok
+    assert "set=0" in job_output_until(session, job, "set=")
+    # Judged as an echo; with "z" killing the line the shell would run rm -rf: it is never written.
+    write(session, job, "echo zrm -rf target\n", wait_seconds=1)
+    wait_for(lambda: not write(session, job, "").ok)
+    refused = write(session, job, "echo more\n")
+    assert not refused.ok and refused.error.code == "no_input"
+    assert (workspace / "target").is_dir()
+
+
 def test_an_ask_rule_asks_for_a_typed_line_and_the_approver_sees_it(open_session, workspace):
     asked = []
 

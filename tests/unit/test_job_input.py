@@ -49,3 +49,21 @@ def test_a_command_that_reads_no_more_closes_the_input():
 
     queue = asyncio.run(scenario())
     assert queue.closed and queue.queued == 0 and not queue.put(b"more")
+
+
+def test_a_terminal_whose_special_character_became_printable_takes_no_more_input():
+    import termios
+
+    from peon.workers.job_input import terminal_keeps_its_keys
+
+    master, slave = os.openpty()
+    try:
+        assert terminal_keeps_its_keys(master)
+        attributes = termios.tcgetattr(slave)
+        attributes[6][termios.VKILL] = b"z"  # stty kill z: a typed "z" would discard the line
+        termios.tcsetattr(slave, termios.TCSANOW, attributes)
+        assert not terminal_keeps_its_keys(master)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert not terminal_keeps_its_keys(master)  # a closed descriptor: no more input either
