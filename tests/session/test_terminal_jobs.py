@@ -105,7 +105,7 @@ def test_a_stdin_pipe_job_reads_what_is_written_until_the_end_of_input(open_sess
 @pytest.mark.skipif(shutil.which("vim") is None, reason="vim is not installed")
 def test_vim_edits_a_file_and_its_screen_shows_before_it_writes(open_session, workspace):
     session = open_session()
-    job = start(session, "exec vim -u NONE -N f.txt", rows=10, cols=40)
+    job = start(session, "exec vim -u NONE f.txt", rows=10, cols=40)
     wait_for(lambda: '"f.txt"' in "".join(screen_of(session, job)["lines"]), timeout=20)
     assert write(session, job, keys=["i", "hello", "Escape"]).ok
     wait_for(lambda: screen_of(session, job)["lines"][0] == "hello", timeout=20)
