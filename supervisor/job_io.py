@@ -15,7 +15,9 @@ Promises:
   input written, closes the input for good: every later write is ``no_input``;
 * a terminal job's screen is rendered from the output store's retained bytes
   (:class:`peon.core.output.screen.Screen`), fed incrementally while the job runs and at most
-  :data:`MAX_SCREEN_FEED_BYTES` per look (older output is skipped, and the screen says ``incomplete``).
+  :data:`MAX_SCREEN_FEED_BYTES` per look (older output is skipped, and the screen says ``incomplete``);
+  the emulator is pure Python and slow (about 0.1-0.2 MB/s on a loaded machine), so it is fed in a
+  thread, one look at a time per job, and the supervisor's loop goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from peon.core.output.store import OutputStore
 from peon.workers.messages import InputMessage, encode_input
 
 MAX_PENDING_WRITES = 64
-MAX_SCREEN_FEED_BYTES = 4 << 20
+MAX_SCREEN_FEED_BYTES = 256 << 10
 _FEED_PAGE = 1 << 20
 
 
@@ -47,6 +49,7 @@ class JobIO:
     open: bool = True
     inbox: asyncio.Queue[InputMessage] = field(default_factory=lambda: asyncio.Queue(MAX_PENDING_WRITES))
     screen: Screen | None = None
+    screen_turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # one look feeds the screen at a time
 
 
 def job_io_for(call: dict[str, Any]) -> JobIO | None:
@@ -99,22 +102,35 @@ def send(job_id: str, io: JobIO, data: bytes, *, eof: bool, version: int, line: 
         io.open = False
 
 
-def render_screen(store: OutputStore, job_id: str, io: JobIO | None, size: tuple[int, int] | None) -> dict[str, Any]:
+async def render_screen(store: OutputStore, job_id: str, io: JobIO | None,
+                        size: tuple[int, int] | None) -> dict[str, Any]:
     """The screen of a terminal job: ``io``'s, fed up to the newest byte, or for an ended one (``size``)
     a fresh one fed the newest retained bytes."""
-    screen = io.screen if io is not None else None
-    if screen is None:
-        rows, cols = (io.rows, io.cols) if io is not None else size or (DEFAULT_ROWS, DEFAULT_COLS)
-        screen = Screen(rows, cols)
-        if io is not None:
-            io.screen = screen
+    if io is None:
+        rows, cols = size or (DEFAULT_ROWS, DEFAULT_COLS)
+        return await asyncio.to_thread(_fed, Screen(rows, cols), _pending(store, job_id, 0))
+    async with io.screen_turn:
+        if io.screen is None:
+            io.screen = Screen(io.rows, io.cols)
+        return await asyncio.to_thread(_fed, io.screen, _pending(store, job_id, io.screen.fed))
+
+
+def _pending(store: OutputStore, job_id: str, fed: int) -> list[tuple[int, bytes]]:
+    """The retained output past ``fed``, at most its newest :data:`MAX_SCREEN_FEED_BYTES` (read here, on
+    the loop: the store is the loop's)."""
     first = store.read(job_id, 0, 0)
-    total = first.total_bytes
-    offset = max(screen.fed, first.retained_from, total - MAX_SCREEN_FEED_BYTES)
-    while offset < total:
+    offset = max(fed, first.retained_from, first.total_bytes - MAX_SCREEN_FEED_BYTES)
+    pages = []
+    while offset < first.total_bytes:
         page = store.read(job_id, offset, _FEED_PAGE)
         if not page.data:
             break
-        screen.feed_from(page.offset, page.data)
+        pages.append((page.offset, page.data))
         offset = page.next_offset
+    return pages
+
+
+def _fed(screen: Screen, pages: list[tuple[int, bytes]]) -> dict[str, Any]:
+    for offset, data in pages:
+        screen.feed_from(offset, data)
     return screen.render()

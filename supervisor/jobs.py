@@ -366,12 +366,12 @@ class JobTable:
         assert io is not None
         job_io.send(job.id, io, data, eof=eof, version=version, line=line, carry=carry)
 
-    def screen(self, job_id: str) -> dict[str, Any] | None:
+    async def screen(self, job_id: str) -> dict[str, Any] | None:
         job = self._job(job_id)
         io = job.io if isinstance(job, Job) and job.state == "running" else None
         if job.screen_size is None:
             return None
-        return job_io.render_screen(self.store, job.id, io, job.screen_size)
+        return await job_io.render_screen(self.store, job.id, io, job.screen_size)
 
 
 def _describe(job: Job | JobRecord) -> JobInfo:

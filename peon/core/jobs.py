@@ -104,7 +104,7 @@ class JobsAccess(Protocol):
         """Send ``data`` (then, with ``eof``, the end of input) to the job's command, if its input is
         still at ``version``; the shell's line and unfinished command are then ``line`` and ``carry``."""
 
-    def screen(self, job_id: str) -> dict[str, Any] | None:
+    async def screen(self, job_id: str) -> dict[str, Any] | None:
         """A terminal job's screen (:meth:`peon.core.output.screen.Screen.render`); None for another job."""
 
 

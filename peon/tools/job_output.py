@@ -96,7 +96,7 @@ class JobOutputTool(Tool):
         page = jobs.read(job_id, offset, int(args.get("limit") or DEFAULT_PAGE_BYTES))
         value = page_value(page, raw=bool(args.get("raw")), clean=jobs.clean_output, finished=info.state != "running")
         if args.get("screen"):
-            screen = jobs.screen(job_id)
+            screen = await jobs.screen(job_id)
             if screen is None:
                 raise ToolError(ErrorCode.INVALID_INPUT, f"job {job_id} has no terminal (screen: true is for a bash "
                                                          "job started with tty: true)", {"job_id": job_id})

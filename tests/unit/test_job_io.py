@@ -68,13 +68,28 @@ def test_the_end_of_input_closes_it_and_a_terminal_sends_no_pipe_eof():
 
 
 def test_a_terminal_jobs_screen_is_fed_incrementally_from_the_store():
-    store = OutputStore(1 << 20, 1 << 20)
-    store.open("job-1")
-    io = job_io.job_io_for(record("python3 -i", {"kind": "tty", "rows": 3, "cols": 20}))
-    store.append("job-1", b">>> print(6*7)\r\n")
-    assert job_io.render_screen(store, "job-1", io, (3, 20))["lines"][0] == ">>> print(6*7)"
-    store.append("job-1", b"42\r\n>>> ")
-    shown = job_io.render_screen(store, "job-1", io, (3, 20))
-    assert shown["lines"] == [">>> print(6*7)", "42", ">>>"] and shown["cursor"] == {"row": 2, "col": 4}
-    ended = job_io.render_screen(store, "job-1", None, (3, 20))  # an ended job: a fresh screen, same text
-    assert ended["lines"] == shown["lines"]
+    async def scenario() -> None:
+        store = OutputStore(1 << 20, 1 << 20)
+        store.open("job-1")
+        io = job_io.job_io_for(record("python3 -i", {"kind": "tty", "rows": 3, "cols": 20}))
+        store.append("job-1", b">>> print(6*7)\r\n")
+        assert (await job_io.render_screen(store, "job-1", io, (3, 20)))["lines"][0] == ">>> print(6*7)"
+        store.append("job-1", b"42\r\n>>> ")
+        shown = await job_io.render_screen(store, "job-1", io, (3, 20))
+        assert shown["lines"] == [">>> print(6*7)", "42", ">>>"] and shown["cursor"] == {"row": 2, "col": 4}
+        assert io.screen is not None and io.screen.fed == store.read("job-1", 0, 0).total_bytes
+        ended = await job_io.render_screen(store, "job-1", None, (3, 20))  # ended: a fresh screen, same text
+        assert ended["lines"] == shown["lines"]
+
+    asyncio.run(scenario())
+
+
+def test_a_flood_is_rendered_from_its_newest_bytes_only():
+    async def scenario() -> dict:
+        store = OutputStore(8 << 20, 8 << 20)
+        store.open("job-1")
+        store.append("job-1", b"x" * (job_io.MAX_SCREEN_FEED_BYTES * 2) + b"\r\nlast")
+        return await job_io.render_screen(store, "job-1", None, (2, 10))
+
+    shown = asyncio.run(scenario())
+    assert shown["incomplete"] and shown["lines"][-1] == "last"
