@@ -108,6 +108,9 @@ class JobWriteTool(Tool):
                             f"job {job_id}'s input changed since this write was approved (another write came "
                             "first); nothing was written", {"job_id": job_id})
         data, typed = _what_is_typed(args, state, ctx.session)
+        if (typed.command if typed is not None else None) != ctx.approved.get("typed_command"):
+            raise ToolError(ErrorCode.CHANGED_SINCE_APPROVAL, f"the line this write would make job {job_id}'s shell "
+                            "run is not the one approved; nothing was written", {"job_id": job_id})
         start = jobs.info(job_id).output_bytes
         line, carry = (typed.after.line, typed.after.carry) if typed is not None else (state.line, state.carry)
         jobs.write(job_id, data, eof=bool(args.get("eof")), version=state.version, line=line, carry=carry)
