@@ -8,9 +8,10 @@ channel or died before a result, or broke the channel's protocol: ``details.reas
 break, the supervisor has already killed the worker with its whole tree; a worker that closed its channel
 is given :data:`~peon.supervisor.worker_handle.EXIT_WAIT_SECONDS` to exit before it is killed too.
 The supervisor decides; the worker may crash at any point and is believed about nothing but its own
-result. While the exchange lasts, ``progress`` goes to its callback, ``output`` and ``spawned`` to the
-call's job (a call that streams nothing and sends them broke protocol), and a cancel of the call is
-forwarded to the worker at once (:func:`forward_cancel`, which the job host's link uses too).
+result. While the exchange lasts, ``progress`` goes to its callback, ``output``, ``spawned`` and
+``input_closed`` to the call's job (a call that streams nothing and sends them broke protocol), a cancel
+of the call is forwarded to the worker at once (:func:`forward_cancel`, which the job host's link uses
+too), and so is a background job's input (:func:`forward_input`, likewise).
 
 What happens to the worker after the reply (served again, retired, killed) is the pool's to decide.
 """
@@ -23,7 +24,14 @@ from typing import Any
 
 from peon.core.cancel import Deadline
 from peon.core.errors import ErrorCode, error_reply as _failure  # made up here: no ``op``, not from a worker
-from peon.workers.messages import CallMessage, CancelMessage, OutputStreaming, ProtocolError, WorkerMessage
+from peon.workers.messages import (
+    CallMessage,
+    CancelMessage,
+    InputMessage,
+    OutputStreaming,
+    ProtocolError,
+    WorkerMessage,
+)
 from peon.workers.reaper import describe_exitcode
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
@@ -62,6 +70,7 @@ async def converse(worker: WorkerHandle, call: dict[str, Any], deadline: Deadlin
             cancel: CancelMessage = {"op": "cancel", "reason": CANCEL_REASON}
             cancel_watch = asyncio.get_running_loop().create_task(
                 forward_cancel(worker, cancel, cancelled, scope, grace_seconds))
+            inputs = forward_input(worker, call.get("inbox"))
             try:
                 await worker.send(message)
                 while True:
@@ -70,7 +79,7 @@ async def converse(worker: WorkerHandle, call: dict[str, Any], deadline: Deadlin
                         return await crashed(worker, tool, containment, fate)
                     if received["op"] == "result":
                         return dict(received)
-                    if received["op"] in ("output", "spawned"):
+                    if received["op"] in ("output", "spawned", "input_closed"):
                         if on_event is None:
                             raise ProtocolError(f"the worker sent {received['op']} for a call that streams nothing")
                         on_event(received)
@@ -78,6 +87,8 @@ async def converse(worker: WorkerHandle, call: dict[str, Any], deadline: Deadlin
                     await on_progress(dict(received))
             finally:
                 cancel_watch.cancel()
+                if inputs is not None:
+                    inputs.cancel()
     except TimeoutError:
         containment.kill_tree(worker.pid, worker.slot)
         return _failure(
@@ -94,7 +105,20 @@ async def converse(worker: WorkerHandle, call: dict[str, Any], deadline: Deadlin
         return await crashed(worker, tool, containment, fate)
 
 
-async def send_quietly(worker: WorkerHandle, message: CancelMessage) -> None:
+def forward_input(worker: WorkerHandle, inbox: asyncio.Queue[InputMessage] | None) -> asyncio.Task[None] | None:
+    """A background job's input (its ``inbox``, filled by :meth:`peon.supervisor.jobs.JobTable.write`)
+    sent to the worker or job host that runs it, in order, until the task is cancelled; None without one."""
+    if inbox is None:
+        return None
+
+    async def forward() -> None:
+        while True:
+            await send_quietly(worker, await inbox.get())
+
+    return asyncio.get_running_loop().create_task(forward())
+
+
+async def send_quietly(worker: WorkerHandle, message: CancelMessage | InputMessage) -> None:
     """Send ``message``; a worker that is gone is not told (whoever reads its channel learns it)."""
     try:
         await worker.send(message)

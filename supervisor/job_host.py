@@ -5,7 +5,8 @@ Promise: :meth:`JobHostLink.run` gives one job to the host and returns exactly o
 deadline + the worker grace (+ the cancel grace once a cancel was forwarded), whatever the host does:
 the job's ``result``, or an error saying why the host failed. The supervisor owns the host and decides
 its fate; the host may crash, and is trusted only as a worker is. Its channel is read by a task of
-the link: each job's ``output`` and ``spawned`` go to that job's callback, its ``result`` to its run.
+the link: each job's ``output``, ``spawned`` and ``input_closed`` go to that job's callback, its input
+goes to the host as it is written, its ``result`` to its run.
 A protocol break, the host's death, a stop (seen within :data:`JOB_HOST_WATCH_SECONDS` while it runs
 jobs) or a job left unanswered past its deadline + grace end it (:meth:`JobHostLink.fail`): it is killed
 with its whole tree and every running job's cgroup, and each job it ran ends failed with a stable code
@@ -37,7 +38,7 @@ from peon.workers.messages import CancelMessage, ProtocolError, WorkerMessage, p
 from peon.workers.reaper import describe_exitcode
 
 from peon.supervisor.containment import Containment, retry_release
-from peon.supervisor.conversation import CANCEL_REASON, call_message, forward_cancel, send_quietly
+from peon.supervisor.conversation import CANCEL_REASON, call_message, forward_cancel, forward_input, send_quietly
 from peon.supervisor.tasks import HeldTasks
 from peon.supervisor.worker_handle import WorkerHandle
 
@@ -87,10 +88,13 @@ class JobHostLink:
             async with asyncio.timeout_at(deadline.at + self.grace_seconds) as scope:
                 cancel_watch = loop.create_task(forward_cancel(self.worker, cancel, cancelled, scope,
                                                                self.grace_seconds))
+                inputs = forward_input(self.worker, call.get("inbox"))
                 try:
                     return await asyncio.shield(result)
                 finally:
                     cancel_watch.cancel()
+                    if inputs is not None:
+                        inputs.cancel()
         except TimeoutError:
             if not result.done():
                 self.fail(ErrorCode.WORKER_HUNG,
@@ -131,7 +135,7 @@ class JobHostLink:
                         result.set_result(reply)
                     if not self.jobs:
                         self._retire = asyncio.get_running_loop().call_later(JOB_HOST_LINGER_SECONDS, self.retire)
-                elif message["op"] in ("output", "spawned"):
+                elif message["op"] in ("output", "spawned", "input_closed"):
                     on_event(message)
         except ProtocolError as exc:
             self.fail(ErrorCode.WORKER_CRASHED,

@@ -31,6 +31,9 @@ Promises:
   signal through the forkserver and the session's cgroup is killed;
 * a job that ended without its command's result (its host or worker failed) keeps the error that
   says why (``error`` in ``job_list``);
+* a background job that takes input (``tty`` or ``stdin: "pipe"``) is written to through
+  :meth:`JobTable.write` — its input side is :mod:`peon.supervisor.job_io`'s — and its writes go to the
+  worker or job host that runs it in order, beside the call (the call record's ``inbox``);
 * at most :data:`MAX_JOB_RECORDS` job records are kept; past that, the oldest ended job is forgotten
   (its output too). A record holds its job's state and output ring, not its call's result: what the
   supervisor holds of a session's output stays within the store's bounds however many calls it makes.
@@ -51,13 +54,14 @@ from typing import TYPE_CHECKING, Any
 
 from peon.core.cancel import Deadline
 from peon.core.errors import ErrorCode, ToolError, error_reply
-from peon.core.jobs import JobInfo, JobState
+from peon.core.jobs import InputState, JobInfo, JobState
 from peon.core.output.store import OutputRing, OutputStore, Page, open_spill_file
 from peon.core.output.terminal import clean_terminal_text
 from peon.core.output.truncation import HeadTail
 from peon.workers.messages import OutputMessage, ProtocolError, WorkerMessage
 from peon.workers.runner import CANCEL_GRACE_SECONDS
 
+from peon.supervisor import job_io
 from peon.supervisor.tasks import first
 
 if TYPE_CHECKING:
@@ -97,6 +101,7 @@ class JobRecord:
     timed_out: bool = False
     ended_at: float | None = None
     error: dict[str, Any] | None = None  # why it ended without its command's result (its host failed...)
+    screen_size: tuple[int, int] | None = None  # a terminal job's (rows, cols)
 
     def record(self) -> JobRecord:
         """This job's record, without what only running needed."""
@@ -115,6 +120,7 @@ class Job(JobRecord):
     reply: dict[str, Any] | None = None
     awaiting_reply: bool = False
     task: asyncio.Task[None] | None = None
+    io: job_io.JobIO | None = None  # its input side, when it takes input
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def notify(self) -> None:
@@ -204,7 +210,10 @@ class JobTable:
         args = call["args"]
         job = self.new(str(call["id"]), call["tool"], command_of(args), background=True)
         job.awaiting_reply = True  # until this call is answered: a job that ends by then answers it
-        message = {**call, "id": job.id, "progress": False, "stream": "live"}
+        job.io = job_io.job_io_for(call)
+        job.screen_size = (job.io.rows, job.io.cols) if job.io is not None and job.io.kind == "tty" else None
+        message = {**call, "id": job.id, "progress": False, "stream": "live",
+                   "inbox": job.io.inbox if job.io is not None else None}
         job.task = asyncio.get_running_loop().create_task(self._supervise(job, message, deadline))
         try:
             await first(job.spawned.wait(), job.ended.wait(), cancelled.wait())
@@ -257,6 +266,10 @@ class JobTable:
         """The pool's callback for the job's ``output`` and ``spawned`` messages."""
 
         def handle(message: WorkerMessage) -> None:
+            if message["op"] == "input_closed":
+                if job.io is not None:
+                    job.io.open = False
+                return
             if message["op"] == "spawned":
                 if job.background and not job.spawned.is_set():
                     self._audit("job_started", job)
@@ -340,6 +353,25 @@ class JobTable:
             job.cancelled.set()
             await asyncio.wait([job.task], timeout=CANCEL_GRACE_SECONDS + self.grace_seconds + STOP_MARGIN_SECONDS)
         return self.info(job_id)
+
+    def input_state(self, job_id: str) -> InputState:
+        job = self._job(job_id)
+        io = job.io if isinstance(job, Job) else None
+        return job_io.input_state(job.id, job.command, job.state == "running", io)
+
+    def write(self, job_id: str, data: bytes, *, eof: bool, version: int, line: str | None, carry: str) -> None:
+        job = self._job(job_id)
+        io = job.io if isinstance(job, Job) else None
+        job_io.input_state(job.id, job.command, job.state == "running", io)  # still open, still running
+        assert io is not None
+        job_io.send(job.id, io, data, eof=eof, version=version, line=line, carry=carry)
+
+    async def screen(self, job_id: str) -> dict[str, Any] | None:
+        job = self._job(job_id)
+        io = job.io if isinstance(job, Job) and job.state == "running" else None
+        if job.screen_size is None:
+            return None
+        return await job_io.render_screen(self.store, job.id, io, job.screen_size)
 
 
 def _describe(job: Job | JobRecord) -> JobInfo:

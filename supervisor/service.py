@@ -42,6 +42,7 @@ from setproctitle import setproctitle
 
 from peon.core.environment import trace_context
 from peon.core.errors import ErrorCode, PeonError, ToolError, error_reply as _error
+from peon.core.jobs import serve_jobs
 from peon.approval.validation import load_validator
 from peon.workers import linux
 from peon.workers.channel import Channel, ChannelError
@@ -117,6 +118,7 @@ class Supervisor:
             limits = state.config.limits
             self.jobs = JobTable(state.config.jobs, limits.worker_grace_seconds, state.view.spill_dir,
                                  pool=self.pool, audit=_job_audit(state), output_limit=int(limits.max_output_bytes))
+            serve_jobs(self.jobs)  # job_write is approved from the job's input as it is (peon.core.jobs)
             self.server = CallServer(state, self.pool, self.jobs, self.client.send,
                                      self._notify if self.started_notices else None, self._let_go,
                                      max_parallel=int(limits.max_parallel_calls))

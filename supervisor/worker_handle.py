@@ -18,7 +18,14 @@ import os
 from peon.core.framing import encode_json
 from peon.workers import proctree
 from peon.workers.channel import ChannelError, FrameChannel
-from peon.workers.messages import CallMessage, CancelMessage, ProtocolError, WorkerMessage, parse_worker_message
+from peon.workers.messages import (
+    CallMessage,
+    CancelMessage,
+    InputMessage,
+    ProtocolError,
+    WorkerMessage,
+    parse_worker_message,
+)
 
 from peon.supervisor.forker import StartedWorker
 
@@ -75,7 +82,7 @@ class WorkerHandle:
         async with asyncio.timeout(seconds):
             return await asyncio.shield(self.exited)
 
-    async def send(self, message: CallMessage | CancelMessage) -> None:
+    async def send(self, message: CallMessage | CancelMessage | InputMessage) -> None:
         await self.channel.send(encode_json(message))
 
     async def recv(self) -> WorkerMessage | None:

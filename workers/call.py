@@ -18,7 +18,11 @@ Promises:
 * an :class:`OutputStream` sends a command's output as ``output`` messages, in order: live (a
   background job) with back-pressure on the runner, or, for a foreground call, only its newest
   ``retain`` bytes, at the end (while past 1 MiB, in an unnamed close-on-exec file);
-* a ``cancel`` on the channel, or the channel's end, cancels the call (its :class:`CancelToken`).
+* a ``cancel`` on the channel, or the channel's end, cancels the call (its :class:`CancelToken`);
+* a background job's ``input`` messages go, in order, to its input queue
+  (:class:`peon.workers.job_input.JobInput`, bounded by ``jobs.max_queued_input_bytes``), which the
+  process runner writes to its command; the first that cannot be taken (the command reads no more, or
+  the queue is full) is answered ``input_closed``, and nothing after it is taken (:func:`take_input`).
 
 Runs in a worker for each call (:mod:`peon.workers.worker`) and in the job host for each job
 (:mod:`peon.workers.job_host`), which use the same context, execution, output stream and result.
@@ -48,7 +52,15 @@ from peon.core.tool import OutputLimits, SessionView, Tool, ToolContext
 
 from peon.workers import process_state, proctree, runner
 from peon.workers.channel import FrameChannel
-from peon.workers.messages import MAX_OUTPUT_CHUNK, CallMessage, ResultMessage, WorkerErrorBody, encode_output
+from peon.workers.job_input import INPUT, JobInput
+from peon.workers.messages import (
+    MAX_OUTPUT_CHUNK,
+    CallMessage,
+    ResultMessage,
+    WorkerErrorBody,
+    encode_output,
+    parse_input,
+)
 from peon.workers.reaper import REAPER
 from peon.workers.reuse import may_offer
 from peon.workers.runner import CANCEL_GRACE_SECONDS
@@ -88,7 +100,9 @@ async def serve_call(channel: FrameChannel, data: bytes, session: SessionView, t
               else OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes), session.spill_dir)
               if stream == "end" else None)
     ctx.output = output
-    listener = asyncio.create_task(_listen(channel, token))
+    job_input = JobInput(int(session.config.jobs.max_queued_input_bytes)) if stream == "live" else None
+    INPUT.set(job_input)  # the runner feeds it to a command started with stdin "pipe" or "tty"
+    listener = asyncio.create_task(_listen(channel, token, call_id, job_input))
     tool = tools.get(tool_name)
     if tool is None:
         reply = error_result(call_id, ErrorCode.UNKNOWN_TOOL, f"this worker has no tool named {tool_name!r}")
@@ -285,7 +299,8 @@ class OutputStream:
             await asyncio.shield(self._task)
 
 
-async def _listen(channel: FrameChannel, token: CancelToken) -> None:
+async def _listen(channel: FrameChannel, token: CancelToken, call_id: str, job_input: JobInput | None) -> None:
+    closed_told = False
     while True:
         data = await channel.recv_or_end()
         if data is None:
@@ -297,6 +312,23 @@ async def _listen(channel: FrameChannel, token: CancelToken) -> None:
             continue
         if isinstance(message, dict) and message.get("op") == "cancel":
             token.cancel(str(message.get("reason") or "cancelled by the client"))
+        elif (isinstance(message, dict) and message.get("op") == "input" and not take_input(job_input, message)
+              and not closed_told):
+            closed_told = True
+            await channel.send(json.dumps({"op": "input_closed", "id": call_id}).encode())
+
+
+def take_input(job_input: JobInput | None, message: dict[str, Any]) -> bool:
+    """Queue an ``input`` message's bytes for the job's command; False when they were not taken (no
+    input, a malformed message, the command reads no more, the queue is full): then the input is closed,
+    so that no later input reaches the command past a gap."""
+    parsed = parse_input(message)
+    if job_input is None:
+        return False
+    if parsed is None or not job_input.put(*parsed):
+        job_input.close()
+        return False
+    return True
 
 
 def error_result(call_id: str, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> ResultMessage:

@@ -9,7 +9,8 @@ Promise:
   it runs the tool as a worker does (:func:`peon.workers.call.execute`: same process runner, same
   spawn path, same sandbox plan) in a task of its own, and sends the job's ``spawned``, ``output``
   (live) and one ``result``, each tagged with the job's id; a ``cancel`` naming a job cancels that
-  job only (TERM to its group, the grace, KILL);
+  job only (TERM to its group, the grace, KILL); an ``input`` naming a job goes to that job's input
+  queue only (:func:`peon.workers.call.take_input`; ``input_closed`` once it cannot take it);
 * each job's command is born in a cgroup of its own, ``job-<n>`` beside the workers' in the session's
   cgroup, with the limits a worker's call has (``memory.max``, ``pids.max``): the host moves itself
   into that cgroup around the ``posix_spawn`` and back (a child is created in its parent's cgroup, so
@@ -46,6 +47,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from setproctitle import setproctitle
 
@@ -54,9 +56,10 @@ from peon.core.errors import ErrorCode
 from peon.core.tool import SessionView, Tool
 
 from peon.workers import cgroup, limits, proctree, runner
-from peon.workers.call import OutputStream, call_context, encode_result, error_result, execute
+from peon.workers.call import OutputStream, call_context, encode_result, error_result, execute, take_input
 from peon.workers.channel import FrameChannel
 from peon.workers.exit_codes import EXIT_INTERNAL_ERROR, EXIT_NOT_STARTED
+from peon.workers.job_input import INPUT, JobInput
 from peon.workers.limits import CgroupProbe, ResourceLimits, TreeProbe
 from peon.workers.messages import CallMessage
 from peon.workers.reaper import REAPER
@@ -85,7 +88,9 @@ class RunningJob:
     and start time (clock ticks after boot), the evidence of which processes are the job's."""
 
     token: CancelToken
+    input: JobInput
     group: cgroup.Cgroup | None = None
+    input_closed_told: bool = False
     leaders: set[tuple[int, int]] = field(default_factory=set)
 
     @property
@@ -232,13 +237,23 @@ class Host:
         if not isinstance(job_id, str) or not JOB_ID.match(job_id) or job_id in self.running:
             return None  # not the supervisor's: the host ends
         token = CancelToken()
-        self.running[job_id] = RunningJob(token)
+        self.running[job_id] = RunningJob(token, JobInput(int(self.session.config.jobs.max_queued_input_bytes)))
         return asyncio.get_running_loop().create_task(self._run(message, job_id, token))
 
     def cancel(self, job_id: object, reason: str) -> None:
         entry = self.running.get(job_id) if isinstance(job_id, str) else None
         if entry is not None:  # a job already ended: a cancel that crossed its result
             entry.token.cancel(reason)
+
+    async def write(self, message: dict[str, Any]) -> None:
+        """An ``input`` message: to the job it names (one that has ended takes none), ``input_closed``
+        once it cannot take it."""
+        job_id = message.get("id")
+        entry = self.running.get(job_id) if isinstance(job_id, str) else None
+        if entry is None or take_input(entry.input, message) or entry.input_closed_told:
+            return  # a job that has ended: an input that crossed its result
+        entry.input_closed_told = True
+        await self.channel.send(json.dumps({"op": "input_closed", "id": job_id}).encode())
 
     async def _run(self, message: CallMessage, job_id: str, token: CancelToken) -> None:
         tool_name = str(message.get("tool"))
@@ -260,6 +275,7 @@ class Host:
                     self.check()  # what runs now is seen where it is, before a new cgroup may receive it
                     scope = JobScope(job.group, self.home, job)
                     runner.SCOPE.set(scope)  # this task's (and the tool's) context only
+                    INPUT.set(job.input)
                     reply = await execute(tool, message["args"], ctx)
                     if scope.members():  # whatever the tool did, nothing of the job outlives it
                         scope.kill_all()
@@ -401,6 +417,8 @@ async def host_jobs(channel: FrameChannel, session: SessionView, tools: dict[str
                 task.add_done_callback(tasks.discard)
             elif op == "cancel":
                 host.cancel(message.get("id"), str(message.get("reason") or "cancelled by the client"))
+            elif op == "input":
+                await host.write(message)
             else:
                 break
     finally:

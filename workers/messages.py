@@ -1,7 +1,7 @@
 """The messages between the supervisor and a worker, and the supervisor's check of what a worker sends.
 
 Promise (pure, no I/O): :func:`parse_worker_message` accepts exactly the messages a worker may send
-during the call it serves — a ``progress``, ``output``, ``spawned`` or ``result`` message of *that*
+during the call it serves — a ``progress``, ``output``, ``spawned``, ``input_closed`` or ``result`` message of *that*
 call id, strict UTF-8 JSON
 without lone surrogates, of the documented shape — and raises :class:`ProtocolError` with a sentence
 for anything else. The supervisor treats that error as a crashed worker: a message that fails here
@@ -16,10 +16,14 @@ one ``spawned`` (its command has started: a background job is running) messages,
 ``result``. A result with ``reuse: true`` says the worker will wait for another ``call`` on the same
 channel (:mod:`peon.workers.reuse`); without it the worker exits once the channel closes.
 
+While a background job runs the supervisor may send it ``input`` messages (the bytes for its command's
+terminal or stdin pipe, base64, and ``eof``), and the worker may answer ``input_closed`` (at most once:
+the command takes no more input, and what did not fit was dropped).
+
 The session's **job host** (:mod:`peon.workers.job_host`) is a standby whose first message is
 :data:`HOST_MESSAGE`; from then on the supervisor sends it a ``call`` per background job (each with its
 job id as ``id``) and ``cancel`` messages naming the job (``id``), and the host sends, for each job
-and tagged with its id, ``spawned``, ``output`` and exactly one ``result``, the jobs' messages
+and tagged with its id, ``spawned``, ``output``, ``input_closed`` and exactly one ``result``, the jobs' messages
 interleaved; :func:`parse_host_message` accepts exactly those of the jobs it runs.
 
 An ``output`` message is the one frame that is not JSON: command output is bulk data (base64 in JSON
@@ -32,6 +36,7 @@ of the call id, the call id (ASCII), the offset as 8 bytes big-endian, then the 
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import struct
@@ -41,10 +46,11 @@ from typing import Any, Literal, NotRequired, TypedDict
 from peon.core.errors import ErrorCode
 from peon.core.text import shorten
 
-SupervisorOp = Literal["call", "cancel", "host"]
-WorkerOp = Literal["progress", "output", "spawned", "result"]
-WORKER_OPS: frozenset[str] = frozenset(("progress", "output", "spawned", "result"))
+SupervisorOp = Literal["call", "cancel", "host", "input"]
+WorkerOp = Literal["progress", "output", "spawned", "input_closed", "result"]
+WORKER_OPS: frozenset[str] = frozenset(("progress", "output", "spawned", "input_closed", "result"))
 MAX_OUTPUT_CHUNK = 1 << 20  # bytes of command output in one ``output`` message
+MAX_INPUT_BYTES = 1 << 20  # bytes of input to a job in one ``input`` message
 OUTPUT_TAG = b"\x00"
 _OFFSET = struct.Struct(">Q")
 _ERROR_CODES = frozenset(code.value for code in ErrorCode)
@@ -65,6 +71,30 @@ class CallMessage(TypedDict):
     # (background jobs), "end" kept by the worker and sent when the command ends (foreground calls), or not
     stream: OutputStreaming | None
     trace: NotRequired[dict[str, str]]  # the caller's W3C trace context (checked), for its commands
+
+
+class InputMessage(TypedDict):
+    """Input for a running job (its command's terminal or stdin pipe), then with ``eof`` the end of it."""
+
+    op: Literal["input"]
+    id: str  # the job's
+    data: str  # base64 of at most MAX_INPUT_BYTES bytes
+    eof: bool
+
+
+def encode_input(job_id: str, data: bytes, eof: bool) -> InputMessage:
+    return {"op": "input", "id": job_id, "data": base64.b64encode(data).decode("ascii"), "eof": eof}
+
+
+def parse_input(message: dict[str, Any]) -> tuple[bytes, bool] | None:
+    """The bytes and end-of-input flag of an ``input`` message from the supervisor; None when it is not one."""
+    data, eof = message.get("data"), message.get("eof")
+    if not isinstance(data, str) or not isinstance(eof, bool) or len(data) > (MAX_INPUT_BYTES * 4) // 3 + 4:
+        return None
+    try:
+        return base64.b64decode(data, validate=True), eof
+    except ValueError:
+        return None
 
 
 class CancelMessage(TypedDict):
@@ -120,7 +150,15 @@ class SpawnedMessage(TypedDict):
     id: str
 
 
-WorkerMessage = ResultMessage | ProgressMessage | OutputMessage | SpawnedMessage
+class InputClosedMessage(TypedDict):
+    """The job's command takes no more input: it stopped reading (or exited), or left more unread than
+    ``jobs.max_queued_input_bytes``; the input that did not fit, and every later one, was dropped."""
+
+    op: Literal["input_closed"]
+    id: str
+
+
+WorkerMessage = ResultMessage | ProgressMessage | OutputMessage | SpawnedMessage | InputClosedMessage
 
 
 def encode_output(call_id: str, offset: int, data: bytes | memoryview) -> bytes:
@@ -174,8 +212,8 @@ def parse_worker_message(payload: bytes, call_id: str) -> WorkerMessage:
         _check_result(message)
     elif op == "output":
         raise ProtocolError("an output message must be a binary frame, not JSON")
-    elif op == "spawned" and set(message) != {"op", "id"}:
-        raise ProtocolError("a spawned message has unknown fields")
+    elif op in ("spawned", "input_closed") and set(message) != {"op", "id"}:
+        raise ProtocolError(f"a {op} message has unknown fields")
     return message  # type: ignore[return-value]
 
 

@@ -8,6 +8,13 @@ In order:
 * the child starts in a new session and process group, stdin ``/dev/null``, stdout and stderr one pipe,
   and it inherits no other descriptor: every descriptor of the worker is close-on-exec, which
   :func:`audit_descriptors` checks (and enforces) right before each spawn;
+* ``ProcessSpec.stdin_data`` is written to the command's stdin (a pipe), which is then closed;
+  ``stdin="pipe"`` keeps that pipe open and writes what the task's input queue
+  (:data:`peon.workers.job_input.INPUT`) receives; ``stdin="tty"`` starts the command on a pseudo-terminal
+  of its own (``rows`` x ``cols``) as stdin, stdout and stderr — its own session, the terminal its
+  controlling terminal (``setsid --ctty``: nothing is opened by path, so the OS sandbox's rules apply
+  unchanged) — whose output is read like the pipe's and whose input is the queue's. Either way the input
+  is written without blocking and dropped once the command no longer reads it;
 * with ``ProcessSpec.sandbox`` set, the OS sandbox (:mod:`peon.workers.sandbox`) starts the child inside
   itself, or raises and nothing is started; everything below holds for what it started;
 * on **cancellation** the group gets ``SIGTERM`` (and ``SIGCONT``, so stopped members see it), up to
@@ -44,7 +51,9 @@ import contextvars
 import fcntl
 import os
 import signal
+import struct
 import sys
+import termios
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +65,7 @@ from peon.core.output.terminal import clean_terminal_text, newest_lines
 from peon.core.output.truncation import BoundedText, HeadTail
 
 from peon.workers import proctree
+from peon.workers.job_input import INPUT, JobInput, terminal_keeps_its_keys
 from peon.workers.limits import CgroupProbe, ResourceLimits, TreeProbe, probe_for, watch as watch_limits
 from peon.workers.reaper import REAPER, wait_children_gone
 
@@ -71,6 +81,9 @@ PROGRESS_INTERVAL_SECONDS = 0.5
 READ_CHUNK = 1 << 20
 FIRST_READ_CHUNK = 64 << 10
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# Starts a terminal job's command in a new session with its terminal (stdin) as controlling terminal.
+SETSID = "/usr/bin/setsid"
+StdinMode = Literal["null", "pipe", "tty"]
 CommandsEnded = Literal["none", "clean", "unclean"]
 # How this call's commands ended (peon.workers.reuse): "none" started, every one "clean" (it exited
 # by itself, within its deadline and limits, uncancelled, leaving no descendant), or one did not.
@@ -106,6 +119,11 @@ class ProcessSpec:
     sandbox: Any = None
     # A directory descriptor to start in instead of ``cwd`` (``fchdir``): resolved and checked by the tool.
     cwd_fd: int | None = None
+    # What the command reads: /dev/null, a pipe fed from the task's input queue, or a terminal of its own.
+    stdin: StdinMode = "null"
+    stdin_data: bytes | None = None  # written to a stdin pipe, which is then closed
+    rows: int = 24  # a terminal's size
+    cols: int = 80
 
 
 @dataclass(frozen=True)
@@ -237,12 +255,12 @@ SCOPE: contextvars.ContextVar[ProcessScope] = contextvars.ContextVar("peon_proce
                                                                      default=WORKER_SCOPE)
 
 
-def _spawn(spec: ProcessSpec, write_fd: int) -> int:
+def _spawn(spec: ProcessSpec, write_fd: int, stdin_fd: int | None = None) -> int:
     with SCOPE.get().spawning():
-        return _spawn_here(spec, write_fd)
+        return _spawn_here(spec, write_fd, stdin_fd)
 
 
-def _spawn_here(spec: ProcessSpec, write_fd: int) -> int:
+def _spawn_here(spec: ProcessSpec, write_fd: int, stdin_fd: int | None) -> int:
     audit_descriptors()
     if spec.cwd_fd is not None:
         os.fchdir(spec.cwd_fd)
@@ -251,22 +269,33 @@ def _spawn_here(spec: ProcessSpec, write_fd: int) -> int:
     if spec.sandbox is not None:  # the OS sandbox starts the command (maybe wrapped) inside itself
         # Not audited again: a sandbox may deliberately pass one descriptor on (bwrap, a pinned binary).
         return spec.sandbox.spawn(
-            lambda argv, executable: _posix_spawn(replace(spec, argv=argv, executable=executable), write_fd),
+            lambda argv, executable: _posix_spawn(replace(spec, argv=argv, executable=executable), write_fd,
+                                                  stdin_fd),
             spec.argv, spec.executable)
-    return _posix_spawn(spec, write_fd)
+    return _posix_spawn(spec, write_fd, stdin_fd)
 
 
-def _posix_spawn(spec: ProcessSpec, write_fd: int) -> int:
+def _posix_spawn(spec: ProcessSpec, write_fd: int, stdin_fd: int | None = None) -> int:
+    executable, argv = spec.executable or spec.argv[0], list(spec.argv)
+    stdin_action = ((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if stdin_fd is None
+                    else (os.POSIX_SPAWN_DUP2, stdin_fd, 0))
+    if spec.stdin == "tty":
+        if not os.access(SETSID, os.X_OK):
+            raise ToolError(ErrorCode.IO_ERROR, f"a terminal job is started through {SETSID} (util-linux), which "
+                                                "this machine lacks; nothing was started", {"executable": SETSID})
+        # setsid(1) makes its own session (it is not a group leader: no fork) and takes the terminal on
+        # stdin as the session's controlling terminal, then runs the command as the same process.
+        executable, argv = SETSID, [SETSID, "--ctty", executable, *argv[1:]]
     return os.posix_spawn(
-        spec.executable or spec.argv[0],
-        list(spec.argv),
+        executable,
+        argv,
         dict(spec.env),
         file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            stdin_action,
             (os.POSIX_SPAWN_DUP2, write_fd, 1),
             (os.POSIX_SPAWN_DUP2, write_fd, 2),
         ],
-        setsid=True,
+        setsid=spec.stdin != "tty",
         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),  # Python ignores these; the child must not inherit that
         setsigmask=(),
     )
@@ -274,25 +303,21 @@ def _posix_spawn(spec: ProcessSpec, write_fd: int) -> int:
 
 async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    os.set_blocking(read_fd, False)  # only our end: the child's stdout must stay blocking
-    try:
-        fcntl.fcntl(read_fd, _F_SETPIPE_SZ, READ_CHUNK)
-    except OSError:
-        pass  # a smaller pipe only means more reads
+    read_fd, write_fd, input_fd, child_stdin = _open_streams(spec)
     started = time.monotonic()
     try:
-        pid = _spawn(spec, write_fd)
+        pid = _spawn(spec, write_fd, child_stdin)
     except OSError as exc:
-        os.close(read_fd)
+        _close(read_fd, input_fd)
         raise ToolError(
             ErrorCode.IO_ERROR, f"cannot start {spec.argv[0]}: {exc.strerror}", {"executable": spec.argv[0]}
         ) from None
     except ToolError:  # the sandbox refused to start it
-        os.close(read_fd)
+        _close(read_fd, input_fd)
         raise
     finally:
-        os.close(write_fd)
+        _close(write_fd, child_stdin if child_stdin != write_fd else -1)
+    feeding = _feed(spec, input_fd) if input_fd >= 0 else None
     exited = REAPER.watch(pid)
     pidfd = _watch_exit(pid)
     sink = ctx.output
@@ -390,6 +415,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             except TimeoutError:
                 pass
     finally:
+        if feeding is not None:  # before the terminal is closed: it writes there
+            feeding.cancel()
+            await asyncio.wait([feeding])
         if pidfd >= 0:
             loop.remove_reader(pidfd)
             os.close(pidfd)
@@ -410,6 +438,47 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
         exit_code, sig = os.WEXITSTATUS(status), None
     clean = clean_terminal_text if ctx.session.config.jobs.clean_output else None
     return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(clean), duration_ms, exceeded)
+
+
+def _open_streams(spec: ProcessSpec) -> tuple[int, int, int, int | None]:
+    """The descriptors of a command: the end its output is read from and the end it writes to, the end
+    its input is written to (-1: none) and its stdin (None: ``/dev/null``). Every one close-on-exec;
+    the ends the runner keeps are non-blocking."""
+    if spec.stdin == "tty":
+        master, slave = os.openpty()  # neither inheritable (PEP 446); the child gets the slave by dup2
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", spec.rows, spec.cols, 0, 0))
+        os.set_blocking(master, False)
+        return master, slave, master, slave
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(read_fd, False)  # only our end: the child's stdout must stay blocking
+    try:
+        fcntl.fcntl(read_fd, _F_SETPIPE_SZ, READ_CHUNK)
+    except OSError:
+        pass  # a smaller pipe only means more reads
+    if spec.stdin == "null" and spec.stdin_data is None:
+        return read_fd, write_fd, -1, None
+    child_stdin, input_fd = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(input_fd, False)
+    return read_fd, write_fd, input_fd, child_stdin
+
+
+def _feed(spec: ProcessSpec, input_fd: int) -> asyncio.Task[None]:
+    """The task writing the command's input: its data, or the task's input queue (see the promise). It
+    owns a pipe's end, closed when the input ends (the command reads end of file) or the task does."""
+    if spec.stdin_data is not None:
+        queue = JobInput(len(spec.stdin_data), spec.stdin_data, eof=True)
+    else:
+        queue = INPUT.get() or JobInput(eof=True)  # no queue: an input that has ended
+    tty = spec.stdin == "tty"
+    return asyncio.get_running_loop().create_task(
+        queue.pump(input_fd, close_at_eof=not tty, fit=terminal_keeps_its_keys if tty else None))
+
+
+def _close(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None and fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _watch_exit(pid: int) -> int:

@@ -1,7 +1,9 @@
 """The chaos runner's call mix: what each client calls, and how an ``ok`` answer is checked.
 
 Promise: :func:`next_call` draws one call — a checked one (a read of a known file, a write then its
-read, ``bash`` with known output, a timeout, a background job and its output) or an attack from inside
+read, ``bash`` with known output, a timeout, a background job and its output, a terminal job running
+``bash -i`` that a line is typed into with ``job_write``, its output and screen read, then stopped)
+or an attack from inside
 (a command that stops or kills its worker, stops the forkserver, kills the supervisor, stops its worker
 and kills its supervisor and its client, stops the idle job host, a job that writes itself into a
 sibling job's cgroup, a fork loop, a memory hog) — and :func:`check` says why an ``ok`` answer is wrong,
@@ -71,6 +73,9 @@ def next_call(rng: random.Random, n: int) -> Call:
     if roll < 0.88:  # checked: its process, wherever it wrote itself, ends with its job_stop
         return Call("cross_cgroup_job", "bash", {"command": CROSS_CGROUP_JOB.format(n=n), "background": True,
                                                  "timeout_seconds": 30}, 30.0, pid_file=f"escaper-{n}.pid")
+    if roll < 0.91:  # checked: what is typed runs in the job's shell, and the job ends with its job_stop
+        return Call("terminal_job", "bash", {"command": "exec bash --norc -i", "background": True, "tty": True,
+                                             "timeout_seconds": 20}, 20.0, f"typed-{n}")
     attacks = {
         "stop_worker": "kill -STOP $PPID; sleep 5",
         "kill_worker": "kill -KILL $PPID; sleep 5",
@@ -108,6 +113,8 @@ def check(session: Any, call: Call, result: Any, workspace: Path) -> str | None:
         return check_job(session, call, value) or check_stopped_host(session)
     if call.kind == "cross_cgroup_job":
         return check_escape(session, value, workspace / str(call.pid_file))
+    if call.kind == "terminal_job":
+        return check_terminal(session, call, value)
     if value.get("exit_code") == 0 and not value.get("timed_out"):
         return None if value.get("output") == call.expect else f"output {value.get('output')!r}"
     return None
@@ -123,6 +130,41 @@ def check_job(session: Any, call: Call, value: Mapping[str, Any]) -> str | None:
             if out.value["state"] == "exited" and out.value.get("exit_code") == 0:
                 return None if out.value["output"] == call.expect else f"job output {out.value['output']!r}"
             return None
+    return None
+
+
+def check_terminal(session: Any, call: Call, value: Mapping[str, Any]) -> str | None:
+    """A line typed into the job's shell runs there (the shell prints ``typed-<n>``, which the echo of
+    what was typed does not show); the job ends with its ``job_stop``. A fault may take the job or the
+    calls (they then fail), never make the shell print another call's line."""
+    job_id = value.get("job_id")
+    wrong = _typed_line(session, call, job_id)
+    stop = session.call("job_stop", {"job_id": job_id})
+    if stop.ok and stop.value["state"] == "running":
+        return f"a terminal job still runs after its job_stop: {stop.value}"
+    return wrong
+
+
+def _typed_line(session: Any, call: Call, job_id: Any) -> str | None:
+    suffix = str(call.expect).removeprefix("typed")
+    typed = session.call("job_write", {"job_id": job_id, "text": f"printf 'typ%s\\n' ed{suffix}\n",
+                                       "wait_seconds": 3})
+    if not typed.ok:
+        return None
+    text, offset = typed.value["output"], typed.value["next_offset"]
+    for _ in range(3):
+        if f"{call.expect}\n" in text:
+            break
+        out = session.call("job_output", {"job_id": job_id, "offset": offset, "wait_seconds": 3})
+        if not out.ok or out.value["state"] != "running":
+            return None
+        text, offset = text + out.value["output"], out.value["next_offset"]
+    others = [line for line in text.split("\n") if line.startswith("typed-") and line != call.expect]
+    if others:
+        return f"a terminal job's shell printed {others[:3]!r}, typed was {call.expect!r}"
+    screen = session.call("job_output", {"job_id": job_id, "screen": True})
+    if screen.ok and len(screen.value["screen"]["lines"]) != 24:
+        return f"a terminal job's screen has {len(screen.value['screen']['lines'])} rows, not 24"
     return None
 
 

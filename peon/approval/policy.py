@@ -15,6 +15,10 @@ Promises:
   line cannot be analysed; ``allow`` rules allow only when **every** one of them is matched by an
   allow rule and nothing in the line is dynamic, writes outside the workspace or carries arguments
   that make a program unsafe (:mod:`peon.approval.rules`);
+* a line typed into a shell (``job_write``: the details' ``typed_command``) is a ``bash`` command: the
+  deny and ask command rules, and every rule of the ``bash`` tool, judge it as they judge ``bash``'s
+  ``command``; command allow rules and prefix grants never allow it — what the line runs also depends
+  on the shell's state (its aliases, functions, directory), which Peon does not see;
 * rules marked ``tighten_only`` (every rule from a project file) can make a decision stricter, never
   looser;
 * :func:`parse_answer` turns whatever an approver sent into an :class:`Answer`; anything malformed is a
@@ -199,8 +203,9 @@ class PolicyRule:
     name: str = "approval.rules"  # how to find it: "approval.rules[2] in /path/config.toml"
 
     def matches_call(self, request: ApprovalRequest, args: Mapping[str, Any]) -> bool:
-        """Every matcher but ``command_prefix``."""
-        if self.tool is not None and self.tool != request.tool:
+        """Every matcher but ``command_prefix``. A ``bash`` rule also judges a line typed into a shell
+        (a request carrying ``typed_command``, :mod:`peon.approval.typed_input`): it is a bash command."""
+        if self.tool is not None and self.tool != request.tool and not (self.tool == "bash" and _typed(request)):
             return False
         if self.risk is not None and self.risk != request.risk.value:
             return False
@@ -224,8 +229,17 @@ def _request_path(request: ApprovalRequest, args: Mapping[str, Any]) -> str | No
     return path if isinstance(path, str) else None
 
 
-def _command_of(args: Mapping[str, Any]) -> str | None:
+def _typed(request: ApprovalRequest) -> bool:
+    """Whether ``request`` runs a line typed into a shell (``job_write``'s ``typed_command``)."""
+    return isinstance(request.details, Mapping) and isinstance(request.details.get("typed_command"), str)
+
+
+def _command_of(args: Mapping[str, Any], request: ApprovalRequest | None = None) -> str | None:
+    """The command line a call runs: its input's ``command``, or what a write makes a shell run (the
+    details' ``typed_command``, :mod:`peon.approval.typed_input`)."""
     command = args.get("command")
+    if command is None and request is not None and isinstance(request.details, Mapping):
+        command = request.details.get("typed_command")
     return command if isinstance(command, str) else None
 
 
@@ -283,9 +297,9 @@ class ApprovalPolicy:
         """Facts :meth:`evaluate` needs before an allow rule may allow this call (none for most calls).
         ``analysis``: the tool's analysis of the call's ``command``, if it made one (see :func:`analysis_of`)."""
         args = _input_fields(request.canonical_input)
-        command = _command_of(args)
-        if command is None or not any(r.matches_call(request, args)
-                                      for r in (*self._allow_command_rules, *self.prefix_grants)):
+        command = _command_of(args, request)
+        if command is None or _typed(request) or not any(r.matches_call(request, args)
+                                                         for r in (*self._allow_command_rules, *self.prefix_grants)):
             return Questions()
         asked = questions(rebased(analysis_of(command, analysis), _call_directory(request)))
         readable = sandbox_readable(request)
@@ -299,7 +313,7 @@ class ApprovalPolicy:
         tool's analysis of the call's ``command``, if it made one (see :func:`analysis_of`)."""
         args = _input_fields(request.canonical_input)
         action, rule = self._per_risk(request)
-        command = _command_of(args)
+        command = _command_of(args, request)
         if command is None or not any(r.command_prefix is not None for r in (*self.rules, *self.prefix_grants)):
             analysis = None
         else:
@@ -313,7 +327,7 @@ class ApprovalPolicy:
             elif candidate.decision != "allow" and _any_segment(candidate, analysis):
                 matched.append((candidate.decision, candidate.describe() + _opaque_note(candidate, analysis)))
         note = ""
-        if analysis is not None:
+        if analysis is not None and not _typed(request):  # a shell's state (aliases, functions, cwd) is unseen
             covered, note = self._covered_by_allow_rules(request, args, rebased(analysis, _call_directory(request)),
                                                          facts, self._allow_command_rules)
             if covered is not None:

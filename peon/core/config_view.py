@@ -62,6 +62,8 @@ class JobsView:
     clean_output: bool
     progress_lines: int
     progress_line_bytes: int
+    max_write_bytes: int
+    max_queued_input_bytes: int
 
 
 @dataclass(frozen=True, slots=True)

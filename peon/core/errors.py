@@ -61,6 +61,9 @@ class ErrorCode(str, Enum):
     # Jobs (bash with background = true, job_output, job_stop, job_list)
     UNKNOWN_JOB = "unknown_job"  # no job of this session has that id (or its record was evicted)
     JOB_LIMIT_REACHED = "job_limit_reached"  # the session already runs jobs.max_running background jobs
+    JOB_ENDED = "job_ended"  # job_write to a job that is no longer running
+    NO_INPUT = "no_input"  # job_write to a job that takes none (no tty, no stdin "pipe") or whose command reads no more
+    INPUT_NOT_ANALYZABLE = "input_not_analyzable"  # what a write to a shell would run cannot be known
 
     # Remote sessions (peon.RemoteSession talking to peon serve)
     CONNECTION_LOST = "connection_lost"  # the server was unreachable, or the connection broke before the result

@@ -1,11 +1,16 @@
-"""What the job tools (``job_output``, ``job_stop``, ``job_list``) may ask of the supervisor that owns
-a session's jobs, and how a page of output is shown to the model (pure).
+"""What the job tools (``job_output``, ``job_stop``, ``job_list``, ``job_write``) may ask of the supervisor
+that owns a session's jobs, and how a page of output is shown to the model (pure).
 
 Promise: :class:`JobsAccess` is the whole surface the job tools see — they run in the supervisor
 (``Tool.served_by_supervisor``) and never touch a job's worker or its process. :func:`page_value`
 turns a :class:`~peon.core.output.store.Page` into a result whose ``next_offset`` continues exactly where
 the returned bytes end: a page never ends inside a UTF-8 character (the character is left for the next
 page) and never begins inside one, so paging with ``next_offset`` returns every retained byte once.
+
+``job_write`` is approved in the supervisor before it runs, from the job's input as it is then
+(:meth:`JobsAccess.input_state`, reached through :func:`session_jobs`: the supervisor registers its
+table with :func:`serve_jobs`); :meth:`JobsAccess.write` writes only while the job's input is still the
+one approved (its ``version``), else ``changed_since_approval``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from peon.core.errors import ErrorCode, ToolError
 
 from peon.core.output.store import Page
 from peon.core.output.terminal import clean_terminal_text
@@ -56,6 +63,21 @@ class JobInfo:
         return value
 
 
+@dataclass(frozen=True)
+class InputState:
+    """A running job's input as the supervisor follows it: its kind (a terminal or a pipe), whether it goes
+    to a shell (:func:`peon.approval.typed_input.reads_shell_input`), the shell's line being typed (None:
+    not known) and its unfinished command (``carry``), and the ``version`` every write advances."""
+
+    job_id: str
+    command: str | None
+    kind: Literal["tty", "pipe"]
+    shell: bool
+    line: str | None
+    carry: str
+    version: int
+
+
 class JobsAccess(Protocol):
     clean_output: bool
 
@@ -74,6 +96,31 @@ class JobsAccess(Protocol):
     async def stop(self, job_id: str) -> JobInfo:
         """Cancel a running job (TERM to its group, the cancel grace, KILL, every descendant) and
         return its final state; a job that has ended is returned as it is."""
+
+    def input_state(self, job_id: str) -> InputState:
+        """The job's input now; ``unknown_job``, ``job_ended`` or ``no_input`` when nothing can be written."""
+
+    def write(self, job_id: str, data: bytes, *, eof: bool, version: int, line: str | None, carry: str) -> None:
+        """Send ``data`` (then, with ``eof``, the end of input) to the job's command, if its input is
+        still at ``version``; the shell's line and unfinished command are then ``line`` and ``carry``."""
+
+    async def screen(self, job_id: str) -> dict[str, Any] | None:
+        """A terminal job's screen (:meth:`peon.core.output.screen.Screen.render`); None for another job."""
+
+
+_SESSION_JOBS: list[JobsAccess] = []
+
+
+def serve_jobs(jobs: JobsAccess) -> None:
+    """Make ``jobs`` the session's jobs that :func:`session_jobs` returns (the supervisor, once)."""
+    _SESSION_JOBS[:] = [jobs]
+
+
+def session_jobs() -> JobsAccess:
+    """The jobs of the session this process serves; ``no_input`` where there are none (not a supervisor)."""
+    if not _SESSION_JOBS:
+        raise ToolError(ErrorCode.NO_INPUT, "this process serves no session's jobs")
+    return _SESSION_JOBS[0]
 
 
 JOB_INFO_PROPERTIES: dict[str, Any] = {

@@ -62,7 +62,7 @@ MAX_QUEUED_NOTICES = 32
 REPLAY_META_KEY = "peon/idempotentReplay"
 MAX_OWNED_JOBS = 8192  # job owners remembered (the supervisor keeps fewer job records than this)
 STATELESS_OWNER = ""  # the owner of jobs started by 2026-07-28 requests, which carry no session
-JOB_TOOLS = frozenset({"job_output", "job_stop"})
+JOB_TOOLS = frozenset({"job_output", "job_stop", "job_write"})
 
 log = logging.getLogger("peon.serve")
 

@@ -13,10 +13,11 @@ from peon.tools.grep import GrepTool
 from peon.tools.job_list import JobListTool
 from peon.tools.job_output import JobOutputTool
 from peon.tools.job_stop import JobStopTool
+from peon.tools.job_write import JobWriteTool
 from peon.tools.read import ReadTool
 from peon.tools.read_skill import ReadSkillTool
 from peon.tools.write import WriteTool
 
 BUILTIN_TOOLS: list[type[Tool]] = [BashTool, ReadTool, WriteTool, ReadSkillTool, ClaudeAgentTool, CodexAgentTool,
                                    PiAgentTool, JobOutputTool, JobStopTool, JobListTool, EditTool, ApplyPatchTool,
-                                   GrepTool, GlobTool]
+                                   GrepTool, GlobTool, JobWriteTool]

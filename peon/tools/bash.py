@@ -30,6 +30,16 @@ process group, containment and sandbox; the call is answered once the command ha
 is stopped (``job_stop``), reaches its deadline (``jobs.max_lifetime_seconds`` unless
 ``timeout_seconds`` is shorter) or its session closes. Every result carries the ``job_id`` under which
 ``job_output`` pages through the output the head+tail ``output`` left out.
+
+``stdin`` (a string, at most ``jobs.max_write_bytes`` in UTF-8) is written to the command's standard
+input, which is then closed. A background job may take input while it runs (``job_write``): with
+``tty: true`` it runs on a pseudo-terminal of its own (``rows`` x ``cols``, ``TERM=xterm-256color``;
+its own session, the terminal its controlling terminal), with ``stdin: "pipe"`` its stdin stays an open
+pipe. For such a job whose command is a lone shell (``bash -i``), the analysis no longer counts the
+shell's reading its commands from its input as unseen: every line written to it is analysed and ruled
+as a ``bash`` command is (:mod:`peon.approval.typed_input`). The approval details say which input the
+command has (``stdin``: ``{"kind": "data", "bytes": n}``, ``{"kind": "pipe"}`` or ``{"kind": "tty",
+"rows": r, "cols": c}``).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from typing import Any, ClassVar
 from peon.core.environment import command_environment, shell_flag
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.paths import parse_workspace_path
+from peon.core.output.screen import DEFAULT_COLS, DEFAULT_ROWS, MAX_COLS, MAX_ROWS
 from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 from peon.workers import fs, sandbox
 from peon.workers.runner import PROCESS_OUTPUT_SCHEMA, ProcessSpec, run_process
@@ -56,6 +67,8 @@ from peon.tools.shared.resolver import session_resolver
 
 BASH = "/bin/bash"
 TRUE = "/bin/true"
+PIPE = "pipe"  # with background: stdin stays an open pipe that job_write feeds
+MAX_STDIN_CHARS = 1 << 20  # the schema's bound; jobs.max_write_bytes bounds its UTF-8 bytes
 
 
 class BashTool(Tool):
@@ -64,7 +77,9 @@ class BashTool(Tool):
         "Run a shell command with /bin/bash -lc in the workspace and return its exit status and combined "
         "stdout/stderr (head and tail kept when long; the full output stays retrievable with job_output and "
         "the result's job_id). Every process it starts is killed when it finishes, times out or is cancelled; "
-        "with background: true it runs on as a job until it exits or job_stop ends it. Not sandboxed unless the "
+        "with background: true it runs on as a job until it exits or job_stop ends it (with tty: true on a "
+        "terminal of its own, for a REPL, a debugger or an editor: type into it with job_write). stdin gives the "
+        "command its input. Not sandboxed unless the "
         "session's OS sandbox is on; then the result's "
         "`sandbox` says where the command could write and whether it had network access, and other writes "
         "fail with EACCES."
@@ -84,6 +99,17 @@ class BashTool(Tool):
             "yield_seconds": {"type": "number", "minimum": 0, "maximum": 60,
                               "description": "With background: wait this long after the start (less if the job "
                                              "ends) and return the output so far."},
+            "stdin": {"type": "string", "maxLength": MAX_STDIN_CHARS,
+                      "description": "Text written to the command's standard input, which is then closed. With "
+                                     "background: true, \"pipe\" keeps stdin open for job_write instead."},
+            "tty": {"type": "boolean",
+                    "description": "With background: true, run the command on a terminal of its own (a REPL, a "
+                                   "debugger, an editor): type into it with job_write, see it with job_output "
+                                   "screen: true."},
+            "rows": {"type": "integer", "minimum": 1, "maximum": MAX_ROWS,
+                     "description": f"With tty: the terminal's rows (default {DEFAULT_ROWS})."},
+            "cols": {"type": "integer", "minimum": 1, "maximum": MAX_COLS,
+                     "description": f"With tty: the terminal's columns (default {DEFAULT_COLS})."},
         },
         "required": ["command"],
         "additionalProperties": False,
@@ -108,11 +134,17 @@ class BashTool(Tool):
         ``dynamic`` say what the parse could not settle), and, unless ``sandbox.mode`` is "off", the OS
         sandbox the command will run in (``sandbox``). The analysis goes to the policy with them."""
         from peon.approval.shell import analyze  # here: only the supervisor parses; workers never load the grammar
+        from peon.approval.typed_input import shell_input_note_cleared
 
         timeout = call_timeout(args, session)
         flag = shell_flag(session.config.environment)  # -c with [environment] login_profile = false
         details = {"argv": [BASH, flag, args["command"]], **_resolve_cwd(args, session), "timeout_seconds": timeout}
         analysis = analyze(args["command"])
+        stdin = input_details(args, session)
+        if stdin is not None:
+            details["stdin"] = stdin
+            if stdin["kind"] != "data":  # what it reads from its input is judged line by line (job_write)
+                analysis = shell_input_note_cleared(analysis)
         details.update(analysis.to_dict())
         if args.get("background"):
             details["background"] = True
@@ -132,9 +164,18 @@ class BashTool(Tool):
             # just-checked path, never the typed one.
             confinement.cwd = str(ctx.workspace / str(ctx.approved["cwd_path"]))
         try:
+            env = command_environment(ctx.session, ctx.trace)
+            approved_stdin = ctx.approved.get("stdin")
+            stdin: dict[str, Any] = approved_stdin if isinstance(approved_stdin, dict) else {}
+            kind = stdin.get("kind")
+            if kind == "tty":
+                env["TERM"] = "xterm-256color"
+            data = args.get("stdin") if kind == "data" else None
             spec = ProcessSpec([BASH, shell_flag(ctx.session.config.environment), args["command"]], str(ctx.workspace),
-                               command_environment(ctx.session, ctx.trace),
-                               sandbox=confinement, cwd_fd=cwd_fd)
+                               env, sandbox=confinement, cwd_fd=cwd_fd,
+                               stdin="tty" if kind == "tty" else "pipe" if kind == PIPE else "null",
+                               stdin_data=data.encode("utf-8") if isinstance(data, str) else None,
+                               rows=int(stdin.get("rows") or DEFAULT_ROWS), cols=int(stdin.get("cols") or DEFAULT_COLS))
             outcome = await run_process(spec, ctx)
         finally:
             if cwd_fd is not None:
@@ -157,6 +198,34 @@ def call_timeout(args: Mapping[str, Any], session: SessionView) -> float:
         requested = args.get("timeout_seconds")
         return lifetime if requested is None else min(float(requested), lifetime)
     return effective_timeout(args, session)
+
+
+def input_details(args: Mapping[str, Any], session: SessionView) -> dict[str, Any] | None:
+    """What the command reads, for the approval details (see the module's promise); None: ``/dev/null``.
+    ``invalid_input`` for ``tty``, ``rows``, ``cols`` or ``stdin: "pipe"`` where they do not apply,
+    ``too_large`` for a ``stdin`` over ``jobs.max_write_bytes``."""
+    background, tty, stdin = bool(args.get("background")), bool(args.get("tty")), args.get("stdin")
+    if ("rows" in args or "cols" in args) and not tty:
+        raise ToolError(ErrorCode.INVALID_INPUT, "rows and cols size a terminal: they need tty: true")
+    if tty:
+        if not background:
+            raise ToolError(ErrorCode.INVALID_INPUT, "tty: true needs background: true (type into the job with "
+                                                     "job_write; a foreground call has no one to type)")
+        if stdin is not None:
+            raise ToolError(ErrorCode.INVALID_INPUT, "a terminal job reads its terminal: write to it with job_write, "
+                                                     "not stdin")
+        return {"kind": "tty", "rows": int(args.get("rows") or DEFAULT_ROWS),
+                "cols": int(args.get("cols") or DEFAULT_COLS)}
+    if stdin is None:
+        return None
+    if stdin == PIPE and background:
+        return {"kind": PIPE}
+    size = len(str(stdin).encode("utf-8", "surrogatepass"))
+    limit = int(session.config.jobs.max_write_bytes)
+    if size > limit:
+        raise ToolError(ErrorCode.TOO_LARGE, f"stdin holds {size} bytes; jobs.max_write_bytes is {limit}",
+                        {"limit": "jobs.max_write_bytes", "value": limit, "bytes": size})
+    return {"kind": "data", "bytes": size}
 
 
 def _resolve_cwd(args: Mapping[str, Any], session: SessionView) -> dict[str, Any]:

@@ -7,7 +7,10 @@ in everything the job wrote: paging with ``next_offset`` reads every retained by
 oldest retained byte). ``wait_seconds`` waits (at most :data:`peon.core.jobs.MAX_WAIT_SECONDS` and the
 call's deadline) until the job has output past ``offset`` or has ended. ``output`` is cleaned like
 ``bash``'s (``jobs.clean_output``); ``raw: true`` returns the text as written plus ``output_base64``,
-the exact bytes.
+the exact bytes. ``screen: true`` adds, for a terminal job (``bash`` with ``tty: true``), its screen as a
+person would see it — rows of text, the cursor, whether a full-screen program shows — rendered from the
+retained output by a terminal emulator (:mod:`peon.core.output.screen`); for any other job it is
+``invalid_input``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from peon.core.errors import ErrorCode, ToolError
 from peon.core.jobs import DEFAULT_PAGE_BYTES, JOB_STATES, MAX_PAGE_BYTES, MAX_WAIT_SECONDS, page_value
+from peon.core.output.screen import SCREEN_SCHEMA
 from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
 
 JOB_ID_PROPERTY = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$",
@@ -43,6 +48,8 @@ class JobOutputTool(Tool):
                              "description": "Wait up to this long for output past offset or the job's end."},
             "raw": {"type": "boolean", "description": "Return the bytes as written (and base64) instead of "
                                                       "text without escape sequences."},
+            "screen": {"type": "boolean", "description": "For a terminal job (bash tty: true): also return its "
+                                                         "screen as a person would see it."},
         },
         "required": ["job_id"],
         "additionalProperties": False,
@@ -67,6 +74,7 @@ class JobOutputTool(Tool):
             "output_invalid_utf8": {"type": "boolean"},
             "eof": {"type": "boolean", "description": "The job has ended and nothing is left to read."},
             "output_base64": {"type": "string", "description": "With raw: the exact bytes."},
+            "screen": SCREEN_SCHEMA,
         },
         "required": ["job_id", "state", "offset", "next_offset", "output", "output_bytes", "eof"],
     }
@@ -87,5 +95,11 @@ class JobOutputTool(Tool):
         info = jobs.info(job_id)
         page = jobs.read(job_id, offset, int(args.get("limit") or DEFAULT_PAGE_BYTES))
         value = page_value(page, raw=bool(args.get("raw")), clean=jobs.clean_output, finished=info.state != "running")
+        if args.get("screen"):
+            screen = await jobs.screen(job_id)
+            if screen is None:
+                raise ToolError(ErrorCode.INVALID_INPUT, f"job {job_id} has no terminal (screen: true is for a bash "
+                                                         "job started with tty: true)", {"job_id": job_id})
+            value["screen"] = screen
         return {"job_id": job_id, "state": info.state, "exit_code": info.exit_code, "signal": info.signal,
                 "timed_out": info.timed_out, **value}

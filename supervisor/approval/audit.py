@@ -84,7 +84,7 @@ TAIL_CHUNK_BYTES = 64 * 1024
 # `prompt` are left out).
 RECORDED_INPUT_FIELDS = frozenset({"command", "path", "name", "mode", "offset", "limit", "timeout_seconds",
                                    "expected_sha256", "job_id", "background", "cwd", "yield_seconds", "wait_seconds",
-                                   "raw"})
+                                   "raw", "text", "eof", "tty", "rows", "cols", "screen"})
 MAX_FIELD_CHARS = 1000
 # Lines of what has already happened and cannot be refused: kept when the log cannot take them, and
 # written once it can (a decision line is never kept: its call is refused instead).

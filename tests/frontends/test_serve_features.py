@@ -115,6 +115,7 @@ def test_a_job_belongs_to_the_mcp_session_that_started_it(server):
     for session in (second, None):
         assert error_code(call(port, session, 4, "job_output", {"job_id": job_id})) == "unknown_job"
         assert error_code(call(port, session, 5, "job_stop", {"job_id": job_id})) == "unknown_job"
+        assert error_code(call(port, session, 5, "job_write", {"job_id": job_id, "text": "x"})) == "unknown_job"
         assert call(port, session, 6, "job_list", {})["structuredContent"]["jobs"] == []
     assert living([pid])
 

@@ -47,7 +47,15 @@ CASES = {
     "job_output": lambda s, ws: (s.call("job_output", {"job_id": _job(s), "wait_seconds": 5}),
                                  lambda v: "started" in v["output"]),
     "job_stop": lambda s, ws: (s.call("job_stop", {"job_id": _job(s)}), lambda v: v["state"] != "running"),
+    "job_write": lambda s, ws: (s.call("job_write", {"job_id": _pipe_job(s), "text": "typed\n", "wait_seconds": 5}),
+                                lambda v: v["written_bytes"] == 6 and "typed" in v["output"]),
 }
+
+
+def _pipe_job(session) -> str:
+    started = session.call("bash", {"command": "exec cat", "background": True, "stdin": "pipe"})
+    assert started.ok, started.error
+    return started.value["job_id"]
 
 
 def test_every_builtin_tool_has_a_case():

@@ -12,7 +12,7 @@ from peon.approval.policy import (
     ApprovalPolicy, ApprovalRequest, PolicyRule, Verdict, check_command_prefix, command_words,
     normalize_workspace_path, parse_answer, path_under,
 )
-from peon.approval.rules import NO_FACTS, GitFacts, ShellFacts
+from peon.approval.rules import NO_FACTS, GitFacts, Questions, ShellFacts
 from peon.core.tool import ToolRisk
 
 DEFAULTS = {"read_only": "allow", "filesystem": "ask", "process": "ask", "delegate": "ask"}
@@ -441,3 +441,23 @@ def test_answers_are_parsed_and_nonsense_is_a_denial(message, decision, scope, e
 
 def test_long_reasons_are_bounded():
     assert len(parse_answer({"decision": "deny", "reason": "x" * 10_000}).reason) == 500
+
+
+# -- a line typed into a shell (job_write's typed_command) --------------------------------------------
+
+def typed(line: str) -> ApprovalRequest:
+    return ApprovalRequest(call_id="c1", tool="job_write", risk=ToolRisk.PROCESS, risk_reason="test", summary="s",
+                           details={"typed_command": line}, canonical_input=json.dumps({"job_id": "job-1"}))
+
+
+def test_a_bash_deny_or_ask_rule_judges_a_line_typed_into_a_shell():
+    assert policy(deny("rm -rf"), process="allow").evaluate(typed("rm -rf target")).action == "deny"
+    assert policy(deny("rm -rf"), process="allow").evaluate(typed("ls")).action == "allow"
+    asking = PolicyRule("ask", tool="bash", command_prefix="touch", name="ask touch")
+    assert policy(asking, process="allow").evaluate(typed("cd x && touch y")).action == "ask"
+
+
+def test_allow_rules_never_allow_a_typed_line_the_shells_state_decides_what_it_runs():
+    assert policy(allow("ls")).evaluate(request(command="ls"), CLEAN).action == "allow"
+    assert policy(allow("ls")).evaluate(typed("ls"), CLEAN).action == "ask"
+    assert policy(allow("ls")).questions(typed("ls")) == Questions()  # no facts: nothing an allow rule needs

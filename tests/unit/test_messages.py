@@ -95,3 +95,21 @@ def test_the_job_hosts_messages_are_checked_against_the_jobs_it_runs():
                     b'{"op":"result","id":"job-3","ok":"yes"}', b"[1]", b"\xff"):
         with pytest.raises(ProtocolError):
             parse_host_message(payload, running)
+
+
+def test_a_job_may_say_its_input_closed_and_nothing_more_in_that_message():
+    closed = {"op": "input_closed", "id": CALL}
+    assert parse_worker_message(encoded(closed), CALL) == closed
+    with pytest.raises(ProtocolError, match="unknown fields"):
+        parse_worker_message(encoded({**closed, "why": "x"}), CALL)
+
+
+def test_input_messages_carry_bounded_bytes_and_the_end_of_input():
+    from peon.workers.messages import MAX_INPUT_BYTES, encode_input, parse_input
+
+    message = encode_input("job-1", b"\x00\xffprint(1)\r", True)
+    assert json.loads(json.dumps(message)) == message
+    assert parse_input(dict(message)) == (b"\x00\xffprint(1)\r", True)
+    assert parse_input({**message, "data": "not base64!"}) is None
+    assert parse_input({**message, "eof": "yes"}) is None
+    assert parse_input({**message, "data": "A" * ((MAX_INPUT_BYTES * 4) // 3 + 8)}) is None

@@ -249,6 +249,8 @@ class Jobs(_Section):
     clean_output: bool = True
     progress_lines: int = Field(ge=0, le=100)
     progress_line_bytes: int = Field(ge=16, le=4096)
+    max_write_bytes: int = Field(ge=1, le=1 << 20)
+    max_queued_input_bytes: int = Field(ge=1024, le=1 << 26)
 
     @field_validator("max_lifetime_seconds")
     @classmethod
