@@ -316,7 +316,10 @@ class CallServer:
                                                                self._started_notice(call, deadline))
 
         try:
-            if tool.keeps_output:
+            after = self.state.config.limits.yield_after_seconds  # auto-yield: answered early, runs on as a job
+            if tool.keeps_output and after > 0:
+                reply = await self.jobs.run_yielding(record, deadline, call.cancelled, forward_progress, taken, after)
+            elif tool.keeps_output:
                 reply = await self.jobs.run_foreground(record, deadline, call.cancelled, forward_progress, taken)
             else:
                 reply = await self.pool.run(record, deadline, call.cancelled, forward_progress, None, taken,
