@@ -87,6 +87,7 @@ class PendingCall:
     decision: Decision | None = None
     size: int = 0  # estimated bytes of its input, counted against limits.max_queued_bytes
     trace: dict[str, str] = field(default_factory=dict)  # the caller's W3C trace context (checked)
+    auto_yield: bool = True  # may be answered early by limits.yield_after_seconds (not for an MCP task)
 
 
 @dataclass
@@ -317,7 +318,7 @@ class CallServer:
 
         try:
             after = self.state.config.limits.yield_after_seconds  # auto-yield: answered early, runs on as a job
-            if tool.keeps_output and after > 0:
+            if tool.keeps_output and after > 0 and call.auto_yield:
                 reply = await self.jobs.run_yielding(record, deadline, call.cancelled, forward_progress, taken, after)
             elif tool.keeps_output:
                 reply = await self.jobs.run_foreground(record, deadline, call.cancelled, forward_progress, taken)

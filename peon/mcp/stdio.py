@@ -362,7 +362,9 @@ class StdioServer:
         self._recover_session()
         on_progress = (lambda update: self._progress(call, update)) if self.book.wants_progress(call) else None
         # Not under the lock: the session's reader thread takes it for progress and results.
-        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress, **self.book.tracing(call))
+        # A task's client collects the whole result itself: its call is never yielded.
+        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress, auto_yield=call.task is None,
+                                     **self.book.tracing(call))
         with self._registered:
             self.book.submitted(call, handle)
             self._registered.notify_all()

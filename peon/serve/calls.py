@@ -286,8 +286,8 @@ class CallRouter:
         progress = self.book.wants_progress(call)
         on_progress = (lambda update: self._soon(self._progress, call, update)) if progress else None
         try:
-            handle = await asyncio.to_thread(self.session.submit, call.name, call.arguments,
-                                             on_progress=on_progress, **traced)
+            handle = await asyncio.to_thread(self.session.submit, call.name, call.arguments,  # a task: never yielded
+                                             on_progress=on_progress, auto_yield=call.task is None, **traced)
         except Exception as exc:  # a bug or a dead session must fail this call, not the server
             log.exception("submitting %s failed", call.name)
             failure = ToolResult.failure("", call.name, ErrorCode.SESSION_CLOSED,

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from helpers import living, pids_in, wait_for
-from helpers.mcp import RawServer
+from helpers.mcp import RawServer, write_config
 
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
@@ -201,5 +201,21 @@ def test_a_modern_task_asks_its_approval_as_an_input_request(workspace: Path, en
         assert answer_of(server, 2)[0]["result"]["resultType"] == "complete"
         done = wait_for(lambda: (got := poll())["status"] == "completed" and got, 30)
         assert done and structured(done["result"])["output"] == "approved\n"
+    finally:
+        assert server.close() == 0
+
+
+def test_a_task_is_never_yielded(workspace: Path, env: dict, tmp_path: Path) -> None:
+    config = write_config(tmp_path, "[limits]\nyield_after_seconds = 0.5\n")
+    server = RawServer(workspace, env, tmp_path, "--config", config, "--allow", "process")
+    try:
+        server.initialize()
+        server.request(1, "tools/call", {"name": "bash", "arguments": {"command": "sleep 2; echo done"}, "task": {}})
+        task_id = answer_of(server, 1)[0]["result"]["task"]["taskId"]
+        server.request(2, "tasks/result", {"taskId": task_id})
+        value = structured(answer_of(server, 2)[0]["result"])
+        assert "yielded" not in value and value["output"] == "done\n" and value["exit_code"] == 0
+        server.request(3, "tools/call", {"name": "bash", "arguments": {"command": "sleep 2; echo done"}})
+        assert structured(answer_of(server, 3)[0]["result"])["yielded"] is True  # the plain call yields
     finally:
         assert server.close() == 0

@@ -97,3 +97,9 @@ def test_no_yield_while_jobs_max_running_run(open_session):
 def test_a_session_yields_nothing_by_default(open_session):
     session = open_session()
     assert session.config.config.limits.yield_after_seconds == 0
+
+
+def test_a_call_submitted_without_auto_yield_is_answered_at_its_end(open_session):
+    session = open_session({"limits": {"yield_after_seconds": 0.5}})
+    answer = session.submit("bash", {"command": "sleep 1.5; echo done"}, auto_yield=False).result(timeout=60)
+    assert answer.ok and "yielded" not in answer.value and answer.value["output"] == "done\n"
