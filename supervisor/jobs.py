@@ -20,6 +20,10 @@ Promises:
   that comes first), and no call waits on the job after that. At most ``jobs.max_running`` run at
   once (a call beyond is ``job_limit_reached``, checked before anyone is asked to approve it); each is
   killed at its deadline (``jobs.max_lifetime_seconds`` unless its ``timeout_seconds`` is shorter);
+* with auto-yield (``limits.yield_after_seconds``, :meth:`JobTable.run_yielding`) a foreground job still
+  running that long after its worker took it, while a background job may start, is answered with its
+  output so far and becomes a background job in place — same worker, same deadline — audited from then
+  on like one; until then it is its call's;
 * a background job whose command started gets a ``job_started`` audit line as it starts and a
   ``job_ended`` line when it ends, in that order, through the audit callable the table was given (the
   session's audit log keeps either line when it cannot take it then, and writes it once it can:
