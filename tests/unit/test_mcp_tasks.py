@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from peon.mcp.revisions import CLIENT_CAPABILITIES_KEY, ServerIdentity
+import json
+
+from peon.mcp import protocol as p
+from peon.mcp.revisions import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY, ServerIdentity
 from peon.mcp.tasks import (
     MAX_TASKS, MAX_TTL_MS, RELATED_TASK_KEY, TASKS_EXTENSION, TaskBook, task_wanted,
 )
@@ -123,3 +126,68 @@ def test_a_client_keeps_a_bounded_number_of_tasks_and_ended_ones_expire():
     clock.now += 2
     assert book.request(owner, 1, "tasks/get", {"taskId": newer.task_id}, HANDSHAKE).reply["error"]["code"] == -32602
     assert len(book.forget(owner)) == MAX_TASKS - 1 and not any(t.owner is owner for t in book.tasks.values())
+
+
+BASH = {"name": "bash", "description": "Run a command.", "risk": "process",
+        "input_schema": {"type": "object"}, "output_schema": None}
+READ = {"name": "read", "description": "Read a file.", "risk": "read_only",
+        "input_schema": {"type": "object"}, "output_schema": None}
+
+
+def receive(conn: p.Connection, message: dict) -> p.Event:
+    return conn.receive(p.parse_message(json.dumps({"jsonrpc": "2.0", **message}).encode()))
+
+
+def handshake(serves_tasks: bool, version: str = HANDSHAKE) -> tuple[p.Connection, dict]:
+    conn = p.Connection([BASH, READ], ServerIdentity(), serves_tasks=serves_tasks)
+    event = receive(conn, {"id": 1, "method": "initialize", "params": {"protocolVersion": version, "capabilities": {},
+                                                                      "clientInfo": {"name": "t", "version": "1"}}})
+    assert isinstance(event, p.Reply)
+    return conn, event.message["result"]["capabilities"]
+
+
+def test_a_connection_advertises_tasks_only_where_its_transport_serves_them():
+    conn, capabilities = handshake(True)
+    assert capabilities["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    listed = receive(conn, {"id": 2, "method": "tools/list"})
+    assert isinstance(listed, p.Reply)
+    assert {t["execution"]["taskSupport"] for t in listed.message["result"]["tools"]} == {"optional"}
+    call = receive(conn, {"id": 3, "method": "tools/call", "params": {"name": "bash", "arguments": {}, "task": {}}})
+    assert isinstance(call, p.StartCall) and call.task_ttl == 3_600_000
+    got = receive(conn, {"id": 4, "method": "tasks/get", "params": {"taskId": "x"}})
+    assert isinstance(got, p.TaskRequest) and got.method == "tasks/get"
+
+    for conn, capabilities in (handshake(False), handshake(True, "2025-06-18")):
+        assert "tasks" not in capabilities
+        listed = receive(conn, {"id": 2, "method": "tools/list"})
+        assert isinstance(listed, p.Reply) and all("execution" not in t for t in listed.message["result"]["tools"])
+        call = receive(conn, {"id": 3, "method": "tools/call", "params": {"name": "bash", "arguments": {}, "task": {}}})
+        assert isinstance(call, p.StartCall) and call.task_ttl is None  # the plain call
+        refused = receive(conn, {"id": 4, "method": "tasks/get", "params": {"taskId": "x"}})
+        assert isinstance(refused, p.Reply) and refused.message["error"]["code"] == -32601
+
+
+def test_a_modern_connection_lists_the_extension_and_makes_a_commands_call_a_task():
+    def envelope(extension: bool) -> dict:
+        return {"_meta": {PROTOCOL_VERSION_KEY: MODERN,
+                          CLIENT_CAPABILITIES_KEY: {"extensions": {TASKS_EXTENSION: {}}} if extension else {}}}
+
+    for serves in (True, False):
+        conn = p.Connection([BASH, READ], ServerIdentity(), serves_tasks=serves)
+        found = receive(conn, {"id": 1, "method": "server/discover", "params": envelope(True)})
+        assert isinstance(found, p.Reply)
+        extensions = found.message["result"]["capabilities"].get("extensions")
+        assert extensions == ({TASKS_EXTENSION: {}} if serves else None)
+        bash = receive(conn, {"id": 2, "method": "tools/call", "params": {"name": "bash", "arguments": {},
+                                                                          **envelope(True)}})
+        assert isinstance(bash, p.StartCall) and bash.task_ttl == (3_600_000 if serves else None)
+        read = receive(conn, {"id": 3, "method": "tools/call", "params": {"name": "read", "arguments": {},
+                                                                          **envelope(True)}})
+        assert isinstance(read, p.StartCall) and read.task_ttl is None
+        plain = receive(conn, {"id": 4, "method": "tools/call", "params": {"name": "bash", "arguments": {},
+                                                                           **envelope(False)}})
+        assert isinstance(plain, p.StartCall) and plain.task_ttl is None
+        listed = receive(conn, {"id": 5, "method": "tasks/list", "params": envelope(True)})
+        assert isinstance(listed, p.Reply) and listed.message["error"]["code"] == -32601
+        update = receive(conn, {"id": 6, "method": "tasks/update", "params": {"taskId": "x", **envelope(True)}})
+        assert isinstance(update, p.TaskRequest if serves else p.Reply)
