@@ -439,21 +439,21 @@ class StdioServer:
             message: dict[str, Any] | None
             if call.task is None:
                 approval, message = self.book.ask(call, request, answered.set)
-                notice = None
+                notices = []
             else:
                 approval, message = self.book.ask_in_task(call, request, answered.set)
                 asked = (None if approval.elicitation is None else
                          {"method": "elicitation/create", "params": approval.elicitation})
-                notice = self.tasks.asking(call.task, p.APPROVAL_KEY, asked)
+                notices = self.tasks.asking(call.task, p.APPROVAL_KEY, asked)
         asked_ns = time.time_ns()
-        for sent in (notice, message):
+        for sent in (*notices, message):
             if sent is not None:
                 self._write(sent)
         answered.wait(self.book.approval_wait)
         with self._lock:
             answer = self.book.answered(call, approval, asked_ns)
-            notice = self.tasks.resumed(call.task) if call.task is not None else None
-        if notice is not None:
+            notices = self.tasks.resumed(call.task) if call.task is not None else []
+        for notice in notices:
             self._write(notice)
         self._log(*p.approval_event(request, answer))
         return answer
@@ -599,9 +599,15 @@ class StdioServer:
             uris = []
         honored: list[str] = []
         with self._lock:
-            if ev.id in self._prompt_listeners or any(listen_id == ev.id for listen_id, _ in self._subscriptions):
+            if ev.id in self._prompt_listeners or any(listen_id == ev.id for listen_id, _ in self._subscriptions) \
+                    or any(ev.id in streams for streams in self.tasks.listeners.values()):
                 self._write(p.error_response(ev.id, p.INVALID_REQUEST,
                                              f"request id {p.shown(ev.id)} is already a subscriptions/listen stream"))
+                return
+            tasks = self.tasks.listen(self._client, ev.id, wanted.get("taskIds") if isinstance(wanted, dict) else None,
+                                      ev.params.get("_meta"))
+            if isinstance(tasks, dict):  # asked for tasks without declaring the extension
+                self._write(tasks)
                 return
             prompts = (isinstance(wanted, dict) and wanted.get("promptsListChanged") is True
                        and len(self._prompt_listeners) < MAX_SUBSCRIPTIONS)
@@ -617,7 +623,7 @@ class StdioServer:
                 if isinstance(target, p.JobUri) and len(self._subscriptions) < MAX_SUBSCRIPTIONS:
                     self._subscriptions[(ev.id, uri)] = Subscription(uri, target.job_id, listen_id=ev.id)
             followed = [s for (listen_id, _), s in self._subscriptions.items() if listen_id == ev.id]
-        acknowledged: dict[str, Any] = {"resourceSubscriptions": honored}
+        acknowledged: dict[str, Any] = {"resourceSubscriptions": honored, **({"taskIds": tasks} if tasks else {})}
         if prompts:
             acknowledged["promptsListChanged"] = True
         self._write({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
@@ -632,6 +638,7 @@ class StdioServer:
             subscriptions = [self._subscriptions.pop(key) for key in ended]
             listened = listen_id in self._prompt_listeners
             self._prompt_listeners.discard(listen_id)
+            listened = self.tasks.unlisten(listen_id) or listened
         for subscription in subscriptions:
             subscription.stop.set()
             if subscription.handle is not None:

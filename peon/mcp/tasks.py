@@ -18,7 +18,11 @@ Promises:
   stopped it), and never leaves an ended state; the answers and notifications have the shapes of the
   task's revision (:meth:`TaskBook.shape`);
 * ``tasks/result`` (2025-11-25) waits for the task's end, answered then with the call's result; a
-  ``tasks/update`` (2026-07-28) is acknowledged, its response to an outstanding input request taken.
+  ``tasks/update`` (2026-07-28) is acknowledged, its response to an outstanding input request taken;
+* each change of a task's status is told: under 2025-11-25 as ``notifications/tasks/status``, under
+  2026-07-28 as ``notifications/tasks`` (the whole detailed task) on each ``subscriptions/listen`` stream
+  that asked for the task (:meth:`TaskBook.listen`: only a client's own tasks, only for a client that
+  declared the extension, at most :data:`MAX_LISTENED` task ids a stream).
 
 Rule: this module owns the task records and their shapes; the call book (:mod:`peon.mcp.calls`) owns the
 calls behind them, and the transport does the I/O. Nothing here waits, locks or writes.
@@ -47,6 +51,9 @@ DEFAULT_TTL_MS = 3_600_000
 MAX_TTL_MS = 86_400_000
 POLL_INTERVAL_MS = 1000
 MAX_TASK_ID_LENGTH = 128
+MAX_LISTENED = 256  # task ids one subscriptions/listen stream follows
+MISSING_CAPABILITY = -32021  # a request needs a client capability it did not declare
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
 Status = Literal["working", "input_required", "completed", "failed", "cancelled"]
 ENDED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -127,6 +134,7 @@ class TaskBook:
         self.identity = identity
         self.clock = clock
         self.tasks: dict[str, Task] = {}
+        self.listeners: dict[str, list[Any]] = {}  # 2026-07-28: task id -> the listen streams that follow it
 
     # -- creating and ending ------------------------------------------------------------------------
 
@@ -138,7 +146,9 @@ class TaskBook:
             ended = [task for task in own if task.ended]
             if not ended:
                 return f"this client already has {MAX_TASKS} tasks running; wait for one to end or cancel one"
-            del self.tasks[min(ended, key=lambda task: task.updated_at).task_id]
+            oldest = min(ended, key=lambda task: task.updated_at).task_id
+            del self.tasks[oldest]
+            self.listeners.pop(oldest, None)
         now = self.clock()
         task = Task(task_id=secrets.token_urlsafe(18), owner=owner, version=version, ttl_ms=ttl_ms,
                     created_at=now, updated_at=now, call=call)
@@ -152,19 +162,19 @@ class TaskBook:
                            self.identity)
         return respond(request_id, task.version, {"task": self.shape(task)}, self.identity)
 
-    def asking(self, task: Task, key: str, request: dict[str, Any] | None) -> dict[str, Any] | None:
+    def asking(self, task: Task, key: str, request: dict[str, Any] | None) -> list[dict[str, Any]]:
         """The task's call waits for an approval (``request``: the 2026-07-28 input request under ``key``);
-        the status notification to send, if any."""
+        the status notifications to send."""
         if task.ended:
-            return None
+            return []
         task.status, task.status_message = "input_required", "waiting for the user's approval"
         task.input_requests = {key: request} if request is not None else None
         return self._touched(task)
 
-    def resumed(self, task: Task) -> dict[str, Any] | None:
-        """Its question was answered: the task works again."""
+    def resumed(self, task: Task) -> list[dict[str, Any]]:
+        """Its question was answered: the task works again (the status notifications to send)."""
         if task.ended or task.status != "input_required":
-            return None
+            return []
         task.status, task.status_message, task.input_requests = "working", None, None
         return self._touched(task)
 
@@ -178,8 +188,7 @@ class TaskBook:
         task.status_message = "cancelled by the client" if task.cancel_asked else None
         messages = [self._result_answer(request_id, task) for request_id in task.result_waiters]
         task.result_waiters = []
-        notice = self._touched(task)
-        return messages + ([notice] if notice is not None else [])
+        return messages + self._touched(task)
 
     # -- requests ------------------------------------------------------------------------------------
 
@@ -248,23 +257,52 @@ class TaskBook:
         result["_meta"] = {**(result.get("_meta") or {}), RELATED_TASK_KEY: {"taskId": task.task_id}}
         return respond(request_id, task.version, result, self.identity)
 
-    def _touched(self, task: Task) -> dict[str, Any] | None:
-        """The task changed: its status notification (2025-11-25; 2026-07-28 sends them only on a listen
-        stream, which this server does not offer for tasks)."""
+    def _touched(self, task: Task) -> list[dict[str, Any]]:
+        """The task changed: its status notifications (2026-07-28: one on each listen stream following it)."""
         task.updated_at = self.clock()
-        if is_modern(task.version):
-            return None
-        return {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": self.shape(task)}
+        if not is_modern(task.version):
+            return [{"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": self.shape(task)}]
+        return [{"jsonrpc": "2.0", "method": "notifications/tasks",
+                 "params": {**self.shape(task, detailed=True), "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}}
+                for listen_id in self.listeners.get(task.task_id, ())]
+
+    def listen(self, owner: Any, listen_id: Any, task_ids: Any, meta: Any) -> list[str] | dict[str, Any]:
+        """A ``subscriptions/listen`` (2026-07-28) asking for ``task_ids``: the ids it will be told about (the
+        client's own tasks), or the error answer for a client that did not declare the extension."""
+        if not isinstance(task_ids, list) or not task_ids:
+            return []
+        if not declares_extension(meta):
+            return error_response(listen_id, MISSING_CAPABILITY, "Missing required client capability",
+                                  {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+        honored = [task_id for task_id in dict.fromkeys(task_ids[:MAX_LISTENED]) if isinstance(task_id, str)
+                   and (task := self.tasks.get(task_id)) is not None and task.owner is owner]
+        for task_id in honored:
+            self.listeners.setdefault(task_id, []).append(listen_id)
+        return honored
+
+    def unlisten(self, listen_id: Any) -> bool:
+        """The listen stream ended; whether it followed any task."""
+        followed = False
+        for task_id, streams in list(self.listeners.items()):
+            kept = [other for other in streams if not (type(other) is type(listen_id) and other == listen_id)]
+            followed = followed or len(kept) != len(streams)
+            if kept:
+                self.listeners[task_id] = kept
+            else:
+                del self.listeners[task_id]
+        return followed
 
     def _expire(self) -> None:
         now = self.clock()
         for task_id, task in list(self.tasks.items()):
             if task.ended and (now - task.created_at) * 1000 > task.ttl_ms:
                 del self.tasks[task_id]
+                self.listeners.pop(task_id, None)
 
     def forget(self, owner: Any) -> list[Task]:
         """``owner`` is gone: its tasks are forgotten; those still running are returned (to be cancelled)."""
         mine = [task for task in self.tasks.values() if task.owner is owner]
         for task in mine:
             del self.tasks[task.task_id]
+            self.listeners.pop(task.task_id, None)
         return [task for task in mine if not task.ended]

@@ -219,3 +219,35 @@ def test_a_task_is_never_yielded(workspace: Path, env: dict, tmp_path: Path) -> 
         assert structured(answer_of(server, 3)[0]["result"])["yielded"] is True  # the plain call yields
     finally:
         assert server.close() == 0
+
+
+def test_a_listen_stream_hears_a_modern_tasks_changes(workspace: Path, env: dict, tmp_path: Path) -> None:
+    server = RawServer(workspace, env, tmp_path)
+    try:
+        server.request(1, "tools/call", {"name": "bash", "arguments": {"command": "echo heard"},
+                                         **envelope(elicitation=True)})
+        task_id = answer_of(server, 1)[0]["result"]["taskId"]
+        server.request("listen", "subscriptions/listen", {"notifications": {"taskIds": [task_id, "not-mine"]},
+                                                          **envelope(elicitation=True)})
+        ack, _ = until(server, lambda m: m.get("method") == "notifications/subscriptions/acknowledged")
+        assert ack["params"]["notifications"]["taskIds"] == [task_id]
+        asking, _ = until(server, lambda m: m.get("method") == "notifications/tasks")
+        assert asking["params"]["status"] == "input_required" and asking["params"]["taskId"] == task_id
+        assert asking["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen"
+        assert asking["params"]["inputRequests"]["approval"]["method"] == "elicitation/create"
+        server.request(2, "tasks/update", {"taskId": task_id, **envelope(elicitation=True), "inputResponses": {
+            "approval": {"action": "accept", "content": {"decision": "allow_once"}}}})
+        statuses = []
+        while not statuses or statuses[-1]["status"] == "working":
+            statuses.append(until(server, lambda m: m.get("method") == "notifications/tasks")[0]["params"])
+        assert [s["status"] for s in statuses] == ["working", "completed"]
+        assert structured(statuses[-1]["result"])["output"] == "heard\n"
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "listen"}})
+
+        # Asking for tasks without declaring the extension is refused.
+        server.request(3, "subscriptions/listen", {"notifications": {"taskIds": [task_id]},
+                                                   **envelope(extension=False)})
+        refused = answer_of(server, 3)[0]
+        assert refused["error"]["code"] == -32021
+    finally:
+        assert server.close() == 0

@@ -48,12 +48,11 @@ def test_a_handshake_task_is_created_followed_and_its_result_waited_for():
     assert created["task"]["taskId"] == task.task_id and created["task"]["status"] == "working"
     assert created["task"]["ttl"] == 60_000 and "resultType" not in created
     assert book.request(owner, 8, "tasks/result", {"taskId": task.task_id}, HANDSHAKE).reply is None  # waits
-    notice = book.asking(task, "approval", None)
-    assert notice is not None and notice["method"] == "notifications/tasks/status"
-    assert notice["params"]["status"] == "input_required"
+    [notice] = book.asking(task, "approval", None)
+    assert notice["method"] == "notifications/tasks/status" and notice["params"]["status"] == "input_required"
     got = book.request(owner, 9, "tasks/get", {"taskId": task.task_id}, HANDSHAKE).reply
     assert got is not None and got["result"]["status"] == "input_required"
-    assert book.resumed(task) is not None and task.status == "working"
+    assert book.resumed(task) != [] and task.status == "working"
     answers = book.ended(task, RESULT)
     assert answers[0]["id"] == 8 and answers[0]["result"]["content"] == RESULT["content"]
     assert answers[0]["result"]["_meta"][RELATED_TASK_KEY] == {"taskId": task.task_id}
@@ -91,7 +90,7 @@ def test_a_modern_task_inlines_its_result_and_takes_input_responses_by_update():
     assert created["resultType"] == "task" and created["taskId"] == task.task_id and created["ttlMs"] == 60_000
     assert "task" not in created and created["pollIntervalMs"] > 0
     request = {"method": "elicitation/create", "params": {"message": "allow?"}}
-    assert book.asking(task, "approval", request) is None  # 2026-07-28: notifications only on a listen stream
+    assert book.asking(task, "approval", request) == []  # 2026-07-28: notifications only on a listen stream
     got = book.request(owner, 2, "tasks/get", {"taskId": task.task_id}, MODERN).reply["result"]
     assert got["resultType"] == "complete" and got["status"] == "input_required"
     assert got["inputRequests"] == {"approval": request}
@@ -191,3 +190,26 @@ def test_a_modern_connection_lists_the_extension_and_makes_a_commands_call_a_tas
         assert isinstance(listed, p.Reply) and listed.message["error"]["code"] == -32601
         update = receive(conn, {"id": 6, "method": "tasks/update", "params": {"taskId": "x", **envelope(True)}})
         assert isinstance(update, p.TaskRequest if serves else p.Reply)
+
+
+def test_a_listen_stream_follows_only_its_clients_tasks_and_hears_each_change():
+    book = TaskBook(ServerIdentity(), Clock())
+    mine, theirs = object(), object()
+    task = book.create(mine, MODERN, 60_000, call=None)
+    other = book.create(theirs, MODERN, 60_000, call=None)
+    assert not isinstance(task, str) and not isinstance(other, str)
+    refused = book.listen(mine, "L", [task.task_id], {CLIENT_CAPABILITIES_KEY: {}})
+    assert isinstance(refused, dict) and refused["error"]["code"] == -32021
+    assert refused["error"]["data"] == {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+    assert book.listen(mine, "L", [task.task_id, other.task_id, "nope", 5], EXTENSION) == [task.task_id]
+    assert book.listen(mine, "M", None, {}) == []
+    request = {"method": "elicitation/create", "params": {}}
+    [asked] = book.asking(task, "approval", request)
+    assert asked["method"] == "notifications/tasks" and asked["params"]["status"] == "input_required"
+    assert asked["params"]["inputRequests"] == {"approval": request}
+    assert asked["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "L"}
+    assert book.asking(other, "approval", request) == []  # nobody follows it
+    book.resumed(task)
+    [done] = book.ended(task, RESULT)
+    assert done["params"]["status"] == "completed" and done["params"]["result"] == RESULT
+    assert book.unlisten("L") is True and book.unlisten("L") is False and book.listeners == {}
