@@ -26,7 +26,9 @@ or in the approval line, holds no slot: a question pending never holds a call th
 
 It then runs in a worker of the pool; as a job of its own when its tool keeps its output, or started as
 a background job (:class:`peon.supervisor.jobs.JobTable`, which owns every job, checked against
-``jobs.max_running`` before anyone is asked, and again as it starts); or, for the job tools
+``jobs.max_running`` before anyone is asked, and again as it starts; with ``limits.yield_after_seconds``
+a foreground job may be answered early and run on as one, unless its caller asked for the whole result,
+``auto_yield`` false); or, for the job tools
 (``Tool.served_by_supervisor``), here on the supervisor's loop from a task of their own, without a slot,
 so that a ``job_output`` that waits never holds whatever is served next, ended by a cancel or their
 deadline. A call still running :data:`STARTED_NOTICE_SECONDS` after its worker took it is announced to a
@@ -87,6 +89,7 @@ class PendingCall:
     decision: Decision | None = None
     size: int = 0  # estimated bytes of its input, counted against limits.max_queued_bytes
     trace: dict[str, str] = field(default_factory=dict)  # the caller's W3C trace context (checked)
+    auto_yield: bool = True  # may be answered early by limits.yield_after_seconds (not for an MCP task)
 
 
 @dataclass
@@ -316,7 +319,10 @@ class CallServer:
                                                                self._started_notice(call, deadline))
 
         try:
-            if tool.keeps_output:
+            after = self.state.config.limits.yield_after_seconds  # auto-yield: answered early, runs on as a job
+            if tool.keeps_output and after > 0 and call.auto_yield:
+                reply = await self.jobs.run_yielding(record, deadline, call.cancelled, forward_progress, taken, after)
+            elif tool.keeps_output:
                 reply = await self.jobs.run_foreground(record, deadline, call.cancelled, forward_progress, taken)
             else:
                 reply = await self.pool.run(record, deadline, call.cancelled, forward_progress, None, taken,

@@ -20,6 +20,10 @@ Promises:
   that comes first), and no call waits on the job after that. At most ``jobs.max_running`` run at
   once (a call beyond is ``job_limit_reached``, checked before anyone is asked to approve it); each is
   killed at its deadline (``jobs.max_lifetime_seconds`` unless its ``timeout_seconds`` is shorter);
+* with auto-yield (``limits.yield_after_seconds``, :meth:`JobTable.run_yielding`) a foreground job still
+  running that long after its worker took it, while a background job may start, is answered with its
+  output so far and becomes a background job in place — same worker, same deadline — audited from then
+  on like one; until then it is its call's;
 * a background job whose command started gets a ``job_started`` audit line as it starts and a
   ``job_ended`` line when it ends, in that order, through the audit callable the table was given (the
   session's audit log keeps either line when it cannot take it then, and writes it once it can:
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
 
 MAX_JOB_RECORDS = 1024
 STOP_MARGIN_SECONDS = 5.0  # past the cancel grace and the worker grace, how long stop waits for the pool
+YIELD_RETRY_SECONDS = 1.0  # a call due to yield while jobs.max_running run looks again this often
 
 # Writes a job's audit line: the event (``job_started``, ``job_ended``) and the job's facts
 # (:meth:`peon.core.jobs.JobInfo.to_dict` plus ``call_id``).
@@ -231,6 +236,67 @@ class JobTable:
             return {"ok": True, "value": {**value, "job_id": job.id, "background": True, "state": job.state,
                                           "output_retained_bytes": job.ring.retained}}
         return {"ok": True, "value": self._running_value(job, float(deadline.at - time.monotonic()))}
+
+    async def run_yielding(self, call: dict[str, Any], deadline: Deadline, cancelled: asyncio.Event,
+                           on_progress: Callable[[dict[str, Any]], Awaitable[None]], on_taken: Callable[[], None],
+                           after: float) -> dict[str, Any]:
+        """:meth:`run_foreground` with auto-yield (``limits.yield_after_seconds``): a command still running
+        ``after`` seconds after its worker took it, while a background job may start (``jobs.max_running``),
+        is answered with its output so far and its ``job_id`` (``yielded``), and goes on as a background
+        job under the same deadline, in the same worker — ``job_output`` collects it, ``job_stop`` and the
+        session's close end it, its ``job_started`` and ``job_ended`` lines are audited. Its output is
+        streamed as it comes (its worker then serves no other call). Until it yields it is the call's:
+        the call's cancel stops it, its progress goes to ``on_progress``, and one that ends first is
+        answered as :meth:`run_foreground` answers."""
+        job = self.new(str(call["id"]), call["tool"], command_of(call["args"]), background=False)
+        job.awaiting_reply = True  # until the call is answered: a job that ends by then answers it
+        taken, yielded = asyncio.Event(), False
+
+        def take() -> None:
+            taken.set()
+            on_taken()
+
+        async def progress(message: dict[str, Any]) -> None:
+            if not yielded:  # the call is answered: nobody waits for its progress
+                await on_progress(message)
+
+        async def run() -> None:
+            reply = error_reply(ErrorCode.TOOL_FAILED, f"{call['tool']} did not complete")
+            try:
+                reply = await self._running_pool().run({**call, "stream": "live"}, deadline, job.cancelled, progress,
+                                                       self.on_event(job), take, starts_processes=True)
+            except asyncio.CancelledError:
+                reply = error_reply(ErrorCode.SESSION_CLOSED, "the session closed while the job ran")
+            except Exception as exc:  # a bug here must end one job, not the session
+                reply = error_reply(ErrorCode.TOOL_FAILED, f"internal error while running the job: {exc}")
+            finally:
+                self.finish(job, reply)
+                if yielded:
+                    self._audit("job_ended", job)
+
+        job.task = asyncio.get_running_loop().create_task(run())
+        try:
+            await first(taken.wait(), job.ended.wait(), cancelled.wait())
+            if taken.is_set() and not job.ended.is_set():
+                await first(job.ended.wait(), cancelled.wait(), asyncio.sleep(after))
+            while not job.ended.is_set() and not cancelled.is_set() and self.running_background() >= self.max_running:
+                await first(job.ended.wait(), cancelled.wait(), asyncio.sleep(YIELD_RETRY_SECONDS))
+            if not job.ended.is_set() and not cancelled.is_set():
+                yielded, job.background = True, True
+                self._audit("job_started", job)
+                return {"ok": True, "value": {**self._running_value(job, float(deadline.at - time.monotonic())),
+                                              "yielded": True}}
+            if not job.ended.is_set():  # the call was cancelled: so is its job, answered at its end
+                job.cancelled.set()
+            await job.ended.wait()
+        finally:
+            if not yielded and not job.ended.is_set():  # the call is torn down: its job is not left running
+                job.cancelled.set()
+            reply, job.reply, job.awaiting_reply = job.reply, None, False
+        reply = reply or error_reply(ErrorCode.TOOL_FAILED, f"{call['tool']} did not complete")
+        if reply.get("ok") and isinstance(reply.get("value"), dict):
+            reply = {**reply, "value": {**reply["value"], "job_id": job.id, "output_retained_bytes": job.ring.retained}}
+        return reply
 
     async def _supervise(self, job: Job, message: dict[str, Any], deadline: Deadline) -> None:
         """A background job's whole run, through the pool's job entry point; its end recorded and audited."""

@@ -154,7 +154,8 @@ class Supervisor:
             op = message.get("op")
             if op == "call":
                 call = PendingCall(str(message.get("id")), str(message.get("tool")), message.get("args"),
-                                   bool(message.get("progress")), trace=trace_context(message.get("trace")))
+                                   bool(message.get("progress")), trace=trace_context(message.get("trace")),
+                                   auto_yield=message.get("auto_yield") is not False)
                 call.size = input_size(call.args)
                 if call.id in self.calls:  # a client's bug: the id already names a held call
                     call.args = None

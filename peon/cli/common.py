@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,13 +59,20 @@ def config_argument(path: str | None, allow: list[str] | None) -> Any:
     return merge(read_toml(config_path) or {}, overrides)
 
 
-def open_session(options: argparse.Namespace, **kwargs: Any) -> Session:
+def open_session(options: argparse.Namespace, front_end: Mapping[str, Any] | None = None, **kwargs: Any) -> Session:
+    """The session of a command; ``front_end``: the command's own defaults (dotted keys), under every
+    configuration someone wrote (:func:`peon.client.config.front_ends.with_front_end_defaults`)."""
     import peon
 
     workspace = Path(options.workspace).expanduser()
     if not workspace.is_dir():
         raise UsageError(f"workspace {workspace} is not an existing directory")
-    return peon.Session(workspace, config_argument(options.config, options.allow), **kwargs)
+    config = config_argument(options.config, options.allow)
+    if front_end:
+        from peon.client.config.front_ends import with_front_end_defaults
+
+        config = with_front_end_defaults(config, front_end, workspace=workspace, env=kwargs.get("env"))
+    return peon.Session(workspace, config, **kwargs)
 
 
 @contextlib.contextmanager

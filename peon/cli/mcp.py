@@ -29,7 +29,9 @@ def cmd_mcp(options: argparse.Namespace) -> int:
         # where each result tells the sandbox, rather than guess it.
         identity = ServerIdentity(name="peon", version=peon.__version__, title="Peon",
                                   instructions=server_instructions(str(workspace), None))
-        return serve(lambda approver: open_session(options, approver=approver, launch=early), identity)
+        from peon.client.config.front_ends import MCP_DEFAULTS
+
+        return serve(lambda approver: open_session(options, MCP_DEFAULTS, approver=approver, launch=early), identity)
     finally:
         if early is not None:
             early.abandon()  # a no-op once the session adopted it

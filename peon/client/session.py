@@ -267,13 +267,15 @@ class Session:
     # -- calls --------------------------------------------------------------------------------------
 
     def submit(self, name: str, args: Any, *, on_progress: ProgressCallback | None = None,
-               trace: Mapping[str, str] | None = None) -> CallHandle:
+               trace: Mapping[str, str] | None = None, auto_yield: bool = True) -> CallHandle:
         call_id = new_call_id()
         handle = CallHandle(self, call_id, name, on_progress)
         message: ClientCall = {"op": "call", "id": call_id, "tool": name, "args": args,
                                "progress": on_progress is not None}
         if trace:
             message["trace"] = dict(trace)  # W3C trace context: commands get TRACEPARENT/TRACESTATE
+        if not auto_yield:  # its caller waits for the whole result itself (an MCP task)
+            message["auto_yield"] = False
         try:
             self._check_depth(name, args)
         except ToolError as exc:

@@ -51,6 +51,7 @@ class LimitsView:
     max_parallel_calls: int
     max_queued_calls: int
     max_queued_bytes: int
+    yield_after_seconds: float
 
 
 @dataclass(frozen=True, slots=True)

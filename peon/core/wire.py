@@ -41,6 +41,7 @@ class ClientCall(TypedDict):
     args: Any
     progress: bool
     trace: NotRequired[dict[str, str]]  # the caller's W3C trace context, for the commands the call starts
+    auto_yield: NotRequired[bool]  # False: answered at its end despite limits.yield_after_seconds (an MCP task)
 
 
 class ClientCancel(TypedDict):

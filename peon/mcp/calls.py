@@ -52,6 +52,7 @@ from peon.mcp.features import Answer, Step, settle
 from peon.mcp.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, error_response, shown
 from peon.mcp.progress import progress_notification
 from peon.mcp.revisions import ServerIdentity, is_modern, respond
+from peon.mcp.tasks import RELATED_TASK_KEY
 from peon.mcp.tools import call_result
 
 RETRY_KEEP_SECONDS = 600.0  # how long a finished call waits for the retry of its input_required answer
@@ -74,6 +75,7 @@ class PendingApproval:
     wake: Callable[[], None]
     answer: dict[str, Any] | None = None
     elicitation_id: str | None = None  # 2025-11-25 and earlier: the elicitation/create request that asks
+    elicitation: dict[str, Any] | None = None  # what is asked (the params of an elicitation/create)
 
     def resolve(self, answer: dict[str, Any]) -> None:
         """Decide the question (the first decision stands)."""
@@ -115,6 +117,7 @@ class Call:
     final: ToolResult | None = None  # finished while no request was waiting for it
     finished_at: float = 0.0
     trace: Any = None  # its peon.otel.CallTrace, when telemetry is on
+    task: Any = None  # the peon.mcp.tasks.Task it runs as (its request was answered with the task's handle)
 
     @classmethod
     def of_request(cls, ev: StartCall, peer: Peer | None, **more: Any) -> Self:
@@ -312,7 +315,7 @@ class CallBook(Generic[CallT]):
     def askable(self, call_id: str) -> CallT | dict[str, Any]:
         """The call an approval request is about, or the denial when nobody can be asked."""
         call = self.running.get(call_id)
-        if call is None or call.cancelled or self.closing or call.request_id is None:
+        if call is None or call.cancelled or self.closing or (call.request_id is None and call.task is None):
             return {"decision": "deny", "reason": "the call is no longer pending"}
         if not call.can_elicit:
             return {"decision": "deny", "reason": "the MCP client did not declare the elicitation capability, so "
@@ -356,6 +359,29 @@ class CallBook(Generic[CallT]):
         call.peer.elicitations[approval.elicitation_id] = approval
         return approval, {"jsonrpc": "2.0", "id": approval.elicitation_id, "method": "elicitation/create",
                           "params": elicitation}
+
+    def ask_in_task(self, call: CallT, request: dict[str, Any],
+                    wake: Callable[[], None]) -> tuple[PendingApproval, dict[str, Any] | None]:
+        """:meth:`ask` for a call that runs as a task: under 2025-11-25 the ``elicitation/create`` request,
+        tagged with the task; under 2026-07-28 no message — the question is the task's input request
+        (``approval.elicitation``), answered by ``tasks/update`` (:meth:`answer_in_task`)."""
+        if not is_modern(call.version):
+            approval, message = self.ask(call, request, wake)
+            meta = message["params"].setdefault("_meta", {})
+            meta[RELATED_TASK_KEY] = {"taskId": call.task.task_id}
+            return approval, message
+        approval = PendingApproval(request=request, wake=wake)
+        approval.elicitation = approval_elicitation(request, call.version)
+        call.approval = approval
+        return approval, None
+
+    @staticmethod
+    def answer_in_task(call: CallT, responses: Any) -> None:
+        """A ``tasks/update``'s responses to the task's open question (2026-07-28)."""
+        approval = call.approval
+        if approval is not None:
+            approval.resolve(decision_from_retry(responses, APPROVAL_KEY, approval.request.get("scopes") or (),
+                                                 suggested_prefix(approval.request)))
 
     def _park(self, call: CallT, elicitation: dict[str, Any]) -> dict[str, Any]:
         """2026-07-28: answer the call's request with input_required; the call waits for the client's retry."""

@@ -15,7 +15,12 @@ Promises:
 * ``ping`` is answered in the handshake era only: the 2026-07-28 revision removed it, so an enveloped
   ``ping`` is ``-32601`` like any method the revision does not define;
 * the first request that belongs to an era locks the connection to it, as mixing the handshake and the
-  stateless revision mid-stream has no defined meaning.
+  stateless revision mid-stream has no defined meaning;
+* on a transport that serves MCP tasks (``serves_tasks``) it advertises them where the revision defines
+  them — 2025-11-25's ``tasks`` capability with every tool's ``execution.taskSupport`` ``optional``,
+  2026-07-28's ``io.modelcontextprotocol/tasks`` extension — marks the ``tools/call`` that becomes a task
+  (``StartCall.task_ttl``) and hands the revision's ``tasks/*`` requests on as :class:`TaskRequest`; on
+  any other transport ``params.task`` is ignored (the plain call) and ``tasks/*`` is ``-32601``.
 """
 
 from __future__ import annotations
@@ -56,14 +61,16 @@ from peon.mcp.revisions import (
     respond,
 )
 from peon.mcp.logs import LevelProblem, LogFeed, check_level
+from peon.mcp.tasks import TASKS_EXTENSION, TASKS_REVISION, task_methods, task_wanted
 from peon.mcp.tools import tool_descriptor
 
 STATELESS_UNSERVED = frozenset({"resources/subscribe", "resources/unsubscribe", "logging/setLevel"})
 
 
-def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) -> dict[str, Any]:
+def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True, tasks: bool = False) -> dict[str, Any]:
     """What a server of this era advertises (``subscribes``: the transport can notify a connection of
-    resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern).
+    resource updates at any time; ``logs``: it can send log messages, at least with the calls they concern;
+    ``tasks``: it serves MCP tasks for this revision, :mod:`peon.mcp.tasks`).
     Such a transport also tells the client when the prompts change: a handshake-era one at once
     (:meth:`Connection.tells_prompt_changes`), a 2026-07-28 one on a ``subscriptions/listen`` stream."""
     capabilities: dict[str, Any] = {"tools": {"listChanged": False},
@@ -72,6 +79,10 @@ def server_capabilities(era: Era, subscribes: bool = True, logs: bool = True) ->
                                                   "listChanged": False}, "completions": {}}
     if era == "handshake" and logs:
         capabilities["logging"] = {}
+    if tasks and era == "handshake":
+        capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    elif tasks:
+        capabilities["extensions"] = {TASKS_EXTENSION: {}}
     return capabilities
 
 
@@ -95,6 +106,17 @@ class StartCall:
     request_state: Any = None
     input_responses: dict[str, Any] | None = None
     meta: Any = field(default=None, compare=False)  # the request's params._meta (its trace context)
+    task_ttl: int | None = None  # it becomes an MCP task kept this long (ms): peon.mcp.tasks.task_wanted
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """A ``tasks/*`` request (:mod:`peon.mcp.tasks`), on a connection that serves tasks."""
+
+    id: str | int
+    method: str
+    params: dict[str, Any]
+    version: str
 
 
 @dataclass(frozen=True)
@@ -128,7 +150,7 @@ class Ignored:
     why: str
 
 
-Event = Reply | StartCall | Feature | CancelRequest | ClientReply | Ignored
+Event = Reply | StartCall | Feature | CancelRequest | ClientReply | TaskRequest | Ignored
 
 
 @dataclass
@@ -145,6 +167,7 @@ class Connection:
     logs: LogFeed = field(default_factory=LogFeed)  # logging/setLevel's level and the rate limit
     subscribes: bool = True  # the transport can send resource updates to this connection at any time
     sends_logs: bool = True  # ... and log messages (at least on the streams of the calls they concern)
+    serves_tasks: bool = False  # the transport serves MCP tasks (2025-11-25 and 2026-07-28)
 
     def __post_init__(self) -> None:
         self.set_tools(self.tools)
@@ -227,7 +250,8 @@ class Connection:
         self.client_info = dict(info) if isinstance(info, Mapping) else {}
         result: dict[str, Any] = {
             "protocolVersion": self.version,
-            "capabilities": server_capabilities("handshake", self.subscribes, self.sends_logs),
+            "capabilities": server_capabilities("handshake", self.subscribes, self.sends_logs,
+                                                self.serves_tasks and self.version == TASKS_REVISION),
             "serverInfo": self.identity.implementation(),
         }
         if self.identity.instructions:
@@ -262,7 +286,7 @@ class Connection:
         if req.method == "server/discover":
             return Reply(self._complete(req.id, version, {
                 "supportedVersions": list(MODERN_VERSIONS),
-                "capabilities": server_capabilities("modern", self.subscribes, self.sends_logs),
+                "capabilities": server_capabilities("modern", self.subscribes, self.sends_logs, self.serves_tasks),
                 **({"instructions": self.identity.instructions} if self.identity.instructions else {}),
                 "ttlMs": 0, "cacheScope": "private",
             }))
@@ -277,11 +301,16 @@ class Connection:
             if req.params.get("cursor") is not None:
                 return self._error(req, INVALID_PARAMS, "unknown cursor: every tool is listed in the first page")
             result: dict[str, Any] = {"tools": [tool_descriptor(tool, version) for tool in self.tools]}
+            if self.serves_tasks and version == TASKS_REVISION:  # every tool may run as a task, none must
+                for descriptor in result["tools"]:
+                    descriptor["execution"] = {"taskSupport": "optional"}
             if is_modern(version):
                 result.update(ttlMs=0, cacheScope="private")
             return Reply(self._complete(req.id, version, result))
         if req.method == "tools/call":
             return self._call(req, version, can_elicit, meta)
+        if self.serves_tasks and req.method in task_methods(version):
+            return TaskRequest(req.id, req.method, dict(req.params), version)
         if req.method == "subscriptions/listen" and is_modern(version) and self.subscribes:
             return Feature(req.id, req.method, dict(req.params), version, can_elicit)
         served = self.sends_logs if req.method == "logging/setLevel" else self.subscribes
@@ -318,9 +347,11 @@ class Connection:
         if not valid_id(token):
             token = None  # not a token the protocol defines: the call runs without progress
         responses = req.params.get("inputResponses") if is_modern(version) else None
-        return StartCall(req.id, name, arguments, version, token, can_elicit,
-                         req.params.get("requestState") if is_modern(version) else None,
-                         responses if isinstance(responses, dict) else None, meta)
+        state = req.params.get("requestState") if is_modern(version) else None
+        ttl = (task_wanted(version, req.params, meta, str(self._by_name[name].get("risk")))
+               if self.serves_tasks and state is None else None)
+        return StartCall(req.id, name, arguments, version, token, can_elicit, state,
+                         responses if isinstance(responses, dict) else None, meta, ttl)
 
     # -- shaping --
 

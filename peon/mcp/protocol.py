@@ -28,9 +28,11 @@ from peon.mcp.connection import (
     Ignored,
     Reply,
     StartCall,
+    TaskRequest,
     server_capabilities,
 )
 from peon.mcp.elicitation import (
+    APPROVAL_KEY,
     DECISIONS,
     SCOPES,
     RequestStateSigner,
@@ -82,16 +84,19 @@ from peon.mcp.revisions import (
     negotiate,
     respond,
 )
+from peon.mcp.tasks import RELATED_TASK_KEY, Task, TaskAction, TaskBook
 from peon.mcp.tools import ERROR_META_KEY, annotations_for, call_result, render_text, tool_descriptor
 
 __all__ = [
-    "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR",
+    "APPROVAL_KEY", "CLIENT_CAPABILITIES_KEY", "DECISIONS", "ERROR_META_KEY", "HANDSHAKE_VERSIONS", "INTERNAL_ERROR",
     "INVALID_PARAMS", "INVALID_REQUEST", "LATEST_HANDSHAKE", "METHOD_NOT_FOUND", "MODERN_VERSIONS", "NOT_READY",
     "PARSE_ERROR",
-    "PROTOCOL_VERSION_KEY", "RESOURCE_NOT_FOUND", "SCOPES", "SERVER_INFO_KEY", "UNSUPPORTED_PROTOCOL_VERSION",
+    "PROTOCOL_VERSION_KEY", "RELATED_TASK_KEY", "RESOURCE_NOT_FOUND", "SCOPES", "SERVER_INFO_KEY",
+    "UNSUPPORTED_PROTOCOL_VERSION",
     "Answer", "CancelRequest", "Catalog", "ClientReply", "Connection", "Era", "Event", "Feature", "Ignored",
     "JobUri", "LogFeed", "Malformed", "Message", "Notification", "Plan", "Refused", "Reply", "Request", "RequestId",
     "RequestStateSigner", "ResourceProblem", "Response", "ServerIdentity", "StartCall", "Step", "Target",
+    "Task", "TaskAction", "TaskBook", "TaskRequest",
     "annotations_for", "approval_elicitation", "approval_event", "approval_message", "at_least", "call_result",
     "can_elicit_form", "decision_from_elicitation", "decision_from_retry", "error_response",
     "failure", "input_required", "is_modern", "lone_surrogate", "negotiate", "parse_message", "parse_uri", "plan",

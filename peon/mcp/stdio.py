@@ -28,6 +28,13 @@ Promises:
 * a supervisor that died is replaced before the next call; the new one discovers the skills again, and
   when that changes the prompts, ``notifications/prompts/list_changed`` goes to a handshake-era client
   and on every 2026-07-28 ``subscriptions/listen`` stream that asked for ``promptsListChanged``;
+* MCP tasks (:mod:`peon.mcp.tasks`): a ``tools/call`` that becomes a task (2025-11-25's ``params.task``;
+  2026-07-28, a command's call from a client declaring the tasks extension) is answered at once with the
+  task's handle and runs as any call; ``tasks/get`` follows it, ``tasks/result`` (2025-11-25) or the
+  completed task (2026-07-28) carries its result, ``tasks/cancel`` cancels it like ``notifications/cancelled``
+  cancels a call. Its approval question is asked by ``elicitation/create`` tagged with the task
+  (2025-11-25) or is the task's input request, answered by ``tasks/update`` (2026-07-28); meanwhile the task
+  is ``input_required``. 2025-11-25 clients get ``notifications/tasks/status`` at each change;
 * ``notifications/cancelled`` cancels the call in the supervisor (a queued call never starts, a running
   one gets TERM → 2 s → KILL) and the cancelled request gets no response;
 * when stdin closes, or on SIGTERM / SIGINT / SIGHUP, the session is closed — every call is cancelled
@@ -122,7 +129,8 @@ class StdioServer:
         self._held: deque[tuple[p.Message, int]] = deque()  # in arrival order, until the session is up
         self._held_bytes = 0
         self._max_line = DEFAULT_MAX_LINE
-        self.connection = p.Connection([], identity)  # its tools are the session's, set once it is up
+        self.connection = p.Connection([], identity, serves_tasks=True)  # its tools are the session's, once up
+        self.tasks = p.TaskBook(identity)  # the client's MCP tasks (under _lock)
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -287,6 +295,8 @@ class StdioServer:
             self._cancel(event)
         elif isinstance(event, p.ClientReply):
             self._client_reply(event)
+        elif isinstance(event, p.TaskRequest):
+            self._task_request(event)
 
     def _write(self, message: dict[str, Any]) -> None:
         """Send one message. Never raises: a message JSON cannot carry becomes an internal error for the
@@ -328,7 +338,15 @@ class StdioServer:
                 self._resume(ev)
                 return
             call = Call.of_request(ev, self._client)
-            self.book.open(call)
+            if ev.task_ttl is not None:  # answered now with the task's handle; the task gets the result
+                task = self.tasks.create(self._client, ev.version, ev.task_ttl, call)
+                if isinstance(task, str):
+                    self._write(p.error_response(ev.id, p.INVALID_REQUEST, f"Invalid Request: {task}"))
+                    return
+                call.task, call.request_id = task, None
+                self._write(self.tasks.created(ev.id, task))
+            else:
+                self.book.open(call)
         self._submit(call)
 
     def _resume(self, ev: p.StartCall) -> None:
@@ -344,7 +362,9 @@ class StdioServer:
         self._recover_session()
         on_progress = (lambda update: self._progress(call, update)) if self.book.wants_progress(call) else None
         # Not under the lock: the session's reader thread takes it for progress and results.
-        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress, **self.book.tracing(call))
+        # A task's client collects the whole result itself: its call is never yielded.
+        handle = self.session.submit(call.name, call.arguments, on_progress=on_progress, auto_yield=call.task is None,
+                                     **self.book.tracing(call))
         with self._registered:
             self.book.submitted(call, handle)
             self._registered.notify_all()
@@ -373,6 +393,9 @@ class StdioServer:
     def _done(self, call: Call, result: ToolResult) -> None:
         with self._lock:
             message = self.book.finish(call, result)
+            ended = self.tasks.ended(call.task, p.call_result(result, call.version)) if call.task is not None else []
+        for task_message in ended:  # the tasks/result requests that waited, then the status notification
+            self._write(task_message)
         if message is None:
             return  # cancelled (no response), or kept for the retry of its input_required answer
         event = p.result_event(result)
@@ -413,14 +436,47 @@ class StdioServer:
             if not isinstance(call, Call):
                 return call
             answered = threading.Event()
-            approval, message = self.book.ask(call, request, answered.set)
+            message: dict[str, Any] | None
+            if call.task is None:
+                approval, message = self.book.ask(call, request, answered.set)
+                notices = []
+            else:
+                approval, message = self.book.ask_in_task(call, request, answered.set)
+                asked = (None if approval.elicitation is None else
+                         {"method": "elicitation/create", "params": approval.elicitation})
+                notices = self.tasks.asking(call.task, p.APPROVAL_KEY, asked)
         asked_ns = time.time_ns()
-        self._write(message)
+        for sent in (*notices, message):
+            if sent is not None:
+                self._write(sent)
         answered.wait(self.book.approval_wait)
         with self._lock:
             answer = self.book.answered(call, approval, asked_ns)
+            notices = self.tasks.resumed(call.task) if call.task is not None else []
+        for notice in notices:
+            self._write(notice)
         self._log(*p.approval_event(request, answer))
         return answer
+
+    def _task_request(self, ev: p.TaskRequest) -> None:
+        """A ``tasks/*`` request: answered from the task book; a cancel stops the task's call (TERM → 2 s →
+        KILL), an update answers its open question."""
+        with self._lock:
+            action = self.tasks.request(self._client, ev.id, ev.method, ev.params, ev.version)
+            call = action.cancel.call if action.cancel is not None else None
+            withdrawn = call is not None and self.book.withdraw(call)
+            if action.responses is not None:
+                self.book.answer_in_task(action.responses[0].call, action.responses[1])
+        if action.reply is not None:
+            self._write(action.reply)
+        if call is None or not withdrawn:
+            return
+        if call.handle is not None:  # not under the lock, as for a cancelled request
+            call.handle.cancel()
+        with self._lock:
+            notice = self.book.deny_question(call, "the task was cancelled by the client")
+        if notice is not None:
+            self._write(notice)
 
     def _client_reply(self, ev: p.ClientReply) -> None:
         with self._lock:
@@ -543,9 +599,15 @@ class StdioServer:
             uris = []
         honored: list[str] = []
         with self._lock:
-            if ev.id in self._prompt_listeners or any(listen_id == ev.id for listen_id, _ in self._subscriptions):
+            if ev.id in self._prompt_listeners or any(listen_id == ev.id for listen_id, _ in self._subscriptions) \
+                    or any(ev.id in streams for streams in self.tasks.listeners.values()):
                 self._write(p.error_response(ev.id, p.INVALID_REQUEST,
                                              f"request id {p.shown(ev.id)} is already a subscriptions/listen stream"))
+                return
+            tasks = self.tasks.listen(self._client, ev.id, wanted.get("taskIds") if isinstance(wanted, dict) else None,
+                                      ev.params.get("_meta"))
+            if isinstance(tasks, dict):  # asked for tasks without declaring the extension
+                self._write(tasks)
                 return
             prompts = (isinstance(wanted, dict) and wanted.get("promptsListChanged") is True
                        and len(self._prompt_listeners) < MAX_SUBSCRIPTIONS)
@@ -561,7 +623,7 @@ class StdioServer:
                 if isinstance(target, p.JobUri) and len(self._subscriptions) < MAX_SUBSCRIPTIONS:
                     self._subscriptions[(ev.id, uri)] = Subscription(uri, target.job_id, listen_id=ev.id)
             followed = [s for (listen_id, _), s in self._subscriptions.items() if listen_id == ev.id]
-        acknowledged: dict[str, Any] = {"resourceSubscriptions": honored}
+        acknowledged: dict[str, Any] = {"resourceSubscriptions": honored, **({"taskIds": tasks} if tasks else {})}
         if prompts:
             acknowledged["promptsListChanged"] = True
         self._write({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
@@ -576,6 +638,7 @@ class StdioServer:
             subscriptions = [self._subscriptions.pop(key) for key in ended]
             listened = listen_id in self._prompt_listeners
             self._prompt_listeners.discard(listen_id)
+            listened = self.tasks.unlisten(listen_id) or listened
         for subscription in subscriptions:
             subscription.stop.set()
             if subscription.handle is not None:

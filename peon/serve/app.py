@@ -373,7 +373,7 @@ class McpEndpoint:
             return
         assert self.state.router is not None
         connection = p.Connection(self.state.router.session.tools(), self.state.identity, subscribes=False,
-                                  sends_logs=False)
+                                  sends_logs=False, serves_tasks=True)
         await self.dispatch(scope, receive, send, connection.receive(message), None, message, "modern", info)
 
     # -- 2025-11-25 and earlier: sessions opened by initialize --
@@ -460,6 +460,10 @@ class McpEndpoint:
                 await send_json(send, wire.http_status(outcome.message, era), outcome.message)
             else:
                 await self.stream(scope, receive, send, outcome, info)
+            return
+        if isinstance(event, p.TaskRequest):
+            answered = router.task_request(event, mcp_session)
+            await send_json(send, wire.http_status(answered, era), answered)
             return
         if not isinstance(event, p.StartCall):
             await send_empty(send, 202)

@@ -12,7 +12,13 @@ Promises:
 * an approval question reaches the caller the way the request's revision defines: an
   ``elicitation/create`` request on the call's stream (2025-11-25, when the client declared form
   elicitation) or an ``input_required`` answer whose signed ``requestState`` the retry echoes
-  (2026-07-28); no answer within ``limits.approval_timeout_seconds`` denies;
+  (2026-07-28), or for a task the task's input request, answered by ``tasks/update``; no answer within
+  ``limits.approval_timeout_seconds`` denies;
+* MCP tasks are served for 2026-07-28 (:mod:`peon.mcp.tasks`; 2025-11-25's need a stream to ask on
+  and to wait on, which a task's request no longer has, so they are not advertised): a command's call
+  from a request declaring the extension (and carrying no idempotency key) is answered at once with its
+  task; ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` follow, answer and cancel it. The stateless
+  requests own their tasks as one owner, as they own their jobs;
 * a call carrying ``peon/idempotencyKey`` runs at most once per key within the window (see
   :mod:`peon.serve.idempotency`);
 * prompts, resources and completion requests are planned by :func:`peon.mcp.features.plan`; one that
@@ -59,6 +65,7 @@ from peon.serve.idempotency import Conflict, Follow, Full, IdempotencyStore, Rep
 from peon.serve.metrics import Metrics
 
 MAX_QUEUED_NOTICES = 32
+STATELESS_TASKS = object()  # the owner of the tasks of 2026-07-28 requests, which carry no session
 REPLAY_META_KEY = "peon/idempotentReplay"
 MAX_OWNED_JOBS = 8192  # job owners remembered (the supervisor keeps fewer job records than this)
 STATELESS_OWNER = ""  # the owner of jobs started by 2026-07-28 requests, which carry no session
@@ -186,6 +193,7 @@ class CallRouter:
         self.idempotency: IdempotencyStore[ToolResult] = IdempotencyStore(
             idempotency_window, idempotency_entries, time.monotonic)
         self.catalog = p.Catalog.of(session.info, session.tools())
+        self.tasks = p.TaskBook(identity)
         self.job_owners: collections.OrderedDict[str, str] = collections.OrderedDict()
         self.background_jobs: set[str] = set()  # among job_owners: started in the background
         self._ending_jobs: set[str] = set()  # being stopped by the server: their session ended
@@ -222,7 +230,33 @@ class CallRouter:
         foreign = self._foreign_job(ev.name, ev.arguments, mcp_session)
         if foreign is not None:
             return Answer(self._answer(ev.id, ev.version, foreign))
+        if ev.task_ttl is not None and key is None:
+            return await self._start_task(ev, mcp_session)
         return await self._submit(RoutedCall.of_request(ev, mcp_session, stream=Stream(), idempotency_key=key))
+
+    async def _start_task(self, ev: p.StartCall, mcp_session: McpSession | None) -> Answer:
+        """Run ``ev`` as a task: answered now with the task's handle; the task gets the call's result."""
+        call = RoutedCall.of_request(ev, mcp_session, stream=Stream())
+        task = self.tasks.create(mcp_session if mcp_session is not None else STATELESS_TASKS, ev.version,
+                                 ev.task_ttl or 0, call)
+        if isinstance(task, str):
+            return Answer(p.error_response(ev.id, p.INVALID_REQUEST, f"Invalid Request: {task}"))
+        call.task, call.request_id = task, None
+        created = self.tasks.created(ev.id, task)
+        await self._submit(call)
+        call.stream = None  # nobody waits on a request of its: the task is followed with tasks/get
+        return Answer(created)
+
+    def task_request(self, ev: p.TaskRequest, mcp_session: McpSession | None) -> dict[str, Any]:
+        """A ``tasks/*`` request's answer; a cancel stops the task's call, an update answers its question."""
+        owner = mcp_session if mcp_session is not None else STATELESS_TASKS
+        action = self.tasks.request(owner, ev.id, ev.method, ev.params, ev.version)
+        if action.cancel is not None:
+            self.cancel(action.cancel.call, "the task was cancelled by the client")
+        if action.responses is not None:
+            self.book.answer_in_task(action.responses[0].call, action.responses[1])
+        assert action.reply is not None, "2026-07-28 has no tasks/result to wait on"
+        return action.reply
 
     async def feature(self, ev: p.Feature, mcp_session: McpSession | None) -> Answer | Stream:
         """A prompts, resources or completion request: answered at once, or by one tool call."""
@@ -245,14 +279,15 @@ class CallRouter:
         assert stream is not None
         mcp_session = call.mcp_session
         traced = self.book.tracing(call, mcp_session.id if mcp_session is not None else None)
-        self.book.open(call)
+        if call.task is None:  # a task's request was answered with its handle
+            self.book.open(call)
         self._track(+1)
         await self.recover_session()
         progress = self.book.wants_progress(call)
         on_progress = (lambda update: self._soon(self._progress, call, update)) if progress else None
         try:
-            handle = await asyncio.to_thread(self.session.submit, call.name, call.arguments,
-                                             on_progress=on_progress, **traced)
+            handle = await asyncio.to_thread(self.session.submit, call.name, call.arguments,  # a task: never yielded
+                                             on_progress=on_progress, auto_yield=call.task is None, **traced)
         except Exception as exc:  # a bug or a dead session must fail this call, not the server
             log.exception("submitting %s failed", call.name)
             failure = ToolResult.failure("", call.name, ErrorCode.SESSION_CLOSED,
@@ -397,6 +432,8 @@ class CallRouter:
                 self.idempotency.forget(call.idempotency_key)  # it never started: a retry may run it
             self.idempotency.finish(call.idempotency_key, result)
         answer = self.book.finish(call, result)
+        if call.task is not None:  # 2026-07-28: nothing waits for it but the task (no tasks/result, no notice)
+            self.tasks.ended(call.task, p.call_result(result, call.version))
         if call.stream is not None:  # (none while its input_required answer awaits the retry)
             call.stream.finish(answer)
 
@@ -443,6 +480,8 @@ class CallRouter:
                 self.cancel(call, reason)
         for approval in list(mcp_session.elicitations.values()):
             approval.resolve({"decision": "deny", "reason": reason})
+        for task in self.tasks.forget(mcp_session):
+            self.cancel(task.call, reason)
         self._stop_jobs(mcp_session.id)
 
     # -- approval -----------------------------------------------------------------------------------
@@ -474,14 +513,19 @@ class CallRouter:
         if not isinstance(call, RoutedCall):
             return call
         answered: asyncio.Future[None] = self.loop.create_future()
-        approval, question = self.book.ask(call, request, lambda: answered.set_result(None))
-        stream = call.stream
-        assert stream is not None
-        if approval.elicitation_id is None:  # the input_required answer ends the request: the retry brings one
-            call.stream = None
-            stream.finish(question)
+        if call.task is not None:  # the question is the task's input request, answered by tasks/update
+            approval, _ = self.book.ask_in_task(call, request, lambda: answered.set_result(None))
+            self.tasks.asking(call.task, p.APPROVAL_KEY, {"method": "elicitation/create",
+                                                          "params": approval.elicitation})
         else:
-            stream.notify(question, droppable=False)
+            approval, question = self.book.ask(call, request, lambda: answered.set_result(None))
+            stream = call.stream
+            assert stream is not None
+            if approval.elicitation_id is None:  # the input_required answer ends the request: the retry brings one
+                call.stream = None
+                stream.finish(question)
+            else:
+                stream.notify(question, droppable=False)
         asked_at, asked_ns = time.monotonic(), time.time_ns()
         try:
             with contextlib.suppress(TimeoutError):
@@ -489,6 +533,8 @@ class CallRouter:
                     await asyncio.shield(answered)
         finally:
             answer = self.book.answered(call, approval, asked_ns)
+            if call.task is not None:
+                self.tasks.resumed(call.task)
         self._log(call, p.approval_event(request, answer))
         self.metrics.approval_wait.observe(time.monotonic() - asked_at)
         self.metrics.approval(str(answer.get("decision")))

@@ -86,6 +86,7 @@ def command(options: argparse.Namespace) -> int:
     import peon
     from peon.cli.common import config_argument
     from peon.client.config import load_config
+    from peon.client.config.front_ends import MCP_DEFAULTS, with_front_end_defaults
     from peon.mcp.protocol import ServerIdentity
 
     from peon.serve.app import ServeOptions
@@ -113,6 +114,7 @@ def command(options: argparse.Namespace) -> int:
         raise ServeUsageError(str(exc)) from None
     env = environment_without(options.token_env)
     config = config_argument(options.config, options.allow)
+    config = with_front_end_defaults(config, MCP_DEFAULTS, workspace=workspace, env=env)
     limits = load_config(config, workspace=workspace, env=env).config.limits  # a bad file is reported now
     max_body = options.max_body_bytes or (limits.max_input_bytes + (1 << 20))
     if max_body <= 0:

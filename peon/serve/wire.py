@@ -33,7 +33,8 @@ VERSION_HEADER = "mcp-protocol-version"
 METHOD_HEADER = "mcp-method"
 NAME_HEADER = "mcp-name"
 _ROUTING = (VERSION_HEADER, METHOD_HEADER, NAME_HEADER)
-NAME_PARAMS = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+NAME_PARAMS = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name", "tasks/get": "taskId",
+               "tasks/update": "taskId", "tasks/cancel": "taskId"}
 
 KEEPALIVE = b": keep-alive\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}

@@ -43,9 +43,10 @@ class Limits(_Section):
     max_parallel_calls: int = Field(ge=1, le=256)
     max_queued_calls: int = Field(ge=1)
     max_queued_bytes: int = Field(ge=1024)
+    yield_after_seconds: float = Field(ge=0)  # 0: a foreground call is answered at its end, never yielded
 
     @field_validator("max_timeout_seconds", "default_timeout_seconds", "worker_grace_seconds",
-                     "worker_start_seconds", "approval_timeout_seconds")
+                     "worker_start_seconds", "approval_timeout_seconds", "yield_after_seconds")
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
