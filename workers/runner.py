@@ -173,6 +173,8 @@ PROCESS_OUTPUT_SCHEMA: dict[str, Any] = {
             "description": "The per-call resource limit the call hit; its processes were killed.",
         },
         "timeout_seconds": {"type": "number", "description": "The timeout that applied to this call."},
+        "yielded": {"type": "boolean", "description": "Still running after limits.yield_after_seconds: this is "
+                                                      "its output so far, and it runs on as the job job_id."},
     },
     "required": ["exit_code", "signal", "timed_out", "cancelled", "output", "output_bytes", "truncated", "duration_ms"],
 }
