@@ -24,7 +24,9 @@ while a cgroup is still emptying). Two implementations, chosen once per session:
 A session in cgroup mode also removes, once, as its first worker starts (off the event loop, after
 ``ready``), the empty cgroups that sessions whose supervisor is gone left beside its own, and ends
 sessions abandoned for good (supervisor stopped, client gone) (:func:`peon.workers.cgroup.remove_leftovers`:
-on evidence, never a live session's), and says so on stderr.
+on evidence, never a live session's), and says so on stderr. A session in either mode ends, at the same
+moment, Peon's processes abandoned for good that no cgroup holds (:func:`end_abandoned`: stopped, their
+session's client and supervisor gone — what process-tree containment leaves when both die at once).
 
 Each worker moves into its cgroup once, as it starts, not per call: every placement of a process in a
 cgroup is a migration, which waits for an RCU grace period (8 ms on the idle 2-core development machine,
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peon.core.errors import ConfigError
-from peon.workers import cgroup, proctree
+from peon.workers import cgroup, orphans, proctree
 from peon.workers.limits import SAMPLE_INTERVAL_SECONDS, ResourceLimits
 from peon.workers.reaper import REAPER
 
@@ -65,9 +67,14 @@ class Containment:
 
     def __init__(self) -> None:
         self._serial = itertools.count(1)
+        self._abandoned_swept = False
 
     def prepare(self) -> WorkerSlot:
-        """A place for a worker about to start (called off the event loop)."""
+        """A place for a worker about to start (called off the event loop). The first also ends the
+        processes earlier sessions abandoned for good (:func:`end_abandoned`)."""
+        if not self._abandoned_swept:
+            self._abandoned_swept = True
+            end_abandoned()
         return WorkerSlot(f"worker-{next(self._serial)}")
 
     def kill_tree(self, pid: int, slot: WorkerSlot | None = None) -> list[int]:
@@ -223,6 +230,20 @@ class CgroupContainment(Containment):
 
     def info(self) -> dict:
         return {**super().info(), "cgroup": str(self.session.path)}
+
+
+def end_abandoned() -> list[str]:
+    """End Peon's processes that earlier sessions abandoned for good — stopped, their client and
+    supervisor gone (:mod:`peon.workers.orphans`) — and say so on stderr."""
+    try:
+        ended = orphans.end_abandoned()
+    except OSError as exc:
+        print(f"peon-supervisor: cannot look for abandoned Peon processes: {exc.strerror}", file=sys.stderr)
+        return []
+    if ended:
+        print(f"peon-supervisor: ended {len(ended)} Peon process(es) abandoned for good (stopped, their session's "
+              f"client and supervisor gone) with everything below them: {', '.join(ended)}", file=sys.stderr)
+    return ended
 
 
 def choose(mode: str, session_name: str, limits: ResourceLimits) -> Containment:

@@ -7,7 +7,8 @@ Promises:
   (a missing writable temporary directory is a fact it shows, with the fix, never a traceback);
 * ``peon doctor --clean`` first removes the empty cgroups of Peon sessions whose supervisor is gone
   (never a live session's, never one that holds a process) and ends sessions abandoned for good (a
-  stopped supervisor whose client is gone), and lists what it removed, ended and kept;
+  stopped supervisor whose client is gone), then ends Peon's processes abandoned for good that no cgroup
+  holds (:mod:`peon.workers.orphans`), and lists what it removed, ended and kept;
 * it reports, per agent client found on this machine (Claude Code, Codex, Cursor, VS Code), where Peon is
   registered and whether the client's own file and shell tools are still on (``peon setup`` changes both);
 * a probe that fails is a fact it shows, never a crash.
@@ -121,7 +122,7 @@ def agent_control_facts(config: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def cmd_doctor(options: argparse.Namespace) -> int:
     from peon.core.errors import ConfigError, PeonError
-    from peon.workers import cgroup
+    from peon.workers import cgroup, orphans
 
     facts: dict[str, Any] = {
         "python": {"version": platform.python_version(), "executable": sys.executable},
@@ -134,6 +135,7 @@ def cmd_doctor(options: argparse.Namespace) -> int:
     facts["cgroup_v2"] = {"available": support.available, "detail": support.reason}
     if options.clean:
         facts["leftover_cgroups"] = clean_leftover_cgroups(support)
+        facts["abandoned_processes"] = orphans.end_abandoned()
     agents: dict[str, Any] = {}
     session_layers = None
     session_sandbox: dict[str, Any] | None = None
@@ -213,6 +215,10 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
                             for name in left["ended"])
                   + "".join(f"\n  kept       {name} ({why})" for name, why in left["kept"].items())
                   + "".join(f"\n  failed     {name}: {why}" for name, why in left["failed"].items()))
+    if "abandoned_processes" in facts:
+        ended = facts["abandoned_processes"]
+        print(f"clean        ended {len(ended)} Peon process(es) abandoned for good (stopped, their session's client "
+              f"and supervisor gone)" + "".join(f"\n  ended      {what}" for what in ended))
     sub = facts["subreaper"]
     print(f"subreaper    {'yes' if sub['supported'] else 'no'}: {sub['detail']}")
     o2 = facts["openat2"]

@@ -325,10 +325,11 @@ def spawn_shell(leftovers, workspace: Path, command: str, extra_env: dict | None
 
 
 def terminal_text(child) -> str:
-    """What a command printed on its terminal, without the notice a new session prints when it removes the
-    cgroups another test's killed supervisor left (stderr shares the terminal)."""
+    """What a command printed on its terminal, without the notices a new session prints when it removes the
+    cgroups or ends the processes another test's killed supervisor left (stderr shares the terminal)."""
     lines = child.before.replace("\r\n", "\n").splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith("peon-supervisor: removed "))
+    notices = ("peon-supervisor: removed ", "peon-supervisor: ended ")
+    return "".join(line for line in lines if not line.startswith(notices))
 
 
 def test_a_call_on_a_terminal_prints_output_then_a_status_line(leftovers, workspace):
