@@ -60,6 +60,7 @@ from peon.core.tool import OutputLimits, Tool, ToolContext, ToolRisk
 from peon.supervisor import egress
 from peon.supervisor.approval.audit import audit_entry, decision_entry
 from peon.supervisor.approval.facts import gather
+from peon.supervisor.checkpointing import Checkpointing
 from peon.supervisor.jobs import JobTable
 from peon.supervisor.session_state import SessionState
 from peon.supervisor.tasks import HeldTasks, first
@@ -105,6 +106,7 @@ class CallServer:
     notify_started: Callable[[dict[str, Any]], None] | None
     on_answered: Callable[[PendingCall], None]
     max_parallel: int = 1
+    checkpoints: Checkpointing = field(default_factory=lambda: Checkpointing(None))  # before and after each call
     _beside: HeldTasks = field(default_factory=HeldTasks, init=False)  # job-tool calls, answered from their own task
     _started: HeldTasks = field(default_factory=HeldTasks, init=False)  # calls served beside the others
     _slots: Turns = field(init=False)  # a call runs while it holds one
@@ -255,8 +257,9 @@ class CallServer:
                     self.jobs.check_capacity()
                 except ToolError as exc:
                     return {"ok": False, "error": exc.to_dict()}
-                return await self.jobs.start_background(record, deadline, call.cancelled)
-            return await self._run_in_worker(tool, record, call, deadline)
+            running = (self.jobs.start_background(record, deadline, call.cancelled) if background
+                       else self._run_in_worker(tool, record, call, deadline))
+            return await self.checkpoints.around(tool, call.id, running)
         finally:
             for turn in turns:
                 turn.release()

@@ -1,0 +1,182 @@
+"""Checkpoints through real sessions: each call's changes, a rewind byte for byte, a background job's
+writes, a supervisor killed mid-call, and hostile repositories whose filters and fsmonitor never run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from peon.checkpoints.review import Review, ReviewError, sessions_for
+
+pytestmark = pytest.mark.skipif(not os.access("/usr/bin/git", os.X_OK), reason="checkpoints need git")
+
+GIT = ["git", "-c", "user.name=u", "-c", "user.email=u@example.com", "-c", "core.hooksPath=/dev/null"]
+
+
+def tree_state(root: Path, skip_git: bool = True) -> dict[str, tuple[str, int, bytes]]:
+    """Every entry under ``root``: its kind, mode and content (a link's target), never followed."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        if skip_git and Path(folder) == root and ".git" in dirs:
+            dirs.remove(".git")
+        for name in dirs + files:
+            path = Path(folder, name)
+            info = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISLNK(info.st_mode):
+                found[rel] = ("link", 0, os.readlink(path).encode())
+            elif stat.S_ISREG(info.st_mode):
+                found[rel] = ("file", info.st_mode & 0o111, path.read_bytes())
+            elif stat.S_ISDIR(info.st_mode):
+                found[rel] = ("dir", 0, b"")
+    return found
+
+
+def git_fingerprint(workspace: Path) -> str:
+    """A hash of every file of the workspace's .git: names, modes and bytes."""
+    digest = hashlib.sha256()
+    for rel, (kind, mode, data) in sorted(tree_state(workspace / ".git", skip_git=False).items()):
+        digest.update(f"{rel}\0{kind}\0{mode}\0".encode() + data)
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def repo(workspace):
+    (workspace / "a.txt").write_text("one\ntwo\n")
+    (workspace / "old.txt").write_text("moving\n")
+    (workspace / "gone.txt").write_text("bye\n")
+    (workspace / "run.sh").write_text("#!/bin/sh\n")
+    (workspace / ".gitignore").write_text("ignored/\n")
+    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=workspace, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "start"], cwd=workspace, check=True)
+    return workspace
+
+
+CHANGE_EVERYTHING = ("echo three >> a.txt; printf '\\000\\001\\377' > bin.dat; ln -s /etc/passwd outside; "
+                     "mkdir -p ignored && echo secret > ignored/x.log; mv old.txt moved.txt; rm gone.txt; "
+                     "chmod +x run.sh")
+
+
+def test_a_bash_call_reports_each_change_and_a_rewind_restores_the_workspace_byte_for_byte(repo, open_session,
+                                                                                              tmp_path):
+    session = open_session(state_dir=tmp_path / "state")
+    before, git_before = tree_state(repo), git_fingerprint(repo)
+    result = session.call("bash", {"command": CHANGE_EVERYTHING})
+    assert result.ok, result
+    changes = result.changes
+    files = {item["path"]: item for item in changes["files"]}
+    assert files["a.txt"]["status"] == "modified" and files["a.txt"]["lines_added"] == 1
+    assert files["bin.dat"] == {"path": "bin.dat", "status": "added", "binary": True}
+    assert files["outside"]["kind"] == "symlink"
+    assert files["ignored/x.log"]["status"] == "added"
+    assert files["moved.txt"] == {"path": "moved.txt", "status": "renamed", "from": "old.txt",
+                                  "lines_added": 0, "lines_removed": 0}
+    assert files["gone.txt"]["status"] == "deleted"
+    assert files["run.sh"]["mode"] == "file -> executable"
+    assert changes["checkpoint"] and changes["mode_changes"] == 1
+    session.close()
+
+    review = Review(tmp_path / "state")
+    rewound = review.rewind(result.call_id)
+    assert rewound["rewound_to"] == result.call_id
+    assert tree_state(repo) == before
+    assert git_fingerprint(repo) == git_before  # the user's repository: not a byte changed
+    # the rewind is itself checkpointed: rewinding it puts the call's changes back
+    Review(tmp_path / "state").rewind(rewound["id"])
+    assert (repo / "bin.dat").read_bytes() == b"\0\1\377" and os.readlink(repo / "outside") == "/etc/passwd"
+    assert git_fingerprint(repo) == git_before
+
+
+def test_changes_and_the_diff_are_read_from_the_record(repo, open_session, tmp_path):
+    session = open_session(state_dir=tmp_path / "state")
+    first = session.call("write", {"path": "a.txt", "content": "uno\n"})
+    second = session.call("bash", {"command": "echo z > z.txt"})
+    session.call("read", {"path": "a.txt"})
+    review = Review(tmp_path / "state")
+    listed = [entry["id"] for entry in review.listing()["calls"]]
+    assert listed == [first.call_id, second.call_id]  # a read-only call is not checkpointed
+    one = review.changes(first.call_id)
+    assert one["changes"]["modified"] == 1 and "-one\n-two\n+uno\n" in one["diff"]
+    since = review.changes(since=first.call_id)
+    assert {item["path"] for item in since["changes"]["files"]} == {"a.txt", "z.txt"}
+    with pytest.raises(ReviewError):
+        review.changes("no-such-call")
+    assert sessions_for(repo, tmp_path) == [tmp_path / "state"]
+
+
+def test_a_background_jobs_later_writes_are_the_jobs_and_a_rewind_removes_them(repo, open_session, tmp_path):
+    session = open_session(state_dir=tmp_path / "state")
+    started = session.call("bash", {"command": "sleep 0.5; echo late > late.txt", "background": True})
+    job_id = started.value["job_id"]
+    assert started.changes["added"] == 0
+    deadline = time.monotonic() + 20
+    review = Review(tmp_path / "state")
+    while time.monotonic() < deadline:
+        entry = {item["id"]: item for item in review.listing()["calls"]}.get(job_id)
+        if entry and entry.get("changes"):
+            break
+        time.sleep(0.1)
+    assert entry is not None and entry["kind"] == "job" and entry["call_id"] == started.call_id
+    assert [item["path"] for item in entry["changes"]["files"]] == ["late.txt"]
+    assert started.call_id in entry["shared_with"]
+    review.rewind(job_id)
+    assert not (repo / "late.txt").exists()
+
+
+def test_after_the_supervisor_is_killed_mid_call_changes_and_rewind_work(repo, open_session, tmp_path):
+    session = open_session(state_dir=tmp_path / "state")
+    pending = session.submit("bash", {"command": "echo half > half.txt; sleep 30"})
+    deadline = time.monotonic() + 20
+    while not (repo / "half.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(session.supervisor_pid, signal.SIGKILL)
+    pending.result(timeout=30)
+    (review_dir,) = sessions_for(repo, tmp_path)
+    review = Review(review_dir)
+    (entry,) = review.listing()["calls"]
+    shown = review.changes(entry["id"])
+    assert shown["to"] == "now" and [item["path"] for item in shown["changes"]["files"]] == ["half.txt"]
+    review.rewind(entry["id"])
+    assert not (repo / "half.txt").exists()
+
+
+def test_a_hostile_repository_runs_nothing_through_the_store(repo, open_session, tmp_path):
+    marker = tmp_path / "ran"
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\ncat\n")
+    script.chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil text eol=crlf\n")
+    with open(repo / ".git" / "config", "a") as config:
+        config.write(f"[core]\n\tfsmonitor = {script}\n\thooksPath = {tmp_path}\n"
+                     f"[filter \"evil\"]\n\tclean = {script}\n\tsmudge = {script}\n\trequired = true\n"
+                     f"[diff \"evil\"]\n\ttextconv = {script}\n")
+    session = open_session(state_dir=tmp_path / "state")
+    result = session.call("write", {"path": "x.txt", "content": "line\n"})
+    assert result.ok and result.changes["added"] == 1
+    review = Review(tmp_path / "state")
+    assert "+line\n" in review.changes(result.call_id)["diff"]  # stored as written: no eol conversion
+    review.rewind(result.call_id)
+    assert not (repo / "x.txt").exists()
+    assert not marker.exists()
+
+
+def test_a_rewind_never_writes_through_a_link_out_of_the_workspace(repo, open_session, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "sub").mkdir()
+    (repo / "sub" / "f.txt").write_text("inside\n")
+    session = open_session(state_dir=tmp_path / "state")
+    moved = session.call("bash", {"command": f"rm -r sub && ln -s {outside} sub"})
+    assert moved.ok
+    Review(tmp_path / "state").rewind(moved.call_id)
+    assert (repo / "sub").is_dir() and not (repo / "sub").is_symlink()
+    assert (repo / "sub" / "f.txt").read_text() == "inside\n"
+    assert list(outside.iterdir()) == []
