@@ -5,8 +5,9 @@ Promises:
 * every descriptor sets all four behaviour hints from the tool's declared risk (a client assumes the
   worst for a missing hint; an unknown risk gets the most cautious set);
 * a field a revision does not define is not sent to a client speaking it;
-* a call that was checkpointed carries its ``changes`` under ``_meta["peon/changes"]`` and, when it
-  changed something, one text block saying what (never in the structured content, which is the tool's);
+* a checkpointed call that changed the workspace (or could not be checkpointed) carries its
+  ``changes`` under ``_meta["peon/changes"]`` and one text block saying what — never in the structured
+  content, which is the tool's; a call that changed nothing carries neither;
 * a tool's success is a result whose structured content is the tool's value (it conforms to the
   declared ``outputSchema``) and whose text block holds the same value as JSON;
 * a tool's failure is a result with ``isError: true`` whose text block starts with the stable error code
@@ -67,7 +68,8 @@ def render_text(value: Any) -> str:
 def call_result(result: ToolResult, version: str) -> dict[str, Any]:
     """A ``tools/call`` result. Tool failures are results with ``isError`` and the stable code."""
     notes = [{"type": "text", "text": f"Note from a hook: {note}"} for note in result.notes]
-    if result.changes is not None and (changed := describe_changes(result.changes)):
+    changed = describe_changes(result.changes) if result.changes is not None else ""
+    if changed:
         notes.append({"type": "text", "text": changed})
     if result.ok:
         structured: dict[str, Any] = dict(result.value or {})
@@ -75,7 +77,7 @@ def call_result(result: ToolResult, version: str) -> dict[str, Any]:
                                "isError": False}
         if at_least(version, "2025-06-18"):
             out["structuredContent"] = structured
-        if result.changes is not None:
+        if changed:
             out["_meta"] = {CHANGES_META_KEY: result.changes}
         return out
     assert result.error is not None
@@ -85,7 +87,7 @@ def call_result(result: ToolResult, version: str) -> dict[str, Any]:
         error["details"] = result.error.details
         text += "\ndetails: " + json.dumps(result.error.details, ensure_ascii=False, sort_keys=True)
     meta: dict[str, Any] = {ERROR_META_KEY: error}
-    if result.changes is not None:
+    if changed:
         meta[CHANGES_META_KEY] = result.changes
     return {"content": [{"type": "text", "text": text}, *notes], "isError": True, "_meta": meta}
 

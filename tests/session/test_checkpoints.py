@@ -180,3 +180,16 @@ def test_a_rewind_never_writes_through_a_link_out_of_the_workspace(repo, open_se
     assert (repo / "sub").is_dir() and not (repo / "sub").is_symlink()
     assert (repo / "sub" / "f.txt").read_text() == "inside\n"
     assert list(outside.iterdir()) == []
+
+
+def test_the_session_reviews_and_rewinds_its_own_calls(repo, open_session):
+    session = open_session()
+    made = session.call("bash", {"command": "echo x > x.txt"})
+    assert made.changes is not None and made.changes["added"] == 1
+    assert [entry["id"] for entry in session.changes()["calls"]] == [made.call_id]
+    assert "+x\n" in session.changes(made.call_id)["diff"]
+    undone = session.rewind(made.call_id)
+    assert not (repo / "x.txt").exists()
+    session.rewind(undone["id"])
+    assert (repo / "x.txt").read_text() == "x\n"
+    assert session.call("read", {"path": "x.txt"}).changes is None  # read-only: not checkpointed
