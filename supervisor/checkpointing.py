@@ -12,7 +12,8 @@ Promises:
 * changes made while other calls or jobs ran are never attributed by guess: the record names every
   call and job whose run overlapped (``shared_with``), and such a snapshot is checked for files that
   changed while it was taken (``unsettled``);
-* the snapshots run in a thread, one at a time, bounded by ``checkpoints.max_seconds``; a failure is
+* the first snapshot (the one that stores every file) starts as the session opens, in a thread of its
+  own; the snapshots run in a thread, one at a time, bounded by ``checkpoints.max_seconds``; a failure is
   reported as ``not_checkpointed`` and never fails the call; with ``checkpoints.enabled`` false (or no
   git) nothing is recorded and results carry no ``changes``.
 """
@@ -28,6 +29,7 @@ from typing import Any
 from peon.checkpoints.book import Book
 from peon.checkpoints.gitstore import StoreError
 from peon.core.config_view import CheckpointsView
+from peon.core.threads import helper_thread
 from peon.core.tool import Tool, ToolRisk
 
 
@@ -52,10 +54,11 @@ class Checkpointing:
             return cls(None)
         try:
             book = Book(state_dir, workspace, exclude=config.exclude, max_file_bytes=config.max_file_bytes,
-                        max_store_bytes=config.max_store_bytes, max_seconds=config.max_seconds)
+                        max_store_bytes=config.max_store_bytes, max_seconds=config.max_seconds, watch=True)
         except (StoreError, ValueError) as exc:
             print(f"peon: checkpoints are off for this session: {exc}", file=sys.stderr)
             return cls(None)
+        helper_thread(book.prime, name="peon-checkpoint-prime").start()
         return cls(book)
 
     def wants(self, tool: Tool) -> bool:

@@ -5,11 +5,15 @@ Promises:
 
 * :meth:`Book.begin` snapshots the workspace and writes the ``before`` line naming the tree; it never
   raises: a snapshot that fails or takes longer than ``max_seconds`` writes a ``not_checkpointed``
-  line with the reason and returns None — never silently;
+  line with the reason and returns None — never silently; after a snapshot past its bound, calls are
+  reported not checkpointed for :data:`REST_AFTER_TIMEOUT_SECONDS` rather than each waiting for it;
 * :meth:`Book.end` snapshots again, writes the ``after`` line with what changed since the ``before``
   (:class:`peon.checkpoints.summary.Changes`), the files dropped as too large, the files that changed
   while the snapshot was taken (``unsettled``: asked for when other calls or jobs ran beside) and
   the ids given as ``shared_with``; it returns the ``changes`` a call's result carries;
+* with ``watch``, a snapshot of a workspace where nothing happened since the last one is that one
+  again, taken without a walk (:class:`peon.checkpoints.watch.Watch`); anything the watch cannot vouch
+  for is walked;
 * :meth:`Book.rewind` checkpoints the workspace first (a ``before`` line of its own id, so a rewind
   can itself be rewound) and only then restores, under one lock;
 * the store is used by one book at a time, across processes: a thread lock and an ``flock`` on the
@@ -31,17 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from peon.checkpoints import records
-from peon.checkpoints.gitstore import GitStore, StoreError
+from peon.checkpoints.gitstore import GitStore, Snapshot, StoreError, StoreTimeout
 from peon.checkpoints.head import workspace_head
+from peon.checkpoints.summary import excluded_names
+from peon.checkpoints.watch import Watch
 
 STORE_DIR = "checkpoints"
 SIZE_CHECK_EVERY = 25  # ends between two measurements of the store's size
+FIRST_SNAPSHOT_FACTOR = 10  # the first snapshot (every file stored) may take this many times max_seconds
+REST_AFTER_TIMEOUT_SECONDS = 300.0  # after a snapshot past its bound: calls not checkpointed (and said) this long
 
 
 class Book:
     def __init__(self, state_dir: Path, workspace: Path, *, exclude: tuple[str, ...] | list[str] = (),
                  max_file_bytes: int = 10 * 1024 * 1024, max_store_bytes: int = 1024 ** 3,
-                 max_seconds: float = 10.0):
+                 max_seconds: float = 10.0, watch: bool = False):
         self.directory = Path(state_dir) / STORE_DIR
         self.workspace = Path(workspace)
         self.store = GitStore(self.directory, self.workspace, exclude=exclude, max_file_bytes=max_file_bytes)
@@ -49,6 +57,51 @@ class Book:
         self.max_seconds = max_seconds
         self._lock = threading.Lock()
         self._ends = 0
+        self._exclude = list(exclude)
+        self._wants_watch = watch
+        self.watch: Watch | None = None
+        self.last_tree: str | None = None  # the newest snapshot this book took
+        self._first = True  # the first snapshot stores every file: it has a longer bound
+        self._resting_until = 0.0  # after a snapshot took too long, calls are not checkpointed until then
+
+    def _snapshot(self, *, check_settled: bool = False) -> Snapshot:
+        """The workspace now: the last snapshot again when the watch says nothing changed since it was
+        taken (:mod:`peon.checkpoints.watch`), else a walk of the tree by the store."""
+        if self._wants_watch and self.watch is None:
+            globs = [pattern.strip("/") for pattern in self._exclude if "/" in pattern.strip("/")]
+            self.watch = Watch(self.workspace, excluded_names(self._exclude), globs)
+        if self.watch is not None and self.last_tree is not None and self.watch.settled():
+            return Snapshot(self.last_tree)
+        if time.monotonic() < self._resting_until:
+            raise StoreError(f"the workspace took longer than checkpoints.max_seconds ({self.max_seconds:g} s) to "
+                             f"snapshot; the next attempt is in {self._resting_until - time.monotonic():.0f} s")
+        if self.watch is not None:
+            self.watch.clear()
+        try:
+            snapshot = self.store.snapshot(self.max_seconds * (FIRST_SNAPSHOT_FACTOR if self.last_tree is None
+                                                               and self._first else 1),
+                                           check_settled=check_settled)
+        except StoreTimeout:
+            self._resting_until = time.monotonic() + REST_AFTER_TIMEOUT_SECONDS
+            raise
+        finally:
+            self._first = False
+        self.last_tree = snapshot.tree
+        return snapshot
+
+    def prime(self) -> None:
+        """The first snapshot, taken ahead of the first call (from a thread of the caller's): the one that
+        stores every file is the longest, and is bounded by :data:`FIRST_SNAPSHOT_FACTOR` times
+        ``max_seconds``. A failure is left for the first call to report."""
+        with self.locked():
+            try:
+                self._snapshot()
+            except (StoreError, OSError):
+                pass
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -68,7 +121,7 @@ class Book:
         """Snapshot before ``ident`` runs; the tree, or None (not checkpointed, and said)."""
         with self.locked():
             try:
-                snapshot = self.store.snapshot(self.max_seconds)
+                snapshot = self._snapshot()
             except (StoreError, OSError) as exc:
                 self.write({"event": "before", "id": ident, "tool": tool, "kind": kind, "tree": None,
                             "at": time.time(), **extra})
@@ -85,12 +138,13 @@ class Book:
             return {"checkpoint": None, "not_checkpointed": "no checkpoint was taken before it (see the record)"}
         with self.locked():
             try:
-                snapshot = self.store.snapshot(self.max_seconds, check_settled=check_settled)
+                snapshot = self._snapshot(check_settled=check_settled)
                 changes = self.store.diff(before, snapshot.tree, self.max_seconds)
                 changed = [item.path for item in changes.files if item.status in ("added", "modified", "renamed")]
                 tree, large = self.store.drop_large(changed, self.max_seconds)
                 if large:
                     snapshot.tree, snapshot.dropped = tree, [*snapshot.dropped, *large]
+                    self.last_tree = tree
             except (StoreError, OSError) as exc:
                 self.write({"event": "not_checkpointed", "id": ident, "reason": str(exc), "at": time.time()})
                 return {"checkpoint": before, "not_checkpointed": str(exc)}
@@ -124,10 +178,11 @@ class Book:
         with self.locked():
             if not self.store.has(target, self.max_seconds):
                 raise StoreError(f"checkpoint {target} is no longer in the store (pruned)")
-            snapshot = self.store.snapshot(self.max_seconds)
+            snapshot = self._snapshot()
             self.write({"event": "before", "id": ident, "tool": "rewind", "kind": "rewind", "tree": snapshot.tree,
                         "head": workspace_head(self.workspace), "at": time.time(), **extra})
             self.store.restore(target, self.max_seconds * 6)
+            self.last_tree = None  # the index is the target's now, and the watch saw the rewind's writes
             return snapshot.tree
 
     def _bound(self, keep: set[str]) -> int:

@@ -135,6 +135,10 @@ class GitStore:
         """The workspace now, as a tree in the store (kept by its ref); ``check_settled``: also name the
         files that changed while it was taken (a snapshot with any is not one a rewind restores)."""
         self.ensure(timeout)
+        try:  # left by a git this store's lock holder killed at its bound: no other git uses this index
+            os.unlink(self.directory / "index.lock")
+        except FileNotFoundError:
+            pass
         self.run(["add", "-u", "--ignore-errors"], timeout, check=False)  # changed and deleted files
         listed = self.run(["ls-files", "-o", "-z", f"--exclude-from={self.exclude_file}"], timeout).stdout
         new = [name for name in listed.split(b"\0") if name and not name.endswith(b"/")]  # b"x/": a nested repository
