@@ -336,7 +336,7 @@ class CallServer:
         limits = state.config.limits
         ctx = ToolContext(call_id=call.id, workspace=state.view.workspace, deadline=deadline, cancel=CancelToken(),
                           limits=OutputLimits(limits.max_output_bytes, limits.read_max_bytes), session=state.view,
-                          approved=approved, jobs=self.jobs)
+                          approved=approved, jobs=self.jobs, checkpoints=self.checkpoints)
         running = asyncio.get_running_loop().create_task(tool.execute(args, ctx))
         cancel_wait = asyncio.get_running_loop().create_task(call.cancelled.wait())
         try:

@@ -12,6 +12,9 @@ Promises:
 * changes made while other calls or jobs ran are never attributed by guess: the record names every
   call and job whose run overlapped (``shared_with``), and such a snapshot is checked for files that
   changed while it was taken (``unsettled``);
+* it answers the ``changes`` and ``rewind`` tools (``ToolContext.checkpoints``) from the session's own
+  store, in a thread (:class:`peon.checkpoints.review.Review`): a rewind checkpoints the workspace
+  first, like ``peon rewind``;
 * the first snapshot (the one that stores every file) starts as the session opens, in a thread of its
   own; the snapshots run in a thread, one at a time, bounded by ``checkpoints.max_seconds``; a failure is
   reported as ``not_checkpointed`` and never fails the call; with ``checkpoints.enabled`` false (or no
@@ -22,13 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from peon.checkpoints.book import Book
 from peon.checkpoints.gitstore import StoreError
+from peon.checkpoints.review import Review, ReviewError
 from peon.core.config_view import CheckpointsView
+from peon.core.errors import ErrorCode, ToolError
 from peon.core.threads import helper_thread
 from peon.core.tool import Tool, ToolRisk
 
@@ -115,6 +121,36 @@ class Checkpointing:
             self.job_began(str(value.get("job_id")), call_id, tool.name, mark)
         changes = await self.end(mark)
         return with_changes(reply, changes)
+
+
+    # -- what the changes and rewind tools ask (ToolContext.checkpoints) ----------------------------------
+
+    def _review(self) -> Review:
+        if self.book is None:
+            raise ToolError(ErrorCode.NOT_FOUND, "this session keeps no checkpoints (checkpoints.enabled is false, "
+                            "or git is missing)")
+        try:
+            return Review(self.book.directory.parent, self.book.workspace)
+        except ReviewError as exc:
+            raise ToolError(ErrorCode.NOT_FOUND, str(exc)) from None
+
+    async def changes(self, call_id: str | None, since: str | None, diff: bool) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            review = self._review()
+            if call_id is None and since is None:
+                return review.listing()
+            return review.changes(call_id, since=since, diff=diff)
+
+        return await self._asked(read)
+
+    async def rewind(self, call_id: str) -> dict[str, Any]:
+        return await self._asked(lambda: self._review().rewind(call_id))
+
+    async def _asked(self, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return await asyncio.to_thread(work)
+        except ReviewError as exc:
+            raise ToolError(ErrorCode.NOT_FOUND, str(exc)) from None
 
 
 def with_changes(reply: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

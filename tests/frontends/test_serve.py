@@ -91,7 +91,8 @@ def test_sdk_lists_tools_and_calls_each(allow_server, mode):
             listed = await c.list_tools()
             tools = {t.name: t for t in listed.tools}
             assert set(tools) == {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi",
-                                  "job_output", "job_stop", "job_list", "edit", "apply_patch", "grep", "glob"}
+                                  "job_output", "job_stop", "job_list", "edit", "apply_patch", "grep", "glob",
+                                  "changes", "rewind"}
             assert tools["bash"].meta["peon/risk"] == "process" and tools["agent_pi"].meta["peon/risk"] == "delegate"
             assert tools["read_skill"].input_schema["properties"]["name"]["enum"] == ["release-checks"]
             results = {

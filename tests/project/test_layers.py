@@ -30,7 +30,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "approval": frozenset({"core"}),
     "workers": frozenset({"core"}),
     "checkpoints": frozenset({"core"}),
-    "tools": frozenset({"core", "approval", "workers"}),
+    "tools": frozenset({"core", "approval", "workers", "checkpoints"}),
     "supervisor": frozenset({"core", "approval", "tools", "workers", "checkpoints"}),
     "client": frozenset({"peon", "core", "approval", "workers", "mcp", "checkpoints"}),
     "mcp": frozenset({"peon", "core", "approval", "client"}),
