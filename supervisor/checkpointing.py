@@ -79,8 +79,9 @@ class Checkpointing:
     async def begin(self, ident: str, tool: str) -> Mark:
         assert self.book is not None
         mark = Mark(ident, None)
+        beside = bool(self.active)
         self._join(mark)  # from now: whatever starts meanwhile ran beside it
-        mark.before = await asyncio.to_thread(self.book.begin, ident, tool)
+        mark.before = await asyncio.to_thread(self.book.begin, ident, tool, check_settled=beside)
         return mark
 
     async def end(self, mark: Mark) -> dict[str, Any]:

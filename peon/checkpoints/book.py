@@ -48,7 +48,7 @@ REST_AFTER_TIMEOUT_SECONDS = 300.0  # after a snapshot past its bound: calls not
 
 class Book:
     def __init__(self, state_dir: Path, workspace: Path, *, exclude: tuple[str, ...] | list[str] = (),
-                 max_file_bytes: int = 10 * 1024 * 1024, max_store_bytes: int = 1024 ** 3,
+                 max_file_bytes: int | None = None, max_store_bytes: int = 1024 ** 3,
                  max_seconds: float = 10.0, watch: bool = False):
         self.directory = Path(state_dir) / STORE_DIR
         self.workspace = Path(workspace)
@@ -117,18 +117,21 @@ class Book:
     def write(self, record: dict[str, Any]) -> None:
         records.append(self.directory, record)
 
-    def begin(self, ident: str, tool: str | None, *, kind: str = "call", **extra: Any) -> str | None:
-        """Snapshot before ``ident`` runs; the tree, or None (not checkpointed, and said)."""
+    def begin(self, ident: str, tool: str | None, *, kind: str = "call", check_settled: bool = False,
+              **extra: Any) -> str | None:
+        """Snapshot before ``ident`` runs; the tree, or None (not checkpointed, and said). ``check_settled``
+        (other calls or jobs run): also record the files that changed while it was taken."""
         with self.locked():
             try:
-                snapshot = self._snapshot()
+                snapshot = self._snapshot(check_settled=check_settled)
             except (StoreError, OSError) as exc:
                 self.write({"event": "before", "id": ident, "tool": tool, "kind": kind, "tree": None,
                             "at": time.time(), **extra})
                 self.write({"event": "not_checkpointed", "id": ident, "reason": str(exc), "at": time.time()})
                 return None
             self.write({"event": "before", "id": ident, "tool": tool, "kind": kind, "tree": snapshot.tree,
-                        "head": workspace_head(self.workspace), "at": time.time(), **extra})
+                        "head": workspace_head(self.workspace), "at": time.time(),
+                        **({"unsettled": snapshot.unsettled} if snapshot.unsettled else {}), **extra})
             return snapshot.tree
 
     def end(self, ident: str, before: str | None, *, shared_with: list[str] | tuple[str, ...] = (),

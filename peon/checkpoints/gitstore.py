@@ -19,6 +19,8 @@ Promises:
   untracked ones too (the workspace's ``.gitignore`` files are never consulted), except the excluded
   trees (:func:`peon.checkpoints.summary.exclusion_lines`, never walked) and any ``.git``; a file
   larger than ``max_file_bytes`` is dropped from it and named; a nested repository is not entered;
+  the exclusions and ``max_file_bytes`` are kept with the store, so a reader's snapshot (a rewind's)
+  drops exactly what the writer's did;
 * every command is bounded by the caller's time (:class:`StoreTimeout` past it, the command killed); no
   descriptor of the caller's reaches git (``close_fds``, stdin a pipe of the store's own);
 * the store keeps each snapshot's tree alive by a ref named after it (``refs/peon/<tree>``); dropping
@@ -30,6 +32,7 @@ One store is one session's; its callers serialise the commands that use the inde
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,6 +50,8 @@ HARDENING = (
     "submodule.recurse=false", "diff.external=", "diff.noprefix=false", "color.ui=false", "core.pager=cat",
     "index.threads=1", "feature.manyFiles=false",
 )
+DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+SETTINGS_NAME = "settings.json"  # what the store was created with, for the readers that snapshot it
 ATTRIBUTES = b"* -filter -text !eol -ident !working-tree-encoding !diff -merge\n"
 
 
@@ -76,14 +81,15 @@ class GitStore:
     """The snapshots of ``workspace`` in ``directory`` (created on first use, mode 0700)."""
 
     def __init__(self, directory: Path, workspace: Path, *, exclude: tuple[str, ...] | list[str] = (),
-                 max_file_bytes: int = 10 * 1024 * 1024):
+                 max_file_bytes: int | None = None):
         self.directory = Path(directory)
         self.workspace = Path(workspace)
         self.git_dir = self.directory / "git"
         self.index = self.directory / "index"
         self.excludes = exclusion_lines(exclude)
         self.exclude_file = self.directory / "exclude"
-        self.max_file_bytes = max_file_bytes
+        # None: as the store was created with (a reader's snapshot must drop what the writer's dropped)
+        self.max_file_bytes = max_file_bytes if max_file_bytes is not None else self._stored_max_file_bytes()
         git = find_git()
         if git is None:
             raise StoreError("git is not installed: checkpoints need it (install git, or set checkpoints.enabled "
@@ -96,6 +102,14 @@ class GitStore:
                     "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_NO_REPLACE_OBJECTS": "1",
                     "GIT_AUTHOR_NAME": "peon", "GIT_AUTHOR_EMAIL": "peon@localhost",
                     "GIT_COMMITTER_NAME": "peon", "GIT_COMMITTER_EMAIL": "peon@localhost"}
+
+    def _stored_max_file_bytes(self) -> int:
+        try:
+            settings = json.loads((self.directory / SETTINGS_NAME).read_text())
+            value = settings.get("max_file_bytes")
+            return value if isinstance(value, int) and value > 0 else DEFAULT_MAX_FILE_BYTES
+        except (OSError, ValueError, AttributeError):
+            return DEFAULT_MAX_FILE_BYTES
 
     # -- running git ---------------------------------------------------------------------------------
 
@@ -122,6 +136,7 @@ class GitStore:
             return
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.exclude_file.write_bytes(self.excludes)
+        (self.directory / SETTINGS_NAME).write_text(json.dumps({"max_file_bytes": self.max_file_bytes}))
         self.run(["init", "-q", "--bare", str(self.git_dir)], timeout, bare=True)
         info = self.git_dir / "info"
         info.mkdir(exist_ok=True)

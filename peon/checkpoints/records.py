@@ -85,7 +85,8 @@ class Entry:
     changes: dict[str, Any] | None = None
     shared_with: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
-    unsettled: list[str] = field(default_factory=list)
+    unsettled: list[str] = field(default_factory=list)  # changed while its after snapshot was taken
+    unsettled_before: list[str] = field(default_factory=list)  # changed while its before snapshot was taken
     not_checkpointed: str | None = None
     pruned: bool = False
     rewound_to: str | None = None
@@ -96,7 +97,7 @@ class Entry:
         for key in ("call_id", "head_before", "head_after", "changes", "not_checkpointed", "rewound_to"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
-        for key in ("shared_with", "dropped", "unsettled"):
+        for key in ("shared_with", "dropped", "unsettled", "unsettled_before"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         if self.pruned:
@@ -128,6 +129,7 @@ def timeline(records: list[dict[str, Any]]) -> list[Entry]:
             entry.kind = _text(record.get("kind")) or "call"
             entry.call_id, entry.rewound_to = _text(record.get("call_id")), _text(record.get("rewound_to"))
             entry.began_at, entry.head_before = _number(record.get("at")), _text(record.get("head"))
+            entry.unsettled_before = _strings(record.get("unsettled"))
         elif entry is None:
             continue
         elif event == "after":

@@ -124,10 +124,10 @@ class Review:
         if entry.before is None or entry.pruned:
             why = "pruned" if entry.pruned else f"never taken ({entry.not_checkpointed or 'not checkpointed'})"
             raise ReviewError(f"call {entry.id} cannot be rewound: its checkpoint was {why}")
-        unsettled = [other.id for other in self.entries() if other.after == entry.before and other.unsettled]
-        if unsettled:
-            raise ReviewError(f"the checkpoint before call {entry.id} was taken while files changed "
-                              f"(during {', '.join(unsettled)}): it is not one a rewind restores")
+        if entry.unsettled_before:
+            raise ReviewError(f"the checkpoint before call {entry.id} was taken while other calls or jobs wrote "
+                              f"files ({', '.join(entry.unsettled_before[:5])}): it is not one a rewind restores "
+                              f"(rewind to an earlier call)")
         rewind_id = f"rewind-{time.time_ns() // 1_000_000}"
         try:
             before = self.book.rewind(rewind_id, entry.before, rewound_to=entry.id)

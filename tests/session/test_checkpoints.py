@@ -193,3 +193,51 @@ def test_the_session_reviews_and_rewinds_its_own_calls(repo, open_session):
     session.rewind(undone["id"])
     assert (repo / "x.txt").read_text() == "x\n"
     assert session.call("read", {"path": "x.txt"}).changes is None  # read-only: not checkpointed
+
+
+def test_a_snapshot_past_its_bound_is_reported_and_never_rewound_to(workspace, tmp_path):
+    from peon.checkpoints.book import Book
+
+    (workspace / "f.txt").write_text("x\n")
+    book = Book(tmp_path / "state", workspace, max_seconds=0.000001)
+    assert book.begin("c1", "bash") is None
+    ended = book.end("c1", None)
+    assert ended["checkpoint"] is None and ended["not_checkpointed"]
+    review = Review(tmp_path / "state", workspace)
+    (entry,) = review.entries()
+    assert entry.not_checkpointed and "longer than" in entry.not_checkpointed
+    with pytest.raises(ReviewError, match="never taken"):
+        review.rewind("c1")
+    assert (workspace / "f.txt").read_text() == "x\n"
+
+
+def test_files_over_the_size_bound_are_named_not_stored_and_left_alone(workspace, tmp_path):
+    from peon.checkpoints.book import Book
+
+    book = Book(tmp_path / "state", workspace, max_file_bytes=100)
+    before = book.begin("c1", "bash")
+    (workspace / "big.bin").write_bytes(os.urandom(1000))
+    (workspace / "small.txt").write_text("s\n")
+    ended = book.end("c1", before)
+    assert ended["not_stored"] == ["big.bin"] and [f["path"] for f in ended["files"]] == ["small.txt"]
+    Review(tmp_path / "state", workspace).rewind("c1")
+    assert (workspace / "big.bin").exists() and not (workspace / "small.txt").exists()
+
+
+def test_past_its_size_the_store_prunes_the_oldest_checkpoints_and_says_so(workspace, tmp_path):
+    from peon.checkpoints.book import SIZE_CHECK_EVERY, Book
+
+    book = Book(tmp_path / "state", workspace, max_store_bytes=1)
+    said = []
+    for index in range(SIZE_CHECK_EVERY):
+        before = book.begin(f"c{index}", "bash")
+        (workspace / f"f{index}.bin").write_bytes(os.urandom(20000))
+        said.append(book.end(f"c{index}", before).get("pruned_checkpoints", 0))
+    assert said[0] == 0 and said[-1] > 0  # said by the call whose end pruned
+    entries = Review(tmp_path / "state", workspace).entries()
+    assert entries[0].pruned and not entries[-1].pruned
+    review = Review(tmp_path / "state", workspace)
+    with pytest.raises(ReviewError, match="pruned"):
+        review.rewind("c0")
+    review.rewind(f"c{SIZE_CHECK_EVERY - 1}")  # the newest is kept whole
+    assert not (workspace / f"f{SIZE_CHECK_EVERY - 1}.bin").exists()

@@ -104,3 +104,15 @@ def test_the_head_is_read_from_files_only(tmp_path):
     (git / "HEAD").write_text(A)
     assert workspace_head(tmp_path) == f"detached {A}"
     assert workspace_head(tmp_path / "nothing") is None
+
+
+def test_a_checkpoint_taken_while_files_changed_is_never_rewound_to(tmp_path):
+    from peon.checkpoints.book import STORE_DIR
+    from peon.checkpoints.review import Review, ReviewError
+
+    store = tmp_path / "state" / STORE_DIR
+    store.mkdir(parents=True)
+    records.append(store, {"event": "before", "id": "c1", "tool": "bash", "tree": A, "unsettled": ["log.txt"]})
+    records.append(store, {"event": "after", "id": "c1", "tree": B})
+    with pytest.raises(ReviewError, match="not one a rewind restores"):
+        Review(tmp_path / "state", tmp_path / "ws").rewind("c1")
