@@ -10,7 +10,9 @@ Promises:
 * :meth:`Book.end` snapshots again, writes the ``after`` line with what changed since the ``before``
   (:class:`peon.checkpoints.summary.Changes`), the files dropped as too large, the files that changed
   while the snapshot was taken (``unsettled``: asked for when other calls or jobs ran beside) and
-  the ids given as ``shared_with``; it returns the ``changes`` a call's result carries;
+  the ids given as ``shared_with`` and, with the watch, the excluded trees in which something
+  happened (``excluded_changed``, each with its file count, never stored); it returns the ``changes``
+  a call's result carries;
 * with ``watch``, a snapshot of a workspace where nothing happened since the last one is that one
   again, taken without a walk (:class:`peon.checkpoints.watch.Watch`); anything the watch cannot vouch
   for is walked;
@@ -42,6 +44,7 @@ from peon.checkpoints.watch import Watch
 
 STORE_DIR = "checkpoints"
 SIZE_CHECK_EVERY = 25  # ends between two measurements of the store's size
+EXCLUDED_COUNT_LIMIT = 100_000  # files counted in an excluded tree that changed
 FIRST_SNAPSHOT_FACTOR = 10  # the first snapshot (every file stored) may take this many times max_seconds
 REST_AFTER_TIMEOUT_SECONDS = 300.0  # after a snapshot past its bound: calls not checkpointed (and said) this long
 
@@ -98,6 +101,22 @@ class Book:
                 self._snapshot()
             except (StoreError, OSError):
                 pass
+
+    def _excluded_changes(self) -> list[dict[str, Any]]:
+        """The excluded trees in which something happened since the last call, with their file counts
+        (listed as changed, never stored; a count stops at :data:`EXCLUDED_COUNT_LIMIT`)."""
+        if self.watch is None:
+            return []
+        listed = []
+        for path in self.watch.take_excluded()[:50]:
+            count, top = 0, self.workspace / path
+            for _folder, _dirs, files in os.walk(top):
+                count += len(files)
+                if count >= EXCLUDED_COUNT_LIMIT:
+                    break
+            listed.append({"path": path + "/", "files": count if count < EXCLUDED_COUNT_LIMIT
+                           else f"{EXCLUDED_COUNT_LIMIT}+"})
+        return listed
 
     def close(self) -> None:
         if self.watch is not None:
@@ -157,6 +176,9 @@ class Book:
                         "changes": summary, "shared_with": list(shared_with), "dropped": snapshot.dropped,
                         "unsettled": snapshot.unsettled})
             result: dict[str, Any] = {"checkpoint": before, **summary}
+            excluded = self._excluded_changes()
+            if excluded:
+                result["excluded_changed"] = excluded
             if shared_with:
                 result["shared_with"] = list(shared_with)
             if snapshot.dropped:

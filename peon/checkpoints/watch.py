@@ -11,8 +11,11 @@ Promises:
 * :meth:`Watch.clear` drains the events first and adds a watch on every directory created meanwhile,
   so an event that arrives after it marks the workspace changed again — a snapshot taken after a
   ``clear`` is never trusted past a change made during it;
-* excluded trees and ``.git`` directories are not watched (the store never records them); symbolic
-  links are never followed; the descriptor is close-on-exec and non-blocking, owned here.
+* excluded trees never unsettle it (the store never records them): they are watched apart, and
+  :meth:`Watch.take_excluded` names those in which something happened (while the watches last:
+  past :data:`MAX_DIRECTORIES` an excluded tree goes unwatched, never the recorded tree);
+  ``.git`` directories are not watched; symbolic links are never followed; the descriptor is
+  close-on-exec and non-blocking, owned here.
 
 Not seen by inotify, and so not by a skipped snapshot: a write through a memory mapping, and a write
 through a hard link from outside the workspace. Linux only; anywhere inotify is missing the watch is off.
@@ -44,6 +47,9 @@ class Watch:
         self.names = {os.fsencode(name) for name in excluded_names} | {b".git"}
         self.globs = excluded_globs
         self.paths: dict[int, bytes] = {}
+        self.excluded_roots: dict[int, bytes] = {}  # a watch inside an excluded tree -> that tree's root
+        self.excluded_paths: dict[int, bytes] = {}  # and -> the directory it is on
+        self.excluded_changed: set[bytes] = set()
         self.fd = -1
         self.on = False
         self.changed = True
@@ -65,25 +71,34 @@ class Watch:
         relative = os.fsdecode(os.path.relpath(path, self.workspace))
         return any(fnmatch.fnmatchcase(relative, glob) for glob in self.globs)
 
-    def _watch_tree(self, top: bytes) -> None:
-        stack = [top]
+    def _watch_tree(self, top: bytes, excluded_root: bytes | None = None) -> None:
+        stack: list[tuple[bytes, bytes | None]] = [(top, excluded_root)]
         while stack and self.on:
-            path = stack.pop()
-            if path != self.workspace and self._skipped(path):
-                continue
-            if len(self.paths) >= MAX_DIRECTORIES:
+            path, root = stack.pop()
+            if os.path.basename(path) == b".git" and path != self.workspace:
+                continue  # a repository's own files: never recorded, never watched
+            if root is None and path != self.workspace and self._skipped(path):
+                root = path  # an excluded tree: watched only to say that it changed
+            if len(self.paths) + len(self.excluded_roots) >= MAX_DIRECTORIES:
+                if root is not None:
+                    continue  # what an excluded tree does is then not said; the recorded tree stays watched
                 self.off()
                 return
             descriptor = self._add(self.fd, path, _MASK)
             if descriptor < 0:
                 if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR):
                     continue  # gone already: its parent's event said so
+                if root is not None:
+                    continue
                 self.off()
                 return
-            self.paths[descriptor] = path
+            if root is None:
+                self.paths[descriptor] = path
+            else:
+                self.excluded_roots[descriptor], self.excluded_paths[descriptor] = root, path
             try:
                 with os.scandir(path) as entries:
-                    stack += [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+                    stack += [(entry.path, root) for entry in entries if entry.is_dir(follow_symlinks=False)]
             except OSError:
                 continue
 
@@ -94,9 +109,11 @@ class Watch:
             os.close(self.fd)
             self.fd = -1
         self.paths.clear()
+        self.excluded_roots.clear()
+        self.excluded_paths.clear()
 
     def _drain(self) -> None:
-        new_dirs: list[bytes] = []
+        new_dirs: list[tuple[bytes, bytes | None]] = []
         while self.on:
             try:
                 data = os.read(self.fd, 65536)
@@ -115,6 +132,14 @@ class Watch:
                     return
                 if mask & _IN_IGNORED:
                     self.paths.pop(descriptor, None)
+                    self.excluded_roots.pop(descriptor, None)
+                    self.excluded_paths.pop(descriptor, None)
+                    continue
+                root = self.excluded_roots.get(descriptor)
+                if root is not None:
+                    self.excluded_changed.add(root)
+                    if mask & _IN_ISDIR and mask & (_IN_CREATE | _IN_MOVED_TO):
+                        new_dirs.append((os.path.join(self.excluded_paths.get(descriptor, root), name), root))
                     continue
                 parent = self.paths.get(descriptor)
                 if parent is None:
@@ -123,12 +148,21 @@ class Watch:
                     self.off()  # the workspace itself went away or moved
                     return
                 if name in self.names and (mask & _IN_ISDIR or name == b".git"):
-                    continue  # an excluded tree or a repository's .git: never recorded
+                    if name != b".git":  # an excluded tree came or went: said, never recorded
+                        self.excluded_changed.add(os.path.join(parent, name))
+                        if mask & _IN_ISDIR and mask & (_IN_CREATE | _IN_MOVED_TO):
+                            new_dirs.append((os.path.join(parent, name), None))
+                    continue
                 self.changed = True
                 if mask & _IN_ISDIR and mask & (_IN_CREATE | _IN_MOVED_TO):
-                    new_dirs.append(os.path.join(parent, name))
-        for path in new_dirs:
-            self._watch_tree(path)
+                    new_dirs.append((os.path.join(parent, name), None))
+        for path, root in new_dirs:
+            self._watch_tree(path, root)
+
+    def take_excluded(self) -> list[str]:
+        """The excluded trees (workspace-relative) in which something happened since the last call."""
+        changed, self.excluded_changed = self.excluded_changed, set()
+        return sorted(os.fsdecode(os.path.relpath(path, self.workspace)) for path in changed)
 
     def settled(self) -> bool:
         """True when nothing can have changed since the last :meth:`clear` (see the module's promise)."""

@@ -241,3 +241,14 @@ def test_past_its_size_the_store_prunes_the_oldest_checkpoints_and_says_so(works
         review.rewind("c0")
     review.rewind(f"c{SIZE_CHECK_EVERY - 1}")  # the newest is kept whole
     assert not (workspace / f"f{SIZE_CHECK_EVERY - 1}.bin").exists()
+
+
+def test_an_excluded_tree_is_listed_as_changed_with_a_count_but_never_stored(repo, open_session, tmp_path):
+    session = open_session(state_dir=tmp_path / "state")
+    session.call("bash", {"command": "true"})  # the first snapshot taken, the watch set
+    result = session.call("bash", {"command": "mkdir -p node_modules/a && touch node_modules/a/1 node_modules/2 "
+                                              "&& echo x > kept.txt"})
+    assert [item["path"] for item in result.changes["files"]] == ["kept.txt"]
+    assert result.changes["excluded_changed"] == [{"path": "node_modules/", "files": 2}]
+    Review(tmp_path / "state").rewind(result.call_id)
+    assert not (repo / "kept.txt").exists() and (repo / "node_modules" / "2").exists()

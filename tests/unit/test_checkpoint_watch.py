@@ -60,3 +60,20 @@ def test_when_it_cannot_vouch_it_is_never_settled(tmp_path, monkeypatch):
     closed.off()
     closed.clear()
     assert not closed.settled()
+
+
+def test_excluded_trees_are_said_to_have_changed_apart(tmp_path):
+    (tmp_path / "node_modules" / "pkg").mkdir(parents=True)
+    (tmp_path / "src").mkdir()
+    watch = settled_after_clear(Watch(tmp_path, ["node_modules", ".venv"], []))
+    (tmp_path / "node_modules" / "pkg" / "index.js").write_text("x")
+    (tmp_path / "src" / ".venv").mkdir()  # a new excluded tree, deeper
+    watch.settled()
+    (tmp_path / "src" / ".venv" / "lib").mkdir()
+    (tmp_path / "src" / ".venv" / "lib" / "site.py").write_text("x")
+    assert watch.settled()  # nothing recorded changed
+    assert watch.take_excluded() == ["node_modules", "src/.venv"]
+    (tmp_path / "src" / ".venv" / "lib" / "more.py").write_text("x")  # watched since it appeared
+    assert watch.settled() and watch.take_excluded() == ["src/.venv"]
+    assert watch.take_excluded() == []
+    watch.close()
