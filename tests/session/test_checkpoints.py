@@ -252,3 +252,18 @@ def test_an_excluded_tree_is_listed_as_changed_with_a_count_but_never_stored(rep
     assert result.changes["excluded_changed"] == [{"path": "node_modules/", "files": 2}]
     Review(tmp_path / "state").rewind(result.call_id)
     assert not (repo / "kept.txt").exists() and (repo / "node_modules" / "2").exists()
+
+
+def test_the_workspace_repositorys_head_movement_is_reported_never_rewound(repo, open_session, tmp_path):
+    session = open_session(state_dir=tmp_path / "state")
+    committed = session.call("bash", {"command": "echo c > c.txt && git -c user.name=u -c user.email=u@e "
+                                                 "-c core.hooksPath=/dev/null add c.txt && git -c user.name=u "
+                                                 "-c user.email=u@e -c core.hooksPath=/dev/null commit -qm c"})
+    assert committed.ok and committed.value["exit_code"] == 0, committed.value
+    review = Review(tmp_path / "state")
+    moved = review.changes(committed.call_id)["git_head"]
+    assert moved["before"] != moved["after"] and moved["after"].startswith("refs/heads/")
+    head = (repo / ".git" / "HEAD").read_text()
+    rewound = review.rewind(committed.call_id)
+    assert rewound["git_head"]["note"] == "the workspace's .git is never rewound"
+    assert not (repo / "c.txt").exists() and (repo / ".git" / "HEAD").read_text() == head
