@@ -24,6 +24,8 @@ the second of two calls changing the same file sees the first's content (or fail
 checks of what was read and shown never race another call of the session). A call waiting for a turn,
 or in the approval line, holds no slot: a question pending never holds a call that needs none.
 
+A call of a tool that can change the workspace is checkpointed just before it runs (its time starts
+after the checkpoint) and answered with what it changed (:mod:`peon.supervisor.checkpointing`).
 It then runs in a worker of the pool; as a job of its own when its tool keeps its output, or started as
 a background job (:class:`peon.supervisor.jobs.JobTable`, which owns every job, checked against
 ``jobs.max_running`` before anyone is asked, and again as it starts); or, for the job tools
@@ -249,7 +251,6 @@ class CallServer:
                 await first(self.pool.wait_started(), call.cancelled.wait())
                 if call.cancelled.is_set():
                     return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
-            deadline = Deadline.after(admission.timeout_seconds)
             record = {"id": call.id, "tool": tool.name, "args": admission.args, "progress": call.progress,
                       "approved": request.details, **({"trace": call.trace} if call.trace else {})}
             if background:
@@ -257,8 +258,12 @@ class CallServer:
                     self.jobs.check_capacity()
                 except ToolError as exc:
                     return {"ok": False, "error": exc.to_dict()}
-            running = (self.jobs.start_background(record, deadline, call.cancelled) if background
-                       else self._run_in_worker(tool, record, call, deadline))
+
+            def running() -> Awaitable[dict[str, Any]]:  # its time starts after its checkpoint
+                deadline = Deadline.after(admission.timeout_seconds)
+                return (self.jobs.start_background(record, deadline, call.cancelled) if background
+                        else self._run_in_worker(tool, record, call, deadline))
+
             return await self.checkpoints.around(tool, call.id, running)
         finally:
             for turn in turns:

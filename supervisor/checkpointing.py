@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,14 +106,15 @@ class Checkpointing:
             return None
         return await self.end(mark)
 
-    async def around(self, tool: Tool, call_id: str, running: Any) -> dict[str, Any]:
-        """Await ``running`` (the call's reply) between its checkpoint and its changes; the reply with them."""
+    async def around(self, tool: Tool, call_id: str,
+                     running: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run the call (``running()`` starts it, its time starting then) between its checkpoint and its
+        changes; its reply, with them."""
         if not self.wants(tool):
-            reply: dict[str, Any] = await running
-            return reply
-        mark = await self.begin(call_id, tool.name)
+            return await running()
         try:
-            reply = await running
+            mark = await self.begin(call_id, tool.name)
+            reply = await running()
         except BaseException:
             self.active.pop(call_id, None)  # torn down: its end is not recorded (a reader compares with now)
             raise
@@ -122,7 +123,6 @@ class Checkpointing:
             self.job_began(str(value.get("job_id")), call_id, tool.name, mark)
         changes = await self.end(mark)
         return with_changes(reply, changes)
-
 
     # -- what the changes and rewind tools ask (ToolContext.checkpoints) ----------------------------------
 
