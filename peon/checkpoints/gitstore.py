@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ HARDENING = (
     "index.threads=1", "feature.manyFiles=false",
 )
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+STATUS_MARK = "peon-git-status:"
 SETTINGS_NAME = "settings.json"  # what the store was created with, for the readers that snapshot it
 ATTRIBUTES = b"* -filter -text !eol -ident !working-tree-encoding !diff -merge\n"
 
@@ -115,19 +117,34 @@ class GitStore:
 
     def run(self, args: list[str], timeout: float, *, check: bool = True,
             bare: bool = False, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """Run git with ``args`` in the store, bounded by ``timeout`` (then it and everything it started
+        are killed: :class:`StoreTimeout`). Git's exit status comes back through its stderr, from a
+        shell that waits for it: a process that reaps every child it has (the supervisor, a subreaper)
+        may take a child's status before ``subprocess`` does, never what went through a pipe."""
         env = {k: v for k, v in self.env.items() if k != "GIT_WORK_TREE"} if bare else self.env
         command = [self.git]
         for option in HARDENING:
             command += ["-c", option]
         command += args
+        wrapped = ["/bin/sh", "-c", f'"$@"; printf "\\n{STATUS_MARK}%d" "$?" >&2', "sh", *command]
+        process = subprocess.Popen(wrapped, env=env, cwd=self.directory, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+                                   start_new_session=True)
         try:
-            done = subprocess.run(command, env=env, cwd=self.directory, input=stdin or b"",
-                                  capture_output=True, timeout=max(timeout, 0.001), close_fds=True)
+            out, err = process.communicate(stdin or b"", timeout=max(timeout, 0.001))
         except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.communicate()
             raise StoreTimeout(f"git {args[0]} took longer than {timeout:.1f} s") from None
-        if check and done.returncode != 0:
-            message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise StoreError(f"git {args[0]} failed: {message[-1] if message else done.returncode}")
+        err, _mark, status = err.rpartition(STATUS_MARK.encode())
+        returncode = int(status) if status.isdigit() else -1  # no status: the shell did not see git end
+        done = subprocess.CompletedProcess(command, returncode, out, err)
+        if check and returncode != 0:
+            message = err.decode("utf-8", "replace").strip().splitlines()
+            raise StoreError(f"git {args[0]} failed: {message[-1] if message else returncode}")
         return done
 
     def ensure(self, timeout: float) -> None:
