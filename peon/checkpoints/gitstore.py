@@ -176,7 +176,9 @@ class GitStore:
         new = [name for name in listed.split(b"\0") if name and not name.endswith(b"/")]  # b"x/": a nested repository
         new, dropped = self._within_size(new)
         if new:
-            self.run(["update-index", "--add", "-z", "--stdin"], timeout, check=False, stdin=b"\0".join(new) + b"\0")
+            # one unreadable file must not keep the others out: add goes on past it (update-index stops)
+            self.run(["add", "-f", "--ignore-errors", "--pathspec-from-file=-", "--pathspec-file-nul"], timeout,
+                     check=False, stdin=b"".join(b":(literal)" + name + b"\0" for name in new))
         tree = self.write_tree(timeout)
         snapshot = Snapshot(tree, dropped=dropped)
         if check_settled:
