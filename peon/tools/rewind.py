@@ -65,7 +65,8 @@ def restored_paths(session: SessionView, call_id: str) -> tuple[list[str], str |
     from peon.checkpoints.review import Review, ReviewError
 
     try:
-        shown = Review(session.spill_dir, session.workspace).changes(since=call_id, diff=False)
+        bound = float(session.config.checkpoints.max_seconds)  # prepare runs on the supervisor's loop
+        shown = Review(session.spill_dir, session.workspace, max_seconds=bound).changes(since=call_id, diff=False)
     except (ReviewError, OSError) as exc:
         return [], str(exc)
     paths: list[str] = []
