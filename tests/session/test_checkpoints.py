@@ -267,3 +267,20 @@ def test_the_workspace_repositorys_head_movement_is_reported_never_rewound(repo,
     rewound = review.rewind(committed.call_id)
     assert rewound["git_head"]["note"] == "the workspace's .git is never rewound"
     assert not (repo / "c.txt").exists() and (repo / ".git" / "HEAD").read_text() == head
+
+
+def test_the_rewind_tool_is_approved_like_a_write_of_every_file_it_restores(repo, open_session, tmp_path):
+    from helpers import Recorder
+
+    approver = Recorder("allow_once", "allow_once")
+    session = open_session({"approval": {"filesystem": "ask", "process": "allow"}}, approver=approver,
+                           state_dir=tmp_path / "state")
+    made = session.call("bash", {"command": "echo n > new.txt && echo more >> a.txt && mv old.txt moved.txt"})
+    rewound = session.call("rewind", {"call_id": made.call_id})
+    assert rewound.ok, rewound.error
+    (request,) = [asked for asked in approver.requests if asked["tool"] == "rewind"]
+    assert request["risk"] == "filesystem"
+    assert sorted(request["details"]["paths"]) == ["a.txt", "moved.txt", "new.txt", "old.txt"]
+    assert request["details"]["path_count"] == 4
+    assert not (repo / "new.txt").exists() and (repo / "old.txt").exists()
+    assert session.call("changes", {}).value["calls"][-1]["kind"] == "rewind"
