@@ -24,6 +24,8 @@ the second of two calls changing the same file sees the first's content (or fail
 checks of what was read and shown never race another call of the session). A call waiting for a turn,
 or in the approval line, holds no slot: a question pending never holds a call that needs none.
 
+A call of a tool that can change the workspace is checkpointed just before it runs (its time starts
+after the checkpoint) and answered with what it changed (:mod:`peon.supervisor.checkpointing`).
 It then runs in a worker of the pool; as a job of its own when its tool keeps its output, or started as
 a background job (:class:`peon.supervisor.jobs.JobTable`, which owns every job, checked against
 ``jobs.max_running`` before anyone is asked, and again as it starts; with ``limits.yield_after_seconds``
@@ -62,6 +64,7 @@ from peon.core.tool import OutputLimits, Tool, ToolContext, ToolRisk
 from peon.supervisor import egress
 from peon.supervisor.approval.audit import audit_entry, decision_entry
 from peon.supervisor.approval.facts import gather
+from peon.supervisor.checkpointing import Checkpointing
 from peon.supervisor.jobs import JobTable
 from peon.supervisor.session_state import SessionState
 from peon.supervisor.tasks import HeldTasks, first
@@ -108,6 +111,7 @@ class CallServer:
     notify_started: Callable[[dict[str, Any]], None] | None
     on_answered: Callable[[PendingCall], None]
     max_parallel: int = 1
+    checkpoints: Checkpointing = field(default_factory=lambda: Checkpointing(None))  # before and after each call
     _beside: HeldTasks = field(default_factory=HeldTasks, init=False)  # job-tool calls, answered from their own task
     _started: HeldTasks = field(default_factory=HeldTasks, init=False)  # calls served beside the others
     _slots: Turns = field(init=False)  # a call runs while it holds one
@@ -250,7 +254,6 @@ class CallServer:
                 await first(self.pool.wait_started(), call.cancelled.wait())
                 if call.cancelled.is_set():
                     return _error(ErrorCode.CANCELLED, f"{tool.name} was cancelled before it started")
-            deadline = Deadline.after(admission.timeout_seconds)
             record = {"id": call.id, "tool": tool.name, "args": admission.args, "progress": call.progress,
                       "approved": request.details, **({"trace": call.trace} if call.trace else {})}
             if background:
@@ -258,8 +261,13 @@ class CallServer:
                     self.jobs.check_capacity()
                 except ToolError as exc:
                     return {"ok": False, "error": exc.to_dict()}
-                return await self.jobs.start_background(record, deadline, call.cancelled)
-            return await self._run_in_worker(tool, record, call, deadline)
+
+            def running() -> Awaitable[dict[str, Any]]:  # its time starts after its checkpoint
+                deadline = Deadline.after(admission.timeout_seconds)
+                return (self.jobs.start_background(record, deadline, call.cancelled) if background
+                        else self._run_in_worker(tool, record, call, deadline))
+
+            return await self.checkpoints.around(tool, call.id, running)
         finally:
             for turn in turns:
                 turn.release()
@@ -339,7 +347,7 @@ class CallServer:
         limits = state.config.limits
         ctx = ToolContext(call_id=call.id, workspace=state.view.workspace, deadline=deadline, cancel=CancelToken(),
                           limits=OutputLimits(limits.max_output_bytes, limits.read_max_bytes), session=state.view,
-                          approved=approved, jobs=self.jobs)
+                          approved=approved, jobs=self.jobs, checkpoints=self.checkpoints)
         running = asyncio.get_running_loop().create_task(tool.execute(args, ctx))
         cancel_wait = asyncio.get_running_loop().create_task(call.cancelled.wait())
         try:

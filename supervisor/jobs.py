@@ -152,6 +152,9 @@ class JobTable:
         self.audit = audit
         self.output_limit = output_limit
         self.jobs: OrderedDict[str, Job | JobRecord] = OrderedDict()
+        # Told of a background job's end before its job_ended line, which carries what it returns
+        # (the job's checkpointed changes: peon.supervisor.checkpointing).
+        self.on_background_end: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None
         self._counter = 0
 
     # -- the supervisor's side ----------------------------------------------------------------------
@@ -309,8 +312,9 @@ class JobTable:
             reply = {"ok": False, "error": ToolError(ErrorCode.TOOL_FAILED,
                                                      f"internal error while running the job: {exc}").to_dict()}
         self.finish(job, reply)
+        changes = await self.on_background_end(job.id) if self.on_background_end is not None else None
         if job.spawned.is_set():
-            self._audit("job_ended", job)
+            self._audit("job_ended", job, changes)
 
     def _running_value(self, job: Job, remaining: float) -> dict[str, Any]:
         """A background call's answer while its job runs: the output so far, within ``output_limit``."""
@@ -324,9 +328,10 @@ class JobTable:
                 "duration_ms": int((time.time() - job.started_at) * 1000), "limit_exceeded": None,
                 "timeout_seconds": round(max(remaining, 0.0), 3)}
 
-    def _audit(self, event: str, job: Job) -> None:
+    def _audit(self, event: str, job: Job, changes: dict[str, Any] | None = None) -> None:
         if self.audit is not None:
-            self.audit(event, {**_describe(job).to_dict(), "call_id": job.call_id})
+            self.audit(event, {**_describe(job).to_dict(), "call_id": job.call_id,
+                               **({"changes": changes} if changes is not None else {})})
 
     def on_event(self, job: Job) -> Callable[[WorkerMessage], None]:
         """The pool's callback for the job's ``output`` and ``spawned`` messages."""

@@ -51,6 +51,7 @@ from peon.workers.reaper import REAPER
 from peon.supervisor import diagnostics
 from peon.supervisor.approval.audit import job_entry
 from peon.supervisor.calls import CallServer, PendingCall
+from peon.supervisor.checkpointing import Checkpointing
 from peon.supervisor.jobs import JobAudit, JobTable
 from peon.supervisor.session_state import SessionState
 from peon.supervisor.tasks import HeldTasks
@@ -121,7 +122,8 @@ class Supervisor:
             serve_jobs(self.jobs)  # job_write is approved from the job's input as it is (peon.core.jobs)
             self.server = CallServer(state, self.pool, self.jobs, self.client.send,
                                      self._notify if self.started_notices else None, self._let_go,
-                                     max_parallel=int(limits.max_parallel_calls))
+                                     max_parallel=int(limits.max_parallel_calls),
+                                     checkpoints=_checkpointing(state, self.jobs))
             load_validator(state.schemas.values())  # now, not before ready: the first call's admission needs it
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read_client())
@@ -251,6 +253,13 @@ class Supervisor:
             group.create_task(self.jobs.close())  # background jobs too, through the same cancel path
         executor.cancel()
         await self.server.wait_all()  # every answer sent before the pool goes
+
+
+def _checkpointing(state: SessionState, jobs: JobTable) -> Checkpointing:
+    """The session's checkpoints (:mod:`peon.supervisor.checkpointing`), told of each background job's end."""
+    checkpoints = Checkpointing.open(state.config.checkpoints, state.state_dir, state.view.workspace)
+    jobs.on_background_end = checkpoints.job_ended
+    return checkpoints
 
 
 def _job_audit(state: SessionState) -> JobAudit:

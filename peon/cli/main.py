@@ -1,5 +1,5 @@
 """The ``peon`` command line: ``mcp``, ``serve``, ``call``, ``tools``, ``skills``, ``doctor``, ``setup``,
-``sessions``, ``rules`` and ``--version``.
+``sessions``, ``changes``, ``rewind``, ``rules`` and ``--version``.
 
 Promises:
 
@@ -11,7 +11,8 @@ Promises:
 
 This module owns the parser and the dispatch to each command's module (:mod:`peon.cli.call`,
 :mod:`peon.cli.doctor`, :mod:`peon.cli.mcp`, :mod:`peon.cli.rules`, :mod:`peon.cli.serve`, :mod:`peon.cli.setup`,
-:mod:`peon.cli.skills`, :mod:`peon.cli.tools`), which promise what each command does.
+:mod:`peon.cli.skills`, :mod:`peon.cli.tools`, :mod:`peon.cli.changes`, :mod:`peon.cli.rewind`), which
+promise what each command does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import os
 import sys
 
-from peon.cli import call, doctor, mcp, rules, serve, sessions, setup, skills, tools
+from peon.cli import call, changes, doctor, mcp, rewind, rules, serve, sessions, setup, skills, tools
 from peon.cli.common import USAGE_ERROR, UsageError, add_session_arguments, describe_os_error
 
 
@@ -74,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     sessions_parser = commands.add_parser("sessions", help="list the sessions' state; `prune` removes ended ones'")
     sessions.add_arguments(sessions_parser)
     sessions_parser.set_defaults(run=sessions.cmd_sessions)
+    changes_parser = commands.add_parser("changes", help="what a session's calls changed in the workspace, from "
+                                         "their checkpoints (a call's diff with CALL_ID)")
+    changes.add_arguments(changes_parser)
+    changes_parser.set_defaults(run=changes.cmd_changes)
+    rewind_parser = commands.add_parser("rewind", help="put the workspace back as it was just before a call")
+    rewind.add_arguments(rewind_parser)
+    rewind_parser.set_defaults(run=rewind.cmd_rewind)
     rules_parser = commands.add_parser("rules", help="check the approval rules' examples, or explain the decision "
                                        "for a command line")
     rules.add_arguments(rules_parser)

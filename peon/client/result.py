@@ -36,18 +36,22 @@ class ToolResult:
     value: dict[str, Any] | None = None
     error: ErrorInfo | None = None
     notes: tuple[str, ...] = ()  # for the agent, from the user's after-call hooks
+    # What the call changed in the workspace, from its checkpoints (docs/changes.md); None when it was not
+    # checkpointed (a read-only tool, or checkpoints.enabled = false).
+    changes: dict[str, Any] | None = None
 
     @classmethod
     def from_message(cls, call_id: str, tool: str, message: dict[str, Any]) -> ToolResult:
         given = message.get("notes")
         notes = tuple(str(n) for n in given) if isinstance(given, list) else ()
+        changes = message.get("changes") if isinstance(message.get("changes"), dict) else None
         if message.get("ok"):
-            return cls(call_id, tool, True, value=message.get("value") or {}, notes=notes)
+            return cls(call_id, tool, True, value=message.get("value") or {}, notes=notes, changes=changes)
         err = message.get("error") or {}
         return cls(call_id, tool, False, error=ErrorInfo(
             str(err.get("code", ErrorCode.TOOL_FAILED.value)), str(err.get("message", "")),
             dict(err.get("details") or {}),
-        ), notes=notes)
+        ), notes=notes, changes=changes)
 
     @classmethod
     def failure(cls, call_id: str, tool: str, code: ErrorCode, message: str,
@@ -65,6 +69,8 @@ class ToolResult:
                 out["error"]["details"] = self.error.details
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.changes is not None:
+            out["changes"] = self.changes
         return out
 
 

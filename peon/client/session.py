@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterable, Mapping
 
 from peon.core.errors import ConfigError, ErrorCode, RegistrationError, SessionError, ToolError
@@ -54,6 +54,9 @@ from peon.client.rescue import Rescue
 from peon.client.result import ToolResult, new_call_id
 from peon.client.spawn import Launch
 from peon.client.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from peon.checkpoints.review import Review
 
 START_TIMEOUT_SECONDS = 60.0
 CLOSE_TIMEOUT_SECONDS = 20.0
@@ -323,6 +326,41 @@ class Session:
         if on_progress is None and not handle.done():
             self._reading.read_for(handle)
         return handle.result()
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    def changes(self, call_id: str | None = None, *, since: str | None = None, diff: bool = True) -> dict[str, Any]:
+        """What this session's calls changed in the workspace, from their checkpoints (docs/changes.md):
+        without arguments the list of checkpointed calls and jobs; with ``call_id`` what that call changed
+        (and its unified diff when ``diff``); with ``since`` everything changed since just before that
+        call. A :class:`~peon.core.errors.SessionError` (``not_found``) when there is nothing to read."""
+        from peon.checkpoints.review import ReviewError
+
+        try:
+            review = self._review()
+            if call_id is None and since is None:
+                return review.listing()
+            return review.changes(call_id, since=since, diff=diff)
+        except (ReviewError, OSError) as exc:
+            raise SessionError(ErrorCode.NOT_FOUND, str(exc)) from None
+
+    def rewind(self, call_id: str) -> dict[str, Any]:
+        """Put the workspace back as it was just before ``call_id`` (docs/changes.md): its stored files
+        restored, those added since removed, the workspace's ``.git`` left alone. The workspace is
+        checkpointed first, so the rewind can be undone: ``rewind(result["id"])``. Not put to the
+        approver: the embedding program asks for it (an agent asks through the ``rewind`` of
+        ``peon mcp``/``peon rewind``)."""
+        from peon.checkpoints.review import ReviewError
+
+        try:
+            return self._review().rewind(call_id)
+        except (ReviewError, OSError) as exc:
+            raise SessionError(ErrorCode.NOT_FOUND, str(exc)) from None
+
+    def _review(self) -> Review:
+        from peon.checkpoints.review import Review
+
+        return Review(self.state_dir, self.workspace)
 
     # -- the channel --------------------------------------------------------------------------------
 

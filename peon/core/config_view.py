@@ -68,6 +68,15 @@ class JobsView:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointsView:
+    enabled: bool
+    exclude: tuple[str, ...]
+    max_file_bytes: int
+    max_store_bytes: int
+    max_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalRuleView:
     tool: str | None
     risk: ToolRisk | None
@@ -158,6 +167,7 @@ class ConfigView:
 
     limits: LimitsView
     jobs: JobsView
+    checkpoints: CheckpointsView
     approval: ApprovalView
     skills: SkillsView
     agents: AgentsView

@@ -133,6 +133,8 @@ class ToolContext:
     output: OutputSink | None = None  # set when the supervisor keeps this call's output (job_output)
     # Set for tools served by the supervisor itself (``Tool.served_by_supervisor``): the session's jobs.
     jobs: Any = None
+    # Set for the same tools: the session's checkpoints (``changes``, ``rewind``; peon.supervisor.checkpointing).
+    checkpoints: Any = None
     # The caller's W3C trace context (``traceparent``, ``tracestate``), for the commands the call starts.
     trace: Mapping[str, str] = field(default_factory=dict)
 

@@ -90,6 +90,7 @@ class _SupervisorResultFields(TypedDict, total=False):
     value: dict[str, Any]
     error: SupervisorErrorBody
     notes: list[str]  # for the agent, from the user's after-call hooks
+    changes: dict[str, Any]  # what the call changed in the workspace (checkpoints: peon.checkpoints)
 
 
 class SupervisorResult(_SupervisorResultFields):

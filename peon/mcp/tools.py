@@ -5,6 +5,9 @@ Promises:
 * every descriptor sets all four behaviour hints from the tool's declared risk (a client assumes the
   worst for a missing hint; an unknown risk gets the most cautious set);
 * a field a revision does not define is not sent to a client speaking it;
+* a checkpointed call that changed the workspace (or could not be checkpointed) carries its
+  ``changes`` under ``_meta["peon/changes"]`` and one text block saying what — never in the structured
+  content, which is the tool's; a call that changed nothing carries neither;
 * a tool's success is a result whose structured content is the tool's value (it conforms to the
   declared ``outputSchema``) and whose text block holds the same value as JSON;
 * a tool's failure is a result with ``isError: true`` whose text block starts with the stable error code
@@ -26,6 +29,7 @@ from peon.mcp.revisions import at_least
 
 ERROR_META_KEY = "peon/error"  # where an error result carries {"code", "message", "details"?} for programs
 IDEMPOTENCY_KEY = "peon/idempotencyKey"  # a call's key: a retry after a lost answer never runs it twice
+CHANGES_META_KEY = "peon/changes"  # what a call changed in the workspace (its checkpoints), for programs
 RISK_META_KEY = "peon/risk"  # a descriptor's declared risk, for programs (the hints cannot tell process from delegate)
 
 # Every hint set explicitly: a client assumes the worst for a missing one.
@@ -64,12 +68,17 @@ def render_text(value: Any) -> str:
 def call_result(result: ToolResult, version: str) -> dict[str, Any]:
     """A ``tools/call`` result. Tool failures are results with ``isError`` and the stable code."""
     notes = [{"type": "text", "text": f"Note from a hook: {note}"} for note in result.notes]
+    changed = describe_changes(result.changes) if result.changes is not None else ""
+    if changed:
+        notes.append({"type": "text", "text": changed})
     if result.ok:
         structured: dict[str, Any] = dict(result.value or {})
         out: dict[str, Any] = {"content": [{"type": "text", "text": render_text(structured)}, *notes],
                                "isError": False}
         if at_least(version, "2025-06-18"):
             out["structuredContent"] = structured
+        if changed:
+            out["_meta"] = {CHANGES_META_KEY: result.changes}
         return out
     assert result.error is not None
     error: dict[str, Any] = {"code": result.error.code, "message": result.error.message}
@@ -77,4 +86,19 @@ def call_result(result: ToolResult, version: str) -> dict[str, Any]:
     if result.error.details:
         error["details"] = result.error.details
         text += "\ndetails: " + json.dumps(result.error.details, ensure_ascii=False, sort_keys=True)
-    return {"content": [{"type": "text", "text": text}, *notes], "isError": True, "_meta": {ERROR_META_KEY: error}}
+    meta: dict[str, Any] = {ERROR_META_KEY: error}
+    if changed:
+        meta[CHANGES_META_KEY] = result.changes
+    return {"content": [{"type": "text", "text": text}, *notes], "isError": True, "_meta": meta}
+
+
+def describe_changes(changes: Mapping[str, Any]) -> str:
+    """One line for the model of what a call changed in the workspace ("" when it changed nothing)."""
+    if changes.get("not_checkpointed"):
+        return f"Workspace changes: not checkpointed ({changes['not_checkpointed']})"
+    counts = [f"{changes.get(key)} {key.replace('_', ' ')}" for key in
+              ("added", "modified", "deleted", "renamed", "mode_changes") if changes.get(key)]
+    if not counts:
+        return ""
+    lines = f" (+{changes.get('lines_added', 0)} -{changes.get('lines_removed', 0)} lines)"
+    return f"Workspace changes: {', '.join(counts)}{lines}; checkpoint before the call: {changes.get('checkpoint')}"

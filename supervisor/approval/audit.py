@@ -92,6 +92,7 @@ KEPT_EVENTS = frozenset({"job_started", "job_ended"})
 MAX_KEPT_LINES = 1024
 MAX_KEPT_BYTES = 1 << 20
 # Outcome facts copied from a tool's result value when present (never its output).
+AUDIT_CHANGED_PATHS = 20
 OUTCOME_FIELDS = ("exit_code", "signal", "timed_out", "cancelled", "truncated", "job_id", "state")
 
 
@@ -126,8 +127,23 @@ def audit_entry(*, session_id: str, call_id: str, tool: str, args: Any, request:
             outcome.update({k: value[k] for k in OUTCOME_FIELDS if k in value})
     else:
         outcome["error"] = (reply.get("error") or {}).get("code")
+    outcome.update(changes_of(reply))
     entry["outcome"] = outcome
     return entry
+
+
+def changes_of(holder: Any) -> dict[str, Any]:
+    """The checkpointed ``changes`` a result carries, as its audit line records them: the counts, the
+    checkpoint and up to :data:`AUDIT_CHANGED_PATHS` paths (``peon changes`` has the rest)."""
+    changes = holder.get("changes") if isinstance(holder, Mapping) else None
+    if not isinstance(changes, Mapping):
+        return {}
+    kept = {k: v for k, v in changes.items() if k != "files" and not isinstance(v, (list, dict))}
+    files = changes.get("files")
+    if isinstance(files, list):
+        kept["paths"] = [_shorten(item.get("path")) for item in files[:AUDIT_CHANGED_PATHS]
+                         if isinstance(item, Mapping)]
+    return {"changes": kept}
 
 
 def network_entry(*, session_id: str, attempt: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -146,6 +162,7 @@ def job_entry(*, event: str, session_id: str, job: Mapping[str, Any], now: float
                              "command": _shorten(job.get("command"))}
     if event == "job_ended":
         entry["outcome"] = {k: job.get(k) for k in ("state", "exit_code", "signal", "timed_out", "output_bytes")}
+        entry["outcome"].update(changes_of(job))
     return entry
 
 

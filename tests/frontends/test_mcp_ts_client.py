@@ -33,7 +33,7 @@ pytestmark = [
 ]
 
 BUILT_INS = {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi", "job_output", "job_stop",
-             "job_list", "edit", "apply_patch", "grep", "glob", "job_write"}
+             "job_list", "edit", "apply_patch", "grep", "glob", "job_write", "changes", "rewind"}
 SKILL = "---\nname: release-checks\ndescription: Steps before a release.\n---\n# Release checks\n1. Run the tests.\n"
 
 

@@ -92,7 +92,7 @@ def test_sdk_lists_tools_and_calls_each(allow_server, mode):
             tools = {t.name: t for t in listed.tools}
             assert set(tools) == {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi",
                                   "job_output", "job_stop", "job_list", "edit", "apply_patch", "grep", "glob",
-                                  "job_write"}
+                                  "job_write", "changes", "rewind"}
             assert tools["bash"].meta["peon/risk"] == "process" and tools["agent_pi"].meta["peon/risk"] == "delegate"
             assert tools["read_skill"].input_schema["properties"]["name"]["enum"] == ["release-checks"]
             results = {

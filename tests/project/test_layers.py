@@ -29,12 +29,13 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "core": frozenset(),
     "approval": frozenset({"core"}),
     "workers": frozenset({"core"}),
-    "tools": frozenset({"core", "approval", "workers"}),
-    "supervisor": frozenset({"core", "approval", "tools", "workers"}),
-    "client": frozenset({"peon", "core", "approval", "workers", "mcp"}),
+    "checkpoints": frozenset({"core"}),
+    "tools": frozenset({"core", "approval", "workers", "checkpoints"}),
+    "supervisor": frozenset({"core", "approval", "tools", "workers", "checkpoints"}),
+    "client": frozenset({"peon", "core", "approval", "workers", "mcp", "checkpoints"}),
     "mcp": frozenset({"peon", "core", "approval", "client"}),
     "serve": frozenset({"peon", "core", "client", "mcp", "cli"}),
-    "cli": frozenset({"peon", "core", "approval", "client", "mcp", "serve", "tools", "workers"}),
+    "cli": frozenset({"peon", "core", "approval", "client", "mcp", "serve", "tools", "workers", "checkpoints"}),
     "peon": frozenset({"core", "client"}),
 }
 # Only the client validates the configuration model: nothing else imports pydantic.

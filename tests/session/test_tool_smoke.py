@@ -58,6 +58,20 @@ def _pipe_job(session) -> str:
     return started.value["job_id"]
 
 
+def _written(session) -> str:
+    made = session.call("bash", {"command": "echo made > made.txt"})
+    assert made.ok and made.changes and made.changes["added"] == 1, made
+    return made.call_id
+
+
+def _rewound(ws: Path, value) -> bool:
+    return not (ws / "made.txt").exists() and value["changes"]["deleted"] == 1
+
+
+CASES["changes"] = lambda s, ws: (s.call("changes", {"call_id": _written(s)}), lambda v: "+made" in v["diff"])
+CASES["rewind"] = lambda s, ws: (s.call("rewind", {"call_id": _written(s)}), lambda v: _rewound(ws, v))
+
+
 def test_every_builtin_tool_has_a_case():
     assert sorted(t.name for t in BUILTIN_TOOLS) == sorted(CASES)
 

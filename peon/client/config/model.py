@@ -261,6 +261,24 @@ class Jobs(_Section):
         return value
 
 
+class Checkpoints(_Section):
+    """The workspace's checkpoints around each call that can change it (docs/changes.md)."""
+
+    enabled: bool = True
+    exclude: tuple[str, ...] = ()
+    max_file_bytes: int = Field(ge=1)
+    max_store_bytes: int = Field(ge=1048576)
+    max_seconds: float = Field(gt=0, le=3600)
+
+    @field_validator("exclude")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            if not pattern.strip("/") or "\0" in pattern or pattern.startswith(":"):
+                raise ValueError(f"{pattern!r} is not a directory name or a glob of workspace paths")
+        return value
+
+
 class Hook(_Section):
     """A program or URL the supervisor consults around each call it matches (user configuration only)."""
 
@@ -294,6 +312,7 @@ class Hook(_Section):
 class PeonConfig(_Section):
     limits: Limits
     jobs: Jobs
+    checkpoints: Checkpoints
     approval: Approval
     skills: Skills
     agents: Agents
