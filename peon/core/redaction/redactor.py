@@ -1,0 +1,148 @@
+"""Finding secrets in bytes and replacing each with ``«redacted:KIND:abcd»``.
+
+Promise: :meth:`Redactor.redact` returns its input with every secret it knows replaced, and how many
+it replaced of each kind (never the values). It knows the session's own secrets (``literals``: exact
+values, such as a secret-like variable's, each with its kind) and the well-known formats of
+:data:`peon.core.redaction.rules.FORMAT_RULES`. The ``abcd`` is a short hash of the value keyed by the
+session (:func:`value_hash`): stable within a session, so two secrets stay distinguishable and the
+same one is recognised again, and different in another session, so a hash says nothing across
+sessions. A value that an ``allow`` pattern of its kind matches entirely is kept.
+
+Cost: linear in the input. Each literal is looked for with ``bytes.find``, each format's pattern
+from its literal start (which the engine finds at ``find`` speed). Matches never overlap: the earliest wins, and of
+two starting together the longer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from peon.core.redaction.rules import FORMAT_RULES, TOKEN_BYTES, FormatRule
+
+MARKER_OPEN = "«redacted:"
+HASH_CHARS = 4
+
+# Values a format's context finds that are examples, not secrets (``postgres://user:password@host``).
+_PLACEHOLDER = re.compile(rb"(?i)(?:pass(?:word|wd)?|secret|token|changeme|example|x+|\*+|\.+|[$%{<\[].*)")
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    kind: str
+
+
+def value_hash(key: bytes, value: bytes) -> str:
+    """The short hash that stands for ``value`` in session ``key``."""
+    return hmac.new(key, value, hashlib.sha256).hexdigest()[:HASH_CHARS]
+
+
+def marker(kind: str, key: bytes, value: bytes) -> bytes:
+    return f"«redacted:{kind}:{value_hash(key, value)}»".encode()
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """Redacted bytes and what was redacted in them."""
+
+    data: bytes
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+class Redactor:
+    """Finds and replaces the secrets of one session; immutable once built, shared by every stream."""
+
+    def __init__(self, literals: Mapping[bytes, str] = {}, *, key: bytes = b"",
+                 rules: Iterable[FormatRule] = FORMAT_RULES, allow: Mapping[str, Iterable[str]] = {}):
+        # Longest first: a value that contains another is replaced whole.
+        self.literals = tuple(sorted(((value, kind) for value, kind in literals.items() if value),
+                                     key=lambda item: -len(item[0])))
+        self.longest_literal = max((len(value) for value, _ in self.literals), default=0)
+        self.key = key
+        self.rules = tuple(rules)
+        self.allow = {kind: tuple(re.compile(pattern.encode(), re.DOTALL) for pattern in patterns)
+                      for kind, patterns in allow.items()}
+
+    def spans(self, data: bytes) -> list[Span]:
+        """Where the secrets in ``data`` are, in order, none overlapping another."""
+        found: list[Span] = []
+        for value, kind in self.literals:
+            start = data.find(value)
+            while start >= 0:
+                found.append(Span(start, start + len(value), kind))
+                start = data.find(value, start + len(value))
+        for rule in self.rules:
+            for match in rule.pattern.finditer(data):
+                start, end = match.span(rule.group)
+                if rule.edge and start > 0 and data[start - 1] in TOKEN_BYTES:
+                    continue
+                if rule.group and _PLACEHOLDER.fullmatch(data, start, end):
+                    continue
+                found.append(Span(start, end, rule.kind))
+        if self.allow:
+            found = [span for span in found if not self._allowed(span, data)]
+        if len(found) > 1:
+            found.sort(key=lambda span: (span.start, -span.end))
+            kept: list[Span] = []
+            for span in found:
+                if not kept or span.start >= kept[-1].end:
+                    kept.append(span)
+            found = kept
+        return found
+
+    def _allowed(self, span: Span, data: bytes) -> bool:
+        patterns = self.allow.get(span.kind.split(":", 1)[0]) or self.allow.get(span.kind) or ()
+        return any(pattern.fullmatch(data, span.start, span.end) for pattern in patterns)
+
+    def replace(self, data: bytes, spans: list[Span], counts: Counter[str]) -> bytes:
+        """``data`` with each of ``spans`` replaced by its marker, counted in ``counts``."""
+        if not spans:
+            return data
+        pieces: list[bytes] = []
+        at = 0
+        for span in spans:
+            pieces.append(data[at:span.start])
+            pieces.append(marker(span.kind, self.key, data[span.start:span.end]))
+            counts[span.kind] += 1
+            at = span.end
+        pieces.append(data[at:])
+        return b"".join(pieces)
+
+    def redact(self, data: bytes) -> Redaction:
+        """``data`` with every secret replaced."""
+        counts: Counter[str] = Counter()
+        return Redaction(self.replace(data, self.spans(data), counts), counts)
+
+    def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
+        """``text`` with every secret replaced, counted in ``counts`` when given."""
+        if not text:
+            return text
+        data = text.encode("utf-8", "surrogatepass")
+        spans = self.spans(data)
+        if not spans:
+            return text
+        return self.replace(data, spans, counts if counts is not None else Counter()).decode("utf-8", "surrogatepass")
+
+    def redact_value(self, value: object, counts: Counter[str] | None = None, depth: int = 0) -> object:
+        """A JSON value with every string in it (keys too) redacted; other values as they are."""
+        if isinstance(value, str):
+            return self.redact_text(value, counts)
+        if depth > 64:
+            return value
+        if isinstance(value, dict):
+            return {self.redact_text(k, counts) if isinstance(k, str) else k: self.redact_value(v, counts, depth + 1)
+                    for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact_value(item, counts, depth + 1) for item in value]
+        return value
+
+
+def summary(counts: Counter[str]) -> dict[str, object]:
+    """What a result says of its redaction: how many values, of which kinds."""
+    return {"count": sum(counts.values()), "kinds": dict(sorted(counts.items()))}
