@@ -101,16 +101,24 @@ def workspace_secrets(workspace: Path) -> dict[bytes, str]:
 
 
 _REDACTORS: dict[tuple[object, ...], Redactor] = {}
+_ENVIRONMENTS: dict[tuple[str, int], dict[bytes, str]] = {}
 
 
 def session_redactor(env: Mapping[str, str], workspace: Path | None, key: str,
                      allow: Mapping[str, tuple[str, ...]] = {}) -> Redactor:
     """The redactor of a session with environment ``env`` and ``workspace`` (its files as they are now),
-    hashes keyed by ``key``; the same object while none of them changed."""
-    literals = environment_secrets(env)
+    hashes keyed by ``key``; the same object while none of them changed. The environment's secrets are
+    taken once per session and environment object."""
+    env_key = (key, id(env))
+    literals = _ENVIRONMENTS.get(env_key)
+    if literals is None:
+        if len(_ENVIRONMENTS) >= 8:
+            _ENVIRONMENTS.clear()
+        literals = _ENVIRONMENTS[env_key] = environment_secrets(env)
     if workspace is not None:
-        for value, kind in workspace_secrets(workspace).items():
-            literals.setdefault(value, kind)
+        files = workspace_secrets(workspace)
+        if files:
+            literals = {**files, **literals}
     cache_key = (key, tuple(sorted(literals.items())), tuple(sorted(allow.items())))
     redactor = _REDACTORS.get(cache_key)
     if redactor is None:
