@@ -6,8 +6,8 @@ message (:func:`redact_message`), every approval request put to the approver and
 (:func:`peon.core.redaction.session.redactor_for`; nothing when ``[redaction] enabled`` is false). A
 reply says what was redacted in it — here and, for command output, in the worker
 (``redacted``: how many values, of which kinds; never the values) — in its value, or in its error's
-details. The one exception is deliberate: the result of a ``read`` of a secret-like path that the
-approver allowed (:func:`deliberate`) is returned as read; its audit lines are still redacted. The
+details. The one exception is deliberate: the result of a ``read`` of a secret-like path allowed as
+such (:func:`deliberate`) is returned as read; its audit lines are still redacted. The
 command a call runs, and every input a worker receives, is never changed: only what is shown.
 """
 
@@ -26,10 +26,11 @@ REDACTED_KEY = "redacted"
 
 
 def deliberate(tool: str, request: ApprovalRequest | None, decision: Decision | None) -> bool:
-    """Whether a call's result is returned unredacted: a ``read`` of a secret-like path, allowed by the
-    approver (or the session grant an approver's answer made), the content being what was approved."""
+    """Whether a call's result is returned unredacted: a ``read`` rated for its secret-like path and
+    allowed as such — by the approver (under the default policy such a read is asked for), a grant
+    of theirs, or a policy that allows it — the content being what was approved."""
     return (tool == "read" and request is not None and decision is not None and decision.allowed
-            and decision.by in ("approver", "grant") and SECRET_PATH_REASON in request.risk_reason)
+            and SECRET_PATH_REASON in request.risk_reason)
 
 
 def _counted(previous: Any, counts: Counter[str]) -> None:

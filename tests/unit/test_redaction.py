@@ -185,3 +185,51 @@ def test_ordinary_output_has_no_false_positives() -> None:
               "Authorization: Bearer <token>", "postgres://localhost/db", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG host"]
     text = "\n".join(lines)
     assert redactor.redact_text(text) == text
+
+
+def test_a_cut_through_a_secret_leaves_neither_half() -> None:
+    from collections import Counter
+
+    from peon.core.redaction.cuts import redact_cut
+
+    redactor = Redactor({b"Lit3ral-Secret-Value": "env:X_TOKEN"}, key=b"k")
+    counts: Counter[str] = Counter()
+    secret = GITHUB.encode()
+    head = b"line\nexport T=" + secret[:12]
+    tail = secret[12:] + b"\nnext line\n"
+    assert secret[:12] not in redact_cut(redactor, head, counts, cut_after=True)
+    assert secret[12:] not in redact_cut(redactor, tail, counts, cut_before=True)
+    assert b"Lit3ral" not in redact_cut(redactor, b"x Lit3ral-Se", counts, cut_after=True)
+    assert b"et-Value" not in redact_cut(redactor, b"ret-Value y", counts, cut_before=True)
+    assert b"pa55" not in redact_cut(redactor, b"url postgres://user:pa55", counts, cut_after=True)
+    assert b"abc123def456" not in redact_cut(redactor, b"Authorization: Bearer abc123def456", counts, cut_after=True)
+    body = KEY_BLOCK.encode()[200:]  # the block's beginning was cut off
+    assert b"MIIE" not in redact_cut(redactor, body + b"\nafter\n", counts, cut_before=True)
+    assert counts["partial"] == 7
+
+
+def test_a_cut_through_ordinary_text_changes_nothing() -> None:
+    from collections import Counter
+
+    from peon.core.redaction.cuts import redact_cut
+
+    redactor = Redactor({b"Lit3ral-Secret-Value": "env:X_TOKEN"}, key=b"k")
+    counts: Counter[str] = Counter()
+    for data in (b"aaaaaaaaaaaa", b"123456\n", b"some words here", b"a" * 5000, b"line one\nline tw"):
+        assert redact_cut(redactor, data, counts, cut_before=True, cut_after=True) == data
+    assert not counts
+
+
+def test_head_and_tail_are_redacted_at_their_cut() -> None:
+    from collections import Counter
+
+    from peon.core.output.truncation import HeadTail
+    from peon.core.redaction.cuts import redact_cut
+
+    redactor = Redactor(key=b"k")
+    counts: Counter[str] = Counter()
+    capture = HeadTail(200)
+    capture.feed(b"h" * 90 + GITHUB.encode() + b"m" * 1000 + GITHUB.encode() + b"t" * 80)
+    text = capture.render(None, lambda data, before, after: redact_cut(redactor, data, counts, cut_before=before,
+                                                                      cut_after=after)).text
+    assert GITHUB[:6] not in text and GITHUB[-6:] not in text and counts["partial"] == 2

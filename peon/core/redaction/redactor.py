@@ -60,14 +60,15 @@ class Redactor:
 
     def __init__(self, literals: Mapping[bytes, str] = {}, *, key: bytes = b"",
                  rules: Iterable[FormatRule] = FORMAT_RULES, allow: Mapping[str, Iterable[str]] = {}):
-        # Longest first: a value that contains another is replaced whole.
-        self.literals = tuple(sorted(((value, kind) for value, kind in literals.items() if value),
-                                     key=lambda item: -len(item[0])))
-        self.longest_literal = max((len(value) for value, _ in self.literals), default=0)
         self.key = key
         self.rules = tuple(rules)
         self.allow = {kind: tuple(re.compile(pattern.encode(), re.DOTALL) for pattern in patterns)
                       for kind, patterns in allow.items()}
+        # A session secret its kind's allow patterns keep is kept whatever rule would find it.
+        self.kept = frozenset(value for value, kind in literals.items() if self._allowed_value(kind, value))
+        # Longest first: a value that contains another is replaced whole.
+        self.literals = tuple(sorted(((value, kind) for value, kind in literals.items()
+                                      if value and value not in self.kept), key=lambda item: -len(item[0])))
 
     def spans(self, data: bytes) -> list[Span]:
         """Where the secrets in ``data`` are, in order, none overlapping another."""
@@ -86,7 +87,8 @@ class Redactor:
                     continue
                 found.append(Span(start, end, rule.kind))
         if self.allow:
-            found = [span for span in found if not self._allowed(span, data)]
+            found = [span for span in found if not self._allowed_value(span.kind, data[span.start:span.end])
+                     and data[span.start:span.end] not in self.kept]
         if len(found) > 1:
             found.sort(key=lambda span: (span.start, -span.end))
             kept: list[Span] = []
@@ -96,9 +98,12 @@ class Redactor:
             found = kept
         return found
 
-    def _allowed(self, span: Span, data: bytes) -> bool:
-        patterns = self.allow.get(span.kind.split(":", 1)[0]) or self.allow.get(span.kind) or ()
-        return any(pattern.fullmatch(data, span.start, span.end) for pattern in patterns)
+    def _allowed_value(self, kind: str, value: bytes) -> bool:
+        """Whether ``[redaction] allow`` keeps ``value`` of ``kind`` (patterns of the kind itself, e.g.
+        ``env:CI_TOKEN``, or of its family, ``env``)."""
+        patterns = (*self.allow.get(kind, ()), *self.allow.get(kind.split(":", 1)[0], ())) if ":" in kind \
+            else self.allow.get(kind, ())
+        return any(pattern.fullmatch(value) for pattern in patterns)
 
     def replace(self, data: bytes, spans: list[Span], counts: Counter[str]) -> bytes:
         """``data`` with each of ``spans`` replaced by its marker, counted in ``counts``."""

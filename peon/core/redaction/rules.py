@@ -68,6 +68,15 @@ FORMAT_RULES: tuple[FormatRule, ...] = (
     _rule("bearer_token", rb"earer" + _HEADER_VALUE, 1),
 )
 
+# What a piece of a format's token starts with: after a cut, a run of bytes holding one of these may be
+# the beginning of a secret whose rest was cut off.
+FORMAT_PREFIXES: tuple[bytes, ...] = (
+    KEY_BEGIN, b"AKIA", b"ASIA", b"ABIA", b"ACCA", b"_SECRET_ACCESS_KEY", b"_secret_access_key", b"SecretAccessKey",
+    b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_", b"glpat-", b"gldt-", b"glrt-", b"glptt-", b"glcbt-",
+    b"gloas-", b"xoxa-", b"xoxb-", b"xoxp-", b"xoxo-", b"xoxs-", b"xoxr-", b"hooks.slack.com", b"sk_live_",
+    b"sk_test_", b"rk_live_", b"rk_test_", b"sk-", b"AIza", b"eyJ",
+)
+
 # Names whose value is a secret: *_TOKEN, *_SECRET, *_KEY, *PASSWORD*, AWS_*, and their close kin.
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:TOKEN|SECRET|KEY|APIKEY|PASSWD|PASS|PWD|CREDENTIALS?|AUTH)(?:$|_)|PASSWORD|^AWS_|SECRET|TOKEN|PRIVATE_KEY",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from peon.core.redaction.cuts import redact_cut
 from peon.core.redaction.redactor import Redactor
 from peon.core.redaction.rules import KEY_BEGIN, KEY_BLOCK_BYTES
 
@@ -28,12 +29,15 @@ _KEY_HOLD = KEY_BLOCK_BYTES + 128
 class StreamRedactor:
     """One stream's redaction state; :attr:`counts` is what it redacted so far."""
 
-    __slots__ = ("_pending", "counts", "redactor")
+    __slots__ = ("_cut_before", "_pending", "counts", "redactor")
 
-    def __init__(self, redactor: Redactor):
+    def __init__(self, redactor: Redactor, *, cut_before: bool = False):
+        """``cut_before``: the stream starts where bytes before it were dropped, so its start may be the
+        rest of a secret (:func:`peon.core.redaction.cuts.redact_cut`)."""
         self.redactor = redactor
         self.counts: Counter[str] = Counter()
         self._pending = b""
+        self._cut_before = cut_before
 
     @property
     def held(self) -> int:
@@ -53,12 +57,17 @@ class StreamRedactor:
                 cut = span.start
                 break
         self._pending = buf[cut:]
+        if self._cut_before:
+            self._cut_before = False
+            return redact_cut(self.redactor, buf[:cut], self.counts, cut_before=True)
         return self.redactor.replace(buf[:cut], [span for span in spans if span.end <= cut], self.counts)
 
     def finish(self) -> bytes:
         """The rest, redacted: the stream has ended."""
         buf, self._pending = self._pending, b""
-        return self.redactor.replace(buf, self.redactor.spans(buf), self.counts) if buf else b""
+        if not buf:
+            return b""
+        return redact_cut(self.redactor, buf, self.counts, cut_before=self._cut_before)
 
 
 def _hold_from(buf: bytes) -> int:
