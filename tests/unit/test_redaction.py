@@ -233,3 +233,12 @@ def test_head_and_tail_are_redacted_at_their_cut() -> None:
     text = capture.render(None, lambda data, before, after: redact_cut(redactor, data, counts, cut_before=before,
                                                                       cut_after=after)).text
     assert GITHUB[:6] not in text and GITHUB[-6:] not in text and counts["partial"] == 2
+
+
+def test_mcp_log_messages_carry_no_credential() -> None:
+    from peon.mcp.logs import LogFeed
+
+    feed = LogFeed(level="debug")
+    message = feed.message("notice", {"event": "approval", "tool": "bash", "call_id": GITHUB}, 1.0)
+    assert message is not None and GITHUB not in repr(message)
+    assert message["params"]["data"]["call_id"].startswith("«redacted:github_token:")

@@ -151,3 +151,14 @@ class Redactor:
 def summary(counts: Counter[str]) -> dict[str, object]:
     """What a result says of its redaction: how many values, of which kinds."""
     return {"count": sum(counts.values()), "kinds": dict(sorted(counts.items()))}
+
+
+_FORMATS_ONLY: list[Redactor] = []
+
+
+def formats_only() -> Redactor:
+    """A redactor of the well-known formats alone, for a process that does not hold a session's secrets
+    (the MCP server's log messages, OpenTelemetry attributes): built once, on first use."""
+    if not _FORMATS_ONLY:
+        _FORMATS_ONLY.append(Redactor(key=b"peon"))
+    return _FORMATS_ONLY[0]
