@@ -1,6 +1,6 @@
 """What the supervisor redacts, and when a value is returned as it is.
 
-Promise: every reply of the session (:func:`redact_reply`: its value and its error), every progress
+Promise: every reply of the session (:func:`redact_reply`: its value, its error and its hooks' notes), every progress
 message (:func:`redact_message`), every approval request put to the approver and every audit line
 (:func:`shown`) leaves the supervisor with the session's secrets replaced
 (:func:`peon.core.redaction.session.redactor_for`; nothing when ``[redaction] enabled`` is false). A
@@ -54,6 +54,8 @@ def redact_reply(session: SessionView, reply: dict[str, Any], *, as_is: bool = F
     value = redactor.redact_value(value, counts) if value is not None else None
     error = redactor.redact_value(error, counts) if error is not None else None
     out = dict(reply)
+    if isinstance(reply.get("notes"), list):  # the after-call hooks' notes may quote the output
+        out["notes"] = redactor.redact_value(reply["notes"], counts)
     if "value" in reply:
         out["value"] = value
     if "error" in reply:

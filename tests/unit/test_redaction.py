@@ -242,3 +242,44 @@ def test_mcp_log_messages_carry_no_credential() -> None:
     message = feed.message("notice", {"event": "approval", "tool": "bash", "call_id": GITHUB}, 1.0)
     assert message is not None and GITHUB not in repr(message)
     assert message["params"]["data"]["call_id"].startswith("«redacted:github_token:")
+
+
+def _view(tmp_path, env: dict[str, str], overrides: dict | None = None):
+    from peon.client.config import load_config
+    from peon.core.config_view import ResolvedConfig
+    from peon.core.tool import SessionView
+
+    loaded = load_config(overrides or {}, env={"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    return SessionView(workspace=tmp_path, config=ResolvedConfig(loaded.to_wire()).config, env=env, session_id="s1")
+
+
+def test_a_reply_is_redacted_whole_and_says_what_was(tmp_path) -> None:
+    from peon.supervisor.redaction import redact_reply
+
+    view = _view(tmp_path, {"GITHUB_TOKEN": GITHUB})
+    reply = {"ok": True, "value": {"output": f"{GITHUB}\n{JWT}", "redacted": {"count": 1, "kinds": {"partial": 1}}},
+             "notes": [f"a hook saw {GITHUB}"]}
+    out = redact_reply(view, reply)
+    assert GITHUB not in repr(out) and JWT not in repr(out)
+    assert out["value"]["redacted"] == {"count": 4, "kinds": {"env:GITHUB_TOKEN": 2, "jwt": 1, "partial": 1}}
+    failed = redact_reply(view, {"ok": False, "error": {"code": "tool_failed", "message": f"bad {GITHUB}"}})
+    assert GITHUB not in repr(failed) and failed["error"]["details"]["redacted"]["count"] == 1
+    assert redact_reply(view, reply, as_is=True) is reply
+    off = _view(tmp_path, {"GITHUB_TOKEN": GITHUB}, {"redaction": {"enabled": False}})
+    assert redact_reply(off, reply) is reply
+
+
+def test_only_a_secret_path_read_allowed_as_such_is_deliberate() -> None:
+    from peon.approval.policy import ApprovalRequest, Decision
+    from peon.core.risk import ToolRisk
+    from peon.supervisor.redaction import deliberate
+
+    def request(reason: str) -> ApprovalRequest:
+        return ApprovalRequest(call_id="c", tool="read", risk=ToolRisk.FILESYSTEM, risk_reason=reason, summary="read",
+                               details={}, canonical_input="{}")
+
+    secret = request("secret-like path: '.env' matches '.env' (secret_paths.txt:1)")
+    assert deliberate("read", secret, Decision(True, "approver", "asked"))
+    assert not deliberate("read", secret, Decision(False, "approver", "denied"))
+    assert not deliberate("bash", secret, Decision(True, "approver", "asked"))
+    assert not deliberate("read", request("declared risk of read"), Decision(True, "policy", "allow"))
