@@ -4,7 +4,7 @@ Three parts, in one run:
 
 * ``detector``: the redactor alone (:class:`peon.core.redaction.stream.StreamRedactor`, fed 1 MiB
   chunks) on ordinary text — the Python standard library's non-test modules, ``git log -p -n 200`` of
-  this checkout (less the redaction's own tests, which hold fake credentials on purpose), 10,000 each
+  this checkout (less the redaction's own code, tests and bench, which hold its formats on purpose), 10,000 each
   of UUIDs, 40-hex hashes and base64 of random bytes — and a flood (``yes``-like lines): MiB/s, and
   what it redacted in each (the false positives: target none).
 * ``flood``: two sessions, redaction on and off (``[redaction] enabled``), each running a ``bash`` call
@@ -55,10 +55,10 @@ def corpora() -> dict[str, bytes]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     modules = b"".join(path.read_bytes() for path in sorted(stdlib.rglob("*.py"))
                        if "test" not in path.relative_to(stdlib).as_posix() and "site-packages" not in path.parts)
-    # (but the files that hold fake credentials on purpose: the redaction's own tests)
-    git = subprocess.run(["git", "-C", str(CHECKOUT), "log", "-p", "-n", "200", "--", ".",
-                          ":!tests/unit/test_redaction.py", ":!tests/session/test_redacted_output.py"],
-                         capture_output=True).stdout
+    # (but the files that hold credentials' formats on purpose: the redaction's own code, tests and bench)
+    git = subprocess.run(["git", "-C", str(CHECKOUT), "log", "-p", "-n", "200", "--", ".", ":!peon/core/redaction",
+                          ":!tests/unit/test_redaction.py", ":!tests/session/test_redacted_output.py",
+                          ":!bench/studies/bench_redaction.py"], capture_output=True).stdout
     ids = "\n".join([str(uuid.uuid4()) for _ in range(10000)]
                     + [hashlib.sha1(str(i).encode()).hexdigest() for i in range(10000)]
                     + [base64.b64encode(os.urandom(48)).decode() for _ in range(10000)]).encode()

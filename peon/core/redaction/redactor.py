@@ -26,7 +26,7 @@ from peon.core.redaction.rules import FORMAT_PREFIXES, FORMAT_RULES, TOKEN_BYTES
 
 MARKER_OPEN = "«redacted:"
 SHORT_BYTES = 256  # below this, one search for every rule's anchor decides whether the rules run at all
-MIN_MATCH_BYTES = 5  # the shortest text any rule matches (``://a:b@c`` less its scheme)
+MIN_MATCH_BYTES = 5  # the shortest text any rule matches (a one-letter password in a URL)
 # Every match of every format rule holds one of these (each rule's literal start, and the URL's ``://``).
 _ANCHORS = re.compile(b"|".join(re.escape(anchor) for anchor in (
     *FORMAT_PREFIXES, b"gh", b"gl", b"xox", b"sk", b"rk_", b"://", b"earer", b"uthorization:")))
@@ -92,7 +92,7 @@ class Redactor:
                     continue
                 if rule.group and _PLACEHOLDER.fullmatch(data, start, end):
                     continue
-                found.append(Span(start, end, rule.kind))
+                found.append(Span(start, end, rule.kind_of(data, start) if rule.kinds else rule.kind))
         if self.allow:
             found = [span for span in found if not self._allowed_value(span.kind, data[span.start:span.end])
                      and data[span.start:span.end] not in self.kept]

@@ -30,10 +30,20 @@ class FormatRule:
     pattern: re.Pattern[bytes]  # starts with a literal: the regular expression engine skips to it at ``find`` speed
     group: int = 0  # the group that is the secret itself
     edge: bool = False  # a match must not continue a word: the byte before it is no token character
+    # Formats that share their first bytes are one pattern (one pass over the text): each match's kind
+    # is then that of the first of these prefixes it starts with, else ``kind``.
+    kinds: tuple[tuple[bytes, str], ...] = ()
+
+    def kind_of(self, data: bytes, start: int) -> str:
+        for prefix, kind in self.kinds:
+            if data.startswith(prefix, start):
+                return kind
+        return self.kind
 
 
-def _rule(kind: str, pattern: bytes, group: int = 0, edge: bool = False) -> FormatRule:
-    return FormatRule(kind, re.compile(pattern), group, edge)
+def _rule(kind: str, pattern: bytes, group: int = 0, edge: bool = False,
+          kinds: tuple[tuple[bytes, str], ...] = ()) -> FormatRule:
+    return FormatRule(kind, re.compile(pattern), group, edge, kinds)
 
 
 TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -46,8 +56,9 @@ FORMAT_RULES: tuple[FormatRule, ...] = (
     # A block cut short (``head`` of a key file, or one past the bound) is redacted to where it stops.
     _rule("private_key", KEY_BEGIN + _KEY_LINE + rb"(?:[\s\S]{0,%d}?-----END" % KEY_BLOCK_BYTES + _KEY_LINE
           + rb"|[\s\S]{0,%d})" % KEY_BLOCK_BYTES),
-    *(_rule("aws_access_key", prefix + rb"[A-Z0-9]{16}" + _END, edge=True)
-      for prefix in (b"AKIA", b"ASIA", b"ABIA", b"ACCA")),
+    # AWS access key ids and Google API keys.
+    _rule("aws_access_key", rb"A(?:(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}|Iza[0-9A-Za-z_\-]{35})" + _END, edge=True,
+          kinds=((b"AIza", "google_api_key"),)),
     *(_rule("aws_secret_key", name + _AWS_SECRET, 1)
       for name in (b"_SECRET_ACCESS_KEY", b"_secret_access_key", b"SecretAccessKey")),
     _rule("github_token", rb"gh[pousr]_[A-Za-z0-9]{36,255}" + _END, edge=True),
@@ -55,12 +66,12 @@ FORMAT_RULES: tuple[FormatRule, ...] = (
     _rule("gitlab_token", rb"gl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_\-]{20,255}" + _END, edge=True),
     _rule("slack_token", rb"xox[abposr]-[A-Za-z0-9\-]{10,255}" + _END, edge=True),
     _rule("slack_webhook", rb"https://hooks\.slack\.com/services/[A-Za-z0-9+/]{40,100}"),
-    *(_rule("stripe_key", prefix + rb"_(?:live|test)_[A-Za-z0-9]{16,255}" + _END, edge=True)
-      for prefix in (b"sk", b"rk")),
-    _rule("anthropic_key", rb"sk-ant-[A-Za-z0-9_\-]{20,255}" + _END, edge=True),
-    _rule("openai_key", rb"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*[0-9])(?=[A-Za-z0-9_\-]*[A-Z])"
-                        rb"[A-Za-z0-9_\-]{20,255}" + _END, edge=True),
-    _rule("google_api_key", rb"AIza[0-9A-Za-z_\-]{35}" + _END, edge=True),
+    # Stripe secret keys, Anthropic and OpenAI keys.
+    _rule("openai_key", rb"sk(?:_(?:live|test)_[A-Za-z0-9]{16,255}|-ant-[A-Za-z0-9_\-]{20,255}"
+                        rb"|-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*[0-9])(?=[A-Za-z0-9_\-]*[A-Z])"
+                        rb"[A-Za-z0-9_\-]{20,255})" + _END, edge=True,
+          kinds=((b"sk_", "stripe_key"), (b"sk-ant-", "anthropic_key"))),
+    _rule("stripe_key", rb"rk_(?:live|test)_[A-Za-z0-9]{16,255}" + _END, edge=True),
     _rule("jwt", rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _END, edge=True),
     # scheme://user:PASSWORD@host: the password only.
     _rule("url_password", rb"://[^\s/:@\"'<>]{1,128}:([^\s/@\"'<>]{1,256})@[A-Za-z0-9\[]", 1),
