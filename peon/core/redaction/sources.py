@@ -7,8 +7,10 @@ each of kind ``env:NAME``. :func:`workspace_secrets` reads the workspace's top-l
 (``.env``, ``.env.*`` but the committed templates, ``.envrc``: regular files of at most
 :data:`MAX_FILE_BYTES`, opened without following a symlink and without blocking) and takes each value
 assigned to a secret-like name, or long and varied enough to be a credential whatever its name, of
-kind ``file:NAME``. What a file holds is cached by its identity, size and modification time, so a
-call that finds them unchanged reads nothing. :func:`session_redactor` puts them together; nothing
+kind ``file:NAME``. What a file holds is cached by its identity, size and modification time, and
+the list of files by the directory's, so a call that finds them unchanged reads nothing (a few
+``stat`` calls); a time stamp younger than :data:`SETTLED_NS` is not trusted (a second change within
+the same clock tick would not move it). :func:`session_redactor` puts them together; nothing
 here raises for a file it cannot read (it is skipped).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -83,20 +86,51 @@ def _file_secrets(path: str, identity: tuple[int, int, int, int]) -> tuple[tuple
     return tuple(assigned_secrets(data.decode("utf-8", "surrogateescape")).items())
 
 
+SETTLED_NS = 2_000_000_000  # a time stamp this old is trusted: a change within the same clock tick would not move it
+
+
+def _settled(mtime_ns: int) -> bool:
+    return time.time_ns() - mtime_ns > SETTLED_NS
+
+
+_LISTINGS: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {}
+
+
+def _environment_files(workspace: Path) -> tuple[str, ...]:
+    """The paths of ``workspace``'s top-level environment files; listed again only when the directory
+    changed (its modification time moves when an entry is added, removed or renamed)."""
+    key = str(workspace)
+    try:
+        info = os.stat(workspace)
+    except OSError:
+        return ()
+    identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
+    held = _LISTINGS.get(key)
+    if held is not None and held[0] == identity and _settled(info.st_mtime_ns):
+        return held[1]
+    try:
+        with os.scandir(workspace) as entries:
+            paths = tuple(entry.path for entry in entries if is_environment_file(entry.name))[:MAX_FILES]
+    except OSError:
+        return ()
+    if len(_LISTINGS) >= 8:
+        _LISTINGS.clear()
+    _LISTINGS[key] = (identity, paths)
+    return paths
+
+
 def workspace_secrets(workspace: Path) -> dict[bytes, str]:
     """The secrets assigned in ``workspace``'s top-level environment files, as they are now."""
     found: dict[bytes, str] = {}
-    try:
-        entries = [entry for entry in os.scandir(workspace) if is_environment_file(entry.name)][:MAX_FILES]
-    except OSError:
-        return found
-    for entry in entries:
+    for path in _environment_files(workspace):
         try:
-            info = entry.stat(follow_symlinks=False)
+            info = os.lstat(path)
         except OSError:
             continue
         if stat.S_ISREG(info.st_mode):
-            found.update(_file_secrets(entry.path, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)))
+            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            read = _file_secrets if _settled(info.st_mtime_ns) else _file_secrets.__wrapped__
+            found.update(read(path, identity))
     return found
 
 
