@@ -51,6 +51,9 @@ def redact_reply(session: SessionView, reply: dict[str, Any], *, as_is: bool = F
     if isinstance(value, dict):
         _counted(value.get(REDACTED_KEY), counts)
         value = {k: v for k, v in value.items() if k != REDACTED_KEY}
+    if not redactor.finds_any([value, error, reply.get("notes")]):  # the common case: one scan
+        return {**reply, "value": {**value, REDACTED_KEY: summary(counts)}} if counts and isinstance(value, dict) \
+            else reply
     value = redactor.redact_value(value, counts) if value is not None else None
     error = redactor.redact_value(error, counts) if error is not None else None
     out = dict(reply)
@@ -73,7 +76,7 @@ def redact_reply(session: SessionView, reply: dict[str, Any], *, as_is: bool = F
 def redact_message(session: SessionView, message: dict[str, Any]) -> dict[str, Any]:
     """A progress (or other) message with every string in it redacted."""
     redactor = redactor_for(session)
-    if redactor is None:
+    if redactor is None or not redactor.finds_any(message):
         return message
     redacted = redactor.redact_value(message)
     return redacted if isinstance(redacted, dict) else message
@@ -82,4 +85,4 @@ def redact_message(session: SessionView, message: dict[str, Any]) -> dict[str, A
 def shown(session: SessionView, entry: Any) -> Any:
     """An approval request or an audit line as it is shown or written: every string redacted."""
     redactor = redactor_for(session)
-    return entry if redactor is None else redactor.redact_value(entry)
+    return entry if redactor is None or not redactor.finds_any(entry) else redactor.redact_value(entry)

@@ -127,12 +127,19 @@ def test_session_redactor_reads_the_workspace_environment_files(tmp_path) -> Non
     (tmp_path / ".env").write_text("STRIPE_WEBHOOK_SECRET=whsec_plainvalue12345\n")
     (tmp_path / ".env.example").write_text("STRIPE_WEBHOOK_SECRET=whsec_examplevalue999\n")
     os.symlink("/etc/passwd", tmp_path / ".env.local")
-    redactor = session_redactor({"GITHUB_TOKEN": GITHUB}, tmp_path, "sid")
+    env = {"GITHUB_TOKEN": GITHUB}
+    redactor = session_redactor(env, tmp_path, "sid")
     out = redactor.redact_text(f"{GITHUB} whsec_plainvalue12345 whsec_examplevalue999")
     assert "whsec_plainvalue12345" not in out and GITHUB not in out and "whsec_examplevalue999" in out
-    assert session_redactor({"GITHUB_TOKEN": GITHUB}, tmp_path, "sid") is redactor
+    # A file just written is read again at each call (its time stamp could not show a second change)...
     (tmp_path / ".env").write_text("STRIPE_WEBHOOK_SECRET=whsec_othervalue123456\n")
-    assert "whsec_othervalue123456" not in session_redactor({}, tmp_path, "sid").redact_text("whsec_othervalue123456")
+    assert "whsec_othervalue123456" not in session_redactor(env, tmp_path, "sid").redact_text("whsec_othervalue123456")
+    # ...and once its time stamps are old enough, the same redactor serves while nothing changes.
+    for path in (tmp_path, tmp_path / ".env", tmp_path / ".env.example"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    settled = session_redactor(env, tmp_path, "sid")
+    assert session_redactor(env, tmp_path, "sid") is settled
+    assert "whsec_othervalue123456" not in settled.redact_text("whsec_othervalue123456")
 
 
 def _streamed(redactor: Redactor, data: bytes, cuts: list[int]) -> tuple[bytes, StreamRedactor]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -25,11 +26,13 @@ from dataclasses import dataclass, field
 from peon.core.redaction.rules import FORMAT_PREFIXES, FORMAT_RULES, TOKEN_BYTES, FormatRule
 
 MARKER_OPEN = "«redacted:"
+_JSON_ESCAPED = frozenset(b'"\\' + bytes(range(32)))
 SHORT_BYTES = 256  # below this, one search for every rule's anchor decides whether the rules run at all
 MIN_MATCH_BYTES = 5  # the shortest text any rule matches (a one-letter password in a URL)
 # Every match of every format rule holds one of these (each rule's literal start, and the URL's ``://``).
 _ANCHORS = re.compile(b"|".join(re.escape(anchor) for anchor in (
-    *FORMAT_PREFIXES, b"gh", b"gl", b"xox", b"sk", b"rk_", b"://", b"earer", b"uthorization:")))
+    *FORMAT_PREFIXES, b"://", b"earer", b"uthorization:")))
+_ANCHOR_TEXT = re.compile(_ANCHORS.pattern.decode())  # the same, for text (its every anchor is ASCII)
 HASH_CHARS = 4
 
 # Values a format's context finds that are examples, not secrets (``postgres://user:password@host``).
@@ -74,6 +77,10 @@ class Redactor:
         # Longest first: a value that contains another is replaced whole.
         self.literals = tuple(sorted(((value, kind) for value, kind in literals.items()
                                       if value and value not in self.kept), key=lambda item: -len(item[0])))
+        self._literal_texts = tuple(value.decode("utf-8", "surrogateescape") for value, _ in self.literals)
+        # Whether every literal reads the same inside a JSON string (no quote, backslash or control byte
+        # that JSON would escape): then one scan of a value's JSON text tells whether it holds a secret.
+        self._json_safe = not any(byte in _JSON_ESCAPED for value, _ in self.literals for byte in value)
 
     def spans(self, data: bytes) -> list[Span]:
         """Where the secrets in ``data`` are, in order, none overlapping another."""
@@ -140,13 +147,27 @@ class Redactor:
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         """``text`` with every secret replaced, counted in ``counts`` when given."""
-        if not text:
+        if len(text) < MIN_MATCH_BYTES:
             return text
+        if len(text) <= SHORT_BYTES // 4 and _ANCHOR_TEXT.search(text) is None \
+                and not any(value in text for value in self._literal_texts):
+            return text  # the common case, decided without encoding: an id, a name, a short message
         data = text.encode("utf-8", "surrogatepass")
         spans = self.spans(data)
         if not spans:
             return text
         return self.replace(data, spans, counts if counts is not None else Counter()).decode("utf-8", "surrogatepass")
+
+    def finds_any(self, value: object) -> bool:
+        """Whether the JSON ``value`` may hold something to redact: one scan of its JSON text (cheaper
+        than a scan per string for a value of many small ones); True when that cannot tell."""
+        if not self._json_safe:
+            return True
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        except (TypeError, ValueError):
+            return True
+        return bool(self.spans(text.encode("utf-8", "surrogatepass")))
 
     def redact_value(self, value: object, counts: Counter[str] | None = None, depth: int = 0) -> object:
         """A JSON value with every string in it (keys too) redacted; other values as they are."""

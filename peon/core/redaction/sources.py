@@ -119,44 +119,65 @@ def _environment_files(workspace: Path) -> tuple[str, ...]:
     return paths
 
 
-def workspace_secrets(workspace: Path) -> dict[bytes, str]:
-    """The secrets assigned in ``workspace``'s top-level environment files, as they are now."""
-    found: dict[bytes, str] = {}
+def _file_states(workspace: Path) -> tuple[tuple[str, tuple[int, int, int, int]], ...] | None:
+    """Each of ``workspace``'s environment files that is a regular file, with its identity, size and
+    modification time; None when one of them changed too recently to be told from its next change."""
+    states = []
     for path in _environment_files(workspace):
         try:
             info = os.lstat(path)
         except OSError:
             continue
         if stat.S_ISREG(info.st_mode):
-            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-            read = _file_secrets if _settled(info.st_mtime_ns) else _file_secrets.__wrapped__
-            found.update(read(path, identity))
+            if not _settled(info.st_mtime_ns):
+                return None
+            states.append((path, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)))
+    return tuple(states)
+
+
+def workspace_secrets(workspace: Path) -> dict[bytes, str]:
+    """The secrets assigned in ``workspace``'s top-level environment files, as they are now."""
+    found: dict[bytes, str] = {}
+    states = _file_states(workspace)
+    if states is None:  # read them all again
+        for path in _environment_files(workspace):
+            found.update(_file_secrets.__wrapped__(path, (0, 0, 0, 0)))
+        return found
+    for path, identity in states:
+        found.update(_file_secrets(path, identity))
     return found
 
 
-_REDACTORS: dict[tuple[object, ...], Redactor] = {}
-_ENVIRONMENTS: dict[tuple[str, int], dict[bytes, str]] = {}
+# Keyed by the identity of the objects they were built from, each held beside what was built (and
+# checked with ``is``), so an identity a freed object's successor reuses is never taken for it.
+_REDACTORS: dict[tuple[object, ...], tuple[Mapping[str, str], Mapping[str, tuple[str, ...]], Redactor]] = {}
+_ENVIRONMENTS: dict[tuple[str, int], tuple[Mapping[str, str], dict[bytes, str]]] = {}
 
 
 def session_redactor(env: Mapping[str, str], workspace: Path | None, key: str,
                      allow: Mapping[str, tuple[str, ...]] = {}) -> Redactor:
     """The redactor of a session with environment ``env`` and ``workspace`` (its files as they are now),
-    hashes keyed by ``key``; the same object while none of them changed. The environment's secrets are
-    taken once per session and environment object."""
+    hashes keyed by ``key``; the same object while none of them changed (a few ``stat`` calls to know).
+    The environment's secrets are taken once per session and environment object."""
+    states = _file_states(workspace) if workspace is not None else ()
+    cache_key = (key, id(env), id(allow), states)
+    held = _REDACTORS.get(cache_key) if states is not None else None
+    if held is not None and held[0] is env and held[1] is allow:
+        return held[2]
     env_key = (key, id(env))
-    literals = _ENVIRONMENTS.get(env_key)
-    if literals is None:
+    known = _ENVIRONMENTS.get(env_key)
+    if known is None or known[0] is not env:
         if len(_ENVIRONMENTS) >= 8:
             _ENVIRONMENTS.clear()
-        literals = _ENVIRONMENTS[env_key] = environment_secrets(env)
+        known = _ENVIRONMENTS[env_key] = (env, environment_secrets(env))
+    literals = known[1]
     if workspace is not None:
         files = workspace_secrets(workspace)
         if files:
             literals = {**files, **literals}
-    cache_key = (key, tuple(sorted(literals.items())), tuple(sorted(allow.items())))
-    redactor = _REDACTORS.get(cache_key)
-    if redactor is None:
+    redactor = Redactor(literals, key=key.encode(), allow=allow)
+    if states is not None:
         if len(_REDACTORS) >= 8:
             _REDACTORS.clear()
-        redactor = _REDACTORS[cache_key] = Redactor(literals, key=key.encode(), allow=allow)
+        _REDACTORS[cache_key] = (env, allow, redactor)
     return redactor
