@@ -1,8 +1,8 @@
 """What the supervisor redacts, and when a value is returned as it is.
 
 Promise: every reply of the session (:func:`redact_reply`: its value, its error and its hooks' notes), every progress
-message (:func:`redact_message`), every approval request put to the approver and every audit line
-(:func:`shown`) leaves the supervisor with the session's secrets replaced
+message (:func:`redact_message`), every approval request put to the approver (:func:`shown`) and every
+audit line (:func:`audited`) leaves the supervisor with the session's secrets replaced
 (:func:`peon.core.redaction.session.redactor_for`; nothing when ``[redaction] enabled`` is false). A
 reply says what was redacted in it — here and, for command output, in the worker
 (``redacted``: how many values, of which kinds; never the values) — in its value, or in its error's
@@ -80,6 +80,22 @@ def redact_message(session: SessionView, message: dict[str, Any]) -> dict[str, A
         return message
     redacted = redactor.redact_value(message)
     return redacted if isinstance(redacted, dict) else message
+
+
+# Audit fields that hold only Peon's own facts (times, ids it made, digests, codes, counts): an audit
+# line is scanned without them, and redacted whole when the rest holds anything.
+PEON_FACTS = frozenset({"event", "time", "session_id", "risk", "sandboxed", "input_omitted", "input_sha256",
+                        "duration_ms", "outcome", "job_id", "count", "cut_bytes"})
+
+
+def audited(session: SessionView, entry: Any) -> Any:
+    """An audit line as it is written: every string redacted (a literal token in a command line is
+    written as its marker, with the same hash as everywhere in the session)."""
+    redactor = redactor_for(session)
+    if redactor is None or not isinstance(entry, dict):
+        return entry if redactor is None else redactor.redact_value(entry)
+    rest = {key: value for key, value in entry.items() if key not in PEON_FACTS}
+    return redactor.redact_value(entry) if redactor.finds_any(rest) else entry
 
 
 def shown(session: SessionView, entry: Any) -> Any:

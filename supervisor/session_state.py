@@ -137,7 +137,8 @@ class SessionState:
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
                          loaded.config.audit.fsync)
-        gate.shown = audit.redact = functools.partial(redaction.shown, view)  # a hash where a secret was
+        gate.shown = functools.partial(redaction.shown, view)  # a hash where a secret was
+        audit.redact = functools.partial(redaction.audited, view)
         with contextlib.suppress(RuntimeError):  # opened outside the supervisor's loop (tests): nothing to link
             egress_link.link(egress.running(), gate, audit, view.session_id, state_dir,
                              asyncio.get_running_loop())

@@ -290,3 +290,16 @@ def test_only_a_secret_path_read_allowed_as_such_is_deliberate() -> None:
     assert not deliberate("read", secret, Decision(False, "approver", "denied"))
     assert not deliberate("bash", secret, Decision(True, "approver", "asked"))
     assert not deliberate("read", request("declared risk of read"), Decision(True, "policy", "allow"))
+
+
+def test_an_audit_line_is_redacted_whole_when_what_it_recorded_holds_a_secret(tmp_path) -> None:
+    from peon.supervisor.redaction import audited
+
+    view = _view(tmp_path, {"GITHUB_TOKEN": GITHUB})
+    plain = {"event": "result", "session_id": "s1", "input": {"command": "git status"}, "risk_reason": "declared"}
+    assert audited(view, plain) is plain
+    line = {"event": "decision", "input": {"command": f"curl -H 'Authorization: Bearer {GITHUB}' https://api"},
+            "decision": {"rule": "approval.process = allow"}, "input_sha256": "0" * 64}
+    out = audited(view, line)
+    assert GITHUB not in repr(out) and out["input_sha256"] == "0" * 64
+    assert "«redacted:env:GITHUB_TOKEN:" in out["input"]["command"]
