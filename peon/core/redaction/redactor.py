@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from peon.core.redaction.rules import FORMAT_PREFIXES, FORMAT_RULES, TOKEN_BYTES, FormatRule
+from peon.core.redaction.scan import FormatScanner, default_scanner
 
 MARKER_OPEN = "«redacted:"
 _JSON_ESCAPED = frozenset(b'"\\' + bytes(range(32)))
@@ -70,6 +71,7 @@ class Redactor:
                  rules: Iterable[FormatRule] = FORMAT_RULES, allow: Mapping[str, Iterable[str]] = {}):
         self.key = key
         self.rules = tuple(rules)
+        self.scanner = default_scanner() if self.rules == FORMAT_RULES else FormatScanner(self.rules)
         self.allow = {kind: tuple(re.compile(pattern.encode(), re.DOTALL) for pattern in patterns)
                       for kind, patterns in allow.items()}
         # A session secret its kind's allow patterns keep is kept whatever rule would find it.
@@ -85,21 +87,21 @@ class Redactor:
     def spans(self, data: bytes) -> list[Span]:
         """Where the secrets in ``data`` are, in order, none overlapping another."""
         found: list[Span] = []
-        if len(data) <= SHORT_BYTES and not self._may_hold_one(data):
+        if len(data) < MIN_MATCH_BYTES or (self.scanner.engine == "python" and len(data) <= SHORT_BYTES
+                                           and not self._may_hold_one(data)):
             return found
         for value, kind in self.literals:
             start = data.find(value)
             while start >= 0:
                 found.append(Span(start, start + len(value), kind))
                 start = data.find(value, start + len(value))
-        for rule in self.rules:
-            for match in rule.pattern.finditer(data):
-                start, end = match.span(rule.group)
-                if rule.edge and start > 0 and data[start - 1] in TOKEN_BYTES:
-                    continue
-                if rule.group and _PLACEHOLDER.fullmatch(data, start, end):
-                    continue
-                found.append(Span(start, end, rule.kind_of(data, start) if rule.kinds else rule.kind))
+        for rule, match in self.scanner.matches(data):
+            start, end = match.span(rule.group)
+            if rule.edge and start > 0 and data[start - 1] in TOKEN_BYTES:
+                continue
+            if rule.group and _PLACEHOLDER.fullmatch(data, start, end):
+                continue
+            found.append(Span(start, end, rule.kind_of(data, start) if rule.kinds else rule.kind))
         if self.allow:
             found = [span for span in found if not self._allowed_value(span.kind, data[span.start:span.end])
                      and data[span.start:span.end] not in self.kept]

@@ -33,6 +33,9 @@ class FormatRule:
     # Formats that share their first bytes are one pattern (one pass over the text): each match's kind
     # is then that of the first of these prefixes it starts with, else ``kind``.
     kinds: tuple[tuple[bytes, str], ...] = ()
+    # The literals every match starts with (one of them): where a one-pass scanner of all the rules'
+    # starts (peon.core.redaction.scan) lets ``pattern`` try a match.
+    starts: tuple[bytes, ...] = ()
 
     def kind_of(self, data: bytes, start: int) -> str:
         for prefix, kind in self.kinds:
@@ -41,9 +44,9 @@ class FormatRule:
         return self.kind
 
 
-def _rule(kind: str, pattern: bytes, group: int = 0, edge: bool = False,
+def _rule(kind: str, pattern: bytes, starts: tuple[bytes, ...], group: int = 0, edge: bool = False,
           kinds: tuple[tuple[bytes, str], ...] = ()) -> FormatRule:
-    return FormatRule(kind, re.compile(pattern), group, edge, kinds)
+    return FormatRule(kind, re.compile(pattern), group, edge, kinds, starts)
 
 
 TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -55,28 +58,36 @@ _HEADER_VALUE = rb"[ \t]+(?=\S*[0-9])([A-Za-z0-9._~+/\-]{16,4096}=*)(?![A-Za-z0-
 FORMAT_RULES: tuple[FormatRule, ...] = (
     # A block cut short (``head`` of a key file, or one past the bound) is redacted to where it stops.
     _rule("private_key", KEY_BEGIN + _KEY_LINE + rb"(?:[\s\S]{0,%d}?-----END" % KEY_BLOCK_BYTES + _KEY_LINE
-          + rb"|[\s\S]{0,%d})" % KEY_BLOCK_BYTES),
+          + rb"|[\s\S]{0,%d})" % KEY_BLOCK_BYTES, (KEY_BEGIN,)),
     # AWS access key ids and Google API keys.
-    _rule("aws_access_key", rb"A(?:(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}|Iza[0-9A-Za-z_\-]{35})" + _END, edge=True,
+    _rule("aws_access_key", rb"A(?:(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}|Iza[0-9A-Za-z_\-]{35})" + _END,
+          (b"AKIA", b"ASIA", b"ABIA", b"ACCA", b"AIza"), edge=True,
           kinds=((b"AIza", "google_api_key"),)),
-    *(_rule("aws_secret_key", name + _AWS_SECRET, 1)
+    *(_rule("aws_secret_key", name + _AWS_SECRET, (name,), 1)
       for name in (b"_SECRET_ACCESS_KEY", b"_secret_access_key", b"SecretAccessKey")),
-    _rule("github_token", rb"gh[pousr]_[A-Za-z0-9]{36,255}" + _END, edge=True),
-    _rule("github_token", rb"github_pat_[A-Za-z0-9_]{22,255}" + _END, edge=True),
-    _rule("gitlab_token", rb"gl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_\-]{20,255}" + _END, edge=True),
-    _rule("slack_token", rb"xox[abposr]-[A-Za-z0-9\-]{10,255}" + _END, edge=True),
-    _rule("slack_webhook", rb"https://hooks\.slack\.com/services/[A-Za-z0-9+/]{40,100}"),
+    _rule("github_token", rb"gh[pousr]_[A-Za-z0-9]{36,255}" + _END,
+          (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"), edge=True),
+    _rule("github_token", rb"github_pat_[A-Za-z0-9_]{22,255}" + _END, (b"github_pat_",), edge=True),
+    _rule("gitlab_token", rb"gl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_\-]{20,255}" + _END,
+          (b"glpat-", b"gldt-", b"glrt-", b"glptt-", b"glcbt-", b"gloas-"), edge=True),
+    _rule("slack_token", rb"xox[abposr]-[A-Za-z0-9\-]{10,255}" + _END,
+          (b"xoxa-", b"xoxb-", b"xoxp-", b"xoxo-", b"xoxs-", b"xoxr-"), edge=True),
+    _rule("slack_webhook", rb"https://hooks\.slack\.com/services/[A-Za-z0-9+/]{40,100}",
+          (b"https://hooks.slack.com/services/",)),
     # Stripe secret keys, Anthropic and OpenAI keys.
     _rule("openai_key", rb"sk(?:_(?:live|test)_[A-Za-z0-9]{16,255}|-ant-[A-Za-z0-9_\-]{20,255}"
                         rb"|-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*[0-9])(?=[A-Za-z0-9_\-]*[A-Z])"
-                        rb"[A-Za-z0-9_\-]{20,255})" + _END, edge=True,
+                        rb"[A-Za-z0-9_\-]{20,255})" + _END,
+          (b"sk_live_", b"sk_test_", b"sk-"), edge=True,
           kinds=((b"sk_", "stripe_key"), (b"sk-ant-", "anthropic_key"))),
-    _rule("stripe_key", rb"rk_(?:live|test)_[A-Za-z0-9]{16,255}" + _END, edge=True),
-    _rule("jwt", rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _END, edge=True),
+    _rule("stripe_key", rb"rk_(?:live|test)_[A-Za-z0-9]{16,255}" + _END, (b"rk_live_", b"rk_test_"), edge=True),
+    _rule("jwt", rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _END, (b"eyJ",),
+          edge=True),
     # scheme://user:PASSWORD@host: the password only.
-    _rule("url_password", rb"://[^\s/:@\"'<>]{1,128}:([^\s/@\"'<>]{1,256})@[A-Za-z0-9\[]", 1),
-    _rule("bearer_token", rb"uthorization:[ \t]*(?:[Bb]asic|[Tt]oken|[Bb]earer)" + _HEADER_VALUE, 1),
-    _rule("bearer_token", rb"earer" + _HEADER_VALUE, 1),
+    _rule("url_password", rb"://[^\s/:@\"'<>]{1,128}:([^\s/@\"'<>]{1,256})@[A-Za-z0-9\[]", (b"://",), 1),
+    _rule("bearer_token", rb"uthorization:[ \t]*(?:[Bb]asic|[Tt]oken|[Bb]earer)" + _HEADER_VALUE,
+          (b"uthorization:",), 1),
+    _rule("bearer_token", rb"earer" + _HEADER_VALUE, (b"earer",), 1),
 )
 
 # What a piece of a format's token starts with: after a cut, a run of bytes holding one of these may be
