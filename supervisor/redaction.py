@@ -9,6 +9,8 @@ reply says what was redacted in it — here and, for command output, in the work
 details. The one exception is deliberate: the result of a ``read`` of a secret-like path allowed as
 such (:func:`deliberate`) is returned as read; its audit lines are still redacted. The
 command a call runs, and every input a worker receives, is never changed: only what is shown.
+:func:`describe` is what ``Session.info["redaction"]`` and ``peon doctor`` say of it: whether it is on,
+and which scanner finds the formats (``hyperscan``, or ``python: why``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,18 @@ from typing import Any
 
 from peon.approval.policy import ApprovalRequest, Decision
 from peon.core.redaction.redactor import summary
+from peon.core.redaction.scan import engine
 from peon.core.redaction.session import redactor_for
 from peon.core.tool import SessionView
 
 SECRET_PATH_REASON = "secret-like path"
 REDACTED_KEY = "redacted"
+
+
+def describe(session: SessionView) -> dict[str, Any]:
+    """Whether redaction is on, of which kinds values are kept, and what finds the formats (this process's)."""
+    config = session.config.redaction
+    return {"enabled": config.enabled, "allow": sorted(config.allow), "engine": engine()}
 
 
 def deliberate(tool: str, request: ApprovalRequest | None, decision: Decision | None) -> bool:

@@ -169,6 +169,7 @@ class SessionState:
             "state_dir": str(self.state_dir),
             "containment": self.containment.info(),
             "sandbox": dict(self.view.sandbox),
+            "redaction": redaction.describe(self.view),
             "config": self.config.to_dict(),
             "config_layers": self.loaded.describe_layers(),
             "tools": [

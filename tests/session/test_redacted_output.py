@@ -56,6 +56,12 @@ def test_the_environment_token_never_reaches_the_client(open_session, env, tmp_p
     assert TOKEN not in audit_text(state)
 
 
+def test_session_info_says_whether_redaction_is_on_and_what_scans(open_session, env):
+    assert open_session({}, env=env).info["redaction"] == {"enabled": True, "allow": [], "engine": "hyperscan"}
+    off = open_session({"redaction": {"enabled": False}}, env=env).info["redaction"]
+    assert off["enabled"] is False
+
+
 def test_a_token_printed_in_two_halves_is_caught_in_results_and_progress(open_session, env):
     session = open_session({}, env=env)
     events: list[dict] = []
