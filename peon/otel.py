@@ -21,6 +21,8 @@ Promises:
 * a call carries its span's context to the session (:meth:`CallTrace.traceparent`), and ``bash``'s commands
   and the agent adapters' agents get it as ``TRACEPARENT``/``TRACESTATE``
   (:func:`peon.core.environment.command_environment`);
+* a span's attributes are Peon's own facts and the client's names, with anything in a credential's
+  format redacted (:func:`peon.core.redaction.redactor.formats_only`);
 * metrics through the OTel API carry the Prometheus series' names and closed label sets.
 
 A span never carries arguments, output or file content: only the tool, ids, codes and decisions.
@@ -59,6 +61,15 @@ def kill_reason(result: ToolResult) -> str | None:
     return None
 
 
+def _redacted(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Span attributes with any string in a credential's format redacted (they carry only Peon's own
+    facts and the client's names: this is the net below that)."""
+    from peon.core.redaction.redactor import formats_only
+
+    redactor = formats_only()
+    return {key: redactor.redact_text(value) if isinstance(value, str) else value for key, value in attributes.items()}
+
+
 class CallTrace:
     """The spans of one call. Every method may be called from any thread, each at most once."""
 
@@ -76,7 +87,9 @@ class CallTrace:
                                       "gen_ai.tool.name": tool}
         if session_id:
             attributes["mcp.session.id"] = session_id
-        self.span = telemetry.tracer.start_span(f"{method} {tool}" if method == "tools/call" else method,
+        attributes = _redacted(attributes)
+        self.span = telemetry.tracer.start_span(f"{method} {attributes['gen_ai.tool.name']}"
+                                                if method == "tools/call" else method,
                                                 context=parent, kind=trace.SpanKind.SERVER, attributes=attributes)
         self._context = trace.set_span_in_context(self.span)
         self._tracer = telemetry.tracer
@@ -84,11 +97,12 @@ class CallTrace:
         self._asked = False
 
     def child(self, name: str, start: int, end: int | None = None, attributes: dict[str, Any] | None = None) -> None:
-        span = self._tracer.start_span(name, context=self._context, start_time=start, attributes=attributes or {})
+        span = self._tracer.start_span(name, context=self._context, start_time=start,
+                                       attributes=_redacted(attributes or {}))
         span.end(end_time=end)
 
     def submitted(self, call_id: str) -> None:
-        self.span.set_attribute("gen_ai.tool.call.id", call_id)
+        self.span.set_attribute("gen_ai.tool.call.id", _redacted({"id": call_id})["id"])
 
     def approval(self, asked_ns: int, decision: str, decider: str) -> None:
         self._asked = True

@@ -66,6 +66,7 @@ from peon.supervisor.approval.audit import audit_entry, decision_entry
 from peon.supervisor.approval.facts import gather
 from peon.supervisor.checkpointing import Checkpointing
 from peon.supervisor.jobs import JobTable
+from peon.supervisor.redaction import deliberate, redact_message, redact_reply
 from peon.supervisor.session_state import SessionState
 from peon.supervisor.tasks import HeldTasks, first
 from peon.supervisor.turns import Turn, Turns
@@ -147,6 +148,7 @@ class CallServer:
     async def answer(self, call: PendingCall, reply: dict[str, Any]) -> None:
         """The one reply to ``call``: its ``result`` line in the audit log, then its ``result`` message."""
         reply = egress.name_refusals(reply, call.started_at)  # the egress allowlist's refusals during the call
+        reply = redact_reply(self.state.view, reply, as_is=deliberate(call.tool, call.request, call.decision))
         self.on_answered(call)
         state = self.state
         try:
@@ -313,7 +315,7 @@ class CallServer:
 
         async def forward_progress(message: dict[str, Any]) -> None:
             if call.progress:
-                await self.send({**message, "op": "progress", "id": call.id})
+                await self.send({**redact_message(self.state.view, message), "op": "progress", "id": call.id})
 
         # A call still running a moment after its worker took it (its deadline starts then) tells the
         # client when it must be answered; past that the client takes the supervisor for stopped (a

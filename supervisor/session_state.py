@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from peon.workers import sandbox
 from peon.workers.cgroup import session_cgroup_name
 from peon.workers.limits import ResourceLimits
 
-from peon.supervisor import egress, egress_link
+from peon.supervisor import egress, egress_link, redaction
 from peon.supervisor import containment as containment_mod
 from peon.supervisor.approval.audit import AuditLog
 from peon.supervisor.approval.gate import ApprovalGate
@@ -136,6 +137,8 @@ class SessionState:
         )
         audit = AuditLog(state_dir, loaded.config.audit.max_bytes, loaded.config.audit.backups,
                          loaded.config.audit.fsync)
+        gate.shown = functools.partial(redaction.shown, view)  # a hash where a secret was
+        audit.redact = functools.partial(redaction.audited, view)
         with contextlib.suppress(RuntimeError):  # opened outside the supervisor's loop (tests): nothing to link
             egress_link.link(egress.running(), gate, audit, view.session_id, state_dir,
                              asyncio.get_running_loop())
@@ -166,6 +169,7 @@ class SessionState:
             "state_dir": str(self.state_dir),
             "containment": self.containment.info(),
             "sandbox": dict(self.view.sandbox),
+            "redaction": redaction.describe(self.view),
             "config": self.config.to_dict(),
             "config_layers": self.loaded.describe_layers(),
             "tools": [

@@ -48,6 +48,9 @@ from peon.core.environment import trace_context
 from peon.core.errors import ErrorCode, PeonError, ToolError
 from peon.core.framing import ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_json
 from peon.core.output.store import SPILL_BYTES, OutputRing, open_spill_file
+from peon.core.redaction.redactor import Redactor
+from peon.core.redaction.session import redactor_for
+from peon.core.redaction.stream import StreamRedactor
 from peon.core.tool import OutputLimits, SessionView, Tool, ToolContext
 
 from peon.workers import process_state, proctree, runner
@@ -96,9 +99,10 @@ async def serve_call(channel: FrameChannel, data: bytes, session: SessionView, t
     progress = _ProgressSender(channel, call_id)
     ctx.report_progress = progress.report
     stream = message.get("stream")
-    output = (OutputStream(channel, call_id, None) if stream == "live"
-              else OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes), session.spill_dir)
-              if stream == "end" else None)
+    redactor = redactor_for(session) if stream in ("live", "end") else None
+    output = (OutputStream(channel, call_id, None, redactor=redactor) if stream == "live"
+              else OutputStream(channel, call_id, int(session.config.jobs.output_buffer_bytes), session.spill_dir,
+                                redactor) if stream == "end" else None)
     ctx.output = output
     job_input = JobInput(int(session.config.jobs.max_queued_input_bytes)) if stream == "live" else None
     INPUT.set(job_input)  # the runner feeds it to a command started with stdin "pipe" or "tty"
@@ -219,9 +223,16 @@ class OutputStream:
     directory, so a flood costs the worker page cache, not memory) and sent by :meth:`flush`, one
     chunk at a time with their absolute offsets, so a flood costs a foreground call no channel
     traffic while it runs. If the channel breaks, what is queued is dropped and reading resumes (the
-    listener cancels the call)."""
+    listener cancels the call).
 
-    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None, spill_dir: Path | None = None):
+    With a ``redactor`` (the session's), what is sent has its secrets redacted
+    (:class:`peon.core.redaction.stream.StreamRedactor`: a secret split between two reads is caught):
+    live, as it comes, a bounded tail held back until more comes or :meth:`flush`; at the end, only the
+    retained bytes, as they are sent — from a cut, when older bytes were dropped. Offsets then count the
+    redacted bytes: each message starts where the one before ended."""
+
+    def __init__(self, channel: FrameChannel, call_id: str, retain: int | None, spill_dir: Path | None = None,
+                 redactor: Redactor | None = None):
         self.channel = channel
         self.call_id = call_id
         self.offset = 0
@@ -232,6 +243,8 @@ class OutputStream:
         self._broken = False
         spill = (lambda: open_spill_file(spill_dir)) if spill_dir is not None else None
         self._ring = OutputRing(retain, SPILL_BYTES, spill) if retain is not None else None
+        self._redactor = redactor
+        self._live = StreamRedactor(redactor) if redactor is not None and retain is None else None
 
     def spawned(self) -> None:
         self._enqueue(encode_json({"op": "spawned", "id": self.call_id}), 0)
@@ -240,6 +253,8 @@ class OutputStream:
         if self._ring is not None:
             self._ring.append(data)
             return True
+        if self._live is not None:
+            data = self._live.feed(data)
         return self._send(data)
 
     def _send(self, data: bytes | memoryview) -> bool:
@@ -284,19 +299,35 @@ class OutputStream:
         if self._ring is not None:  # one chunk at a time: never a second copy of what the ring holds
             ring, self._ring = self._ring, None
             await self.flush()
-            offset = ring.start
+            offset, sent = ring.start, ring.start
+            redacting = (StreamRedactor(self._redactor, cut_before=ring.start > 0) if self._redactor is not None
+                         else None)
             while offset < ring.total and not self._broken:
                 page = ring.read(offset, FLUSH_CHUNK)
-                try:
-                    await self.channel.send(encode_output(self.call_id, offset, page.data))
-                except OSError:
-                    self._broken = True
+                sent = await self._send_now(sent, page.data if redacting is None else redacting.feed(page.data))
                 ring.drop_oldest(len(page.data))
                 offset = page.next_offset
+            if redacting is not None and not self._broken:
+                await self._send_now(sent, redacting.finish())
             ring.close()
             return
+        if self._live is not None:
+            self._send(self._live.finish())
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
+
+    async def _send_now(self, offset: int, data: bytes) -> int:
+        """Send ``data`` from ``offset`` at once, in messages of at most MAX_OUTPUT_CHUNK bytes; where the
+        next message starts."""
+        for start in range(0, len(data), MAX_OUTPUT_CHUNK):
+            piece = data[start : start + MAX_OUTPUT_CHUNK]
+            try:
+                await self.channel.send(encode_output(self.call_id, offset, piece))
+            except OSError:
+                self._broken = True
+                return offset
+            offset += len(piece)
+        return offset
 
 
 async def _listen(channel: FrameChannel, token: CancelToken, call_id: str, job_input: JobInput | None) -> None:

@@ -53,6 +53,7 @@ from setproctitle import setproctitle
 
 from peon.core.cancel import CancelToken
 from peon.core.errors import ErrorCode
+from peon.core.redaction.session import redactor_for
 from peon.core.tool import SessionView, Tool
 
 from peon.workers import cgroup, limits, proctree, runner
@@ -258,7 +259,7 @@ class Host:
     async def _run(self, message: CallMessage, job_id: str, token: CancelToken) -> None:
         tool_name = str(message.get("tool"))
         ctx = call_context(message, self.session, token, self.channel)
-        output = OutputStream(self.channel, job_id, None)
+        output = OutputStream(self.channel, job_id, None, redactor=redactor_for(self.session))
         ctx.output = output
         tool = self.tools.get(tool_name)
         job = self.running[job_id]

@@ -27,11 +27,14 @@ In order:
   still holds it;
 * output is kept within ``max_output_bytes`` (head and tail, see :mod:`peon.core.output.truncation`) however much
   is written, and every byte is counted; the ``output`` text has escape sequences and carriage-return
-  rewrites cleaned (:mod:`peon.core.output.terminal`) when ``jobs.clean_output`` is on;
+  rewrites cleaned (:mod:`peon.core.output.terminal`) when ``jobs.clean_output`` is on; the session's
+  secrets are redacted in what is kept, not in the bytes dropped (:mod:`peon.core.redaction`), also what
+  a cut between head and tail may have left of one, and the result says what was (``redacted``);
 * with ``ctx.output`` set, every byte read is also handed to it in order (the supervisor's output
   store); when it is backed up the pipe is not read until it drains, so the command blocks instead of
   memory growing; ``ctx.output.spawned()`` is called once the command has started;
-* progress reports carry the newest output lines (``jobs.progress_lines``, cleaned and shortened);
+* progress reports carry the newest output lines (``jobs.progress_lines``, cleaned, shortened and
+  redacted: a line still being written is never shown with the start of a secret);
 * when the call's processes exceed a resource limit (:mod:`peon.workers.limits`) the group gets ``SIGKILL``
   at once and the result names the limit.
 
@@ -55,6 +58,7 @@ import struct
 import sys
 import termios
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
@@ -63,6 +67,9 @@ from peon.core.errors import ErrorCode, ToolError
 from peon.core.tool import ToolContext
 from peon.core.output.terminal import clean_terminal_text, newest_lines
 from peon.core.output.truncation import BoundedText, HeadTail
+from peon.core.redaction.cuts import redact_cut
+from peon.core.redaction.redactor import Redactor, summary
+from peon.core.redaction.session import redactor_for
 
 from peon.workers import proctree
 from peon.workers.job_input import INPUT, JobInput, terminal_keeps_its_keys
@@ -135,6 +142,7 @@ class ProcessOutcome:
     output: BoundedText
     duration_ms: int
     limit_exceeded: str | None = None
+    redacted: dict[str, Any] | None = None  # what was redacted in ``output`` (peon.core.redaction.redactor.summary)
 
     def to_value(self) -> dict:
         return {
@@ -149,6 +157,7 @@ class ProcessOutcome:
             "output_invalid_utf8": self.output.invalid_utf8,
             "duration_ms": self.duration_ms,
             "limit_exceeded": self.limit_exceeded,
+            **({"redacted": self.redacted} if self.redacted else {}),
         }
 
 
@@ -361,7 +370,9 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
             buffer = bytearray(READ_CHUNK)
 
     loop.add_reader(read_fd, on_readable)
-    progress = asyncio.create_task(_report_progress(ctx, capture, started)) if ctx.wants_progress else None
+    redactor = redactor_for(ctx.session)
+    progress = (asyncio.create_task(_report_progress(ctx, capture, started, redactor)) if ctx.wants_progress
+                else None)
     cancel_wait = asyncio.create_task(ctx.cancel.wait())
     limits = ctx.session.config.limits
     scope = SCOPE.get()
@@ -439,7 +450,12 @@ async def run_process(spec: ProcessSpec, ctx: ToolContext) -> ProcessOutcome:
     else:
         exit_code, sig = os.WEXITSTATUS(status), None
     clean = clean_terminal_text if ctx.session.config.jobs.clean_output else None
-    return ProcessOutcome(exit_code, sig, timed_out, cancelled, capture.render(clean), duration_ms, exceeded)
+    counts: Counter[str] = Counter()
+    redact = (None if redactor is None else
+              lambda data, before, after: redact_cut(redactor, data, counts, cut_before=before, cut_after=after))
+    output = capture.render(clean, redact)
+    return ProcessOutcome(exit_code, sig, timed_out, cancelled, output, duration_ms, exceeded,
+                          summary(counts) if counts else None)
 
 
 def _open_streams(spec: ProcessSpec) -> tuple[int, int, int, int | None]:
@@ -513,10 +529,13 @@ async def _wait_descendants_gone(timeout: float = 10.0) -> None:
         raise ToolError(ErrorCode.TOOL_FAILED, f"some processes of this call could not be killed within {timeout:g} s")
 
 
-async def _report_progress(ctx: ToolContext, capture: HeadTail, started: float) -> None:
+async def _report_progress(ctx: ToolContext, capture: HeadTail, started: float, redactor: Redactor | None) -> None:
     count, width = ctx.session.config.jobs.progress_lines, ctx.session.config.jobs.progress_line_bytes
     while True:
         await asyncio.sleep(PROGRESS_INTERVAL_SECONDS)
-        lines = newest_lines(capture.newest(count * width * 2), count, width)
+        newest = capture.newest(count * width * 2)
+        if redactor is not None:  # cut from what came before, and still being written
+            newest = redact_cut(redactor, newest, Counter(), cut_before=capture.total > len(newest), cut_after=True)
+        lines = newest_lines(newest, count, width)
         ctx.report_progress(elapsed_ms=int((time.monotonic() - started) * 1000), output_bytes=capture.total,
                             lines=lines)

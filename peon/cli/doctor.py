@@ -145,6 +145,7 @@ def cmd_doctor(options: argparse.Namespace) -> int:
             info = session.info
         session_sandbox = info.get("sandbox")
         facts["containment"] = info.get("containment")
+        facts["redaction"] = info.get("redaction")
         session_layers = info.get("config_layers")
         agents = agent_facts(Path(info.get("workspace") or options.workspace), info.get("config") or {}, os.environ)
         facts["agent_control"] = agent_control_facts(info.get("config") or {})
@@ -227,6 +228,7 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
     tmp = facts["tempdir"]
     print(f"temp dir     {'yes' if tmp['writable'] else 'no'}: {tmp['detail']}")
     print_sandbox(facts["sandbox"])
+    print_redaction(facts.get("redaction"))
     control = facts.get("agent_control")
     if control:
         listed = ", ".join(control["file_tools"])
@@ -253,6 +255,18 @@ def print_doctor(facts: Mapping[str, Any]) -> None:
         summary = ", ".join(keys) if len(keys) <= 8 else ", ".join(keys[:8]) + f", … ({len(keys)} keys)"
         kind = f" ({layer['kind']})" if layer.get("kind") and layer["kind"] != layer["source"] else ""
         print(f"  {layer['source']}{kind}: {summary or '(no keys)'}")
+
+
+def print_redaction(redaction: Mapping[str, Any] | None) -> None:
+    if not redaction:
+        return
+    if not redaction.get("enabled"):
+        print("redaction    off ([redaction] enabled = false): output, logs and audit lines keep credentials")
+        return
+    scanner = redaction.get("engine") or "?"
+    how = "one Hyperscan pass finds every format's candidates" if scanner == "hyperscan" else \
+        f"pure-Python scanner, one pass per format (about 10x the CPU on large output): {scanner}"
+    print(f"redaction    on: {how}")
 
 
 def print_clients(clients: list[Mapping[str, Any]]) -> None:

@@ -138,6 +138,12 @@ class AuditView:
 
 
 @dataclass(frozen=True, slots=True)
+class RedactionView:
+    enabled: bool
+    allow: Mapping[str, tuple[str, ...]]  # per kind, the values kept (regular expressions matched whole)
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxView:
     mode: Literal["off", "auto", "required"]
     kind: Literal["landlock", "bwrap"]
@@ -174,6 +180,7 @@ class ConfigView:
     runtime: RuntimeView
     tools: ToolsView
     audit: AuditView
+    redaction: RedactionView
     # Each variable commands and agents run with: a string sets it, False keeps what the session inherited.
     environment: Mapping[str, str | bool]
     sandbox: SandboxView

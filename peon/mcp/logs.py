@@ -8,7 +8,9 @@ Promises:
   ``notifications/message`` at or above the client's level, at most :data:`BURST` at once and
   :data:`RATE` a second on average; what it drops is counted and said in the next message it sends;
 * a message carries only Peon's own facts (tool, call id, error code, decision, decider): never a
-  command's output, a file's content or an error's free text, which could quote either.
+  command's output, a file's content or an error's free text, which could quote either; and what it
+  carries is redacted all the same (:func:`peon.core.redaction.redactor.formats_only`: a tool name or
+  call id a client made up in a credential's format does not come back in a log message).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from peon.client.result import ToolResult
+from peon.core.redaction.redactor import formats_only
 
 from peon.mcp.jsonrpc import shown
 
@@ -101,4 +104,4 @@ class LogFeed:
             self.dropped = 0
         self.sent += 1
         return {"jsonrpc": "2.0", "method": "notifications/message",
-                "params": {"level": level, "logger": LOGGER, "data": data}}
+                "params": {"level": level, "logger": LOGGER, "data": formats_only().redact_value(data)}}

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from peon.approval.policy import ApprovalRequest, Decision
 from peon.core.text import shorten_counted
@@ -222,13 +222,15 @@ class AuditLog:
         self._flusher: asyncio.Task[None] | None = None
         self._sync_thread: ThreadPoolExecutor | None = None
         self.syncs = 0  # fdatasync calls made (group commit makes one for several lines)
+        # What a line shows of what it records: the session's redaction (a hash where a secret was).
+        self.redact: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda entry: entry
 
     def commit(self, entry: Mapping[str, Any]) -> None:
         """Write ``entry`` before acting on it: one ``write(2)`` of the whole line (``fdatasync`` too
         when ``audit.fsync`` is on). Raises ``OSError`` (or ``ValueError``) if the line is not written
         whole; the caller must then not act. The kept lines the log could not take before are written
         first."""
-        line = _encode(entry)
+        line = _encode(self.redact(entry))
         self._write_kept()
         self._write(line, self.fsync)
 
@@ -237,7 +239,7 @@ class AuditLog:
         line is written at once, and this returns once it is durable — an ``fdatasync`` begun after
         it was written succeeded. Raises like :meth:`commit` (the line is then cut back, and so is every
         line not yet durable with it); the caller must then not act."""
-        line = _encode(entry)
+        line = _encode(self.redact(entry))
         self._write_kept()
         self._write(line, False)
         if not self.fsync:
@@ -360,7 +362,7 @@ class AuditLog:
     def _keep(self, entry: Mapping[str, Any]) -> bool:
         """Keep ``entry`` (one of :data:`KEPT_EVENTS`) for when the log can take it; False when the
         bound is reached (it is then counted as lost)."""
-        line = _encode(entry)
+        line = _encode(self.redact(entry))
         event = str(entry.get("event"))
         if len(self._kept) >= MAX_KEPT_LINES or self._kept_bytes + len(line) > MAX_KEPT_BYTES:
             self._lost[event] += 1

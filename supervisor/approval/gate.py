@@ -58,6 +58,8 @@ class ApprovalGate:
         self.timeout_seconds = timeout_seconds
         self._pending: dict[str, asyncio.Future] = {}
         self.line = Turns(1)  # one question out at a time, first come first asked
+        # What the approver is shown of a request: the session's redaction (the call runs as it was given).
+        self.shown: Callable[[dict[str, Any]], Any] = lambda request: request
 
     async def decide(self, request: ApprovalRequest, cancelled: asyncio.Event,
                      facts: ShellFacts = NO_FACTS) -> Decision:
@@ -101,7 +103,7 @@ class ApprovalGate:
         waiter = asyncio.create_task(cancelled.wait())
         try:
             try:
-                await send({"op": "approval_request", "request_id": request_id, **request.to_dict(),
+                await send({"op": "approval_request", "request_id": request_id, **self.shown(request.to_dict()),
                             "scopes": list(SCOPES), "timeout_seconds": self.timeout_seconds,
                             **({"prefix_scope": True} if "prefix" in offered_scopes(request) else {})})
             except OSError as exc:

@@ -224,11 +224,12 @@ def test_doctor_reports_the_facts(leftovers, workspace, tmp_path):
     assert sources[0] == "defaults"
     project = [layer for layer in facts["config"]["layers"] if layer["source"].endswith(".peon/config.toml")]
     assert project and project[0]["keys"] == ["limits.max_timeout_seconds"]
+    assert facts["redaction"] == {"enabled": True, "allow": [], "engine": "hyperscan"}
 
     text = peon(leftovers, workspace, "doctor", env=env)
     assert text.returncode == 0, text.stderr
     for label in ("python", "kernel", "containment", "cgroup v2", "subreaper", "openat2", "temp dir", "agents",
-                  "config layers"):
+                  "config layers", "redaction    on: one Hyperscan pass"):
         assert label in text.stdout
     assert str(fake) in text.stdout
 

@@ -11,6 +11,7 @@ is :mod:`peon.client.config.messages`'. The supervisor and its workers read the 
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -240,6 +241,23 @@ class Audit(_Section):
     fsync: bool = False
 
 
+def _valid_patterns(allow: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    for kind, patterns in allow.items():
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"redaction.allow.{kind}: {pattern!r} is not a regular expression ({exc})") from None
+    return allow
+
+
+class Redaction(_Section):
+    """Redaction of credentials in what Peon returns, keeps and logs (docs/security.md)."""
+
+    enabled: bool = True
+    allow: Annotated[dict[str, tuple[str, ...]], AfterValidator(_valid_patterns)] = Field(default_factory=dict)
+
+
 class Jobs(_Section):
     """Background jobs, the output store and the text given to the model (docs/jobs.md)."""
 
@@ -319,6 +337,7 @@ class PeonConfig(_Section):
     runtime: Runtime
     tools: ToolsConfig
     audit: Audit
+    redaction: Redaction = Field(default_factory=Redaction)
     environment: Environment
     sandbox: Sandbox
     hooks: tuple[Hook, ...] = ()

@@ -73,6 +73,9 @@ def project_refusals(data: Mapping[str, Any], user: PeonConfig) -> list[tuple[st
             refused.append((key, "a project cannot add tools"))
         elif section == "audit":
             refused.append((key, "only the user configures the audit log"))
+        elif section == "redaction":
+            if key != "redaction.enabled" or value is not True:
+                refused.append((key, "a project may only turn redaction on; only the user allows values"))
         elif section == "environment":
             refused.append((key, "only the user configures the environment commands and agents run with"))
         else:

@@ -95,18 +95,25 @@ class HeadTail:
     def truncated(self) -> bool:
         return self.total > len(self.head) + len(self.tail)
 
-    def render(self, clean: Callable[[str], str] | None = None) -> BoundedText:
+    def render(self, clean: Callable[[str], str] | None = None,
+               redact: Callable[[bytes, bool, bool], bytes] | None = None) -> BoundedText:
         """The kept text; ``clean`` (e.g. :func:`peon.core.output.terminal.clean_terminal_text`) is applied to
-        the head and the tail separately, never to the omission marker."""
+        the head and the tail separately, never to the omission marker; so is ``redact`` (bytes, whether
+        they were cut from what came before, whether from what came after: see
+        :func:`peon.core.redaction.cuts.redact_cut`), before they are decoded."""
         keep: Callable[[str], str] = clean or (lambda text: text)
         if not self.truncated:
-            text, invalid = decode(self.head + self.tail)
+            whole = bytes(self.head + self.tail)
+            text, invalid = decode(redact(whole, False, False) if redact is not None else whole)
             return BoundedText(keep(text), self.total, self.total, False, invalid)
-        head = self.head[: utf8_prefix_end(self.head, len(self.head))]
-        tail = self.tail[utf8_suffix_start(self.tail, 0) :]
+        head = bytes(self.head[: utf8_prefix_end(self.head, len(self.head))])
+        tail = bytes(self.tail[utf8_suffix_start(self.tail, 0) :])
         omitted = self.total - len(head) - len(tail)
+        kept = len(head) + len(tail)
+        if redact is not None:
+            head, tail = redact(head, False, True), redact(tail, True, False)
         head_text, bad_head = decode(head)
         tail_text, bad_tail = decode(tail)
         marker = f"\n[... {omitted} bytes omitted ...]\n"
-        return BoundedText(keep(head_text) + marker + keep(tail_text), self.total, len(head) + len(tail), True,
+        return BoundedText(keep(head_text) + marker + keep(tail_text), self.total, kept, True,
                            bad_head or bad_tail)
