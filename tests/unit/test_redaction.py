@@ -167,19 +167,33 @@ def test_a_stream_cut_anywhere_gives_what_the_whole_gives() -> None:
 
 def test_what_a_stream_emits_never_ends_in_half_a_secret() -> None:
     stream = StreamRedactor(Redactor(key=b"k"))
-    assert stream.feed(b"line one\ntoken " + GITHUB[:10].encode()) == b"line one\n"
-    assert stream.held == len("token ") + 10
+    # What goes out stops before the token's first bytes (and the byte before them, which a format that
+    # must not continue a word looks at); a prompt ending a stream goes out whole.
+    assert stream.feed(b"line one\ntoken " + GITHUB[:10].encode()) == b"line one\ntoken"
+    assert stream.held == 1 + 10
     rest = stream.feed(GITHUB[10:].encode() + b"\n")
     assert GITHUB[10:].encode() not in rest and b"\xc2\xabredacted:github_token:" in rest
 
 
 def test_a_stream_holds_a_bounded_tail() -> None:
     stream = StreamRedactor(Redactor(key=b"k"))
-    out = stream.feed(b"x" * (10 * HOLD_BYTES))  # a long line without a newline
-    assert len(out) == 9 * HOLD_BYTES and stream.held == HOLD_BYTES
+    out = stream.feed(b"." * (10 * HOLD_BYTES))  # a long line without a newline, nothing of a secret in it
+    assert len(out) == 10 * HOLD_BYTES and stream.held == 0
+    assert stream.feed(b"." * (2 * HOLD_BYTES) + b" gh") == b"." * (2 * HOLD_BYTES)  # " gh" may start a token
+    assert stream.held == 3
     stream.feed(KEY_BLOCK.encode()[:100])
     assert stream.held <= HOLD_BYTES + 100
     assert b"MIIE" not in stream.finish()  # a key block cut short is redacted to where it stops
+
+
+def test_a_prompt_goes_out_at_once_and_a_secret_typed_after_it_is_caught() -> None:
+    """A program waiting for input is seen waiting: its prompt is not held for a newline that never comes."""
+    stream = StreamRedactor(Redactor({b"literal-secret-value": "env:X_TOKEN"}, key=b"k"))
+    assert stream.feed(b"Python 3\n>>> ") == b"Python 3\n>>> "
+    assert stream.feed(b"Continue? [y/N] ") == b"Continue? [y/N] "
+    assert stream.feed(b"echo lit") == b"echo"  # " lit" may be the start of the session's secret
+    rest = stream.feed(b"eral-secret-value\n>>> ")
+    assert b"literal" not in rest and b"\xc2\xabredacted:env:X_TOKEN:" in rest and rest.endswith(b">>> ")
 
 
 def test_ordinary_output_has_no_false_positives() -> None:

@@ -31,10 +31,11 @@ _JSON_ESCAPED = frozenset(b'"\\' + bytes(range(32)))
 SHORT_BYTES = 256  # below this, one search for every rule's anchor decides whether the rules run at all
 MIN_MATCH_BYTES = 5  # the shortest text any rule matches (a one-letter password in a URL)
 # Every match of every format rule holds one of these (each rule's literal start, and the URL's ``://``).
-_ANCHORS = re.compile(b"|".join(re.escape(anchor) for anchor in (
-    *FORMAT_PREFIXES, b"://", b"earer", b"uthorization:")))
+_ANCHOR_LIST = (*FORMAT_PREFIXES, b"://", b"earer", b"uthorization:")
+_ANCHORS = re.compile(b"|".join(re.escape(anchor) for anchor in _ANCHOR_LIST))
 _ANCHOR_TEXT = re.compile(_ANCHORS.pattern.decode())  # the same, for text (its every anchor is ASCII)
 HASH_CHARS = 4
+_BEGINNING_BYTES = 256  # a session secret's first bytes up to this are looked up at once; a longer one's, one by one
 
 # Values a format's context finds that are examples, not secrets (``postgres://user:password@host``).
 _PLACEHOLDER = re.compile(rb"(?i)(?:pass(?:word|wd)?|secret|token|changeme|example|x+|\*+|\.+|[$%{<\[].*)")
@@ -83,6 +84,13 @@ class Redactor:
         # Whether every literal reads the same inside a JSON string (no quote, backslash or control byte
         # that JSON would escape): then one scan of a value's JSON text tells whether it holds a secret.
         self._json_safe = not any(byte in _JSON_ESCAPED for value, _ in self.literals for byte in value)
+        # The first bytes of every anchor and session secret (not the whole): a stream ending with one of
+        # these may be ending with the start of a secret (:meth:`forming_from`).
+        beginnings = {anchor[:k] for anchor in _ANCHOR_LIST for k in range(1, len(anchor))}
+        beginnings.update(value[:k] for value, _ in self.literals for k in range(1, min(len(value), _BEGINNING_BYTES)))
+        self._beginnings = frozenset(beginnings)
+        self._longest_beginning = max(map(len, beginnings), default=0)
+        self._long_literals = tuple(value for value, _ in self.literals if len(value) > _BEGINNING_BYTES)
 
     def spans(self, data: bytes) -> list[Span]:
         """Where the secrets in ``data`` are, in order, none overlapping another."""
@@ -113,6 +121,27 @@ class Redactor:
                     kept.append(span)
             found = kept
         return found
+
+    def forming_from(self, tail: bytes) -> int:
+        """Where in ``tail`` — the unfinished end of a stream, more to come — a secret may still be forming:
+        the byte before the first anchor in it (a format's match may start there and go on; the byte
+        before is kept with it, as a format that must not continue a word looks at it), or before the
+        first bytes of an anchor or of a session secret that end it. ``len(tail)`` when none: all of it
+        may go out now (a prompt, a line being typed)."""
+        found = _ANCHORS.search(tail)
+        start = found.start() if found is not None else len(tail)
+        for size in range(min(self._longest_beginning, len(tail)), 0, -1):
+            if len(tail) - size >= start:
+                break
+            if tail[-size:] in self._beginnings:
+                start = len(tail) - size
+                break
+        for value in self._long_literals:  # secrets longer than the beginnings kept: looked at one by one
+            for size in range(min(len(value) - 1, len(tail)), _BEGINNING_BYTES - 1, -1):
+                if len(tail) - size < start and tail.endswith(value[:size]):
+                    start = len(tail) - size
+                    break
+        return max(0, start - 1) if start < len(tail) else start
 
     def _may_hold_one(self, data: bytes) -> bool:
         """Whether short ``data`` may hold a secret: one anchor search (a single pass of an alternation

@@ -4,11 +4,13 @@ Promise: the bytes :meth:`StreamRedactor.feed` returns, followed by those of :me
 are what :meth:`peon.core.redaction.redactor.Redactor.redact` would make of the whole stream at once —
 however it was cut into chunks — for every secret that does not span a newline (a private key block
 does: it is held whole). To get there a bounded tail is held back from each chunk until more comes or
-the stream ends: the last, unfinished line (at most :data:`HOLD_BYTES`; of a longer line, its last
-:data:`HOLD_BYTES`), from a ``-----BEGIN`` with no end yet (up to
-:data:`~peon.core.redaction.rules.KEY_BLOCK_BYTES`), and any secret that reaches into that tail. So
-what is emitted never ends with the first half of a secret, and nothing held is lost: :meth:`finish`
-emits it. A chunk with no newline and a short tail emits nothing and costs no scan.
+the stream ends: of the last, unfinished line (its last :data:`HOLD_BYTES` at most), what may be the
+start of a secret still forming (:meth:`~peon.core.redaction.redactor.Redactor.forming_from`: from a
+format's anchor, or the first bytes of an anchor or a session secret at its end), from a ``-----BEGIN``
+with no end yet (up to :data:`~peon.core.redaction.rules.KEY_BLOCK_BYTES`), and any secret that reaches
+into that tail. So what is emitted never ends with the first half of a secret, nothing held is lost
+(:meth:`finish` emits it), and a prompt or a line being typed goes out at once (a program waiting for
+input is seen waiting).
 
 Cost: each byte is scanned once as it is emitted, plus the held tail again with the next chunk
 (bounded by :data:`HOLD_BYTES` plus one secret).
@@ -47,7 +49,7 @@ class StreamRedactor:
     def feed(self, data: bytes | bytearray | memoryview) -> bytes:
         """The redacted bytes of ``data`` (after what was held) that no later chunk can change."""
         buf = self._pending + bytes(data) if self._pending else bytes(data)
-        cut = _hold_from(buf)
+        cut = _hold_from(buf, self.redactor)
         if cut == 0:
             self._pending = buf
             return b""
@@ -70,12 +72,14 @@ class StreamRedactor:
         return redact_cut(self.redactor, buf, self.counts, cut_before=self._cut_before)
 
 
-def _hold_from(buf: bytes) -> int:
+def _hold_from(buf: bytes, redactor: Redactor) -> int:
     """Where the tail of ``buf`` that must wait for the next chunk starts."""
     size = len(buf)
-    line = buf.rfind(b"\n") + 1
-    cut = line if size - line <= HOLD_BYTES else size - HOLD_BYTES
+    line = max(buf.rfind(b"\n") + 1, size - HOLD_BYTES)
+    cut = line + redactor.forming_from(buf[line:]) if line < size else size
     begin = buf.rfind(KEY_BEGIN, max(0, size - _KEY_HOLD))
-    if begin >= 0 and begin < cut and buf.find(b"-----END", begin) < 0:
-        cut = begin
+    if begin >= 0 and begin < cut:
+        end = buf.find(b"-----END", begin)
+        if end < 0 or buf.find(b"\n", end) < 0:  # no end yet, or its line not whole: the block is held whole
+            cut = begin
     return cut
