@@ -333,3 +333,44 @@ def test_the_rewind_tool_never_writes_through_a_link_that_replaced_a_directory(r
     assert (repo / "sub").is_dir() and not (repo / "sub").is_symlink()
     assert (repo / "sub" / "f.txt").read_text() == "inside\n"
     assert list(outside.iterdir()) == []
+
+
+def test_a_checkpoint_taken_while_a_writer_changes_files_is_unsettled_and_never_rewound_to(workspace, tmp_path):
+    import threading
+
+    from peon.checkpoints.book import Book
+
+    hot = [workspace / f"hot{index}.txt" for index in range(100)]
+    for path in hot:
+        path.write_text("0\n")
+    book = Book(tmp_path / "state", workspace)
+    assert book.begin("c0", "bash") is not None  # the first snapshot, which stores every file, taken at rest
+    stop = threading.Event()
+
+    def writer() -> None:
+        rounds = 0
+        while not stop.is_set():
+            rounds += 1
+            for path in hot:
+                path.write_text("x" * (rounds % 50) + "\n")  # a new size each round: git sees it by stat alone
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        taken = []
+        for attempt in range(5):  # a snapshot is tens of milliseconds: the writer is inside one at once
+            taken.append(book.begin(f"c{attempt + 1}", "bash", check_settled=True))
+            entry = Review(tmp_path / "state", workspace).entry(f"c{attempt + 1}")
+            if entry.unsettled_before:
+                break
+    finally:
+        stop.set()
+        thread.join()
+    assert taken[-1] is not None and entry.unsettled_before
+    assert set(entry.unsettled_before) <= {path.name for path in hot}
+    state = tree_state(workspace)
+    with pytest.raises(ReviewError, match="taken while other calls or jobs wrote files"):
+        Review(tmp_path / "state", workspace).rewind(entry.id)
+    assert tree_state(workspace) == state
+    Review(tmp_path / "state", workspace).rewind("c0")  # the settled one before it still is
+    assert {path.read_text() for path in hot} == {"0\n"}
