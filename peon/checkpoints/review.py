@@ -90,17 +90,32 @@ class Review:
         return {"session_id": self.session_id, "workspace": str(self.workspace),
                 "calls": [entry.to_dict() for entry in self.entries()]}
 
-    def changes(self, ident: str | None = None, *, since: str | None = None, diff: bool = True) -> dict[str, Any]:
-        """What call ``ident`` changed (to its end, or to now when it never ended), or everything since
-        just before call ``since``; with the unified diff when ``diff``."""
-        if (ident is None) == (since is None):
-            raise ReviewError("name one call, or --since one call")
-        entry = self.entry(ident or since or "")
+    def _checkpointed(self, ident: str) -> tuple[records.Entry, str]:
+        """The entry of call ``ident`` and the tree of its checkpoint, which the store still holds."""
+        entry = self.entry(ident)
         if entry.before is None or entry.pruned:
             raise ReviewError(f"call {entry.id} has no checkpoint: "
                               f"{'pruned' if entry.pruned else entry.not_checkpointed or 'not checkpointed'}")
         if not self.book.store.has(entry.before, self.book.max_seconds):
             raise ReviewError(f"the checkpoint before call {entry.id} is no longer in the store (pruned)")
+        return entry, entry.before
+
+    def restored_paths(self, ident: str) -> list[str]:
+        """Every path a rewind to just before call ``ident`` would write or remove — all of them, unbounded
+        (a rename: both of its paths) — in the order of the diff."""
+        _entry, before = self._checkpointed(ident)
+        paths: list[str] = []
+        for change in self.book.store.diff(before, self._now(), self.book.max_seconds).files:
+            paths += [change.old_path, change.path] if change.old_path is not None else [change.path]
+        return paths
+
+    def changes(self, ident: str | None = None, *, since: str | None = None, diff: bool = True) -> dict[str, Any]:
+        """What call ``ident`` changed (to its end, or to now when it never ended), or everything since
+        just before call ``since``; with the unified diff when ``diff``."""
+        if (ident is None) == (since is None):
+            raise ReviewError("name one call, or --since one call")
+        entry, _before = self._checkpointed(ident or since or "")
+        assert entry.before is not None
         to_now = since is not None or entry.after is None
         after = self._now() if to_now else entry.after
         assert after is not None

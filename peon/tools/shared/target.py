@@ -18,7 +18,8 @@ Promises:
   directory that is one, or holds one (a new ``.git``) — carries
   ``agent_control`` (the entry, :func:`peon.core.agent_control.entry_for`) in its details, and the approval
   policy asks about it at least (:data:`peon.approval.policy.AGENT_CONTROL`): every tool that writes
-  through this module inherits that;
+  through this module inherits that; :func:`rated_target` is that rating of a resolved path, the one
+  rule ``rewind`` rates its paths by too (:mod:`peon.tools.shared.restore`);
 * :meth:`Target.details` is what the approval request shows and what the worker receives as approved:
   ``path`` is the resolved workspace-relative path (what ``path_prefix`` approval rules match),
   ``typed_path`` the path as typed, only when it resolves elsewhere, ``file_id`` / ``directory_id``
@@ -33,7 +34,7 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -120,16 +121,25 @@ def resolve_target(typed: WorkspacePath, access: Access, session: SessionView) -
                else fs.target_error(typed, access == "create", resolution.kind))
     if problem is not None:
         raise problem
-    typed_match = secret_match(typed.parts, session.env)
+    return rated_target(typed, resolution, session.env, None if access == "read" else session.config.sandbox.protected)
+
+
+def rated_target(typed: WorkspacePath, resolution: fs.Resolution, env: Mapping[str, str],
+                 protected: Iterable[str] | None) -> Target:
+    """``typed``, resolved as ``resolution``, rated: secret-like on its typed or resolved path, and — for a
+    write (``protected``: the agent-control entries; None for a read) — agent-control on either path or
+    on a directory it creates. The one rule of every tool that writes a workspace path (``write``,
+    ``edit``, ``apply_patch``, ``rewind``)."""
+    typed_match = secret_match(typed.parts, env)
     resolved_parts = tuple(resolution.path.split("/"))
     resolved_match = (typed_match if resolved_parts == typed.parts  # not redirected: the same answer
-                      else secret_match(resolved_parts, session.env))
+                      else secret_match(resolved_parts, env))
     control = created = None
-    if access != "read":
-        protected = session.config.sandbox.protected
-        control = entry_for(typed.parts, protected) or entry_for(resolved_parts, protected)
+    if protected is not None:
+        entries = tuple(protected)
+        control = entry_for(typed.parts, entries) or entry_for(resolved_parts, entries)
         if control is None and resolution.missing:
-            control, created = created_entry(resolution.created_directories, protected) or (None, None)
+            control, created = created_entry(resolution.created_directories, entries) or (None, None)
     return Target(typed, resolution, typed_match or resolved_match, typed_match is None and resolved_match is not None,
                   control, created)
 
