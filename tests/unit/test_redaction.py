@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import time
 import uuid
 
 import pytest
@@ -140,6 +141,22 @@ def test_session_redactor_reads_the_workspace_environment_files(tmp_path) -> Non
     settled = session_redactor(env, tmp_path, "sid")
     assert session_redactor(env, tmp_path, "sid") is settled
     assert "whsec_othervalue123456" not in settled.redact_text("whsec_othervalue123456")
+
+
+def test_a_listing_taken_too_soon_after_a_change_is_taken_again(tmp_path) -> None:
+    """The workspace listed 1.9 s after its last change, then given a .env whose creation leaves that time as
+    it was (as a change within the same clock tick would): once 2 s have passed, the .env is still found."""
+    from peon.core.redaction.sources import workspace_secrets
+
+    changed = time.time_ns() - 1_900_000_000
+    os.utime(tmp_path, ns=(changed, changed))
+    assert workspace_secrets(tmp_path) == {}
+    (tmp_path / ".env").write_text("API_TOKEN=tick-value-1234567890\n")
+    os.utime(tmp_path, ns=(changed, changed))
+    old = time.time_ns() - 10_000_000_000
+    os.utime(tmp_path / ".env", ns=(old, old))
+    time.sleep(0.3)
+    assert workspace_secrets(tmp_path) == {b"tick-value-1234567890": "file:API_TOKEN"}
 
 
 def _streamed(redactor: Redactor, data: bytes, cuts: list[int]) -> tuple[bytes, StreamRedactor]:

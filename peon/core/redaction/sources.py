@@ -93,12 +93,15 @@ def _settled(mtime_ns: int) -> bool:
     return time.time_ns() - mtime_ns > SETTLED_NS
 
 
-_LISTINGS: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {}
+# Per workspace: the directory's identity, when it was listed (time.time_ns) and the paths found.
+_LISTINGS: dict[str, tuple[tuple[int, int, int], int, tuple[str, ...]]] = {}
 
 
 def _environment_files(workspace: Path) -> tuple[str, ...]:
     """The paths of ``workspace``'s top-level environment files; listed again only when the directory
-    changed (its modification time moves when an entry is added, removed or renamed)."""
+    changed (its modification time moves when an entry is added, removed or renamed). A listing is
+    trusted only if it was taken :data:`SETTLED_NS` after that time: one taken sooner may have missed
+    a change within the same clock tick, which would not have moved it."""
     key = str(workspace)
     try:
         info = os.stat(workspace)
@@ -106,16 +109,18 @@ def _environment_files(workspace: Path) -> tuple[str, ...]:
         return ()
     identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
     held = _LISTINGS.get(key)
-    if held is not None and held[0] == identity and _settled(info.st_mtime_ns):
-        return held[1]
+    if held is not None and held[0] == identity and held[1] - info.st_mtime_ns > SETTLED_NS:
+        return held[2]
+    listed_at = time.time_ns()
     try:
-        with os.scandir(workspace) as entries:
-            paths = tuple(entry.path for entry in entries if is_environment_file(entry.name))[:MAX_FILES]
+        names = os.listdir(workspace)  # names only: cheaper than scandir's entries, and all this needs
     except OSError:
         return ()
+    paths = tuple(os.path.join(key, name) for name in names
+                  if name[:1] == "." and is_environment_file(name))[:MAX_FILES]
     if len(_LISTINGS) >= 8:
         _LISTINGS.clear()
-    _LISTINGS[key] = (identity, paths)
+    _LISTINGS[key] = (identity, listed_at, paths)
     return paths
 
 
