@@ -66,6 +66,7 @@ from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import util as mp_util
 from setproctitle import setproctitle
 
+from peon.core.redaction import session as redaction_session
 from peon.core.tool import SessionView, Tool
 
 from peon.workers import linux, proctree, worker
@@ -138,6 +139,10 @@ def _become_forkserver() -> None:
         except Exception as exc:  # each worker then builds its own, and reports what fails
             print(f"peon-forkserver: could not load the session: {exc}", file=sys.stderr)
             SESSION, TOOLS = None, {}
+    try:  # built once here, inherited by every worker (each would otherwise compile it on its first call)
+        redaction_session.prepare(SESSION)
+    except Exception as exc:  # a worker builds it again, and reports what fails
+        print(f"peon-forkserver: could not prepare redaction: {exc}", file=sys.stderr)
     ARMED = True
     _warm_up()
     gc.freeze()

@@ -57,7 +57,8 @@ def corpora() -> dict[str, bytes]:
                        if "test" not in path.relative_to(stdlib).as_posix() and "site-packages" not in path.parts)
     # (but the files that hold credentials' formats on purpose: the redaction's own code, tests and bench)
     git = subprocess.run(["git", "-C", str(CHECKOUT), "log", "-p", "-n", "200", "--", ".", ":!peon/core/redaction",
-                          ":!tests/unit/test_redaction.py", ":!tests/session/test_redacted_output.py",
+                          ":!tests/unit/test_redaction.py", ":!tests/unit/test_redaction_scan.py",
+                          ":!tests/session/test_redacted_output.py", ":!tests/frontends/test_mcp_redaction.py",
                           ":!bench/studies/bench_redaction.py"], capture_output=True).stdout
     ids = "\n".join([str(uuid.uuid4()) for _ in range(10000)]
                     + [hashlib.sha1(str(i).encode()).hexdigest() for i in range(10000)]

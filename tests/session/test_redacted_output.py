@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -148,3 +149,31 @@ def test_an_allow_pattern_keeps_a_value(open_session, env):
     session = open_session({"redaction": {"allow": {"env:GITHUB_TOKEN": [".*"]}}}, env=env)
     r = session.call("bash", {"command": f"echo $GITHUB_TOKEN {JWT}"})
     assert r.value["output"].startswith(TOKEN) and JWT not in r.value["output"]
+
+
+GUARD = """\
+import json, sys
+data = json.load(sys.stdin)
+command = data["tool_input"].get("command", "")
+open(sys.argv[1], "w").write(command)
+if "ghp_" in command:
+    print("Blocked: a GitHub token on the command line: " + command, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_a_before_call_hook_judges_the_real_input_and_its_reason_is_redacted(open_session, env, tmp_path):
+    """A hook is the user's program deciding on what will run: it is sent the command as it is (a guard
+    looking for tokens on a command line must see them); what it answers reaches the agent redacted."""
+    guard, seen = tmp_path / "guard.py", tmp_path / "seen.txt"
+    guard.write_text(GUARD)
+    config = tmp_path / "no-user-config" / "peon" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[[hooks]]\nevent = "before_call"\nmatcher = "Bash"\n'
+                      f"command = {json.dumps([sys.executable, str(guard), str(seen)])}\n")
+    session = open_session({}, env=env)
+    r = session.call("bash", {"command": f"echo {TOKEN}"})
+    assert seen.read_text() == f"echo {TOKEN}"
+    assert r.error is not None and r.error.code == "denied" and r.error.details["by"] == "hook"
+    assert TOKEN not in r.error.message and TOKEN not in json.dumps(r.error.details)
+    assert "Blocked: a GitHub token on the command line: echo «redacted:env:GITHUB_TOKEN:" in r.error.message

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import time
 import uuid
 
 import pytest
@@ -140,6 +141,26 @@ def test_session_redactor_reads_the_workspace_environment_files(tmp_path) -> Non
     settled = session_redactor(env, tmp_path, "sid")
     assert session_redactor(env, tmp_path, "sid") is settled
     assert "whsec_othervalue123456" not in settled.redact_text("whsec_othervalue123456")
+
+
+@pytest.mark.parametrize(("whole_second", "margin_ns"), [(True, 2_000_000_000), (False, 20_000_000)])
+def test_a_listing_taken_too_soon_after_a_change_is_taken_again(tmp_path, whole_second, margin_ns) -> None:
+    """The workspace listed within the margin after its last change (2 s for a stamp of a whole second, a
+    coarse file system; 20 ms for a finer one, the kernel's clock), then given a .env whose creation leaves
+    that time as it was (as a change within the same clock tick would): after the margin, the .env is found."""
+    from peon.core.redaction.sources import workspace_secrets
+
+    target = time.time_ns() - margin_ns // 2
+    changed = target - target % 1_000_000_000 + 1_000_000_000 if whole_second else \
+        target - target % 1_000_000 + 123_456
+    os.utime(tmp_path, ns=(changed, changed))
+    assert workspace_secrets(tmp_path) == {}
+    (tmp_path / ".env").write_text("API_TOKEN=tick-value-1234567890\n")
+    os.utime(tmp_path, ns=(changed, changed))
+    old = time.time_ns() - 10_000_000_000
+    os.utime(tmp_path / ".env", ns=(old, old))
+    time.sleep(max(0.0, (changed + margin_ns - time.time_ns()) / 1e9) + 0.01)
+    assert workspace_secrets(tmp_path) == {b"tick-value-1234567890": "file:API_TOKEN"}
 
 
 def _streamed(redactor: Redactor, data: bytes, cuts: list[int]) -> tuple[bytes, StreamRedactor]:

@@ -61,3 +61,23 @@ def test_every_rule_names_its_start_literals_and_each_starts_a_match_of_it() -> 
 
 def test_engine_says_which_scanner_runs() -> None:
     assert engine() == "hyperscan" or engine().startswith("python: ")
+
+
+def test_without_hyperscan_the_rules_run_in_python_and_say_why(monkeypatch) -> None:
+    import importlib
+    import sys
+
+    from peon.core.redaction import scan
+
+    monkeypatch.setitem(sys.modules, "hyperscan", None)  # an import of it fails
+    try:
+        fallback = importlib.reload(scan)
+        assert fallback.engine().startswith("python: hyperscan cannot be loaded (ModuleNotFoundError")
+        scanner = fallback.default_scanner()
+        assert scanner.engine == "python"
+        data = b" \n".join(PIECES)
+        assert [(rule.kind, match.span()) for rule, match in scanner.matches(data)] == finditer_matches(data)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(scan)
+    assert scan.engine() == "hyperscan"

@@ -4,7 +4,9 @@ Promise: :func:`redactor_for` returns the redactor of the session a :class:`~peo
 describes — the secrets of the environment its commands run with (the session's, with
 ``[environment]`` on top), of the workspace's environment files as they are now, the well-known
 formats, ``[redaction] allow`` — keyed by the session's id, so a worker and the supervisor put the same
-marker for the same value; None when ``[redaction] enabled`` is false.
+marker for the same value; None when ``[redaction] enabled`` is false. :func:`prepare` builds in
+advance what every later redaction of a session needs, for a process that forks others (the
+forkserver): its workers then inherit it instead of each building it on its first call.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 
 from peon.core.environment import build_environment
 from peon.core.redaction.redactor import Redactor
+from peon.core.redaction.scan import default_scanner
 from peon.core.redaction.sources import session_redactor
 from peon.core.tool import SessionView
 
@@ -37,3 +40,10 @@ def redactor_for(session: SessionView) -> Redactor | None:
         return None
     return session_redactor(_command_environment(session), session.workspace, session.session_id or "peon",
                             config.allow)
+
+
+def prepare(session: SessionView | None) -> None:
+    """Compile the formats' scanner (with this thread's scratch space) and build ``session``'s redactor."""
+    default_scanner().matches(b"prepare")
+    if session is not None:
+        redactor_for(session)

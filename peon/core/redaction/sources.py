@@ -9,8 +9,9 @@ each of kind ``env:NAME``. :func:`workspace_secrets` reads the workspace's top-l
 assigned to a secret-like name, or long and varied enough to be a credential whatever its name, of
 kind ``file:NAME``. What a file holds is cached by its identity, size and modification time, and
 the list of files by the directory's, so a call that finds them unchanged reads nothing (a few
-``stat`` calls); a time stamp younger than :data:`SETTLED_NS` is not trusted (a second change within
-the same clock tick would not move it). :func:`session_redactor` puts them together; nothing
+``stat`` calls); a time stamp is trusted only once it is older than the file system's clock could
+give twice (:func:`settle_margin`: a second change within the same tick would not move it).
+:func:`session_redactor` puts them together; nothing
 here raises for a file it cannot read (it is skipped).
 """
 
@@ -86,19 +87,31 @@ def _file_secrets(path: str, identity: tuple[int, int, int, int]) -> tuple[tuple
     return tuple(assigned_secrets(data.decode("utf-8", "surrogateescape")).items())
 
 
-SETTLED_NS = 2_000_000_000  # a time stamp this old is trusted: a change within the same clock tick would not move it
+SETTLED_NS = 2_000_000_000  # a stamp of a whole millisecond or coarser (FAT's 2 s, ext3's 1 s, exFAT's 10 ms)
+FINE_SETTLED_NS = 20_000_000  # a finer stamp is the kernel's clock tick (10 ms at the slowest, HZ=100), or finer
 
 
-def _settled(mtime_ns: int) -> bool:
-    return time.time_ns() - mtime_ns > SETTLED_NS
+def settle_margin(mtime_ns: int) -> int:
+    """How much later than a time stamp ``mtime_ns`` a look at the file must be for a later change to be
+    sure to move it: two of the clock ticks that made it. A stamp with a part below the millisecond
+    comes from the kernel's clock (its tick at most 10 ms; since Linux 6.13 finer still, once read); a
+    stamp that is a whole millisecond is taken to be of a coarse file system, and given 2 s."""
+    return SETTLED_NS if mtime_ns % 1_000_000 == 0 else FINE_SETTLED_NS
 
 
-_LISTINGS: dict[str, tuple[tuple[int, int, int], tuple[str, ...]]] = {}
+def _settled(mtime_ns: int, at_ns: int | None = None) -> bool:
+    return (time.time_ns() if at_ns is None else at_ns) - mtime_ns > settle_margin(mtime_ns)
+
+
+# Per workspace: the directory's identity, when it was listed (time.time_ns) and the paths found.
+_LISTINGS: dict[str, tuple[tuple[int, int, int], int, tuple[str, ...]]] = {}
 
 
 def _environment_files(workspace: Path) -> tuple[str, ...]:
     """The paths of ``workspace``'s top-level environment files; listed again only when the directory
-    changed (its modification time moves when an entry is added, removed or renamed)."""
+    changed (its modification time moves when an entry is added, removed or renamed). A listing is
+    trusted only if it was taken :func:`settle_margin` after that time: one taken sooner may have missed
+    a change within the same clock tick, which would not have moved it."""
     key = str(workspace)
     try:
         info = os.stat(workspace)
@@ -106,16 +119,18 @@ def _environment_files(workspace: Path) -> tuple[str, ...]:
         return ()
     identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
     held = _LISTINGS.get(key)
-    if held is not None and held[0] == identity and _settled(info.st_mtime_ns):
-        return held[1]
+    if held is not None and held[0] == identity and _settled(info.st_mtime_ns, held[1]):
+        return held[2]
+    listed_at = time.time_ns()
     try:
-        with os.scandir(workspace) as entries:
-            paths = tuple(entry.path for entry in entries if is_environment_file(entry.name))[:MAX_FILES]
+        names = os.listdir(workspace)  # names only: cheaper than scandir's entries, and all this needs
     except OSError:
         return ()
+    paths = tuple(os.path.join(key, name) for name in names
+                  if name[:1] == "." and is_environment_file(name))[:MAX_FILES]
     if len(_LISTINGS) >= 8:
         _LISTINGS.clear()
-    _LISTINGS[key] = (identity, paths)
+    _LISTINGS[key] = (identity, listed_at, paths)
     return paths
 
 
