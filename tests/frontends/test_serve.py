@@ -412,8 +412,16 @@ def test_bearer_token(token_server):
     assert TOKEN not in token_server.server.log()
 
 
+def bash_calls_ended(server) -> float:
+    """How many bash calls the server has counted as ended, whatever their outcome."""
+    text = server.get("/metrics", {"authorization": f"Bearer {TOKEN}"})[2].decode()
+    return sum(value for (name, labels), value in metric_values(text).items()
+               if name == "peon_calls_total" and dict(labels).get("tool") == "bash")
+
+
 def test_concurrent_requests_are_bounded(token_server):
     auth = {"authorization": f"Bearer {TOKEN}"}
+    ended = bash_calls_ended(token_server.server)
     call = modern_request(1, "tools/call", {"name": "bash", "arguments": {"command": "sleep 300"}})
     streams = [SseReader(token_server.port, call, {**modern_headers("tools/call", "bash"), **auth}) for _ in range(2)]
     try:
@@ -424,6 +432,8 @@ def test_concurrent_requests_are_bounded(token_server):
         for stream in streams:
             stream.close()
     assert wait_until(lambda: modern_post(token_server.port, 3, "tools/list", headers=auth)[0] == 200, 20)
+    # The two calls end with their requests (the client went away), each counted once it has ended.
+    assert wait_until(lambda: bash_calls_ended(token_server.server) == ended + 2, 30)
 
 
 def test_the_token_does_not_reach_commands(token_server):
