@@ -36,7 +36,7 @@ from bench.robustness.chaos_calls import ROOT, Call
 sys.path.insert(0, str(ROOT / "tests"))  # the attacks are the sandbox tests' own (helpers.*)
 from helpers.git_attacks import ABSENT, ATTACKS, fresh_repository, git, git_env, user_runs_git
 from helpers.loopback import ATTACKS as PROXY_ATTACKS
-from helpers.loopback import CountingServer, attack_head
+from helpers.loopback import SEND_HEADS, CountingServer, attack_head
 
 SANDBOX = {"mode": "auto", "network": ["*.pythonhosted.org"]}
 EDGE_SHARE = 0.3  # of a sandboxed session's rounds, each one edge attack alone
@@ -49,17 +49,6 @@ CONTROL_WRITES = (".git/commondir", ".git/hooks/post-commit", ".git/info/attribu
 GREP_GLOBS = (None, "{*.env}", "*.env", ".env*", "**/.env")
 # Every agent-control path any attack creates: none may be left after a call.
 CREATED = sorted({path for paths in ABSENT.values() for path in paths} | set(CONTROL_WRITES))
-SEND_HEADS = r"""
-import os, socket, sys, urllib.parse
-proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
-for head in sys.argv[1:]:
-    with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as s:
-        s.sendall(bytes.fromhex(head))
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    print(answer.decode("latin-1").split("\r\n")[0])
-"""
 PPID = "ppid() { sed 's/.*) //' /proc/$1/stat | cut -d' ' -f2; }; "
 # The worker ($PPID), the forkserver and the supervisor: each attempt, and what it answered.
 RETUNE = (PPID + 'W=$PPID; F=$(ppid $W); S=$(ppid $F); for p in $W $F $S; do '

@@ -39,6 +39,21 @@ ATTACKS = [  # each passed the old suffix check of "*.pythonhosted.org" (or name
 ]
 
 
+# A script a command runs: it sends each request head (hex, one per argument) to the proxy of
+# ``HTTP_PROXY`` and prints each answer on a line of its own.
+SEND_HEADS = r"""
+import os, socket, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+for head in sys.argv[1:]:
+    with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as s:
+        s.sendall(bytes.fromhex(head))
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    print(answer.decode("latin-1").replace("\r\n", " | ").replace("\n", " | "))
+"""
+
+
 def attack_head(template: str, port: int) -> bytes:
     """The request head of one of :data:`ATTACKS` against ``port``."""
     line = template.format(port=port)

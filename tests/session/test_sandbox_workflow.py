@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.loopback import ATTACKS, RULE, CountingServer, attack_head, text_server
+from helpers.loopback import ATTACKS, RULE, SEND_HEADS, CountingServer, attack_head, text_server
 from peon.workers.sandbox import landlock as ll
 from peon.workers.sandbox import namespaces
 
@@ -400,19 +400,6 @@ def test_an_allowlisted_registry_answers_and_another_is_refused_by_name(day):
     finally:
         allowed.shutdown()
         other.shutdown()
-
-
-SEND_HEADS = r"""
-import os, socket, sys, urllib.parse
-proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
-for head in sys.argv[1:]:
-    with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as s:
-        s.sendall(bytes.fromhex(head))
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    print(answer.decode("latin-1").replace("\r\n", " | ").replace("\n", " | "))
-"""
 
 
 def test_the_allowlist_proxy_refuses_hosts_outside_its_grammar_before_connecting(day):
