@@ -5,24 +5,14 @@ and its result collected by the SDK, a cancel that ends its command with nothing
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from helpers import living
-from helpers.mcp import server_command
+from helpers.mcp import JS, NEEDS_TS_SDK, NODE, server_command
 
-JS = Path(__file__).parent.parent / "js"
-NODE = shutil.which("node")
-SDK = JS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-
-pytestmark = [
-    pytest.mark.skipif(NODE is None, reason="node is not installed; the TypeScript MCP client needs Node.js 18+"),
-    pytest.mark.skipif(not SDK.exists(), reason="the pinned TypeScript MCP clients are not installed: run .ci/run "
-                                                "(or npm ci --prefix tests/js)"),
-]
+pytestmark = NEEDS_TS_SDK
 
 
 def test_tasks_through_the_typescript_sdk(workspace: Path, env: dict, tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import subprocess
 import threading
 from itertools import count
@@ -20,17 +19,9 @@ import pytest
 
 from helpers import pids_in, wait_for
 from helpers.agents import install_fake_agents
-from helpers.mcp import isolated_env, server_command, write_config
+from helpers.mcp import JS, NEEDS_TS_SDK, NODE, isolated_env, server_command, write_config
 
-JS = Path(__file__).parent.parent / "js"
-NODE = shutil.which("node")
-SDK = JS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-
-pytestmark = [
-    pytest.mark.skipif(NODE is None, reason="node is not installed; the TypeScript MCP client needs Node.js 18+"),
-    pytest.mark.skipif(not SDK.exists(), reason="the pinned TypeScript MCP clients are not installed: run .ci/run "
-                                                "(or npm ci --prefix tests/js)"),
-]
+pytestmark = NEEDS_TS_SDK
 
 BUILT_INS = {"bash", "read", "write", "read_skill", "agent_claude", "agent_codex", "agent_pi", "job_output", "job_stop",
              "job_list", "edit", "apply_patch", "grep", "glob", "job_write", "changes", "rewind"}

@@ -9,10 +9,13 @@ import asyncio
 import json
 import queue
 import re
+import shutil
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import pytest
 
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
@@ -21,6 +24,16 @@ from helpers import wait_for
 
 MODES = ["legacy", "auto"]
 TEST_TIMEOUT = 60
+
+# The official TypeScript SDK's clients (tests/js, installed by .ci/run) and the node that runs them.
+JS = Path(__file__).resolve().parent.parent / "js"
+NODE = shutil.which("node")
+NEEDS_TS_SDK = [
+    pytest.mark.skipif(NODE is None, reason="node is not installed; the TypeScript MCP client needs Node.js 18+"),
+    pytest.mark.skipif(not (JS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists(),
+                       reason="the pinned TypeScript MCP clients are not installed: run .ci/run "
+                              "(or npm ci --prefix tests/js)"),
+]
 
 
 def run(coro):
