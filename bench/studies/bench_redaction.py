@@ -31,24 +31,18 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench.lib and its peon, from anywhere
 
 from bench.lib.process_cpu import tree_cpu
+from bench.studies.cpu_per_call import CALLS, mix_workspace
+from bench.studies.cpu_per_call import MIX as MIX_NAMES
 from peon.core.redaction.redactor import Redactor
 from peon.core.redaction.stream import StreamRedactor
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 ALLOW = {"approval": {"read_only": "allow", "filesystem": "allow", "process": "allow"}}
-MIX: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("read", {"path": "four_kib.txt"}), ("bash", {"command": "git status --short"}),
-    ("read", {"path": "four_kib.txt"}), ("write", {"path": "two_kib.txt", "content": "w" * 2047 + "\n",
-                                                   "mode": "replace"}),
-    ("read", {"path": "four_kib.txt"}), ("bash", {"command": "ls"}), ("read", {"path": "four_kib.txt"}),
-    ("bash", {"command": "git status --short"}), ("read", {"path": "four_kib.txt"}),
-    ("write", {"path": "two_kib.txt", "content": "v" * 2047 + "\n", "mode": "replace"}),
-)
+MIX = tuple(CALLS[name] for name in MIX_NAMES)  # the agent mix of cpu_per_call.py
 
 
 def corpora() -> dict[str, bytes]:
@@ -82,18 +76,6 @@ def detector() -> None:
               f"redacted: {dict(stream.counts) or 'nothing'}")
 
 
-def _workspace(root: Path) -> Path:
-    ws = root / "ws"
-    ws.mkdir()
-    (ws / "four_kib.txt").write_text(("x" * 63 + "\n") * 64)
-    (ws / "two_kib.txt").write_text("")
-    subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    subprocess.run(["git", "-C", str(ws), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(ws), "-c", "user.name=bench", "-c", "user.email=bench@localhost",
-                    "commit", "-q", "-m", "start"], check=True)
-    return ws
-
-
 def sessions(options: argparse.Namespace) -> None:
     import peon
 
@@ -108,7 +90,7 @@ def sessions(options: argparse.Namespace) -> None:
             env = {"HOME": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
                    "XDG_CONFIG_HOME": str(root / "config"), "GITHUB_TOKEN": "ghp_" + "B3nchT0ken" * 3 + "abcdef",
                    "DATABASE_PASSWORD": "not-a-real-password-42"}
-            opened[name] = peon.Session(_workspace(root), {**ALLOW, "redaction": {"enabled": enabled}}, env=env,
+            opened[name] = peon.Session(mix_workspace(root), {**ALLOW, "redaction": {"enabled": enabled}}, env=env,
                                         state_dir=root / "state")
         try:
             for index in range(options.rounds):

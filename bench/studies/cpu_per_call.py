@@ -132,7 +132,8 @@ class Roles:
         return figures
 
 
-def _workspace(root: Path) -> Path:
+def mix_workspace(root: Path) -> Path:
+    """The workspace the mix runs in: a repository holding the files its calls read and write."""
     ws = root / "ws"
     ws.mkdir()
     (ws / "four_kib.txt").write_text(("x" * 63 + "\n") * 64)
@@ -153,7 +154,7 @@ def drive(options: argparse.Namespace) -> None:
     """The driver: one session of this checkout's Peon; a round per ``go`` line on stdin."""
     kinds = list(MIX) if options.tool == "mix" else [options.tool]
     with tempfile.TemporaryDirectory(prefix="peon-bench-cpu-ab-") as tmp:
-        ws = _workspace(Path(tmp))
+        ws = mix_workspace(Path(tmp))
         env = _env(Path(tmp))
         if options.front == "mcp":
             import asyncio
