@@ -90,11 +90,9 @@ def _holds(directory: Path, call_id: str) -> bool:
 def describe(changes: dict[str, Any]) -> str:
     if changes.get("not_checkpointed"):
         return f"not checkpointed: {changes['not_checkpointed']}"
-    parts = [f"{changes.get(key)} {key.replace('_', ' ')}" for key in
-             ("added", "modified", "deleted", "renamed", "mode_changes") if changes.get(key)]
-    if not parts:
-        return "no changes"
-    return f"{', '.join(parts)} (+{changes.get('lines_added', 0)} -{changes.get('lines_removed', 0)} lines)"
+    from peon.client.result import change_counts
+
+    return change_counts(changes) or "no changes"
 
 
 def print_files(changes: dict[str, Any]) -> None:

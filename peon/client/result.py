@@ -10,15 +10,27 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from peon.core.errors import ErrorCode
+
+CHANGE_COUNTS = ("added", "modified", "deleted", "renamed", "mode_changes")
 
 
 def new_call_id() -> str:
     """A call's id: 12 hex digits, 48 random bits. (``uuid4`` made the same bits through an object that
     cost ~50 µs more on a cold CPU, on every call's path.)"""
     return os.urandom(6).hex()
+
+
+def change_counts(changes: Mapping[str, Any]) -> str:
+    """What a call's ``changes`` counts, in words ("1 added, 2 modified (+3 -1 lines)"); "" when it counts
+    nothing. The one phrase the MCP result line and ``peon changes``/``peon rewind`` show."""
+    parts = [f"{changes.get(key)} {key.replace('_', ' ')}" for key in CHANGE_COUNTS if changes.get(key)]
+    if not parts:
+        return ""
+    return f"{', '.join(parts)} (+{changes.get('lines_added', 0)} -{changes.get('lines_removed', 0)} lines)"
 
 
 @dataclass(frozen=True)

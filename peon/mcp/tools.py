@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from peon.client.result import ToolResult
+from peon.client.result import ToolResult, change_counts
 
 from peon.mcp.revisions import at_least
 
@@ -96,9 +96,5 @@ def describe_changes(changes: Mapping[str, Any]) -> str:
     """One line for the model of what a call changed in the workspace ("" when it changed nothing)."""
     if changes.get("not_checkpointed"):
         return f"Workspace changes: not checkpointed ({changes['not_checkpointed']})"
-    counts = [f"{changes.get(key)} {key.replace('_', ' ')}" for key in
-              ("added", "modified", "deleted", "renamed", "mode_changes") if changes.get(key)]
-    if not counts:
-        return ""
-    lines = f" (+{changes.get('lines_added', 0)} -{changes.get('lines_removed', 0)} lines)"
-    return f"Workspace changes: {', '.join(counts)}{lines}; checkpoint before the call: {changes.get('checkpoint')}"
+    counts = change_counts(changes)
+    return f"Workspace changes: {counts}; checkpoint before the call: {changes.get('checkpoint')}" if counts else ""

@@ -116,3 +116,19 @@ def test_a_checkpoint_taken_while_files_changed_is_never_rewound_to(tmp_path):
     records.append(store, {"event": "after", "id": "c1", "tree": B})
     with pytest.raises(ReviewError, match="not one a rewind restores"):
         Review(tmp_path / "state", tmp_path / "ws").rewind("c1")
+
+
+def test_a_change_summary_reads_the_same_to_the_model_and_on_the_command_line() -> None:
+    from peon.cli.changes import describe
+    from peon.client.result import change_counts
+    from peon.mcp.tools import describe_changes
+
+    changes = {"added": 1, "modified": 2, "deleted": 0, "mode_changes": 1, "lines_added": 3, "lines_removed": 1,
+               "checkpoint": "abc"}
+    assert change_counts(changes) == "1 added, 2 modified, 1 mode changes (+3 -1 lines)"
+    assert describe(changes) == "1 added, 2 modified, 1 mode changes (+3 -1 lines)"
+    assert describe_changes(changes) == ("Workspace changes: 1 added, 2 modified, 1 mode changes (+3 -1 lines); "
+                                         "checkpoint before the call: abc")
+    assert change_counts({"added": 0}) == "" and describe({"added": 0}) == "no changes"
+    assert describe_changes({"added": 0}) == ""
+    assert describe({"not_checkpointed": "too large"}) == "not checkpointed: too large"
